@@ -1,0 +1,1 @@
+//! Per-job journals and per-GPU locks.

@@ -1,0 +1,19 @@
+//! colloc-core: the logic shared by the `colloc` command and the SPANK plugin.
+//!
+//! - [`mode`]: the `--colloc` mode grammar.
+//! - [`mig`]: MIG profiles of the supported GPU models and the layout planner.
+//! - [`config`]: the node configuration (`colloc.toml`).
+//! - [`gpu`]: the GPU control interface; [`nvml`] implements it over libnvidia-ml.
+//! - [`journal`]: per-job journals and per-GPU locks.
+//! - [`reconfig`]: apply a mode to a job's GPUs and restore them.
+//! - [`mps`]: per-job MPS control daemons.
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod gpu;
+pub mod journal;
+pub mod mig;
+pub mod mode;
+pub mod mps;
+pub mod nvml;
+pub mod reconfig;

@@ -1,0 +1,1 @@
+//! Per-job MPS control daemons.

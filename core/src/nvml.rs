@@ -1,0 +1,1 @@
+//! GPU control over libnvidia-ml (nvml-wrapper): placeholder until the NVML layer lands.

@@ -1,0 +1,1 @@
+//! Apply a mode to a job's GPUs and restore them.

@@ -1,0 +1,1 @@
+//! SPANK plugin (placeholder until the plugin lands).

@@ -1,0 +1,1 @@
+//! Fake libnvidia-ml (placeholder).

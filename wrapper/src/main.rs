@@ -1,0 +1,126 @@
+//! The `colloc` command: pack training runs onto GPU slots and record how they did
+//! (`run`, `bench`), and plan, apply and undo collocation layouts (`plan`, `status`,
+//! `apply`, `restore`, `check-config`).
+//!
+//! Exit codes: 0 success; 1 a run or operation failed; 2 bad input (usage, mode,
+//! manifest, config). Errors are one line on stderr.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod admin;
+mod bench;
+mod logger;
+mod run;
+
+/// Bad input: usage, mode, manifest or config. Exits with code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// Shorthand: an `anyhow::Error` that exits with code 2.
+pub fn bad_input(msg: impl Into<String>) -> anyhow::Error {
+    BadInput(msg.into()).into()
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "colloc",
+    version,
+    about = "GPU collocation for Slurm: pack training runs onto MIG/MPS/shared GPU slots",
+    long_about = None,
+    propagate_version = true
+)]
+struct Cli {
+    /// Node configuration (default: $COLLOC_CONFIG, then /etc/slurm/colloc.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// More log output (-v info, -vv debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Pack many runs onto the allocation's GPU slots and record how each performed.
+    Run(run::RunArgs),
+    /// Measure collocation on your own workload: solo, then N copies under each mode.
+    Bench(bench::BenchArgs),
+    /// Show the MIG layout or MPS split a mode would make (read-only, no root needed).
+    Plan(admin::PlanArgs),
+    /// Show GPUs, MIG mode, instances, MPS daemons and journals colloc owns.
+    Status(admin::StatusArgs),
+    /// Apply a mode to a GPU for a job, as the prolog does (root).
+    Apply(admin::ApplyArgs),
+    /// Restore GPUs from job journals, as the epilog does (root).
+    Restore(admin::RestoreArgs),
+    /// Validate a node configuration file.
+    CheckConfig(admin::CheckConfigArgs),
+}
+
+/// Options every subcommand can read.
+pub struct Global {
+    /// `--config`, if given.
+    pub config: Option<PathBuf>,
+}
+
+impl Global {
+    /// The configuration file to use: `--config`, `$COLLOC_CONFIG`, the default.
+    pub fn config_path(&self) -> PathBuf {
+        self.config
+            .clone()
+            .or_else(|| std::env::var_os("COLLOC_CONFIG").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(colloc_core::config::DEFAULT_PATH))
+    }
+
+    /// Load the node configuration; a bad file is bad input (exit 2).
+    pub fn load_config(&self) -> anyhow::Result<colloc_core::config::Config> {
+        colloc_core::config::Config::load(&self.config_path()).map_err(|e| bad_input(e.to_string()))
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help/--version print and exit 0; usage errors exit 2.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    logger::init(cli.verbose);
+    // No Rust panic text reaches a user: report one line and exit 1.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "internal error".into());
+        eprintln!("colloc: internal error: {msg} (please report this)");
+    }));
+    let global = Global { config: cli.config };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match cli.command {
+        Command::Run(a) => run::main(a, &global),
+        Command::Bench(a) => bench::main(a, &global),
+        Command::Plan(a) => admin::plan(a, &global),
+        Command::Status(a) => admin::status(a, &global),
+        Command::Apply(a) => admin::apply(a, &global),
+        Command::Restore(a) => admin::restore(a, &global),
+        Command::CheckConfig(a) => admin::check_config(a, &global),
+    }));
+    match result {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
+            let code = if e.downcast_ref::<BadInput>().is_some() { 2 } else { 1 };
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("colloc: error: {}", chain.join(": ").replace('\n', " "));
+            ExitCode::from(code)
+        }
+        Err(_) => ExitCode::from(1),
+    }
+}
