@@ -17,3 +17,4 @@ pub mod mode;
 pub mod mps;
 pub mod nvml;
 pub mod reconfig;
+pub mod sys;

@@ -1,1 +1,610 @@
-//! Apply a mode to a job's GPUs and restore them.
+//! Apply a mode to a job's GPUs (the prolog, `colloc apply`) and restore them (the epilog,
+//! `colloc restore`).
+//!
+//! Rules (design.md, "GPU reconfiguration rules"):
+//! - A journal is written before anything changes; per-GPU locks are held throughout.
+//! - A user's mistake (a layout that does not fit, a mode the node does not allow) and a
+//!   GPU colloc may not touch (processes, foreign instances, MIG off) change nothing and
+//!   give [`Outcome::Refused`]: the prolog succeeds and the job's tasks fail with the
+//!   reason. Only real node faults are errors ([`NodeFault`]), which fail the prolog.
+//! - All or nothing: a failure part way undoes what was made.
+//! - Restore is idempotent and undoes a prolog that died at any point.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::gpu::{GpuControl, GpuError, GpuInfo};
+use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
+use crate::mig::{self, Catalog, PlannedInstance};
+use crate::mode::{Mode, ModeKind};
+use crate::mps::{self, MpsDaemon};
+
+/// How long restore waits for killed processes to leave an instance.
+pub const KILL_WAIT: Duration = Duration::from_secs(10);
+/// How long an MPS daemon gets to quit before it is killed.
+pub const MPS_GRACE: Duration = Duration::from_secs(5);
+
+/// What a job asks for, from the job's environment (never from user input but the mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    /// Slurm job id.
+    pub job: u32,
+    /// The job's user.
+    pub uid: u32,
+    /// The job's group.
+    pub gid: u32,
+    /// The job's GPUs, as NVML indexes.
+    pub gpus: Vec<u32>,
+    /// The requested mode.
+    pub mode: Mode,
+}
+
+/// Why a job may not run, with whose problem it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// One line for the job's stderr.
+    pub message: String,
+    /// The request itself is wrong (does not fit, not allowed): exit 2 for `colloc apply`.
+    pub bad_request: bool,
+}
+
+/// The result of [`prolog`] when no node fault occurred.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Mode `off`: nothing done, no journal.
+    Off,
+    /// The GPUs are set up; the environment for the job's tasks.
+    Applied(Vec<(String, String)>),
+    /// Nothing was changed; the job must not run.
+    Refused(Refusal),
+}
+
+/// A real node problem: the prolog fails (and Slurm drains the node).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeFault {
+    /// NVML failed.
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    /// Journal or lock trouble.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// An MPS daemon could not be started or set up.
+    #[error(transparent)]
+    Mps(#[from] mps::MpsError),
+    /// Restore could not bring a GPU back.
+    #[error("{0}")]
+    Restore(String),
+}
+
+fn refuse(message: impl Into<String>, bad_request: bool) -> Outcome {
+    Outcome::Refused(Refusal {
+        message: message.into(),
+        bad_request,
+    })
+}
+
+/// Apply `spec.mode` to the job's GPUs. See the module docs for what is refused and what
+/// is a fault. Running it again for a job that is already applied returns the same
+/// environment; a journal left in `Applying` by a crash is restored first.
+///
+/// # Errors
+/// [`NodeFault`] for real node faults; the GPUs are as before when it returns one.
+pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outcome, NodeFault> {
+    if spec.mode == Mode::Off {
+        return Ok(Outcome::Off);
+    }
+    if let Some(j) = journal::load(cfg, spec.job)? {
+        match j.phase {
+            Phase::Applied => return Ok(Outcome::Applied(j.env)),
+            Phase::Refused => {
+                return Ok(refuse(j.refused.unwrap_or_default(), false));
+            }
+            Phase::Applying | Phase::Restoring => {
+                log::warn!(
+                    "job {}: restoring an interrupted reconfiguration first",
+                    spec.job
+                );
+                restore(cfg, Some(ctl), spec.job)?;
+            }
+        }
+    }
+    let outcome = apply_fresh(cfg, ctl, spec)?;
+    if let Outcome::Refused(r) = &outcome {
+        // Record the refusal so the job's tasks (task_init) can report it.
+        let mut j = Journal::new(spec.job, spec.uid, spec.gid, spec.mode.to_string());
+        j.phase = Phase::Refused;
+        j.refused = Some(r.message.clone());
+        journal::write(cfg, &j)?;
+        log::info!("job {}: refused: {}", spec.job, r.message);
+    }
+    Ok(outcome)
+}
+
+fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outcome, NodeFault> {
+    if let Err(msg) = cfg.check_allowed(&spec.mode) {
+        return Ok(refuse(msg, true));
+    }
+    if spec.gpus.is_empty() {
+        return Ok(refuse(
+            format!(
+                "--colloc={} needs GPUs: ask for them with --gres=gpu:N",
+                spec.mode
+            ),
+            true,
+        ));
+    }
+    let all = ctl.gpus()?;
+    let mut gpus: Vec<GpuInfo> = Vec::new();
+    for &i in &spec.gpus {
+        match all.iter().find(|g| g.index == i) {
+            Some(g) if !gpus.contains(g) => gpus.push(g.clone()),
+            Some(_) => {}
+            None => return Err(GpuError::NoSuchGpu(i).into()),
+        }
+    }
+    // Locks in UUID order, so two colloc processes never wait on each other in a cycle.
+    let mut order: Vec<&GpuInfo> = gpus.iter().collect();
+    order.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+    let _locks = order
+        .iter()
+        .map(|g| GpuLock::acquire(cfg, &g.uuid))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    // Checks that change nothing.
+    let others = journal::list(cfg)?;
+    let mut records = Vec::new();
+    let mut plans: Vec<Vec<PlannedInstance>> = Vec::new();
+    for g in &gpus {
+        for other in others.iter().flatten() {
+            if other.job != spec.job && other.claims(&g.uuid) {
+                return Ok(refuse(
+                    format!(
+                        "GPU {} is still reconfigured for job {} (its restore did not finish); \
+                         an admin must run `colloc restore --job {}`",
+                        g.index, other.job, other.job
+                    ),
+                    false,
+                ));
+            }
+        }
+        let procs = ctl.processes(g.index)?;
+        if !procs.is_empty() {
+            let pids: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
+            return Ok(refuse(
+                format!(
+                    "GPU {} is busy: process(es) {} use it; colloc reconfigures only idle GPUs",
+                    g.index,
+                    pids.join(", ")
+                ),
+                false,
+            ));
+        }
+        let existing = ctl.instances(g.index)?;
+        let mut record = GpuRecord {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            mig_before: g.mig_mode,
+            mig_mode_changed: false,
+            preexisting: existing.iter().map(|i| i.gi_id).collect(),
+            planned: Vec::new(),
+            created: Vec::new(),
+        };
+        if let Mode::Mig(req) = &spec.mode {
+            if !existing.is_empty() {
+                let what: Vec<String> = existing
+                    .iter()
+                    .map(|i| format!("{} at slot {}", i.profile, i.placement.start))
+                    .collect();
+                return Ok(refuse(
+                    format!(
+                        "GPU {} has MIG instances colloc does not own ({}); refusing to touch them",
+                        g.index,
+                        what.join(", ")
+                    ),
+                    false,
+                ));
+            }
+            match g.mig_mode {
+                Some(m) if m.current => {}
+                Some(_) if cfg.allow_mig_mode_change => record.mig_mode_changed = true,
+                Some(_) => {
+                    return Ok(refuse(
+                        format!(
+                            "GPU {} ({}) is not in MIG mode and this node does not switch it \
+                             (allow_mig_mode_change = false); ask the admin, or use mps or naive",
+                            g.index, g.name
+                        ),
+                        false,
+                    ))
+                }
+                None => {
+                    return Ok(refuse(
+                        format!(
+                            "GPU {} ({}) does not support MIG; use mps or naive",
+                            g.index, g.name
+                        ),
+                        true,
+                    ))
+                }
+            }
+            let catalog = match catalog_for(ctl, g) {
+                Ok(c) => c,
+                Err(msg) => return Ok(refuse(msg, true)),
+            };
+            match catalog.plan(req) {
+                Ok(p) => plans.push(p),
+                Err(e) => return Ok(refuse(e.to_string(), true)),
+            }
+        }
+        records.push(record);
+    }
+
+    // From here on the GPUs change: journal first.
+    let mut j = Journal::new(spec.job, spec.uid, spec.gid, spec.mode.to_string());
+    for (r, p) in records.iter_mut().zip(plans.iter()) {
+        r.planned = p.clone();
+    }
+    j.gpus = records;
+    journal::write(cfg, &j)?;
+
+    let result = match &spec.mode {
+        Mode::Mig(_) => make_instances(cfg, ctl, &mut j),
+        Mode::Mps { .. } => start_mps(cfg, &mut j),
+        Mode::Naive | Mode::Off => Ok(()),
+    };
+    if let Err(e) = result {
+        log::error!("job {}: reconfiguration failed, undoing it: {e}", spec.job);
+        if let Err(undo) = restore_locked(cfg, Some(ctl), &j) {
+            log::error!("job {}: undo failed too: {undo}", spec.job);
+            return Err(NodeFault::Restore(format!(
+                "{e}; undoing it failed: {undo}"
+            )));
+        }
+        journal::remove(cfg, spec.job)?;
+        return Err(e);
+    }
+    j.env = job_env(&j, &gpus, &spec.mode);
+    j.phase = Phase::Applied;
+    journal::write(cfg, &j)?;
+    log::info!(
+        "job {}: applied {} on GPU(s) {:?}",
+        spec.job,
+        spec.mode,
+        j.gpu_indexes()
+    );
+    Ok(Outcome::Applied(j.env))
+}
+
+/// The MIG catalog of a GPU: what NVML reports, or the built-in table where it cannot say.
+fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String> {
+    match ctl.catalog(g.index) {
+        Ok(c) if c.profiles.iter().any(|p| !p.placements.is_empty()) => Ok(c),
+        other => {
+            if let Err(e) = &other {
+                log::debug!(
+                    "GPU {}: NVML has no MIG profiles ({e}); using built-in tables",
+                    g.index
+                );
+            }
+            mig::builtin_catalog(&g.name).map_err(|_| {
+                format!(
+                    "GPU {} ({}) reports no MIG profiles and colloc has no table for it",
+                    g.index, g.name
+                )
+            })
+        }
+    }
+}
+
+fn make_instances(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Result<(), NodeFault> {
+    for gi in 0..j.gpus.len() {
+        let index = j.gpus[gi].index;
+        if j.gpus[gi].mig_mode_changed {
+            let m = ctl.set_mig_mode(index, true)?;
+            if !m.current {
+                return Err(NodeFault::Restore(format!(
+                    "GPU {index}: MIG mode switched on but pending until a GPU reset; \
+                     reset the GPU (nvidia-smi -r) while it is idle, or enable MIG at boot"
+                )));
+            }
+        }
+        for p in j.gpus[gi].planned.clone() {
+            let inst = ctl.create_instance(index, p.profile_id, p.placement)?;
+            j.gpus[gi].created.push(inst);
+            journal::write(cfg, j)?;
+        }
+    }
+    Ok(())
+}
+
+fn start_mps(cfg: &Config, j: &mut Journal) -> Result<(), NodeFault> {
+    let program = cfg.mps_control_path().ok_or_else(|| {
+        NodeFault::Restore(format!(
+            "MPS control program {} not found in {}",
+            cfg.mps_control,
+            crate::config::SYSTEM_BIN_DIRS.join(":")
+        ))
+    })?;
+    let job_dir = cfg.run_dir.join(format!("job-{}", j.job));
+    j.job_dir = Some(job_dir.clone());
+    let user = Some((j.uid, j.gid));
+    for g in j.gpus.clone() {
+        let d = MpsDaemon::in_dir(&job_dir.join(format!("gpu{}", g.index)), &g.uuid);
+        // Record before starting, so a crash in between is cleaned up by restore.
+        j.mps.push(d.clone());
+        journal::write(cfg, j)?;
+        mps::start(&program, &d, Some(&job_dir), user)?;
+    }
+    Ok(())
+}
+
+/// The environment of the job's tasks (design.md, "Environment the plugin sets").
+fn job_env(j: &Journal, gpus: &[GpuInfo], mode: &Mode) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    match mode {
+        Mode::Mig(_) => {
+            let planned: Vec<PlannedInstance> = j
+                .gpus
+                .iter()
+                .flat_map(|g| g.planned.iter().cloned())
+                .collect();
+            let devices: Vec<String> = j
+                .gpus
+                .iter()
+                .flat_map(|g| g.created.iter().filter_map(|i| i.uuid.clone()))
+                .collect();
+            // With one GPU the summary is the exact layout; with several it is per GPU.
+            let per_gpu = j
+                .gpus
+                .first()
+                .map_or(planned.as_slice(), |g| g.planned.as_slice());
+            env.push(("COLLOC_MODE".into(), mig::layout_mode_string(per_gpu)));
+            env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
+            env.push(("COLLOC_DEVICES".into(), devices.join(",")));
+        }
+        Mode::Mps { clients } => {
+            env.push(("COLLOC_MODE".into(), mode.to_string()));
+            let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+            let mut devices = Vec::new();
+            if let Some(n) = clients {
+                for u in &uuids {
+                    devices.extend(std::iter::repeat_n(u.clone(), *n as usize));
+                }
+                env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
+                let mem: Vec<u64> = gpus
+                    .iter()
+                    .map(|g| g.memory_total / (1024 * 1024))
+                    .collect();
+                // Limits are per client device; a client sees one GPU (its slot's).
+                let first = mem.first().copied().unwrap_or(0);
+                env.extend(mps::client_limits(*n, &[first]));
+            } else {
+                devices = uuids;
+            }
+            env.push(("COLLOC_DEVICES".into(), devices.join(",")));
+            if let Some(d) = j.mps.first() {
+                env.extend(d.env());
+            }
+            let pipes: Vec<String> = j
+                .mps
+                .iter()
+                .map(|d| format!("{}={}", d.devices, d.pipe_dir.display()))
+                .collect();
+            env.push(("COLLOC_MPS_PIPES".into(), pipes.join(",")));
+        }
+        Mode::Naive => {
+            env.push(("COLLOC_MODE".into(), "naive".into()));
+            let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+            env.push(("COLLOC_DEVICES".into(), uuids.join(",")));
+        }
+        Mode::Off => {}
+    }
+    env
+}
+
+/// What a restore did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Jobs whose journals were found and cleared.
+    pub jobs: Vec<u32>,
+    /// MIG instances destroyed.
+    pub destroyed: usize,
+    /// MPS daemons stopped.
+    pub mps_stopped: usize,
+    /// Processes killed on the job's instances or as MPS leftovers.
+    pub killed: Vec<u32>,
+}
+
+/// Restore the job's GPUs to what its journal recorded and remove the journal. No journal:
+/// nothing to do (the prolog never ran). Idempotent.
+///
+/// `ctl` may be `None` where NVML cannot be loaded: that is fine for mps/naive jobs and a
+/// fault for a MIG journal.
+///
+/// # Errors
+/// [`NodeFault`] when the GPU cannot be brought back; the journal then stays, so a later
+/// restore (or an admin) can finish.
+pub fn restore(
+    cfg: &Config,
+    ctl: Option<&dyn GpuControl>,
+    job: u32,
+) -> Result<RestoreReport, NodeFault> {
+    let Some(mut j) = journal::load(cfg, job)? else {
+        return Ok(RestoreReport::default());
+    };
+    let mut order: Vec<String> = j.gpus.iter().map(|g| g.uuid.clone()).collect();
+    order.sort();
+    let _locks = order
+        .iter()
+        .map(|u| GpuLock::acquire(cfg, u))
+        .collect::<Result<Vec<_>, _>>()?;
+    if j.phase != Phase::Refused {
+        j.phase = Phase::Restoring;
+        journal::write(cfg, &j)?;
+    }
+    let mut report = restore_locked(cfg, ctl, &j)?;
+    journal::remove(cfg, job)?;
+    report.jobs.push(job);
+    log::info!("job {job}: restored");
+    Ok(report)
+}
+
+/// Restore every journal. Continues past failures and returns the first one.
+///
+/// # Errors
+/// The first [`NodeFault`] met.
+pub fn restore_all(cfg: &Config, ctl: Option<&dyn GpuControl>) -> Result<RestoreReport, NodeFault> {
+    let mut total = RestoreReport::default();
+    let mut first_err = None;
+    for entry in journal::list(cfg)? {
+        let job = match entry {
+            Ok(j) => j.job,
+            Err(e) => {
+                first_err.get_or_insert(NodeFault::Journal(e));
+                continue;
+            }
+        };
+        match restore(cfg, ctl, job) {
+            Ok(r) => {
+                total.jobs.extend(r.jobs);
+                total.destroyed += r.destroyed;
+                total.mps_stopped += r.mps_stopped;
+                total.killed.extend(r.killed);
+            }
+            Err(e) => {
+                log::error!("job {job}: {e}");
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(total),
+    }
+}
+
+fn restore_locked(
+    cfg: &Config,
+    ctl: Option<&dyn GpuControl>,
+    j: &Journal,
+) -> Result<RestoreReport, NodeFault> {
+    let mut report = RestoreReport::default();
+    if !j.mps.is_empty() || j.job_dir.is_some() {
+        let program = cfg
+            .mps_control_path()
+            .unwrap_or_else(|| PathBuf::from(&cfg.mps_control));
+        let user = Some((j.uid, j.gid));
+        for d in &j.mps {
+            let r = mps::stop(&program, d, None, user, MPS_GRACE);
+            report.killed.extend(r.killed);
+            report.mps_stopped += 1;
+        }
+        if let Some(dir) = &j.job_dir {
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    return Err(NodeFault::Restore(format!(
+                        "cannot remove {}: {e}",
+                        dir.display()
+                    )));
+                }
+            }
+        }
+    }
+    let has_mig = j
+        .gpus
+        .iter()
+        .any(|g| !g.planned.is_empty() || g.mig_mode_changed);
+    if !has_mig {
+        return Ok(report);
+    }
+    let Some(ctl) = ctl else {
+        return Err(NodeFault::Restore(format!(
+            "job {} has MIG instances to destroy but NVML ({}) cannot be loaded",
+            j.job, cfg.nvml_library
+        )));
+    };
+    for g in &j.gpus {
+        let ours = |gi_id: u32, profile_id: u32, start: u32| {
+            !g.preexisting.contains(&gi_id)
+                && (g.created.iter().any(|c| c.gi_id == gi_id)
+                    || g.planned
+                        .iter()
+                        .any(|p| p.profile_id == profile_id && p.placement.start == start))
+        };
+        let mine: Vec<u32> = match ctl.instances(g.index) {
+            Ok(list) => list
+                .iter()
+                .filter(|i| ours(i.gi_id, i.profile_id, i.placement.start))
+                .map(|i| i.gi_id)
+                .collect(),
+            Err(GpuError::NotMig(_)) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        if !mine.is_empty() {
+            report
+                .killed
+                .extend(kill_on_instances(ctl, g.index, &mine)?);
+        }
+        for gi_id in mine {
+            match ctl.destroy_instance(g.index, gi_id) {
+                Ok(()) => report.destroyed += 1,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if g.mig_mode_changed {
+            if let Some(before) = g.mig_before {
+                ctl.set_mig_mode(g.index, before.current)?;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Kill processes still running on the job's instances (the job is over) and wait until
+/// NVML no longer lists them.
+fn kill_on_instances(ctl: &dyn GpuControl, gpu: u32, gis: &[u32]) -> Result<Vec<u32>, NodeFault> {
+    let on_ours = || -> Result<Vec<u32>, GpuError> {
+        Ok(ctl
+            .processes(gpu)?
+            .into_iter()
+            .filter(|p| p.gi_id.is_some_and(|g| gis.contains(&g)))
+            .map(|p| p.pid)
+            .collect())
+    };
+    let pids = on_ours()?;
+    for &pid in &pids {
+        log::warn!("GPU {gpu}: killing leftover process {pid} on the job's MIG instance");
+        crate::sys::kill(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + KILL_WAIT;
+    while !on_ours()?.is_empty() {
+        if Instant::now() >= deadline {
+            return Err(NodeFault::Restore(format!(
+                "GPU {gpu}: processes {:?} still hold the job's MIG instances after SIGKILL",
+                on_ours()?
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(pids)
+}
+
+/// The task environment recorded for a job, or why it was refused; `None` without a
+/// journal (mode off, or the prolog did not run).
+///
+/// # Errors
+/// [`JournalError`] when the journal cannot be read.
+pub fn job_state(cfg: &Config, job: u32) -> Result<Option<Journal>, JournalError> {
+    journal::load(cfg, job)
+}
+
+/// Which kind of mode a journal was written for.
+pub fn journal_kind(j: &Journal) -> Option<ModeKind> {
+    j.mode.parse::<Mode>().ok().map(|m| m.kind())
+}
+
+#[cfg(test)]
+mod tests;
