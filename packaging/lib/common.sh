@@ -1,0 +1,81 @@
+# Shared by build-deb.sh, build-rpm.sh and test-packages.sh (sourced, not run).
+# Sets: REPO, PKG_VERSION, SLURM_VERSION_NUMBER, SLURM_MAJMIN, SLURM_NEXT, OUT_DIR,
+# and the functions below.
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT_DIR=${COLLOC_PKG_OUT:-$REPO/target/packages}
+SLURM_VERSION_H=${SLURM_VERSION_H:-/usr/include/slurm/slurm_version.h}
+
+die() {
+    echo "packaging: error: $*" >&2
+    exit 1
+}
+
+# The workspace version, from [workspace.package] in the root Cargo.toml.
+PKG_VERSION=$(awk '
+    /^\[workspace\.package\]/ { f = 1; next }
+    /^\[/ { f = 0 }
+    f && $1 == "version" { gsub(/"/, "", $3); print $3; exit }
+' "$REPO/Cargo.toml")
+[ -n "$PKG_VERSION" ] || die "no version in [workspace.package] of $REPO/Cargo.toml"
+
+# The Slurm the plugin is built against: SLURM_VERSION_NUMBER from the installed header,
+# the same number bindgen reads for plugin_version. Slurm loads a plugin only when its
+# major.minor equals its own, so the packages depend on exactly that major.minor.
+slurm_version() {
+    [ -r "$SLURM_VERSION_H" ] ||
+        die "$SLURM_VERSION_H missing: install libslurm-dev (Debian) or slurm-devel (RPM)"
+    SLURM_VERSION_NUMBER=$(awk '$1 == "#define" && $2 == "SLURM_VERSION_NUMBER" { print $3 }' "$SLURM_VERSION_H")
+    case $SLURM_VERSION_NUMBER in
+        0x[0-9a-fA-F]*) ;;
+        *) die "no SLURM_VERSION_NUMBER in $SLURM_VERSION_H" ;;
+    esac
+    local major=$((SLURM_VERSION_NUMBER >> 16)) minor=$(((SLURM_VERSION_NUMBER >> 8) & 0xff))
+    SLURM_MAJMIN=$(printf '%d.%02d' "$major" "$minor")
+    SLURM_NEXT=$(printf '%d.%02d' "$major" $((minor + 1)))
+}
+
+# Release binaries: target/release/colloc and target/release/libcolloc_spank.so.
+# COLLOC_PREBUILT=1 skips cargo and uses what is there (CI builds once for both packages).
+RELEASE_DIR=${CARGO_TARGET_DIR:-$REPO/target}/release
+build_release() {
+    if [ "${COLLOC_PREBUILT:-0}" != 1 ]; then
+        (cd "$REPO" && cargo build --release --locked -p colloc -p colloc-spank) ||
+            die "cargo build --release failed"
+    fi
+    [ -x "$RELEASE_DIR/colloc" ] || die "$RELEASE_DIR/colloc missing"
+    [ -f "$RELEASE_DIR/libcolloc_spank.so" ] || die "$RELEASE_DIR/libcolloc_spank.so missing"
+    check_plugin "$RELEASE_DIR/libcolloc_spank.so"
+}
+
+# A SPANK plugin that slurmd will load exports these (see slurm-test-cluster.md).
+check_plugin() {
+    local so=$1 sym missing=""
+    local syms
+    syms=$(nm -D --defined-only "$so" 2>/dev/null | awk '{ print $NF }') ||
+        die "cannot read the dynamic symbols of $so"
+    for sym in plugin_name plugin_type plugin_version slurm_spank_init \
+        slurm_spank_job_prolog slurm_spank_job_epilog; do
+        printf '%s\n' "$syms" | grep -qx "$sym" || missing="$missing $sym"
+    done
+    [ -z "$missing" ] || die "$so does not export:$missing (not a complete SPANK plugin)"
+}
+
+# Package sources that another part of the tree may own: prefer slurm-conf/, fall back to
+# packaging/etc/.
+conf_source() {
+    local name=$1 fallback=$2
+    if [ -f "$REPO/slurm-conf/$name" ]; then
+        echo "$REPO/slurm-conf/$name"
+    else
+        echo "$REPO/packaging/etc/$fallback"
+    fi
+}
+
+# A fixed timestamp for reproducible archives: the last commit's time.
+source_date_epoch() {
+    SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$REPO" log -1 --format=%ct 2>/dev/null || date +%s)}
+    export SOURCE_DATE_EPOCH
+}
+
+MAN_PAGES="colloc.1 colloc.toml.5 colloc-spank.8"
