@@ -303,14 +303,26 @@ allow_mig_mode_change = false
             ("version = 2", "unknown version 2"),
             ("version = \"1\"", "unknown version \"1\""),
             ("version = 1\nbogus = 3", "unknown field `bogus`"),
-            ("version = 1\nallowed_modes = [\"gpu\"]", "unknown mode \"gpu\""),
-            ("version = 1\ndefault_mode = \"mig:\"", "default_mode: invalid mode"),
-            ("version = 1\nstate_dir = \"rel\"", "state_dir must be an absolute path"),
+            (
+                "version = 1\nallowed_modes = [\"gpu\"]",
+                "unknown mode \"gpu\"",
+            ),
+            (
+                "version = 1\ndefault_mode = \"mig:\"",
+                "default_mode: invalid mode",
+            ),
+            (
+                "version = 1\nstate_dir = \"rel\"",
+                "state_dir must be an absolute path",
+            ),
             (
                 "version = 1\nallowed_modes = [\"mps\"]\ndefault_mode = \"naive\"",
                 "not in allowed_modes",
             ),
-            ("version = 1\nallow_mig_mode_change = \"yes\"", "invalid type"),
+            (
+                "version = 1\nallow_mig_mode_change = \"yes\"",
+                "invalid type",
+            ),
             ("version = [", "invalid"),
         ];
         for (text, want) in cases {
@@ -327,6 +339,9 @@ allow_mig_mode_change = false
         assert!(c.check_allowed(&Mode::Off).is_ok());
         assert!(c.check_allowed(&"mps:2".parse().unwrap()).is_ok());
         let err = c.check_allowed(&"mig:3g".parse().unwrap()).unwrap_err();
-        assert_eq!(err, "mode mig:3g is not allowed on this cluster; allowed: off, mps");
+        assert_eq!(
+            err,
+            "mode mig:3g is not allowed on this cluster; allowed: off, mps"
+        );
     }
 }

@@ -147,8 +147,12 @@ pub trait GpuControl {
     ///
     /// # Errors
     /// NVML failures (insufficient resources, not in MIG mode, …).
-    fn create_instance(&self, gpu: u32, profile_id: u32, placement: Placement)
-        -> GpuResult<Instance>;
+    fn create_instance(
+        &self,
+        gpu: u32,
+        profile_id: u32,
+        placement: Placement,
+    ) -> GpuResult<Instance>;
 
     /// Destroy a GPU instance and all its compute instances.
     ///

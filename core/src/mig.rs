@@ -132,8 +132,24 @@ struct StaticProfile {
     sms: u32,
 }
 
-const fn sp(id: u32, index: u32, name: &'static str, slices: u32, max: u32, mem: u64, sms: u32) -> StaticProfile {
-    StaticProfile { id, index, name, slices, max, mem, sms }
+const fn sp(
+    id: u32,
+    index: u32,
+    name: &'static str,
+    slices: u32,
+    max: u32,
+    mem: u64,
+    sms: u32,
+) -> StaticProfile {
+    StaticProfile {
+        id,
+        index,
+        name,
+        slices,
+        max,
+        mem,
+        sms,
+    }
 }
 
 struct StaticModel {
@@ -207,7 +223,10 @@ static MODELS: &[StaticModel] = &[
 /// The placements the driver allows for a profile index on an 8-slot GPU.
 pub fn standard_placements(nvml_index: u32) -> Vec<Placement> {
     let at = |starts: &[u32], size: u32| {
-        starts.iter().map(|&start| Placement { start, size }).collect()
+        starts
+            .iter()
+            .map(|&start| Placement { start, size })
+            .collect()
     };
     match nvml_index {
         0 | 7 => at(&[0, 1, 2, 3, 4, 5, 6], 1),
@@ -303,7 +322,14 @@ impl Catalog {
                 // Most non-overlapping placements, within the profile's instance limit.
                 let mut best = Vec::new();
                 let mut chosen = Vec::new();
-                max_fill(&p.placements, 0, 0, p.max_instances as usize, &mut chosen, &mut best);
+                max_fill(
+                    &p.placements,
+                    0,
+                    0,
+                    p.max_instances as usize,
+                    &mut chosen,
+                    &mut best,
+                );
                 if best.is_empty() {
                     return Err(self.no_fit(req, format!("{} has no placement", p.name)));
                 }
@@ -441,7 +467,12 @@ fn place_all(wanted: &[&Profile], next: usize, used: u64, chosen: &mut Vec<Place
 pub fn layout_mode_string(instances: &[PlannedInstance]) -> String {
     let mut counts: Vec<(String, u32, u32)> = Vec::new();
     for i in instances {
-        let slices = i.profile.split('g').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let slices = i
+            .profile
+            .split('g')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         match counts.iter_mut().find(|c| c.0 == i.profile) {
             Some(c) => c.2 += 1,
             None => counts.push((i.profile.clone(), slices, 1)),
@@ -525,7 +556,10 @@ mod tests {
         assert_eq!(plan("H200", "mig:1g").unwrap()[0].profile, "1g.18gb");
         assert_eq!(plan("H200", "mig:1g.35gb").unwrap().len(), 4);
         assert_eq!(plan("A100-80GB", "mig:1g").unwrap()[0].profile, "1g.10gb");
-        assert_eq!(plan("NVIDIA H100 80GB HBM3", "mig:3g").unwrap()[0].profile, "3g.40gb");
+        assert_eq!(
+            plan("NVIDIA H100 80GB HBM3", "mig:3g").unwrap()[0].profile,
+            "3g.40gb"
+        );
     }
 
     #[test]
@@ -533,7 +567,11 @@ mod tests {
         let p = plan("A100-40GB", "mig:4g,2g,1g").unwrap();
         assert_eq!(
             shape(&p),
-            vec![("4g.20gb".into(), 0, 4), ("2g.10gb".into(), 4, 2), ("1g.5gb".into(), 6, 1)]
+            vec![
+                ("4g.20gb".into(), 0, 4),
+                ("2g.10gb".into(), 4, 2),
+                ("1g.5gb".into(), 6, 1)
+            ]
         );
         let p = plan("A100-40GB", "mig:3g,2g,1g,1g").unwrap();
         assert_eq!(p.len(), 4);
@@ -550,9 +588,18 @@ mod tests {
 
     #[test]
     fn invalid_layouts() {
-        for bad in ["mig:4gx2", "mig:7g,1g", "mig:3gx3", "mig:2gx4", "mig:3gx2,1g"] {
+        for bad in [
+            "mig:4gx2",
+            "mig:7g,1g",
+            "mig:3gx3",
+            "mig:2gx4",
+            "mig:3gx2,1g",
+        ] {
             let err = plan("A100-40GB", bad).expect_err(bad).to_string();
-            assert!(err.contains("layouts that fit include mig:7gx1"), "{bad}: {err}");
+            assert!(
+                err.contains("layouts that fit include mig:7gx1"),
+                "{bad}: {err}"
+            );
             assert!(err.contains("mig:4g,2g,1g"), "{err}");
             assert!(!err.contains('\n'));
         }

@@ -244,11 +244,13 @@ impl FromStr for Mode {
                 input,
                 "mig needs a profile list, e.g. mig:3g",
             )),
-            ("off" | "naive", Some(_)) => Err(ModeError::new(
+            ("off" | "naive", Some(_)) => {
+                Err(ModeError::new(input, format!("{head} takes no argument")))
+            }
+            _ => Err(ModeError::new(
                 input,
-                format!("{head} takes no argument"),
+                format!("unknown mode {}", show_input(head)),
             )),
-            _ => Err(ModeError::new(input, format!("unknown mode {}", show_input(head)))),
         }
     }
 }
@@ -419,10 +421,16 @@ mod tests {
 
     #[test]
     fn mig_fill_and_layouts() {
-        assert_eq!(p("mig:3g"), Mode::Mig(MigRequest::Fill(ProfileSel::Short(3))));
+        assert_eq!(
+            p("mig:3g"),
+            Mode::Mig(MigRequest::Fill(ProfileSel::Short(3)))
+        );
         assert_eq!(
             p("mig:3g.20gb"),
-            Mode::Mig(MigRequest::Fill(ProfileSel::Full { slices: 3, mem_gb: 20 }))
+            Mode::Mig(MigRequest::Fill(ProfileSel::Full {
+                slices: 3,
+                mem_gb: 20
+            }))
         );
         assert_eq!(p("mig:2gx3").to_string(), "mig:2gx3");
         assert_eq!(p("mig:1g,4g,2g").to_string(), "mig:4g,2g,1g");
@@ -435,10 +443,32 @@ mod tests {
     #[test]
     fn rejections_say_what_is_valid() {
         for bad in [
-            "", "mig:", "mps:0", "mps:49", "mps:", "mig:5g", "mig:3gx0", "mig:3gx", "mig:,3g",
-            "mig:3g,", "bogus", "MPS", "off:1", "naive:2", "mig", "mig:3g.gb", "mig:3g.0gb",
-            "mig:g", "mig:1gx4,1gx4", "mps:-1", "mps:1.5", "mig:3g;rm -rf /", "../../etc/passwd",
-            "mig:x3", "mig:1g.5gbx", "mps:00000000001",
+            "",
+            "mig:",
+            "mps:0",
+            "mps:49",
+            "mps:",
+            "mig:5g",
+            "mig:3gx0",
+            "mig:3gx",
+            "mig:,3g",
+            "mig:3g,",
+            "bogus",
+            "MPS",
+            "off:1",
+            "naive:2",
+            "mig",
+            "mig:3g.gb",
+            "mig:3g.0gb",
+            "mig:g",
+            "mig:1gx4,1gx4",
+            "mps:-1",
+            "mps:1.5",
+            "mig:3g;rm -rf /",
+            "../../etc/passwd",
+            "mig:x3",
+            "mig:1g.5gbx",
+            "mps:00000000001",
         ] {
             let err = bad.parse::<Mode>().expect_err(bad).to_string();
             assert!(err.starts_with("invalid mode"), "{bad}: {err}");
@@ -453,7 +483,10 @@ mod tests {
         let err = long.parse::<Mode>().unwrap_err().to_string();
         assert!(err.len() < 600, "{}", err.len());
         assert!(err.contains("10000 bytes"));
-        let err = "mig:3g\n[fake] log line".parse::<Mode>().unwrap_err().to_string();
+        let err = "mig:3g\n[fake] log line"
+            .parse::<Mode>()
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains('\n'));
         assert!(err.contains("\\n"));
         let err = "mïg:3g".parse::<Mode>().unwrap_err().to_string();
