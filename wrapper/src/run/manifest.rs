@@ -1,0 +1,620 @@
+//! The run manifest (`runs.toml`): `[defaults]`, `[[run]]` and `[[sweep]]` tables, read
+//! into `deny_unknown_fields` structs and checked whole before anything starts.
+//!
+//! Every error names the file and line and says what is wrong. Placeholders `{key}` in a
+//! sweep's name, command, env values and workdir are its grid keys; `{{` and `}}` are
+//! literal braces there.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use regex::Regex;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// One run to start, fully resolved.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// Unique name; also the log file's name and the live-view prefix.
+    pub name: String,
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Extra environment, applied after colloc's own variables.
+    pub env: Vec<(String, String)>,
+    /// Working directory (`None`: colloc's own).
+    pub workdir: Option<PathBuf>,
+    /// Throughput regex (named group `value`, else group 1); `None`: built-in patterns.
+    pub metric: Option<Regex>,
+    /// Per-run time limit.
+    pub timeout: Option<Duration>,
+}
+
+/// A manifest error: file, line and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestError {
+    /// The manifest's path as given.
+    pub path: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub msg: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.path, l, self.msg),
+            None => write!(f, "{}: {}", self.path, self.msg),
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+/// A TOML scalar given where colloc wants text (grid values, env values).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Text(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl Scalar {
+    fn text(&self) -> String {
+        match self {
+            Scalar::Text(s) => s.clone(),
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Float(f) => f.to_string(),
+            Scalar::Bool(b) => b.to_string(),
+        }
+    }
+}
+
+/// A command: an argument list, or one string run through `sh -c`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawCommand {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+impl RawCommand {
+    fn argv(&self) -> Vec<String> {
+        match self {
+            RawCommand::Argv(v) => v.clone(),
+            RawCommand::Shell(s) if s.trim().is_empty() => Vec::new(),
+            RawCommand::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
+        }
+    }
+}
+
+type Env = BTreeMap<String, Spanned<Scalar>>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    #[serde(default)]
+    defaults: Option<RawDefaults>,
+    #[serde(default)]
+    run: Vec<RawRun>,
+    #[serde(default)]
+    sweep: Vec<RawSweep>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDefaults {
+    workdir: Option<Spanned<String>>,
+    metric: Option<Spanned<String>>,
+    env: Option<Env>,
+    timeout: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRun {
+    name: Option<Spanned<String>>,
+    command: Spanned<RawCommand>,
+    env: Option<Env>,
+    workdir: Option<Spanned<String>>,
+    metric: Option<Spanned<String>>,
+    timeout: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSweep {
+    name: Option<Spanned<String>>,
+    command: Spanned<RawCommand>,
+    grid: Spanned<BTreeMap<String, Spanned<Vec<Scalar>>>>,
+    env: Option<Env>,
+    workdir: Option<Spanned<String>>,
+    metric: Option<Spanned<String>>,
+    timeout: Option<Spanned<String>>,
+}
+
+/// Most runs one manifest may expand to (a typo in a grid should not start a million).
+pub const MAX_RUNS: usize = 100_000;
+
+struct Ctx<'a> {
+    path: String,
+    text: &'a str,
+    base: PathBuf,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: Option<Range<usize>>, msg: impl Into<String>) -> ManifestError {
+        ManifestError {
+            path: self.path.clone(),
+            line: span.map(|s| line_of(self.text, s.start)),
+            msg: msg.into(),
+        }
+    }
+
+    fn regex(&self, s: &Spanned<String>) -> Result<Regex, ManifestError> {
+        let re = Regex::new(s.get_ref()).map_err(|e| {
+            let why = e.to_string();
+            let why = why.lines().last().unwrap_or("invalid").trim();
+            self.err(
+                Some(s.span()),
+                format!("bad metric regex {:?}: {why}", s.get_ref()),
+            )
+        })?;
+        if re.captures_len() < 2 {
+            return Err(self.err(
+                Some(s.span()),
+                format!(
+                    "metric regex {:?} has no capture group; mark the number with (?P<value>...)",
+                    s.get_ref()
+                ),
+            ));
+        }
+        Ok(re)
+    }
+
+    fn timeout(&self, s: &Spanned<String>) -> Result<Duration, ManifestError> {
+        parse_duration(s.get_ref()).map_err(|e| self.err(Some(s.span()), e))
+    }
+
+    fn workdir(&self, dir: &str, span: Range<usize>) -> Result<PathBuf, ManifestError> {
+        let p = self.base.join(dir);
+        if !p.is_dir() {
+            return Err(self.err(
+                Some(span),
+                format!("workdir {:?} is not a directory ({})", dir, p.display()),
+            ));
+        }
+        Ok(p)
+    }
+}
+
+/// Parse a duration such as `90s`, `30m`, `2h`, `1h30m` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        if secs.is_finite() && secs > 0.0 {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+    }
+    match humantime::parse_duration(t) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!(
+            "invalid duration {:?}: use e.g. 90s, 30m, 2h, 1h30m or a number of seconds (> 0)",
+            s
+        )),
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Check a run name: it names a log file and a live-view prefix.
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-+=,@".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "run name {:?} is not valid: use 1-100 of letters, digits and . _ - + = , @ (not starting with .)",
+            name
+        ))
+    }
+}
+
+/// A piece of a sweep template.
+enum Piece<'a> {
+    Lit(&'a str),
+    Key(&'a str),
+}
+
+/// Split a template into literal text and `{key}` placeholders.
+fn pieces(t: &str) -> Result<Vec<Piece<'_>>, String> {
+    let mut out = Vec::new();
+    let mut rest = t;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("{{") {
+            out.push(Piece::Lit("{"));
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("}}") {
+            out.push(Piece::Lit("}"));
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix('{') {
+            let end = r
+                .find('}')
+                .ok_or_else(|| format!("unclosed {{ in {t:?} (write {{{{ for a literal brace)"))?;
+            let key = &r[..end];
+            if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(format!(
+                    "bad placeholder {{{key}}} in {t:?}: a placeholder is {{grid_key}} (write {{{{ for a literal brace)"
+                ));
+            }
+            out.push(Piece::Key(key));
+            rest = &r[end + 1..];
+        } else if rest.starts_with('}') {
+            return Err(format!(
+                "unmatched }} in {t:?} (write }}}} for a literal brace)"
+            ));
+        } else {
+            let end = rest.find(['{', '}']).unwrap_or(rest.len());
+            out.push(Piece::Lit(&rest[..end]));
+            rest = &rest[end..];
+        }
+    }
+    Ok(out)
+}
+
+/// Check a template's placeholders against the grid keys.
+fn check_template(t: &str, keys: &BTreeMap<String, Vec<String>>) -> Result<(), String> {
+    for p in pieces(t)? {
+        if let Piece::Key(k) = p {
+            if !keys.contains_key(k) {
+                let known: Vec<&str> = keys.keys().map(String::as_str).collect();
+                return Err(format!(
+                    "unknown placeholder {{{k}}} in {t:?}; this sweep's grid keys: {}",
+                    known.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fill a checked template.
+fn fill(t: &str, vals: &BTreeMap<&str, &str>) -> String {
+    let mut s = String::new();
+    // Templates are checked before filling, so this cannot fail.
+    for p in pieces(t).unwrap_or_default() {
+        match p {
+            Piece::Lit(l) => s.push_str(l),
+            Piece::Key(k) => s.push_str(vals.get(k).copied().unwrap_or("")),
+        }
+    }
+    s
+}
+
+/// Parse a manifest file.
+pub fn load(path: &Path) -> Result<Vec<RunSpec>, ManifestError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
+        path: shown.clone(),
+        line: None,
+        msg: format!("cannot read the run manifest: {e}"),
+    })?;
+    let base = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    parse(&text, &shown, &base)
+}
+
+/// Parse manifest text; `base` resolves relative workdirs.
+pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, ManifestError> {
+    let cx = Ctx {
+        path: path.to_string(),
+        text,
+        base: base.to_path_buf(),
+    };
+    let raw: RawManifest = toml::from_str(text).map_err(|e| {
+        let msg = e.message().trim().replace('\n', "; ");
+        cx.err(e.span(), msg)
+    })?;
+    let d = raw.defaults.unwrap_or_default();
+    let d_metric = d.metric.as_ref().map(|m| cx.regex(m)).transpose()?;
+    let d_timeout = d.timeout.as_ref().map(|t| cx.timeout(t)).transpose()?;
+    let d_workdir = d
+        .workdir
+        .as_ref()
+        .map(|w| cx.workdir(w.get_ref(), w.span()))
+        .transpose()?;
+    let d_env: Vec<(String, String)> = env_pairs(&d.env);
+
+    let mut runs: Vec<(RunSpec, Range<usize>)> = Vec::new();
+    for (i, r) in raw.run.iter().enumerate() {
+        let argv = r.command.get_ref().argv();
+        check_command(&cx, &argv, r.command.span())?;
+        let (name, span) = match &r.name {
+            Some(n) => (n.get_ref().clone(), n.span()),
+            None => (format!("run{}", i + 1), r.command.span()),
+        };
+        check_name(&name).map_err(|m| cx.err(Some(span.clone()), m))?;
+        let mut env = d_env.clone();
+        env.extend(env_pairs(&r.env));
+        runs.push((
+            RunSpec {
+                name,
+                command: argv,
+                env,
+                workdir: match &r.workdir {
+                    Some(w) => Some(cx.workdir(w.get_ref(), w.span())?),
+                    None => d_workdir.clone(),
+                },
+                metric: match &r.metric {
+                    Some(m) => Some(cx.regex(m)?),
+                    None => d_metric.clone(),
+                },
+                timeout: match &r.timeout {
+                    Some(t) => Some(cx.timeout(t)?),
+                    None => d_timeout,
+                },
+            },
+            span,
+        ));
+    }
+
+    for s in &raw.sweep {
+        let grid_span = s.grid.span();
+        let mut grid: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (k, vals) in s.grid.get_ref() {
+            if !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || k.is_empty() {
+                return Err(cx.err(
+                    Some(grid_span.clone()),
+                    format!("grid key {k:?} is not valid: use letters, digits and _"),
+                ));
+            }
+            if vals.get_ref().is_empty() {
+                return Err(cx.err(Some(vals.span()), format!("grid key {k:?} has no values")));
+            }
+            grid.insert(k.clone(), vals.get_ref().iter().map(Scalar::text).collect());
+        }
+        if grid.is_empty() {
+            return Err(cx.err(Some(grid_span), "sweep grid is empty"));
+        }
+        let combos: usize = grid.values().map(Vec::len).product();
+        if runs.len() + combos > MAX_RUNS {
+            return Err(cx.err(
+                Some(grid_span),
+                format!("sweep expands to {combos} runs; at most {MAX_RUNS} runs per manifest"),
+            ));
+        }
+        let tcheck = |t: &str, span: Range<usize>| {
+            check_template(t, &grid).map_err(|m| cx.err(Some(span), m))
+        };
+        let name_t = match &s.name {
+            Some(n) => {
+                tcheck(n.get_ref(), n.span())?;
+                n.get_ref().clone()
+            }
+            None => grid
+                .keys()
+                .map(|k| format!("{k}={{{k}}}"))
+                .collect::<Vec<_>>()
+                .join("-"),
+        };
+        let name_span = s.name.as_ref().map(|n| n.span()).unwrap_or(grid_span);
+        let argv_t = s.command.get_ref().argv();
+        check_command(&cx, &argv_t, s.command.span())?;
+        for a in &argv_t {
+            tcheck(a, s.command.span())?;
+        }
+        let env_t = env_pairs(&s.env);
+        if let Some(env) = &s.env {
+            for v in env.values() {
+                tcheck(&v.get_ref().text(), v.span())?;
+            }
+        }
+        if let Some(w) = &s.workdir {
+            tcheck(w.get_ref(), w.span())?;
+        }
+        let metric = match &s.metric {
+            Some(m) => Some(cx.regex(m)?),
+            None => d_metric.clone(),
+        };
+        let timeout = match &s.timeout {
+            Some(t) => Some(cx.timeout(t)?),
+            None => d_timeout,
+        };
+        for combo in combinations(&grid) {
+            let name = fill(&name_t, &combo);
+            check_name(&name).map_err(|m| cx.err(Some(name_span.clone()), m))?;
+            let mut env = d_env.clone();
+            env.extend(env_t.iter().map(|(k, v)| (k.clone(), fill(v, &combo))));
+            let workdir = match &s.workdir {
+                Some(w) => Some(cx.workdir(&fill(w.get_ref(), &combo), w.span())?),
+                None => d_workdir.clone(),
+            };
+            runs.push((
+                RunSpec {
+                    name,
+                    command: argv_t.iter().map(|a| fill(a, &combo)).collect(),
+                    env,
+                    workdir,
+                    metric: metric.clone(),
+                    timeout,
+                },
+                name_span.clone(),
+            ));
+        }
+    }
+
+    if runs.is_empty() {
+        return Err(cx.err(None, "no runs: add a [[run]] or [[sweep]] table"));
+    }
+    let mut seen = HashSet::new();
+    for (r, span) in &runs {
+        if !seen.insert(r.name.as_str()) {
+            return Err(cx.err(
+                Some(span.clone()),
+                format!("duplicate run name {:?}: run names must be unique", r.name),
+            ));
+        }
+    }
+    Ok(runs.into_iter().map(|(r, _)| r).collect())
+}
+
+fn check_command(cx: &Ctx<'_>, argv: &[String], span: Range<usize>) -> Result<(), ManifestError> {
+    match argv.first() {
+        Some(p) if !p.trim().is_empty() => Ok(()),
+        _ => Err(cx.err(
+            Some(span),
+            "empty command: give the program and its arguments, e.g. [\"python\", \"train.py\"]",
+        )),
+    }
+}
+
+fn env_pairs(env: &Option<Env>) -> Vec<(String, String)> {
+    env.iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.get_ref().text()))
+        .collect()
+}
+
+/// Every combination of grid values, the last key varying fastest.
+fn combinations(grid: &BTreeMap<String, Vec<String>>) -> Vec<BTreeMap<&str, &str>> {
+    let mut out: Vec<BTreeMap<&str, &str>> = vec![BTreeMap::new()];
+    for (k, vals) in grid {
+        out = out
+            .into_iter()
+            .flat_map(|c| {
+                vals.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.insert(k.as_str(), v.as_str());
+                    c
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str) -> Result<Vec<RunSpec>, ManifestError> {
+        parse(text, "runs.toml", Path::new("."))
+    }
+
+    #[test]
+    fn contract_example_parses() {
+        let runs = p(r#"
+[defaults]
+workdir = "."
+metric = 'img/s=(?P<value>[0-9.]+)'
+[[run]]
+name = "lr0.1"
+command = ["python", "train.py", "--lr", "0.1"]
+env = { SEED = "1" }
+[[sweep]]
+name = "bs{bs}-lr{lr}"
+command = ["python", "train.py", "--bs", "{bs}", "--lr", "{lr}"]
+grid = { bs = ["64", "128"], lr = ["0.1", "0.01"] }
+"#)
+        .unwrap();
+        let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "lr0.1",
+                "bs64-lr0.1",
+                "bs64-lr0.01",
+                "bs128-lr0.1",
+                "bs128-lr0.01"
+            ]
+        );
+        assert_eq!(runs[0].env, [("SEED".to_string(), "1".to_string())]);
+        assert_eq!(runs[3].command[3], "128");
+        assert!(runs[4].metric.is_some());
+    }
+
+    #[test]
+    fn numbers_in_grids_and_default_sweep_names() {
+        let runs = p("[[sweep]]\ncommand = ['t', '{bs}']\ngrid = { bs = [64, 128], lr = [0.1] }\n")
+            .unwrap();
+        assert_eq!(runs[0].name, "bs=64-lr=0.1");
+        assert_eq!(runs[1].command, ["t", "128"]);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = p("[[run]]\ncommand = ['a']\nnmae = 'x'\n").unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.msg.contains("unknown field `nmae`"), "{e}");
+
+        let e = p("[[run]]\ncommand = []\n").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.msg.contains("empty command"));
+
+        let e = p("[[run]]\ncommand = ['a']\nmetric = '([0-9'\n").unwrap_err();
+        assert_eq!(e.line, Some(3));
+        assert!(e.msg.contains("bad metric regex"), "{e}");
+
+        let e = p("[[sweep]]\nname = 'x{lr}-{bs}'\ncommand = ['a']\ngrid = { lr = ['1'] }\n")
+            .unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.msg.contains("unknown placeholder {bs}"), "{e}");
+
+        let e = p("[[run]]\nname = 'a'\ncommand = ['a']\n[[run]]\nname = 'a'\ncommand = ['b']\n")
+            .unwrap_err();
+        assert_eq!(e.line, Some(5));
+        assert!(e.msg.contains("duplicate run name \"a\""), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "runs.toml:5: duplicate run name \"a\": run names must be unique"
+        );
+    }
+
+    #[test]
+    fn templates() {
+        let g: BTreeMap<String, Vec<String>> = [("a".to_string(), vec!["1".to_string()])].into();
+        assert!(check_template("x{{y}}{a}", &g).is_ok());
+        assert!(check_template("x{", &g).is_err());
+        assert!(check_template("x}", &g).is_err());
+        assert!(check_template("{a-b}", &g).is_err());
+        let vals: BTreeMap<&str, &str> = [("a", "7")].into();
+        assert_eq!(fill("{{{a}}}", &vals), "{7}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn bad_names_and_shell_commands() {
+        assert!(p("[[run]]\nname = 'a/b'\ncommand = ['x']\n").is_err());
+        let r = p("[[run]]\ncommand = 'echo hi'\n").unwrap();
+        assert_eq!(r[0].command, ["sh", "-c", "echo hi"]);
+        assert_eq!(r[0].name, "run1");
+        assert!(p("").unwrap_err().msg.contains("no runs"));
+    }
+}
