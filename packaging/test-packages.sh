@@ -1,0 +1,291 @@
+#!/bin/bash
+# Build the colloc .deb and .rpm, check what they hold, install the .deb on this machine
+# (root, Debian) and check the installed files, the man pages, that an upgrade and a
+# reinstall keep the admin's /etc/slurm/colloc.toml, and that removal while a job
+# journal exists restores the GPU first (on the fake libnvidia-ml) or refuses.
+#
+#   packaging/test-packages.sh            (as root)
+#   COLLOC_PREBUILT=1 ...                 use target/release as it is
+#   COLLOC_TEST_KEEP_INSTALLED=0 ...      purge the package at the end
+#
+# By default the package is left installed with its pristine configuration, so that the
+# Slurm integration tests can run against the installed files:
+#   COLLOC_SPANK_PLUGIN=/usr/lib/<multiarch>/slurm-wlm/libcolloc_spank.so COLLOC_BIN=/usr/bin/colloc
+# Ends with "N passed, N failed"; exits 0 only when nothing failed.
+set -uo pipefail
+. "$(dirname "$0")/lib/common.sh"
+
+PASS=0
+FAIL=0
+ok() {
+    PASS=$((PASS + 1))
+    echo "ok   - $1"
+}
+not_ok() {
+    FAIL=$((FAIL + 1))
+    echo "FAIL - $1"
+    [ $# -gt 1 ] && printf '%s\n' "$2" | sed -n '1,20s/^/       /p'
+    return 0
+}
+# check NAME CMD...: CMD must exit 0.
+check() {
+    local name=$1 out
+    shift
+    if out=$("$@" 2>&1); then ok "$name"; else not_ok "$name" "$out"; fi
+}
+# check_fails NAME CMD...: CMD must exit non-zero.
+check_fails() {
+    local name=$1 out
+    shift
+    if out=$("$@" 2>&1); then not_ok "$name (it succeeded)" "$out"; else ok "$name"; fi
+}
+finish() {
+    echo "$PASS passed, $FAIL failed"
+    [ "$FAIL" -eq 0 ]
+    exit
+}
+elapsed() { echo $(($(date +%s) - $1)); }
+
+[ "$(id -u)" -eq 0 ] || { echo "test-packages.sh installs packages: run it as root" >&2; exit 2; }
+
+# Tools, by Debian package name (installed where missing).
+need=()
+command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
+command -v rpmbuild >/dev/null || need+=(rpm)
+command -v man >/dev/null || need+=(man-db)
+command -v groff >/dev/null || need+=(groff-base)
+command -v jq >/dev/null || need+=(jq)
+if [ ${#need[@]} -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null ||
+        { echo "cannot install ${need[*]}" >&2; exit 2; }
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+PLUGIN=/usr/lib/$MULTIARCH/slurm-wlm/libcolloc_spank.so
+WORK=$(mktemp -d /tmp/colloc-pkgtest.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+# ---------------------------------------------------------------- build
+t0=$(date +%s)
+if DEB=$("$REPO/packaging/build-deb.sh" 2>"$WORK/build-deb.log" | tail -n 1) && [ -f "$DEB" ]; then
+    ok "build-deb.sh builds $(basename "$DEB") ($(elapsed "$t0") s, cargo included)"
+else
+    not_ok "build-deb.sh" "$(tail -n 20 "$WORK/build-deb.log")"
+    finish
+fi
+t0=$(date +%s)
+if RPMS=$(COLLOC_PREBUILT=1 "$REPO/packaging/build-rpm.sh" 2>"$WORK/build-rpm.log") &&
+    RPM=$(printf '%s\n' "$RPMS" | sed -n 1p) && SRPM=$(printf '%s\n' "$RPMS" | sed -n 2p) &&
+    [ -f "$RPM" ] && [ -f "$SRPM" ]; then
+    ok "build-rpm.sh builds $(basename "$RPM") and $(basename "$SRPM") ($(elapsed "$t0") s)"
+else
+    not_ok "build-rpm.sh" "$(tail -n 20 "$WORK/build-rpm.log")"
+    RPM=
+fi
+
+# ---------------------------------------------------------------- .deb contents
+# Each entry: path and its mode/owner as dpkg-deb -c shows them.
+deb_list=$(dpkg-deb -c "$DEB")
+has_entry() { # has_entry PERMS PATH
+    printf '%s\n' "$deb_list" | awk -v p="$1" -v f="./$2" '$1 == p && $2 == "root/root" && ($6 == f || $6 == f "/") { found = 1 } END { exit !found }'
+}
+for e in \
+    "-rwxr-xr-x usr/bin/colloc" \
+    "-rw-r--r-- usr/lib/$MULTIARCH/slurm-wlm/libcolloc_spank.so" \
+    "-rw-r--r-- etc/slurm/plugstack.conf.d/colloc.conf" \
+    "-rw-r--r-- etc/slurm/colloc.toml" \
+    "drwx------ var/lib/colloc" \
+    "-rw-r--r-- usr/share/man/man1/colloc.1.gz" \
+    "-rw-r--r-- usr/share/man/man5/colloc.toml.5.gz" \
+    "-rw-r--r-- usr/share/man/man8/colloc-spank.8.gz" \
+    "-rw-r--r-- usr/share/doc/colloc/copyright" \
+    "-rw-r--r-- usr/share/doc/colloc/changelog.gz" \
+    "-rw-r--r-- usr/share/doc/colloc/changelog.Debian.gz" \
+    "-rw-r--r-- usr/lib/tmpfiles.d/colloc.conf" \
+    "-rwxr-xr-x usr/libexec/colloc/colloc-pre-remove"; do
+    if has_entry "${e%% *}" "${e#* }"; then ok "dpkg-deb -c: ${e#* } (${e%% *} root/root)"; else not_ok "dpkg-deb -c: ${e#* } (${e%% *} root/root)" "$deb_list"; fi
+done
+if [ -f "$REPO/README.md" ]; then
+    check "dpkg-deb -c: usr/share/doc/colloc/README.md" has_entry -rw-r--r-- usr/share/doc/colloc/README.md
+fi
+check "conffiles: colloc.toml and plugstack fragment" bash -c \
+    "dpkg-deb -I '$DEB' conffiles | grep -qx /etc/slurm/colloc.toml && dpkg-deb -I '$DEB' conffiles | grep -qx /etc/slurm/plugstack.conf.d/colloc.conf"
+slurm_version
+depends=$(dpkg-deb -f "$DEB" Depends)
+check "Depends: slurm-wlm-basic-plugins $SLURM_MAJMIN only, and libc" bash -c \
+    "grep -qF 'slurm-wlm-basic-plugins (>= $SLURM_MAJMIN), slurm-wlm-basic-plugins (<< $SLURM_NEXT~)' <<<'$depends' && grep -q 'libc6 (>= ' <<<'$depends'"
+check "plugstack line ships commented out, pointing at the plugin" bash -c \
+    "dpkg-deb --fsys-tarfile '$DEB' | tar -xOf - ./etc/slurm/plugstack.conf.d/colloc.conf | grep -Eq '^#optional $PLUGIN( |\$)' &&
+     ! dpkg-deb --fsys-tarfile '$DEB' | tar -xOf - ./etc/slurm/plugstack.conf.d/colloc.conf | grep -Eq '^[[:space:]]*(optional|required)'"
+if command -v lintian >/dev/null; then
+    lintian_out=$(lintian --tag-display-limit 0 "$DEB" 2>&1 | grep -E '^E: ' || true)
+    if [ -z "$lintian_out" ]; then ok "lintian: no errors"; else not_ok "lintian errors" "$lintian_out"; fi
+fi
+
+# ---------------------------------------------------------------- .rpm contents
+if [ -n "${RPM:-}" ]; then
+    rpm_list=$(rpm -qlp "$RPM" 2>/dev/null)
+    for f in /usr/bin/colloc /usr/lib64/slurm/libcolloc_spank.so \
+        /etc/slurm/plugstack.conf.d/colloc.conf /etc/slurm/colloc.toml /var/lib/colloc \
+        /usr/share/man/man1/colloc.1.gz /usr/share/man/man5/colloc.toml.5.gz \
+        /usr/share/man/man8/colloc-spank.8.gz /usr/libexec/colloc/colloc-pre-remove \
+        /usr/share/doc/colloc/copyright /usr/share/doc/colloc/CHANGELOG.md; do
+        if printf '%s\n' "$rpm_list" | grep -qx "$f"; then ok "rpm -qlp: $f"; else not_ok "rpm -qlp: $f" "$rpm_list"; fi
+    done
+    check "rpm: colloc.toml and plugstack fragment are %config(noreplace)" bash -c \
+        "rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' '$RPM' | grep -qx 'cn /etc/slurm/colloc.toml' &&
+         rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' '$RPM' | grep -qx 'cn /etc/slurm/plugstack.conf.d/colloc.conf'"
+    check "rpm: /var/lib/colloc is root 0700" bash -c \
+        "rpm -qp --qf '[%{FILEMODES:perms} %{FILEUSERNAME} %{FILENAMES}\n]' '$RPM' | grep -qx 'drwx------ root /var/lib/colloc'"
+    check "rpm: Requires slurm $SLURM_MAJMIN only" bash -c \
+        "rpm -qp --requires '$RPM' | grep -qx 'slurm >= $SLURM_MAJMIN' && rpm -qp --requires '$RPM' | grep -qx 'slurm < $SLURM_NEXT'"
+    check "rpm: %preun runs colloc-pre-remove on erase" bash -c \
+        "rpm -qp --scripts '$RPM' | sed -n '/^preuninstall/,/^[a-z]*install/p' | grep -q colloc-pre-remove"
+    check "src.rpm: BuildRequires slurm-devel, cargo, clang-devel" bash -c \
+        "rpm -qp --requires '$SRPM' | grep -qx slurm-devel && rpm -qp --requires '$SRPM' | grep -q '^cargo' && rpm -qp --requires '$SRPM' | grep -qx clang-devel"
+fi
+
+# ---------------------------------------------------------------- the pre-remove logic
+# colloc-pre-remove alone, with a stand-in colloc, so its decisions are checked even where
+# apply/restore cannot run.
+PR=$WORK/pre-remove
+mkdir -p "$PR/state/jobs"
+printf 'version = 1\nstate_dir = "%s/state"\n' "$PR" >"$PR/colloc.toml"
+stub() { # stub EXIT-CODE REMOVE-JOURNALS
+    printf '#!/bin/sh\necho "$@" >>"%s/calls"\n[ %s = 1 ] && rm -f "%s"/state/jobs/*.json\nexit %s\n' \
+        "$PR" "$2" "$PR" "$1" >"$PR/colloc"
+    chmod +x "$PR/colloc"
+}
+pre_remove() { COLLOC_BIN=$PR/colloc COLLOC_CONFIG=$PR/colloc.toml "$REPO/packaging/colloc-pre-remove"; }
+stub 1 0
+check "pre-remove: no journal: removal goes on" pre_remove
+check "pre-remove: no journal: colloc not called" test ! -e "$PR/calls"
+echo '{}' >"$PR/state/jobs/7.json"
+check_fails "pre-remove: journal in state_dir from the config and restore fails: refuses" pre_remove
+check "pre-remove: it called colloc --config FILE restore --all" grep -qx -- "--config $PR/colloc.toml restore --all" "$PR/calls"
+stub 0 0
+check_fails "pre-remove: restore says success but the journal remains: refuses" pre_remove
+stub 0 1
+check "pre-remove: restore succeeds and removes the journal: removal goes on" pre_remove
+echo '{}' >"$PR/state/jobs/8.json"
+stub 1 0
+check "pre-remove: COLLOC_FORCE_REMOVE=1 skips the check" env COLLOC_FORCE_REMOVE=1 \
+    COLLOC_BIN="$PR/colloc" COLLOC_CONFIG="$PR/colloc.toml" "$REPO/packaging/colloc-pre-remove"
+
+# ---------------------------------------------------------------- install
+if dpkg -s colloc >/dev/null 2>&1; then
+    # Left over from an earlier run: start clean (nothing of ours is on a GPU here).
+    COLLOC_FORCE_REMOVE=1 dpkg --purge colloc >/dev/null 2>&1
+fi
+check "apt-get install ./$(basename "$DEB")" apt-get install -y -q "$DEB"
+check "dpkg -V colloc: installed files intact" bash -c '[ -z "$(dpkg -V colloc)" ]'
+check "/usr/bin/colloc runs (--version)" /usr/bin/colloc --version
+check "colloc check-config accepts the shipped colloc.toml" /usr/bin/colloc check-config /etc/slurm/colloc.toml
+perm() { stat -c '%a %U:%G' "$1" 2>&1; }
+for e in "755 root:root /usr/bin/colloc" "644 root:root $PLUGIN" \
+    "644 root:root /etc/slurm/colloc.toml" "644 root:root /etc/slurm/plugstack.conf.d/colloc.conf" \
+    "700 root:root /var/lib/colloc" "755 root:root /run/colloc"; do
+    f=${e##* } want=${e% *}
+    got=$(perm "$f")
+    if [ "$got" = "$want" ]; then ok "installed $f is $want"; else not_ok "installed $f is $want" "got: $got"; fi
+done
+check "installed plugin exports the SPANK symbols" check_plugin "$PLUGIN"
+check "Slurm's plugstack.conf includes plugstack.conf.d" \
+    grep -Eq '^[[:space:]]*include[[:space:]]+/etc/slurm/plugstack.conf.d/\*\.conf' /etc/slurm/plugstack.conf
+
+# ---------------------------------------------------------------- man pages
+for page in "1 colloc" "5 colloc.toml" "8 colloc-spank"; do
+    sec=${page%% *} name=${page#* }
+    if out=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings "$sec" "$name" 2>"$WORK/man.err") &&
+        [ ! -s "$WORK/man.err" ] && grep -q '^NAME' <<<"$out" &&
+        [ "$(wc -l <<<"$out")" -gt 20 ]; then
+        ok "man $sec $name renders without warnings ($(wc -l <<<"$out") lines)"
+    else
+        not_ok "man $sec $name renders without warnings" "$(cat "$WORK/man.err")"
+    fi
+done
+
+# ---------------------------------------------------------------- journal, upgrade, removal
+# The fake GPU: an A100 40GB in MIG mode, state private to this test.
+export COLLOC_FAKE_NVML_STATE=$WORK/fake-nvml.json
+export COLLOC_FAKE_NVML_GPUS=A100-40GB
+if [ -n "${COLLOC_FAKE_NVML_LIB:-}" ]; then
+    FAKE_NVML=$COLLOC_FAKE_NVML_LIB
+else
+    FAKE_NVML=${CARGO_TARGET_DIR:-$REPO/target}/debug/libfake_nvml.so
+    (cd "$REPO" && cargo build -q -p fake-nvml) >"$WORK/fake.log" 2>&1 ||
+        not_ok "cargo build -p fake-nvml" "$(tail -n 20 "$WORK/fake.log")"
+fi
+instances() { jq '[.gpus[0].gis[]] | length' "$COLLOC_FAKE_NVML_STATE" 2>/dev/null || echo "no state"; }
+set_nvml() { sed -i "s|^nvml_library = .*|nvml_library = \"$1\"|" /etc/slurm/colloc.toml; }
+
+# The admin's edits: the fake NVML library and a marker line.
+MARK="# admin edit $$"
+set_nvml "$FAKE_NVML"
+echo "$MARK" >>/etc/slurm/colloc.toml
+check "edited colloc.toml is valid" /usr/bin/colloc check-config /etc/slurm/colloc.toml
+
+if out=$(/usr/bin/colloc apply mig:3g --gpu 0 --job 7 2>&1) && [ "$(instances)" = 2 ] &&
+    [ -f /var/lib/colloc/jobs/7.json ]; then
+    ok "colloc apply mig:3g --gpu 0 --job 7: 2 instances on the fake GPU, journal written"
+    applied=1
+else
+    not_ok "colloc apply mig:3g --gpu 0 --job 7 (instances: $(instances))" "$out"
+    applied=0
+fi
+
+# An upgrade (same package, revision 2) keeps the journal, the GPU layout and the config.
+t0=$(date +%s)
+DEB2=$(COLLOC_PREBUILT=1 COLLOC_DEB_REVISION=2 "$REPO/packaging/build-deb.sh" 2>"$WORK/build-deb2.log" | tail -n 1)
+if [ -f "$DEB2" ]; then
+    check "upgrade to $(basename "$DEB2") installs" apt-get install -y -q "$DEB2"
+    check "upgrade kept the admin's colloc.toml" grep -qxF "$MARK" /etc/slurm/colloc.toml
+    if [ "$applied" = 1 ]; then
+        check "upgrade left the running job's GPU layout and journal alone" \
+            bash -c "[ \"\$(jq '[.gpus[0].gis[]] | length' '$COLLOC_FAKE_NVML_STATE')\" = 2 ] && [ -f /var/lib/colloc/jobs/7.json ]"
+    fi
+else
+    not_ok "build-deb.sh with COLLOC_DEB_REVISION=2" "$(tail -n 20 "$WORK/build-deb2.log")"
+    DEB2=$DEB
+fi
+check "apt-get install --reinstall keeps the admin's colloc.toml" bash -c \
+    "apt-get install -y -q --reinstall '$DEB2' >/dev/null 2>&1 && grep -qxF '$MARK' /etc/slurm/colloc.toml"
+check "dpkg -V: only colloc.toml changed" bash -c \
+    "[ \"\$(dpkg -V colloc | awk '{ print \$NF }')\" = /etc/slurm/colloc.toml ]"
+
+# Restore cannot work (NVML missing): removal is refused, nothing changes.
+if [ "$applied" = 1 ]; then
+    set_nvml /nonexistent/libnvidia-ml.so.1
+    check_fails "apt-get remove refuses while the journal exists and restore fails" \
+        apt-get remove -y -q colloc
+    check "still installed after the refused removal" bash -c \
+        "dpkg -s colloc | grep -qx 'Status: install ok installed'"
+    check "refused removal left the journal and the 2 instances" bash -c \
+        "[ -f /var/lib/colloc/jobs/7.json ] && [ \"\$(jq '[.gpus[0].gis[]] | length' '$COLLOC_FAKE_NVML_STATE')\" = 2 ]"
+    set_nvml "$FAKE_NVML"
+fi
+
+# Removal with a working restore: restores first, then removes.
+if out=$(apt-get remove -y -q colloc 2>&1); then
+    ok "apt-get remove colloc"
+else
+    not_ok "apt-get remove colloc" "$out"
+fi
+if [ "$applied" = 1 ]; then
+    check "removal restored first: its output says so" grep -q "restoring the GPUs" <<<"$out"
+    check "removal left no instance on the fake GPU" bash -c "[ \"\$(jq '[.gpus[0].gis[]] | length' '$COLLOC_FAKE_NVML_STATE')\" = 0 ]"
+    check "removal left no journal" bash -c "[ -z \"\$(ls -A /var/lib/colloc/jobs 2>/dev/null)\" ]"
+fi
+check "removed: plugin and binary gone" bash -c "[ ! -e '$PLUGIN' ] && [ ! -e /usr/bin/colloc ]"
+check "removed (not purged): the admin's colloc.toml stays" grep -qxF "$MARK" /etc/slurm/colloc.toml
+check "dpkg --purge colloc" dpkg --purge colloc
+check "purged: /etc/slurm/colloc.toml and /var/lib/colloc gone" bash -c \
+    "[ ! -e /etc/slurm/colloc.toml ] && [ ! -e /var/lib/colloc ] && [ ! -e /etc/slurm/plugstack.conf.d/colloc.conf ]"
+
+# ---------------------------------------------------------------- leave it installed
+if [ "${COLLOC_TEST_KEEP_INSTALLED:-1}" = 1 ]; then
+    check "reinstall the package (pristine config) for the Slurm tests" apt-get install -y -q "$DEB"
+    echo "installed: COLLOC_SPANK_PLUGIN=$PLUGIN COLLOC_BIN=/usr/bin/colloc"
+fi
+finish
