@@ -1,0 +1,314 @@
+//! What a benchmark found: per-configuration results, the recommendation, and their
+//! table, JSON (`bench.json`, `"schema": 1`) and CSV (`bench.csv`) forms.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::analysis::{gib, Recommendation};
+use super::gpu::GpuInfo;
+
+/// Outcome of one configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Ran and measured.
+    Measured,
+    /// Not run; `reason` says why.
+    Skipped,
+    /// Ran and failed; `reason` says how.
+    Failed,
+}
+
+/// One configuration: a mode and a number of copies.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConfigResult {
+    /// `solo`, `naive`, `mps` or `mig`.
+    pub mode: String,
+    /// Copies run at once.
+    pub n: usize,
+    /// What happened.
+    pub status: Status,
+    /// Why it was skipped or failed.
+    pub reason: Option<String>,
+    /// MIG layout used, e.g. `3g.71gbx2`.
+    pub layout: Option<String>,
+    /// Common steady-state window, seconds since the benchmark began.
+    pub window: Option<[f64; 2]>,
+    /// Samples per second of all copies together in the window.
+    pub aggregate: Option<f64>,
+    /// Each copy's samples per second in the window.
+    pub per_copy: Vec<f64>,
+    /// Aggregate throughput relative to solo.
+    pub vs_solo: Option<f64>,
+    /// Mean per-run slowdown against solo (epoch time ratio).
+    pub slowdown_mean: Option<f64>,
+    /// Worst per-run slowdown against solo.
+    pub slowdown_max: Option<f64>,
+    /// Peak GPU memory used by the copies (above what was in use before), bytes.
+    pub peak_memory_bytes: Option<u64>,
+    /// GPU energy in the window, joules.
+    pub energy_j: Option<f64>,
+    /// GPU energy per sample in the window, joules.
+    pub energy_per_sample_j: Option<f64>,
+    /// The copies' log files.
+    pub logs: Vec<String>,
+}
+
+impl ConfigResult {
+    /// A configuration that was not run.
+    pub fn skipped(mode: &str, n: usize, reason: impl Into<String>) -> Self {
+        Self::empty(mode, n, Status::Skipped, Some(reason.into()))
+    }
+
+    /// A configuration that ran and failed.
+    pub fn failed(mode: &str, n: usize, reason: impl Into<String>, logs: Vec<String>) -> Self {
+        let mut r = Self::empty(mode, n, Status::Failed, Some(reason.into()));
+        r.logs = logs;
+        r
+    }
+
+    fn empty(mode: &str, n: usize, status: Status, reason: Option<String>) -> Self {
+        ConfigResult {
+            mode: mode.into(),
+            n,
+            status,
+            reason,
+            layout: None,
+            window: None,
+            aggregate: None,
+            per_copy: vec![],
+            vs_solo: None,
+            slowdown_mean: None,
+            slowdown_max: None,
+            peak_memory_bytes: None,
+            energy_j: None,
+            energy_per_sample_j: None,
+            logs: vec![],
+        }
+    }
+}
+
+/// The recommendation as written to JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecommendationOut {
+    /// Mode of the best configuration.
+    pub mode: String,
+    /// Copies of the best configuration.
+    pub n: usize,
+    /// Its aggregate throughput.
+    pub aggregate: f64,
+    /// Relative to solo.
+    pub vs_solo: f64,
+    /// Whether collocation pays.
+    pub pays: bool,
+    /// The sentence printed.
+    pub text: String,
+}
+
+/// The whole benchmark.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Format version.
+    pub schema: u32,
+    /// The workload.
+    pub command: Vec<String>,
+    /// The GPU, when NVML could be read.
+    pub gpu: Option<GpuInfo>,
+    /// Why there is no GPU information.
+    pub gpu_note: Option<String>,
+    /// Measurement seconds per configuration after warm-up.
+    pub duration_s: f64,
+    /// Warm-up seconds.
+    pub warmup_s: f64,
+    /// Throughput pattern.
+    pub metric: String,
+    /// Solo aggregate throughput.
+    pub solo: Option<f64>,
+    /// Every configuration, solo first.
+    pub results: Vec<ConfigResult>,
+    /// What colloc recommends.
+    pub recommendation: Option<RecommendationOut>,
+    /// Seconds the benchmark took.
+    pub wall_s: f64,
+}
+
+/// The recommendation sentence.
+pub fn recommendation_text(r: &Recommendation, min_gain: f64) -> String {
+    if r.pays {
+        format!(
+            "recommendation: run {} copies under {}: {:.2}x the solo aggregate throughput ({:.1} samples/s)",
+            r.best.n, r.best.mode, r.speedup, r.best.aggregate
+        )
+    } else if r.best.n > 1 {
+        format!(
+            "recommendation: collocation does not pay: the best, {} copies under {}, gives only {:.2}x solo (< {:.2}x); run one at a time",
+            r.best.n, r.best.mode, r.speedup, min_gain
+        )
+    } else {
+        format!(
+            "recommendation: collocation does not pay: no collocated configuration beat solo (best {:.2}x); run one at a time",
+            r.speedup
+        )
+    }
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".into(), f)
+}
+
+/// The table printed at the end.
+pub fn table(report: &Report) -> String {
+    let mut rows: Vec<[String; 8]> = vec![[
+        "mode".into(),
+        "N".into(),
+        "aggregate/s".into(),
+        "vs solo".into(),
+        "slowdown mean/max".into(),
+        "peak memory".into(),
+        "J/sample".into(),
+        "note".into(),
+    ]];
+    let mut previous: Option<(&str, &str)> = None;
+    for r in &report.results {
+        let same = matches!(
+            (previous, &r.reason),
+            (Some((m, why)), Some(w)) if m == r.mode && why == w
+        );
+        previous = r.reason.as_deref().map(|w| (r.mode.as_str(), w));
+        let note = match (&r.status, &r.reason, &r.layout) {
+            (Status::Skipped, Some(_), _) if same => "skipped (as above)".into(),
+            (Status::Measured, _, Some(l)) => format!("layout {l}"),
+            (Status::Measured, _, None) => String::new(),
+            (Status::Skipped, Some(why), _) => format!("skipped: {why}"),
+            (Status::Failed, Some(why), _) => format!("failed: {why}"),
+            (s, None, _) => format!("{s:?}").to_lowercase(),
+        };
+        rows.push([
+            r.mode.clone(),
+            r.n.to_string(),
+            opt(r.aggregate, |v| format!("{v:.1}")),
+            opt(r.vs_solo, |v| format!("{v:.2}x")),
+            match (r.slowdown_mean, r.slowdown_max) {
+                (Some(a), Some(b)) => format!("{a:.2}x / {b:.2}x"),
+                _ => "-".into(),
+            },
+            r.peak_memory_bytes.map_or_else(|| "-".into(), gib),
+            opt(r.energy_per_sample_j, |v| format!("{v:.4}")),
+            note,
+        ]);
+    }
+    let widths: Vec<usize> = (0..8)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c == 7 {
+                line.push_str(cell);
+            } else if c <= 1 {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
+            } else {
+                let _ = write!(line, "{cell:>w$}  ", w = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    if let Some(r) = &report.recommendation {
+        out.push_str(&r.text);
+        out.push('\n');
+    }
+    out
+}
+
+/// One CSV row per configuration.
+pub fn csv(report: &Report) -> String {
+    let mut out = String::from(
+        "mode,n,status,aggregate,vs_solo,slowdown_mean,slowdown_max,peak_memory_bytes,energy_j,energy_per_sample_j,window_start,window_end,layout,reason\n",
+    );
+    let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+    for r in &report.results {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            quote(&r.mode),
+            r.n,
+            format!("{:?}", r.status).to_lowercase(),
+            f(r.aggregate),
+            f(r.vs_solo),
+            f(r.slowdown_mean),
+            f(r.slowdown_max),
+            r.peak_memory_bytes.map_or(String::new(), |v| v.to_string()),
+            f(r.energy_j),
+            f(r.energy_per_sample_j),
+            f(r.window.map(|w| w[0])),
+            f(r.window.map(|w| w[1])),
+            quote(r.layout.as_deref().unwrap_or("")),
+            quote(r.reason.as_deref().unwrap_or("")),
+        );
+    }
+    out
+}
+
+fn quote(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
+    } else {
+        s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> Report {
+        let mut solo = ConfigResult::skipped("solo", 1, "x");
+        solo.status = Status::Measured;
+        solo.reason = None;
+        solo.aggregate = Some(100.0);
+        solo.vs_solo = Some(1.0);
+        Report {
+            schema: 1,
+            command: vec!["w".into()],
+            gpu: None,
+            gpu_note: None,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            metric: "m".into(),
+            solo: Some(100.0),
+            results: vec![
+                solo,
+                ConfigResult::skipped("mps", 7, "would not fit: a, b"),
+                ConfigResult::skipped("mps", 8, "would not fit: a, b"),
+            ],
+            recommendation: None,
+            wall_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn table_shows_values_and_reasons() {
+        let t = table(&report());
+        assert!(t.contains("solo"), "{t}");
+        assert!(t.contains("100.0") && t.contains("1.00x"), "{t}");
+        assert!(t.contains("skipped: would not fit: a, b"), "{t}");
+        assert_eq!(t.matches("would not fit").count(), 1, "{t}");
+        assert!(t.contains("skipped (as above)"), "{t}");
+    }
+
+    #[test]
+    fn csv_quotes_commas() {
+        let c = csv(&report());
+        assert_eq!(c.lines().count(), 4);
+        assert!(
+            c.lines()
+                .nth(2)
+                .unwrap()
+                .ends_with("\"would not fit: a, b\""),
+            "{c}"
+        );
+    }
+}
