@@ -1,0 +1,387 @@
+//! `NvmlGpus` against the fake libnvidia-ml (`tests/fake-nvml`).
+//!
+//! The fake is a dev-dependency of colloc-core, so `cargo test -p colloc-core` builds
+//! `libfake_nvml.so` into `target/debug/deps/` next to this test binary. To use another
+//! build, set `COLLOC_FAKE_NVML_LIB` to its path (or run `cargo build -p fake-nvml`,
+//! which puts one in `target/debug/`).
+//!
+//! The fake reads `COLLOC_FAKE_NVML_STATE` on every call and the environment is
+//! process-wide, so the tests run one at a time (a mutex), each with its own state file.
+//! What the fake holds is checked by reading its state file directly, not only through
+//! `NvmlGpus`, so a bug on one side cannot hide behind the same bug on the other.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use colloc_core::gpu::{GpuControl, GpuError, MigMode};
+use colloc_core::mig::{self, Placement};
+use colloc_core::nvml::NvmlGpus;
+use fake_nvml::state::{Fault, State};
+use fake_nvml::store::{ctl_change, Locked};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn fake_library() -> PathBuf {
+    if let Some(p) = std::env::var_os("COLLOC_FAKE_NVML_LIB") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("deps dir");
+    for dir in [deps, deps.parent().expect("target dir")] {
+        let p = dir.join("libfake_nvml.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "libfake_nvml.so not found next to {}; run `cargo build -p fake-nvml` or set COLLOC_FAKE_NVML_LIB",
+        exe.display()
+    );
+}
+
+/// One test's fake machine: its own state file, the lock on the process environment.
+struct Fake {
+    _guard: MutexGuard<'static, ()>,
+    _dir: tempfile::TempDir,
+    state: PathBuf,
+}
+
+impl Fake {
+    fn new(gpus: &str) -> Fake {
+        let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let state = dir.path().join("state.json");
+        std::env::set_var("COLLOC_FAKE_NVML_STATE", &state);
+        std::env::set_var("COLLOC_FAKE_NVML_GPUS", gpus);
+        Fake {
+            _guard: guard,
+            _dir: dir,
+            state,
+        }
+    }
+
+    fn open(&self) -> NvmlGpus {
+        NvmlGpus::open(fake_library().to_str().expect("utf-8 path")).expect("open the fake NVML")
+    }
+
+    fn read(&self) -> State {
+        read_state(&self.state)
+    }
+
+    fn change(&self, f: impl FnOnce(&mut State) -> Result<(), String>) {
+        ctl_change(&self.state, f).expect("change the fake state");
+    }
+}
+
+fn read_state(path: &Path) -> State {
+    let locked = Locked::open(path).expect("lock state");
+    locked.read().expect("read state").0
+}
+
+fn mib(bytes: u64) -> u64 {
+    bytes / (1024 * 1024)
+}
+
+#[test]
+fn lists_gpus_as_the_state_file_has_them() {
+    let fake = Fake::new("A100-40GB,H200");
+    let gpus = fake.open();
+    let list = gpus.gpus().expect("gpus");
+    let st = fake.read();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0].name, "NVIDIA A100-SXM4-40GB");
+    assert_eq!(list[1].name, "NVIDIA H200");
+    for (i, g) in list.iter().enumerate() {
+        assert_eq!(g.index, i as u32);
+        assert_eq!(g.uuid, st.gpus[i].uuid);
+        assert!(g.uuid.starts_with("GPU-"), "{}", g.uuid);
+        assert_eq!(
+            g.mig_mode,
+            Some(MigMode {
+                current: true,
+                pending: true
+            })
+        );
+    }
+    assert_eq!(mib(list[0].memory_total), 40960);
+    assert_eq!(mib(list[1].memory_total), 143771);
+    assert!(gpus
+        .driver_version()
+        .expect("driver version")
+        .starts_with("580."));
+    assert!(matches!(gpus.catalog(2), Err(GpuError::NoSuchGpu(2))));
+}
+
+#[test]
+fn catalog_matches_the_builtin_tables_on_all_four_models() {
+    let fake = Fake::new("A100-40GB,A100-80GB,H100-80GB,H200");
+    let gpus = fake.open();
+    for (i, info) in gpus.gpus().expect("gpus").iter().enumerate() {
+        let got = gpus.catalog(i as u32).expect("catalog");
+        let want = mig::builtin_catalog(&info.name).expect("built-in model");
+        assert_eq!(got.model, want.model);
+        let shape = |c: &mig::Catalog| -> Vec<(u32, u32, String, u32, u32, Vec<Placement>)> {
+            c.profiles
+                .iter()
+                .map(|p| {
+                    (
+                        p.id,
+                        p.nvml_index,
+                        p.name.clone(),
+                        p.slices,
+                        p.max_instances,
+                        p.placements.clone(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(shape(&got), shape(&want), "{}", info.name);
+        // The planner gives the same answer on what NVML reports as on the tables.
+        for mode in ["mig:3g", "mig:1g", "mig:4g,2g,1g", "mig:2gx2,1gx3"] {
+            let colloc_core::mode::Mode::Mig(req) = mode.parse().expect("mode") else {
+                panic!("{mode} is not a MIG mode")
+            };
+            assert_eq!(got.plan(&req), want.plan(&req), "{} {mode}", info.name);
+        }
+    }
+}
+
+#[test]
+fn creates_and_destroys_two_3g_instances() {
+    let fake = Fake::new("A100-40GB");
+    let gpus = fake.open();
+    let a = gpus
+        .create_instance(0, 9, Placement { start: 0, size: 4 })
+        .expect("first 3g.20gb");
+    let b = gpus
+        .create_instance(0, 9, Placement { start: 4, size: 4 })
+        .expect("second 3g.20gb");
+    for inst in [&a, &b] {
+        assert_eq!(inst.profile, "3g.20gb");
+        assert_eq!(inst.profile_id, 9);
+        assert_eq!(inst.ci_ids.len(), 1);
+        let uuid = inst.uuid.as_deref().expect("MIG UUID");
+        assert!(uuid.starts_with("MIG-") && uuid.len() == 40, "{uuid}");
+    }
+    assert_ne!(a.gi_id, b.gi_id);
+    assert_ne!(a.uuid, b.uuid);
+
+    // The fake holds exactly these, each with one compute instance of 3 slices.
+    let st = fake.read();
+    let gis = &st.gpus[0].gis;
+    assert_eq!(gis.len(), 2);
+    for (gi, inst) in gis.iter().zip([&a, &b]) {
+        assert_eq!(
+            (gi.id, gi.start, gi.size),
+            (inst.gi_id, inst.placement.start, 4)
+        );
+        assert_eq!(gi.cis.len(), 1);
+        assert_eq!(gi.cis[0].slices, 3);
+        assert_eq!(Some(gi.cis[0].uuid.as_str()), inst.uuid.as_deref());
+    }
+    // And NvmlGpus reads back what it made.
+    assert_eq!(
+        gpus.instances(0).expect("instances"),
+        vec![a.clone(), b.clone()]
+    );
+
+    gpus.destroy_instance(0, a.gi_id).expect("destroy a");
+    gpus.destroy_instance(0, b.gi_id).expect("destroy b");
+    assert!(fake.read().gpus[0].gis.is_empty());
+    assert!(gpus.instances(0).expect("instances").is_empty());
+    let gone = gpus.destroy_instance(0, a.gi_id).expect_err("already gone");
+    assert!(gone.is_not_found(), "{gone}");
+}
+
+#[test]
+fn overlapping_placement_is_refused_with_insufficient_resources() {
+    let fake = Fake::new("A100-40GB");
+    let gpus = fake.open();
+    gpus.create_instance(0, 9, Placement { start: 0, size: 4 })
+        .expect("3g.20gb at 0");
+    // A 2g.10gb at 2 overlaps slots 2-3 of the 3g at 0.
+    let err = gpus
+        .create_instance(0, 14, Placement { start: 2, size: 2 })
+        .expect_err("overlap");
+    assert!(err.is_insufficient_resources(), "{err}");
+    let err = gpus
+        .create_instance(0, 9, Placement { start: 0, size: 4 })
+        .expect_err("same place");
+    assert!(err.is_insufficient_resources(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("nvmlDeviceCreateGpuInstanceWithPlacement"),
+        "{err}"
+    );
+    assert_eq!(fake.read().gpus[0].gis.len(), 1, "nothing more was made");
+}
+
+#[test]
+fn destroy_is_refused_while_a_process_runs_on_the_instance() {
+    let fake = Fake::new("A100-40GB");
+    let gpus = fake.open();
+    let inst = gpus
+        .create_instance(0, 19, Placement { start: 3, size: 1 })
+        .expect("1g.5gb");
+    fake.change(|st| st.attach(0, Some(inst.gi_id), 4321, 512, 0));
+    let procs = gpus.processes(0).expect("processes");
+    assert_eq!(procs.len(), 1);
+    assert_eq!(procs[0].pid, 4321);
+    assert_eq!(procs[0].gi_id, Some(inst.gi_id));
+    assert_eq!(procs[0].used_memory, Some(512 * 1024 * 1024));
+
+    let err = gpus.destroy_instance(0, inst.gi_id).expect_err("in use");
+    assert!(err.is_in_use(), "{err}");
+    let st = fake.read();
+    assert_eq!(st.gpus[0].gis.len(), 1, "the instance stays");
+    assert_eq!(
+        st.gpus[0].gis[0].cis.len(),
+        1,
+        "and so does its compute instance"
+    );
+
+    fake.change(|st| {
+        st.detach(4321);
+        Ok(())
+    });
+    gpus.destroy_instance(0, inst.gi_id)
+        .expect("destroy after detach");
+    assert!(fake.read().gpus[0].gis.is_empty());
+}
+
+#[test]
+fn failed_second_compute_instance_leaves_no_gpu_instance_behind() {
+    let fake = Fake::new("A100-40GB");
+    let gpus = fake.open();
+    fake.change(|st| {
+        st.faults.insert(
+            "nvmlGpuInstanceCreateComputeInstance".into(),
+            Fault {
+                call: 2,
+                code: "NVML_ERROR_INSUFFICIENT_RESOURCES".into(),
+                seen: 0,
+            },
+        );
+        Ok(())
+    });
+    let first = gpus
+        .create_instance(0, 9, Placement { start: 0, size: 4 })
+        .expect("first CI is call 1");
+    let err = gpus
+        .create_instance(0, 9, Placement { start: 4, size: 4 })
+        .expect_err("second CI fails");
+    assert!(err.is_insufficient_resources(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("nvmlGpuInstanceCreateComputeInstance"),
+        "{err}"
+    );
+    let st = fake.read();
+    assert_eq!(st.fired.len(), 1, "the fault fired once");
+    let ids: Vec<u32> = st.gpus[0].gis.iter().map(|g| g.id).collect();
+    assert_eq!(
+        ids,
+        vec![first.gi_id],
+        "the second GPU instance was destroyed again"
+    );
+    assert!(st.faults.is_empty());
+}
+
+#[test]
+fn mig_mode_change_stays_pending_until_reset() {
+    let fake = Fake::new("H200");
+    let gpus = fake.open();
+    let m = gpus.set_mig_mode(0, false).expect("ask for MIG off");
+    assert_eq!(
+        m,
+        MigMode {
+            current: true,
+            pending: false
+        }
+    );
+    assert_eq!(gpus.gpus().expect("gpus")[0].mig_mode, Some(m));
+    fake.change(|st| st.reset(0).map_err(|c| format!("reset: {c}")));
+    let after = gpus.gpus().expect("gpus")[0].mig_mode;
+    assert_eq!(
+        after,
+        Some(MigMode {
+            current: false,
+            pending: false
+        })
+    );
+    assert!(gpus.instances(0).expect("instances").is_empty());
+    let err = gpus
+        .create_instance(0, 19, Placement { start: 0, size: 1 })
+        .expect_err("MIG off");
+    assert!(matches!(err, GpuError::NotMig(0)), "{err}");
+    // Hopper answers profiles and placements with MIG off; the fake does too.
+    let cat = gpus.catalog(0).expect("catalog with MIG off");
+    assert_eq!(cat.by_id(19).expect("1g.18gb").placements.len(), 7);
+}
+
+#[test]
+fn mode_change_is_refused_while_a_process_runs() {
+    let fake = Fake::new("A100-40GB");
+    let gpus = fake.open();
+    fake.change(|st| {
+        st.gpus[0].mig_current = false;
+        st.gpus[0].mig_pending = false;
+        st.attach(0, None, 99, 100, 40)
+    });
+    let err = gpus.set_mig_mode(0, true).expect_err("in use");
+    assert!(err.is_in_use(), "{err}");
+    assert!(!fake.read().gpus[0].mig_pending);
+    // Whole-GPU process records carry no instance id.
+    let procs = gpus.processes(0).expect("processes");
+    assert_eq!((procs[0].pid, procs[0].gi_id), (99, None));
+    // With MIG off the fake, like the driver, reports utilization.
+    let dev = gpus.nvml().device_by_index(0).expect("device");
+    assert_eq!(dev.utilization_rates().expect("utilization").gpu, 40);
+}
+
+#[test]
+fn a_crash_fault_kills_the_calling_process() {
+    // Run the crashing call in a child process (this test binary, one test, env set).
+    if std::env::var_os("COLLOC_NVML_FAKE_CRASH_CHILD").is_some() {
+        let gpus = NvmlGpus::open(fake_library().to_str().expect("utf-8")).expect("open");
+        let _ = gpus.create_instance(0, 19, Placement { start: 0, size: 1 });
+        unreachable!("the fake should have killed this process");
+    }
+    let fake = Fake::new("A100-40GB");
+    fake.change(|st| {
+        st.faults.insert(
+            "nvmlGpuInstanceCreateComputeInstance".into(),
+            Fault {
+                call: 1,
+                code: "crash".into(),
+                seen: 0,
+            },
+        );
+        Ok(())
+    });
+    let status = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "--exact",
+            "a_crash_fault_kills_the_calling_process",
+            "--nocapture",
+        ])
+        .env("COLLOC_NVML_FAKE_CRASH_CHILD", "1")
+        .status()
+        .expect("run child");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc_sigkill()), "{status:?}");
+    // The GPU instance made before the crash is still there, for restore to clean up.
+    let st = fake.read();
+    assert_eq!(st.gpus[0].gis.len(), 1);
+    assert!(st.gpus[0].gis[0].cis.is_empty());
+    assert_eq!(st.fired[0].code, "crash");
+    // And a fresh process can clean it up.
+    let gpus = fake.open();
+    gpus.destroy_instance(0, st.gpus[0].gis[0].id)
+        .expect("clean up");
+    assert!(fake.read().gpus[0].gis.is_empty());
+}
+
+fn libc_sigkill() -> i32 {
+    9
+}
