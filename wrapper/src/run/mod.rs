@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -111,6 +111,9 @@ pub struct RunArgs {
     command: Vec<String>,
 }
 
+/// Sub-directory of the report dir with one log per run.
+const LOGS_DIR: &str = "logs";
+
 struct Options {
     grace: Duration,
     interval: Duration,
@@ -144,7 +147,7 @@ impl Options {
 }
 
 fn specs_from_command(a: &RunArgs, copies: usize) -> anyhow::Result<Vec<RunSpec>> {
-    if a.command.first().map_or(true, |c| c.trim().is_empty()) {
+    if a.command.first().is_none_or(|c| c.trim().is_empty()) {
         return Err(bad_input("empty command after --"));
     }
     if copies == 0 {
@@ -638,8 +641,6 @@ fn record(
     o: Option<&Outcome>,
     layout: &Layout,
     t0: Instant,
-    logs_rel: &Path,
-    gpu: Option<sampler::RunGpu>,
 ) -> RunRecord {
     let mut r = RunRecord {
         name: spec.name.clone(),
@@ -680,12 +681,7 @@ fn record(
     r.wall_s = Some(o.end.duration_since(o.start).as_secs_f64());
     r.slot = Some(o.slot);
     r.device = layout.slots.get(o.slot).cloned().flatten();
-    r.log = Some(
-        logs_rel
-            .join(format!("{}.log", spec.name))
-            .display()
-            .to_string(),
-    );
+    r.log = Some(format!("{LOGS_DIR}/{}.log", spec.name));
     let seen = o.live.seen();
     r.oom = seen.oom;
     r.throughput = seen.series.mean().map(|mean| Throughput {
@@ -702,7 +698,6 @@ fn record(
         .iter()
         .map(|&(epoch, seconds)| Epoch { epoch, seconds })
         .collect();
-    r.gpu = gpu;
     r
 }
 
@@ -759,7 +754,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     };
 
     let dir = args.report_dir.clone().unwrap_or_else(default_report_dir);
-    let logs = dir.join("logs");
+    let logs = dir.join(LOGS_DIR);
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
 
     // Signals first: one that arrives while the MPS daemon starts is still handled.
@@ -889,21 +884,13 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     drop(own_mps);
     sig_handle.close();
 
-    let logs_rel = PathBuf::from("logs");
     let mut runs: Vec<RunRecord> = specs
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            record(
-                s,
-                i,
-                attempts[i],
-                outcomes[i].as_ref(),
-                &layout,
-                t0,
-                &logs_rel,
-                fold.as_ref().and_then(|f| f.run(i)),
-            )
+            let mut r = record(s, i, attempts[i], outcomes[i].as_ref(), &layout, t0);
+            r.gpu = fold.as_ref().and_then(|f| f.run(i));
+            r
         })
         .collect();
     // The makespan runs from the first start to the last end of the pack proper.

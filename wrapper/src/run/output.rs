@@ -189,7 +189,7 @@ impl Series {
         self.sum += v;
         self.max = self.max.max(v);
         self.last = v;
-        if self.count % self.stride.max(1) == 0 {
+        if self.count.is_multiple_of(self.stride.max(1)) {
             self.samples.push((t, v));
             if self.samples.len() >= MAX_KEPT {
                 let mut i = 0;

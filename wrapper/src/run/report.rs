@@ -294,7 +294,7 @@ pub fn summarize(
         sum.aggregate_throughput =
             Some(with_tp.iter().map(|(t, w)| t * w).sum::<f64>() / makespan_s);
     }
-    if let Some(solo) = solo.filter(|s| s.unit.as_deref().map_or(true, |u| u == unit)) {
+    if let Some(solo) = solo.filter(|s| s.unit.as_deref().is_none_or(|u| u == unit)) {
         for r in runs.iter_mut() {
             r.solo_throughput = r.solo_throughput.or_else(|| solo.get(&r.name));
         }

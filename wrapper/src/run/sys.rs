@@ -111,7 +111,7 @@ mod tests {
             Some(1200)
         );
         assert_eq!(parse_session("garbage"), None);
-        assert_eq!(session_of(std::process::id()).is_some(), true);
+        assert!(session_of(std::process::id()).is_some());
     }
 
     #[test]

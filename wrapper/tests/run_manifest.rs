@@ -1,0 +1,132 @@
+//! Manifest handling of `colloc run`: sweeps expand to named runs; every manifest error
+//! names the file and line, exits 2 and starts nothing.
+
+mod run_support;
+
+use run_support::{run, Env};
+
+#[test]
+fn a_2x2_sweep_expands_to_four_named_runs() {
+    let env = Env::new();
+    let m = env.manifest(
+        "[[sweep]]\nname = 'bs{bs}-lr{lr}'\ncommand = ['sh', '-c', 'echo \"$0 $1\" > \"$MARK/$COLLOC_RUN_NAME\"', '{bs}', '{lr}']\ngrid = { bs = ['64', '128'], lr = ['0.1', '0.01'] }\n",
+    );
+    let out = env
+        .colloc()
+        .args(["-j", "4", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        env.marks(),
+        ["bs128-lr0.01", "bs128-lr0.1", "bs64-lr0.01", "bs64-lr0.1"]
+    );
+    let got = std::fs::read_to_string(env.mark().join("bs128-lr0.01")).unwrap();
+    assert_eq!(got.trim(), "128 0.01");
+    let rep = env.report();
+    assert_eq!(rep["runs"].as_array().unwrap().len(), 4);
+    assert_eq!(run(&rep, "bs64-lr0.1")["index"], 0);
+    assert_eq!(run(&rep, "bs128-lr0.01")["index"], 3);
+}
+
+/// Each bad manifest: its error (file:line: message), exit 2, and no run started.
+#[test]
+fn manifest_errors_say_where_and_start_nothing() {
+    let ok = "command = ['touch', 'STARTED']";
+    let cases: &[(&str, String, &str)] = &[
+        (
+            "unknown key",
+            format!("[[run]]\nname = 'a'\n{ok}\ngpus = 2\n"),
+            ":4: unknown field `gpus`",
+        ),
+        (
+            "unknown table",
+            format!("[[run]]\n{ok}\n[[runs]]\n{ok}\n"),
+            ":3: unknown field `runs`",
+        ),
+        (
+            "bad regex",
+            format!("[defaults]\nmetric = 'img/s=([0-9.+'\n[[run]]\n{ok}\n"),
+            ":2: bad metric regex",
+        ),
+        (
+            "regex without a group",
+            format!("[defaults]\nmetric = 'img/s'\n[[run]]\n{ok}\n"),
+            ":2: metric regex \"img/s\" has no capture group",
+        ),
+        (
+            "empty command",
+            "[[run]]\nname = 'a'\ncommand = []\n".to_string(),
+            ":3: empty command",
+        ),
+        (
+            "unknown placeholder",
+            "[[sweep]]\nname = 'x{lr}'\ncommand = ['touch', 'STARTED', '{bs}']\ngrid = { lr = ['1'] }\n"
+                .to_string(),
+            ":3: unknown placeholder {bs}",
+        ),
+        (
+            "duplicate names",
+            format!("[[run]]\nname = 'a'\n{ok}\n[[sweep]]\nname = 'a'\n{ok}\ngrid = {{ x = ['1'] }}\n"),
+            ":5: duplicate run name \"a\"",
+        ),
+        (
+            "bad timeout",
+            format!("[[run]]\n{ok}\ntimeout = 'soon'\n"),
+            ":3: invalid duration \"soon\"",
+        ),
+    ];
+    for (what, text, want) in cases {
+        let env = Env::new();
+        let m = env.manifest(text);
+        let out = env.colloc().arg("-f").arg(&m).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+        let line = format!("{}{want}", m.display());
+        assert!(
+            stderr.contains(&line),
+            "{what}: want {line:?} in {stderr:?}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{what}: one line: {stderr}");
+        assert!(
+            !env.path().join("STARTED").exists(),
+            "{what}: a run started"
+        );
+        assert!(!env.report_dir().exists(), "{what}: a report dir was made");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let env = Env::new();
+    let out = env.colloc().output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to run"));
+    let out = env
+        .colloc()
+        .args(["--mode", "mig:3g", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--mode mig works only inside a colloc job")
+    );
+    let out = env
+        .colloc()
+        .args(["--timeout", "x", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = env
+        .colloc()
+        .args(["--mode", "mps", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a GPU"));
+}

@@ -1,0 +1,135 @@
+//! SIGTERM to `colloc run` mid-pack: every running run's process group gets it, the rest
+//! never start, and the report is still written.
+
+mod run_support;
+
+use std::time::{Duration, Instant};
+
+use run_support::{fixture, run, Env};
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    // A generous cap only so a broken build cannot hang the suite.
+    let cap = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < cap, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn stop_midway(sig: i32) {
+    let env = Env::new();
+    let t = fixture("term.sh");
+    let m = env.manifest(&format!(
+        "[[sweep]]\nname = 'w{{i}}'\ncommand = ['{t}']\ngrid = {{ i = [1, 2, 3, 4, 5] }}\n"
+    ));
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
+    cmd.args(env.colloc().get_args())
+        .current_dir(env.path())
+        .env("COLLOC_CONFIG", env.path().join("none.toml"))
+        .env("MARK", env.mark())
+        .env_remove("COLLOC_MODE")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .args(["-j", "3", "--grace", "20s", "-f"])
+        .arg(&m)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    wait_for("three runs to start", || {
+        env.marks()
+            .iter()
+            .filter(|m| m.ends_with(".started"))
+            .count()
+            == 3
+    });
+    // SAFETY-free: libc::kill on our own child's pid.
+    let pid = child.id() as libc::pid_t;
+    assert_eq!(unsafe_kill(pid, sig), 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let marks = env.marks();
+    let started: Vec<&String> = marks.iter().filter(|m| m.ends_with(".started")).collect();
+    assert_eq!(started.len(), 3, "{marks:?}");
+    for s in &started {
+        let name = s.trim_end_matches(".started");
+        assert!(
+            marks.contains(&format!("{name}.term")),
+            "{name} did not get the signal: {marks:?}"
+        );
+    }
+    let rep = env.report();
+    let states: Vec<String> = (1..=5)
+        .map(|i| {
+            run(&rep, &format!("w{i}"))["state"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        states.iter().filter(|s| *s == "interrupted").count(),
+        3,
+        "{states:?}"
+    );
+    assert_eq!(
+        states.iter().filter(|s| *s == "not_started").count(),
+        2,
+        "{states:?}"
+    );
+    assert!(rep["stopped_by"]
+        .as_str()
+        .unwrap()
+        .contains("colloc received"));
+    assert!(env.report_dir().join("colloc-runs.csv").is_file());
+}
+
+fn unsafe_kill(pid: libc::pid_t, sig: i32) -> i32 {
+    // SAFETY: kill takes plain integers; pid is our own child.
+    unsafe { libc::kill(pid, sig) }
+}
+
+#[test]
+fn sigterm_reaches_every_run_and_the_report_is_written() {
+    stop_midway(libc::SIGTERM);
+}
+
+#[test]
+fn sigint_is_forwarded_too() {
+    // term.sh traps TERM only; SIGINT kills it by signal, which still counts as interrupted.
+    let env = Env::new();
+    let out = {
+        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
+        cmd.args(env.colloc().get_args())
+            .current_dir(env.path())
+            .env("COLLOC_CONFIG", env.path().join("none.toml"))
+            .env("MARK", env.mark())
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .args([
+                "-j",
+                "2",
+                "-n",
+                "2",
+                "--",
+                "sh",
+                "-c",
+                "touch \"$MARK/$COLLOC_RUN_NAME\"; sleep 60",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let child = cmd.spawn().unwrap();
+        wait_for("two runs", || env.marks().len() == 2);
+        assert_eq!(unsafe_kill(child.id() as libc::pid_t, libc::SIGINT), 0);
+        child.wait_with_output().unwrap()
+    };
+    assert_eq!(out.status.code(), Some(1));
+    let rep = env.report();
+    for n in ["run1", "run2"] {
+        assert_eq!(run(&rep, n)["state"], "interrupted");
+        assert_eq!(run(&rep, n)["signal"], libc::SIGINT);
+    }
+}
