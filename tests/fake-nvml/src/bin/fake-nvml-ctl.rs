@@ -144,50 +144,30 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             gpu,
             profile,
             start,
-        } => ctl_change(path, |st| {
-            let g = st
-                .gpus
-                .get(gpu as usize)
-                .ok_or_else(|| format!("no fake GPU {gpu}"))?;
-            let model = g
-                .model()
-                .map_err(|_| format!("GPU {gpu} has an unknown model"))?;
-            let p = model
-                .profiles
-                .iter()
-                .find(|p| p.name == profile)
-                .ok_or_else(|| {
-                    let names: Vec<&str> = model.profiles.iter().map(|p| p.name).collect();
-                    format!(
-                        "{} has no profile {profile}; it has {}",
-                        model.alias,
-                        names.join(", ")
-                    )
-                })?;
-            let placement = match start {
-                Some(s) => Some(
-                    tables::placements(p)
-                        .into_iter()
-                        .find(|(st, _)| *st == s)
-                        .ok_or_else(|| format!("{profile} cannot start at slot {s}"))?,
-                ),
-                None => None,
-            };
-            let gi = st
-                .create_gi(gpu, p.id, placement)
-                .map_err(|c| nvml_refusal("creating the GPU instance", c))?;
-            let ci_index = tables::CI_PROFILES
-                .iter()
-                .find(|(_, s)| *s == p.slices)
-                .map(|(i, _)| *i)
-                .ok_or_else(|| format!("no compute instance profile of {} slices", p.slices))?;
-            st.create_ci(gpu, gi, ci_index)
-                .map_err(|c| nvml_refusal("creating the compute instance", c))?;
-            Ok(format!(
-                "created GPU instance {gi} ({profile}) on GPU {gpu}"
-            ))
-        })
-        .map_err(refused),
+        } => {
+            // Check the request against the GPU's model first: bad input exits 2.
+            let locked = Locked::open(path).map_err(|e| refused(e.0))?;
+            let (current, _) = locked.read().map_err(|e| refused(e.0))?;
+            drop(locked);
+            let (profile_id, slices, placement) =
+                foreign_request(&current, gpu, &profile, start).map_err(|e| (e, 2))?;
+            ctl_change(path, |st| {
+                let gi = st
+                    .create_gi(gpu, profile_id, placement)
+                    .map_err(|c| nvml_refusal("creating the GPU instance", c))?;
+                let ci_index = tables::CI_PROFILES
+                    .iter()
+                    .find(|(_, s)| *s == slices)
+                    .map(|(i, _)| *i)
+                    .ok_or_else(|| format!("no compute instance profile of {slices} slices"))?;
+                st.create_ci(gpu, gi, ci_index)
+                    .map_err(|c| nvml_refusal("creating the compute instance", c))?;
+                Ok(format!(
+                    "created GPU instance {gi} ({profile}) on GPU {gpu}"
+                ))
+            })
+            .map_err(refused)
+        }
         Cmd::Fault {
             function,
             call,
@@ -249,6 +229,52 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             .map_err(refused)
         }
     }
+}
+
+/// Profile id, slices and placement (start, size) of a `create-foreign` request.
+type ForeignRequest = (u32, u32, Option<(u32, u32)>);
+
+/// A `create-foreign` request checked against the GPU's model, or why it is invalid.
+fn foreign_request(
+    st: &State,
+    gpu: u32,
+    profile: &str,
+    start: Option<u32>,
+) -> Result<ForeignRequest, String> {
+    let g = st
+        .gpus
+        .get(gpu as usize)
+        .ok_or_else(|| format!("no fake GPU {gpu}; there are {}", st.gpus.len()))?;
+    let model = g
+        .model()
+        .map_err(|_| format!("GPU {gpu} has an unknown model {}", g.model))?;
+    let p = model
+        .profiles
+        .iter()
+        .find(|p| p.name == profile)
+        .ok_or_else(|| {
+            let names: Vec<&str> = model.profiles.iter().map(|p| p.name).collect();
+            format!(
+                "{} has no profile {profile}; it has {}",
+                model.alias,
+                names.join(", ")
+            )
+        })?;
+    let placement = match start {
+        Some(s) => {
+            let all = tables::placements(p);
+            let found = all.iter().copied().find(|(st, _)| *st == s);
+            let starts: Vec<String> = all.iter().map(|(st, _)| st.to_string()).collect();
+            Some(found.ok_or_else(|| {
+                format!(
+                    "{profile} cannot start at slot {s}; it starts at {}",
+                    starts.join(", ")
+                )
+            })?)
+        }
+        None => None,
+    };
+    Ok((p.id, p.slices, placement))
 }
 
 fn nvml_refusal(what: &str, c: u32) -> String {
