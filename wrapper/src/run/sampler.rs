@@ -436,7 +436,11 @@ impl Probe for NvmlProbe {
             if let Ok(d) = self.nvml.device_by_uuid(uuid.as_str()) {
                 g.energy_mj = d.total_energy_consumption().ok();
                 if busy.get(gi).copied().unwrap_or(false) {
-                    g.util = d.utilization_rates().ok().map(|u| u.gpu);
+                    g.util = d
+                        .utilization_rates()
+                        .map_err(|e| log::debug!("GPU {uuid}: utilization: {e}"))
+                        .ok()
+                        .map(|u| u.gpu);
                     g.procs = d.running_compute_processes().ok().map(|ps| {
                         ps.into_iter()
                             .map(|p| {
@@ -448,7 +452,11 @@ impl Probe for NvmlProbe {
                             })
                             .collect()
                     });
-                    if let Ok(samples) = d.process_utilization_stats(self.last_ts[gi]) {
+                    let samples = d.process_utilization_stats(self.last_ts[gi]);
+                    if let Err(e) = &samples {
+                        log::debug!("GPU {uuid}: process utilization: {e}");
+                    }
+                    if let Ok(samples) = samples {
                         if let Some(ts) = samples.iter().map(|s| s.timestamp).max() {
                             self.last_ts[gi] = Some(ts);
                         }

@@ -1,0 +1,184 @@
+//! `colloc run` GPU figures against the fake libnvidia-ml (`tests/fake-nvml`): each run
+//! attaches itself to the fake H200 (by its pid, which is its session id), and the report
+//! holds its memory, utilization and energy, and the GPU's energy.
+//!
+//! The fake is a dev-dependency, so its cdylib lands in `target/debug/deps/` next to
+//! this test; `COLLOC_FAKE_NVML_LIB` overrides.
+
+mod run_support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use fake_nvml::state::State;
+use fake_nvml::store::{ctl_change, now_ms, Locked};
+use run_support::{run, Env};
+
+fn fake_library() -> PathBuf {
+    if let Some(p) = std::env::var_os("COLLOC_FAKE_NVML_LIB") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    for dir in [deps, deps.parent().unwrap()] {
+        let p = dir.join("libfake_nvml.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "libfake_nvml.so not found next to {}; run `cargo build -p fake-nvml`",
+        exe.display()
+    );
+}
+
+#[test]
+fn gpu_memory_utilization_and_energy_come_from_nvml() {
+    let env = Env::new();
+    let state = env.path().join("nvml-state.json");
+    let mut fresh = State::fresh_from_list("H200", now_ms()).unwrap();
+    // The fake's GPUs start in MIG mode, where NVML has no utilization figures.
+    fresh.gpus[0].mig_current = false;
+    Locked::open(&state).unwrap().write(&fresh).unwrap();
+    let config = env.path().join("colloc.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "version = 1\nallowed_modes = [\"naive\", \"mps\", \"mig\"]\nnvml_library = \"{}\"\n",
+            fake_library().display()
+        ),
+    )
+    .unwrap();
+    // Each run writes its pid, waits until the test has attached it, then reports
+    // throughput for a while so the sampler (every 100 ms) sees it.
+    let script = r#"echo $$ > "$MARK/$COLLOC_RUN_NAME.pid"; while [ ! -e "$MARK/$COLLOC_RUN_NAME.go" ]; do sleep 0.05; done; for i in 1 2 3 4 5 6 7 8; do echo "img/s=100"; sleep 0.1; done"#;
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
+    cmd.args(env.colloc().get_args())
+        .current_dir(env.path())
+        .env("COLLOC_CONFIG", &config)
+        .env("COLLOC_FAKE_NVML_STATE", &state)
+        .env("MARK", env.mark())
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("COLLOC_MODE")
+        .args(["-j", "2", "--interval", "100ms", "--", "sh", "-c", script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let cap = Instant::now() + Duration::from_secs(60);
+    for (name, mem, util) in [("run1", 1000u64, 30u32), ("run2", 3000, 50)] {
+        let pidfile = env.mark().join(format!("{name}.pid"));
+        while !pidfile.exists() || std::fs::read_to_string(&pidfile).unwrap().trim().is_empty() {
+            assert!(Instant::now() < cap, "{name} never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pid: u32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        ctl_change(&state, |s| s.attach(0, None, pid, mem, util)).unwrap();
+        std::fs::write(env.mark().join(format!("{name}.go")), "").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("NVML unavailable"), "{stderr}");
+
+    let rep = env.report();
+    let gpus = rep["gpus"].as_array().expect("GPU totals");
+    assert_eq!(gpus.len(), 1);
+    assert!(
+        gpus[0]["name"].as_str().unwrap().contains("H200"),
+        "{}",
+        gpus[0]
+    );
+    assert!(gpus[0]["energy_j"].as_f64().unwrap() > 0.0);
+    for (name, mem, util) in [("run1", 1000u64, 30.0), ("run2", 3000, 50.0)] {
+        let r = run(&rep, name);
+        assert_eq!(r["device"], "0");
+        let g = &r["gpu"];
+        assert_eq!(
+            g["peak_memory_bytes"].as_u64(),
+            Some(mem * 1024 * 1024),
+            "{name}: {g}"
+        );
+        // samples before the test attached the run count as idle, so the mean is at most util
+        let u = g["mean_util_percent"].as_f64().unwrap();
+        assert!(u > 0.0 && u <= util, "{name}: {g}");
+        assert!(g["gpu_energy_j"].as_f64().unwrap() > 0.0, "{name}: {g}");
+        assert!(g["mean_gpu_util_percent"].as_f64().is_some(), "{name}: {g}");
+    }
+    let csv = std::fs::read_to_string(env.report_dir().join("colloc-runs.csv")).unwrap();
+    assert!(csv.contains(",1000,") && csv.contains(",3000,"), "{csv}");
+}
+
+#[test]
+fn a_mig_slot_reports_its_instance_memory() {
+    let env = Env::new();
+    let state = env.path().join("nvml-state.json");
+    let mut st = State::fresh_from_list("H200", now_ms()).unwrap();
+    // one 3-slice GPU instance with a full compute instance
+    let gi = st.create_gi(0, 9, None).unwrap();
+    st.create_ci(0, gi, 2).unwrap();
+    let mig_uuid = st.gpus[0].gis[0].cis[0].uuid.clone();
+    Locked::open(&state).unwrap().write(&st).unwrap();
+    let config = env.path().join("colloc.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "version = 1\nallowed_modes = [\"naive\", \"mps\", \"mig\"]\nnvml_library = \"{}\"\n",
+            fake_library().display()
+        ),
+    )
+    .unwrap();
+    let script =
+        r#"echo $$ > "$MARK/pid"; while [ ! -e "$MARK/go" ]; do sleep 0.05; done; sleep 0.5"#;
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
+    cmd.args(env.colloc().get_args())
+        .current_dir(env.path())
+        .env("COLLOC_CONFIG", &config)
+        .env("COLLOC_FAKE_NVML_STATE", &state)
+        .env("MARK", env.mark())
+        // as the plugin sets it for sbatch --colloc=mig:3g
+        .env("COLLOC_MODE", "mig:3g")
+        .env("COLLOC_DEVICES", &mig_uuid)
+        .env("COLLOC_SLOTS", "1")
+        .args(["--interval", "100ms", "--", "sh", "-c", script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let cap = Instant::now() + Duration::from_secs(60);
+    let pidfile = env.mark().join("pid");
+    while !pidfile.exists() || std::fs::read_to_string(&pidfile).unwrap().trim().is_empty() {
+        assert!(Instant::now() < cap, "run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    ctl_change(&state, |s| s.attach(0, Some(gi), pid, 2048, 10)).unwrap();
+    std::fs::write(env.mark().join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rep = env.report();
+    assert_eq!(rep["source"], "job");
+    let r = run(&rep, "run1");
+    assert_eq!(r["device"], mig_uuid.as_str());
+    let g = &r["gpu"];
+    assert_eq!(
+        g["peak_memory_bytes"].as_u64(),
+        Some(2048 * 1024 * 1024),
+        "{g}"
+    );
+    assert!(
+        g["mean_util_percent"].is_null(),
+        "no per-process utilization on MIG: {g}"
+    );
+    assert!(g["gpu_energy_j"].as_f64().unwrap() > 0.0, "{g}");
+}
