@@ -45,6 +45,7 @@ install -m 0644 "$(conf_source colloc.toml colloc.toml)" "$ROOT/etc/slurm/colloc
 "$RELEASE_DIR/colloc" check-config "$ROOT/etc/slurm/colloc.toml" >/dev/null ||
     die "the colloc.toml to ship fails colloc check-config"
 install -D -m 0644 "$REPO/packaging/colloc.tmpfiles" "$ROOT/usr/lib/tmpfiles.d/colloc.conf"
+install -D -m 0644 "$REPO/packaging/debian/lintian-overrides" "$ROOT/usr/share/lintian/overrides/colloc"
 install -d -m 0700 "$ROOT/var/lib/colloc"
 
 for page in $MAN_PAGES; do
