@@ -55,8 +55,16 @@ command -v rpmbuild >/dev/null || need+=(rpm)
 command -v man >/dev/null || need+=(man-db)
 command -v groff >/dev/null || need+=(groff-base)
 command -v jq >/dev/null || need+=(jq)
+command -v strip >/dev/null || need+=(binutils)
+# Build: Slurm headers for the plugin, libclang for bindgen; install: the Slurm it needs.
+[ -r /usr/include/slurm/slurm_version.h ] || need+=(libslurm-dev)
+dpkg -s slurm-wlm-basic-plugins >/dev/null 2>&1 || need+=(slurm-wlm-basic-plugins)
+ls /usr/lib/*/libclang-*.so* /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 ||
+    need+=(libclang1-14 libclang-common-14-dev)
 if [ ${#need[@]} -gt 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null ||
+    echo "installing ${need[*]}" >&2
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" ||
+        { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"; }; } >/dev/null ||
         { echo "cannot install ${need[*]}" >&2; exit 2; }
 fi
 
