@@ -385,3 +385,71 @@ fn a_crash_fault_kills_the_calling_process() {
 fn libc_sigkill() -> i32 {
     9
 }
+
+#[test]
+fn the_fake_exports_every_function_the_layer_and_colloc_run_call() {
+    let fake = Fake::new("A100-40GB");
+    let gpus = fake.open();
+    let lib = gpus.nvml().lib();
+    macro_rules! present {
+        ($($f:ident),* $(,)?) => {
+            vec![$((stringify!($f), lib.$f.is_ok())),*]
+        };
+    }
+    let missing: Vec<&str> = present![
+        // nvml-wrapper's init, shutdown and the safe reads NvmlGpus uses
+        nvmlInit_v2,
+        nvmlShutdown,
+        nvmlSystemGetDriverVersion,
+        nvmlDeviceGetCount_v2,
+        nvmlDeviceGetHandleByIndex_v2,
+        nvmlDeviceGetName,
+        nvmlDeviceGetUUID,
+        nvmlDeviceGetMemoryInfo_v2,
+        nvmlDeviceGetMigMode,
+        nvmlDeviceSetMigMode,
+        nvmlDeviceGetComputeRunningProcesses_v3,
+        // raw symbols of NvmlGpus
+        nvmlErrorString,
+        nvmlDeviceGetGpuInstanceProfileInfo,
+        nvmlDeviceGetGpuInstanceProfileInfoV,
+        nvmlDeviceGetGpuInstancePossiblePlacements_v2,
+        nvmlDeviceCreateGpuInstanceWithPlacement,
+        nvmlDeviceGetGpuInstances,
+        nvmlDeviceGetGpuInstanceById,
+        nvmlGpuInstanceGetInfo,
+        nvmlGpuInstanceGetComputeInstanceProfileInfo,
+        nvmlGpuInstanceCreateComputeInstance,
+        nvmlGpuInstanceGetComputeInstances,
+        nvmlComputeInstanceGetInfo_v2,
+        nvmlComputeInstanceDestroy,
+        nvmlGpuInstanceDestroy,
+        nvmlDeviceGetMaxMigDeviceCount,
+        nvmlDeviceGetMigDeviceHandleByIndex,
+        nvmlDeviceGetGpuInstanceId,
+        nvmlDeviceGetComputeInstanceId,
+        // what `colloc run` samples through NvmlGpus::nvml()
+        nvmlDeviceGetUtilizationRates,
+        nvmlDeviceGetTotalEnergyConsumption,
+        nvmlDeviceGetProcessUtilization,
+        // the rest of the fake's surface
+        nvmlInitWithFlags,
+        nvmlDeviceGetHandleByUUID,
+        nvmlDeviceGetIndex,
+        nvmlDeviceGetMemoryInfo,
+        nvmlDeviceCreateGpuInstance,
+        nvmlDeviceGetGpuInstanceRemainingCapacity,
+        nvmlGpuInstanceGetComputeInstanceProfileInfoV,
+        nvmlGpuInstanceGetComputeInstanceRemainingCapacity,
+        nvmlGpuInstanceGetComputeInstanceById,
+        nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+        nvmlDeviceIsMigDeviceHandle,
+    ]
+    .into_iter()
+    .filter(|(_, ok)| !ok)
+    .map(|(name, _)| name)
+    .collect();
+    assert!(missing.is_empty(), "the fake lacks {missing:?}");
+    // And one it does not have is reported as missing, not as a panic.
+    assert!(lib.nvmlDeviceGetGpcClkVfOffset.is_err());
+}
