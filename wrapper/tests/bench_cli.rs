@@ -13,18 +13,19 @@ fn standin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bench/standin.py")
 }
 
-/// A node config that finds neither NVML nor the MPS control program, so the test
-/// behaves the same on machines with and without a GPU.
+/// A node config that finds neither NVML nor the MPS control program (unless `extra`
+/// sets them), so the test behaves the same on machines with and without a GPU.
 fn config(dir: &Path, extra: &str) -> PathBuf {
     let p = dir.join("colloc.toml");
-    std::fs::write(
-        &p,
-        format!(
-            "version = 1\nnvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n\
-             mps_control = \"/nonexistent/nvidia-cuda-mps-control\"\n{extra}"
-        ),
-    )
-    .unwrap();
+    let mut text = String::from("version = 1\n");
+    if !extra.contains("nvml_library") {
+        text.push_str("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n");
+    }
+    if !extra.contains("mps_control") {
+        text.push_str("mps_control = \"/nonexistent/nvidia-cuda-mps-control\"\n");
+    }
+    text.push_str(extra);
+    std::fs::write(&p, text).unwrap();
     p
 }
 
@@ -164,7 +165,7 @@ fn collocation_that_pays_gives_the_right_ratios_and_recommendation() {
         })
         .collect();
     seen.sort();
-    assert_eq!(seen, ["0 0", "0 0", "0 0", "1 0", "1 0", "2 0"]);
+    assert_eq!(seen, ["0 0 -", "0 0 -", "0 0 -", "1 0 -", "1 0 -", "2 0 -"]);
     // Nothing is left running.
     assert_eq!(live_copies(&b.shared), 0);
 }
@@ -319,6 +320,77 @@ fn a_signal_stops_every_copy() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
     assert_eq!(live_copies(&b.shared), 0);
+    // What was measured before the signal is still reported.
+    assert_eq!(b.json()["schema"], 1);
+}
+
+#[test]
+fn mps_runs_copies_as_clients_of_a_private_daemon_that_is_stopped_after() {
+    let b = Bench::new();
+    let fake =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
+    let out = b
+        .cmd_with_config(
+            "1,0.9",
+            &[
+                "--modes",
+                "mps",
+                "--counts",
+                "1,2",
+                "--duration",
+                "2s",
+                "--warmup",
+                "0s",
+            ],
+            &format!("mps_control = \"{}\"\n", fake.display()),
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = b.json();
+    for n in [1, 2] {
+        assert_eq!(row(&j, "mps", n)["status"], "measured", "{j}");
+    }
+    assert!(close(row(&j, "mps", 2)["vs_solo"].as_f64().unwrap(), 1.8));
+    // The MPS copies (3 of the 4 runs) got the daemon's pipe directory.
+    let pipes: Vec<String> = std::fs::read_dir(&b.shared)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("env-").then(|| {
+                let text = std::fs::read_to_string(e.path()).unwrap();
+                text.split_whitespace().nth(2).unwrap().to_string()
+            })
+        })
+        .filter(|p| p != "-")
+        .collect();
+    assert_eq!(pipes.len(), 3, "{pipes:?}");
+    assert!(pipes.iter().all(|p| p == &pipes[0]));
+    // The daemon is gone, and so are its directories.
+    assert!(!Path::new(&pipes[0]).exists(), "{} left behind", pipes[0]);
+    assert_eq!(
+        processes_with_env(&format!("CUDA_MPS_PIPE_DIRECTORY={}", pipes[0])),
+        0
+    );
+}
+
+/// Processes whose environment holds `entry`.
+fn processes_with_env(entry: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let env = std::fs::read(e.ok()?.path().join("environ")).ok()?;
+            env.split(|&b| b == 0)
+                .any(|kv| kv == entry.as_bytes())
+                .then_some(())
+        })
+        .count()
 }
 
 /// Stand-in copies still alive (their pid files name live processes).

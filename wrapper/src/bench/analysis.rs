@@ -72,7 +72,7 @@ pub fn common_window(
         end = end.min(last.t);
     }
     let w = Window { start, end };
-    if copies.is_empty() || !(w.len() >= min_len) || w.len() <= 0.0 {
+    if copies.is_empty() || w.len().is_nan() || w.len() < min_len || w.len() <= 0.0 {
         return Err(WindowError::NoOverlap {
             overlap: if copies.is_empty() { 0.0 } else { w.len() },
         });
@@ -137,13 +137,18 @@ impl Throughput {
 /// Per-run slowdown against the solo run: how much longer an epoch takes.
 /// `(mean, max)` over copies; `None` where a copy made no progress or solo is unknown.
 pub fn slowdown(solo_rate: f64, per_copy: &[f64]) -> Option<(f64, f64)> {
-    if !(solo_rate > 0.0) || per_copy.is_empty() || per_copy.iter().any(|r| !(*r > 0.0)) {
+    if !positive(solo_rate) || per_copy.is_empty() || !per_copy.iter().all(|r| positive(*r)) {
         return None;
     }
     let s: Vec<f64> = per_copy.iter().map(|r| solo_rate / r).collect();
     let mean = s.iter().sum::<f64>() / s.len() as f64;
     let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     Some((mean, max))
+}
+
+/// A finite number above zero (false for NaN).
+fn positive(v: f64) -> bool {
+    v.is_finite() && v > 0.0
 }
 
 /// Energy counter value at time `t`, linear between readings `(t, millijoules)`.
@@ -216,7 +221,7 @@ pub struct Recommendation {
 /// Pick the configuration with the most aggregate throughput; collocation pays when it
 /// runs more than one copy and beats solo by at least `min_gain` (e.g. 1.1).
 pub fn recommend(solo: f64, measured: &[Candidate], min_gain: f64) -> Option<Recommendation> {
-    if !(solo > 0.0) {
+    if !positive(solo) {
         return None;
     }
     let best = measured

@@ -88,19 +88,15 @@ pub fn run(spec: &Spec, config: &Config) -> anyhow::Result<ExitCode> {
         wall_s: 0.0,
     };
 
-    let solo = ctx.measure("solo", 1, &[], None)?;
-    report.solo = solo.aggregate;
-    let solo_ok = solo.status == Status::Measured;
-    let solo_peak = solo.peak_memory_bytes;
-    let solo_reason = solo.reason.clone();
-    report.results.push(solo);
-    if solo_ok {
-        for &mode in &spec.modes {
-            let rows = ctx.run_mode(mode, config, solo_peak, report.solo)?;
-            report.results.extend(rows);
-        }
-    }
+    let outcome = measure_all(&ctx, config, &mut report);
+    // Interrupted or not, what was measured is reported.
     finish(&ctx, &mut report)?;
+    outcome?;
+    let solo_ok = report
+        .results
+        .first()
+        .is_some_and(|r| r.status == Status::Measured);
+    let solo_reason = report.results.first().and_then(|r| r.reason.clone());
     if !solo_ok {
         anyhow::bail!(
             "the workload failed when run alone: {}",
@@ -108,6 +104,21 @@ pub fn run(spec: &Spec, config: &Config) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Solo, then every mode; stops early on a signal or when solo fails.
+fn measure_all(ctx: &Ctx<'_>, config: &Config, report: &mut Report) -> anyhow::Result<()> {
+    let solo = ctx.measure("solo", 1, &[], None)?;
+    report.solo = solo.aggregate;
+    let solo_ok = solo.status == Status::Measured;
+    let solo_peak = solo.peak_memory_bytes;
+    report.results.push(solo);
+    if solo_ok {
+        for &mode in &ctx.spec.modes {
+            ctx.run_mode(mode, config, solo_peak, report.solo, &mut report.results)?;
+        }
+    }
+    Ok(())
 }
 
 /// Fill in ratios and the recommendation, print the table, write JSON, CSV and PNG.
@@ -203,7 +214,8 @@ impl Ctx<'_> {
         config: &Config,
         solo_peak: Option<u64>,
         solo: Option<f64>,
-    ) -> anyhow::Result<Vec<ConfigResult>> {
+        out: &mut Vec<ConfigResult>,
+    ) -> anyhow::Result<()> {
         let name = mode.as_str();
         let counts: Vec<usize> = self
             .spec
@@ -224,9 +236,10 @@ impl Ctx<'_> {
             BenchMode::Mig => ModeKind::Mig,
         };
         if !config.allowed_modes.contains(&kind) {
-            return Ok(skip_all(format!(
+            out.extend(skip_all(format!(
                 "{name} is not in this node's allowed_modes"
             )));
+            return Ok(());
         }
         let mut _mps_guard = None;
         let mut env: Vec<(String, String)> = Vec::new();
@@ -237,20 +250,25 @@ impl Ctx<'_> {
                     env = guard.daemon.env();
                     _mps_guard = Some(guard);
                 }
-                Err(why) => return Ok(skip_all(why)),
+                Err(why) => {
+                    out.extend(skip_all(why));
+                    return Ok(());
+                }
             },
-            BenchMode::Mig => return Ok(skip_all(mig_unavailable(self.gpu.as_ref(), config))),
+            BenchMode::Mig => {
+                out.extend(skip_all(mig_unavailable(self.gpu.as_ref(), config)));
+                return Ok(());
+            }
         }
-        let mut rows = Vec::new();
         let mut stopped: Option<String> = None;
         let total = self.gpu.as_ref().map(|g| g.memory_total);
         for n in counts {
             if let Some(why) = &stopped {
-                rows.push(ConfigResult::skipped(name, n, why.clone()));
+                out.push(ConfigResult::skipped(name, n, why.clone()));
                 continue;
             }
             if let Err(why) = analysis::memory_fits(solo_peak, total, n) {
-                rows.push(ConfigResult::skipped(name, n, why.clone()));
+                out.push(ConfigResult::skipped(name, n, why.clone()));
                 stopped = Some(why);
                 continue;
             }
@@ -258,9 +276,9 @@ impl Ctx<'_> {
             if r.status == Status::Failed {
                 stopped = Some(format!("not tried: {name} with {n} copies failed"));
             }
-            rows.push(r);
+            out.push(r);
         }
-        Ok(rows)
+        Ok(())
     }
 
     fn start_mps(&self, config: &Config) -> Result<MpsGuard, String> {
@@ -329,10 +347,7 @@ impl Ctx<'_> {
         let outcome = self.watch(&mut copies, &rx, launch_t);
         let stop_t = self.clock.elapsed().as_secs_f64();
         proc::stop_all(&mut copies, STOP_GRACE);
-        let (mut samples, failure) = match outcome {
-            Err(e) => return Err(e.into()),
-            Ok(x) => x,
-        };
+        let (mut samples, failure) = outcome?;
         // Lines still in flight from before the stop count; those after do not.
         while let Ok(ev) = rx.recv_timeout(Duration::from_millis(200)) {
             if let Event::Rate { copy, t, rate } = ev {

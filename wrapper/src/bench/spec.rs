@@ -229,7 +229,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     let v: f64 = num.parse().unwrap_or(f64::NAN);
     let secs = v * scale;
-    if !secs.is_finite() || secs < 0.0 || secs > 7.0 * 86400.0 {
+    if !(0.0..=7.0 * 86400.0).contains(&secs) {
         return Err(format!(
             "expected a time such as 60s, 2m, 500ms or 1h (at most a week), got {s:?}"
         ));

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The collocation study on one GPU: the paper's three ResNet workloads (Robroek et al.,
+# arXiv 2209.06018) at batch 128 and 32, solo and N = 1, 2, 3, 7 copies under naive
+# sharing and MPS, each measured by `colloc bench`.
+#
+#   bash bench/study.sh PART [OUTDIR]
+#
+# PART: A (small b128, small b32, medium b128), B (medium b32, large b128, large b32),
+#       all (both), or smoke (one short small-model run to check the setup, ~1 min).
+# OUTDIR: where results go (default bench/results); one folder per workload and batch,
+#       plus env-PART.txt (GPU, driver, software versions) and study-PART.log.
+# COLLOC: the colloc binary (default: target/release/colloc, then target/debug/colloc,
+#       then colloc on PATH). PYTHON: the interpreter (default python3).
+#
+# Timing (per configuration): copies start (python + torch + timm import, CUDA context,
+# cuDNN autotuning: about 5-8 s), colloc waits until every copy has printed its first
+# img/s line, then WARMUP=3 s, then measures DURATION=7 s over the window in which all
+# copies run. 3 s after the last copy's first 1-s throughput line is past the cuDNN
+# autotuning and allocator growth of these ResNets, whose per-second rates are flat
+# from then on; 7 s gives 7 one-second rate lines per copy (a few thousand steps for
+# the small model, tens for the large), enough to average out the 1-s granularity.
+# One workload and batch = solo + naive 2,3,7 + mps 1,2,3,7 = 8 configurations,
+# about 8 x 17 s = 2.3 min; each PART has three of them: about 7 min, inside one
+# 10-minute command. Every bench call is also capped by `timeout` so a PART cannot
+# overrun; a cap that fires leaves that workload's folder without bench.json.
+set -euo pipefail
+
+PART=${1:?usage: bench/study.sh A|B|all|smoke [OUTDIR]}
+OUTDIR=${2:-bench/results}
+WARMUP=${WARMUP:-3s}
+DURATION=${DURATION:-7s}
+PYTHON=${PYTHON:-python3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+if [[ -z "${COLLOC:-}" ]]; then
+  for c in "$HERE/../target/release/colloc" "$HERE/../target/debug/colloc"; do
+    if [[ -x "$c" ]]; then COLLOC=$c; break; fi
+  done
+  COLLOC=${COLLOC:-colloc}
+fi
+command -v "$COLLOC" >/dev/null || { echo "study.sh: no colloc binary (set COLLOC)" >&2; exit 2; }
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+
+# A node config for this machine: NVML and the MPS control program by absolute path
+# where the driver keeps them outside the default search path.
+CONF="$OUTDIR/colloc-study.toml"
+{
+  echo "version = 1"
+  echo 'allowed_modes = ["naive", "mps", "mig"]'
+  for lib in /usr/local/nvidia/lib64/libnvidia-ml.so.1 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; do
+    if [[ -e "$lib" ]]; then echo "nvml_library = \"$lib\""; break; fi
+  done
+  for p in /usr/local/nvidia/bin/nvidia-cuda-mps-control /usr/bin/nvidia-cuda-mps-control; do
+    if [[ -x "$p" ]]; then echo "mps_control = \"$p\""; break; fi
+  done
+} >"$CONF"
+
+ENVF="$OUTDIR/env-$PART.txt"
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host: $(uname -srm)"
+  echo "colloc: $("$COLLOC" --version 2>&1)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,compute_mode,persistence_mode --format=csv 2>&1 || true
+  nvidia-smi 2>/dev/null | grep -m1 "CUDA Version" || true
+  "$PYTHON" - <<'EOF' 2>&1 || true
+import platform, torch, torchvision, timm
+print(f"python: {platform.python_version()}")
+print(f"torch: {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()})")
+print(f"torchvision: {torchvision.__version__}")
+print(f"timm: {timm.__version__}")
+EOF
+  echo "lscpu: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "warmup: $WARMUP, duration: $DURATION"
+} >"$ENVF"
+
+LOG="$OUTDIR/study-$PART.log"
+: >"$LOG"
+
+mps_left() {
+  # MPS daemons or servers still running (read-only check; colloc must leave none).
+  pgrep -x nvidia-cuda-mps-control >/dev/null 2>&1 && echo yes && return
+  pgrep -x nvidia-cuda-mps-server >/dev/null 2>&1 && echo yes && return
+  echo none
+}
+
+# run NAME WORKLOAD BATCH CAP_SECONDS [extra colloc bench args...]
+run() {
+  local name=$1 workload=$2 batch=$3 cap=$4
+  shift 4
+  local dir="$OUTDIR/$name"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  local cmd=("$COLLOC" --config "$CONF" bench --modes naive,mps --counts 1,2,3,7
+    --warmup "$WARMUP" --duration "$DURATION" --startup-timeout 90s --report-dir "$dir" "$@"
+    -- "$PYTHON" "$HERE/train.py" --workload "$workload" --batch "$batch" --duration 0)
+  echo "== $name: ${cmd[*]}" | tee -a "$LOG"
+  printf '%q ' "${cmd[@]}" >"$dir/command.txt"
+  echo >>"$dir/command.txt"
+  local start=$SECONDS rc=0
+  timeout --signal=TERM --kill-after=20 "$cap" "${cmd[@]}" >"$dir/table.txt" 2>"$dir/stderr.txt" || rc=$?
+  cat "$dir/table.txt" | tee -a "$LOG"
+  echo "== $name: exit $rc after $((SECONDS - start)) s; MPS daemons left: $(mps_left)" | tee -a "$LOG"
+}
+
+case "$PART" in
+  smoke | A | B | all) ;;
+  *)
+    echo "study.sh: unknown part $PART; valid: A, B, all, smoke" >&2
+    exit 2
+    ;;
+esac
+if [[ $PART == smoke ]]; then
+  WARMUP=2s DURATION=3s
+  "$PYTHON" "$HERE/train.py" --workload small --batch 32 --duration 3 2>&1 | tail -3 | tee -a "$LOG"
+  run smoke-small-b32 small 32 150 --counts 1,2
+fi
+if [[ $PART == A || $PART == all ]]; then
+  run small-b128 small 128 180
+  run small-b32 small 32 180
+  run medium-b128 medium 128 180
+fi
+if [[ $PART == B || $PART == all ]]; then
+  run medium-b32 medium 32 180
+  run large-b128 large 128 180
+  run large-b32 large 32 180
+fi
+echo "study.sh: $PART done in $SECONDS s; results in $OUTDIR" | tee -a "$LOG"
