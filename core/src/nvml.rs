@@ -7,7 +7,7 @@
 //! lookup go through its raw `nvml-wrapper-sys` symbols, each checked for presence first
 //! (the generated methods panic on a missing symbol).
 //!
-//! All `unsafe` of colloc-core lives here; each block says why it is sound.
+//! The NVML layer's `unsafe` lives in this module only; each block says why it is sound.
 
 use std::collections::HashMap;
 use std::ffi::{c_uint, CStr, OsStr};
