@@ -255,7 +255,7 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
         Mode::Naive | Mode::Off => Ok(()),
     };
     if let Err(e) = result {
-        log::error!("job {}: reconfiguration failed, undoing it: {e}", spec.job);
+        log::info!("job {}: reconfiguration failed, undoing it: {e}", spec.job);
         if let Err(undo) = restore_locked(cfg, Some(ctl), &j) {
             log::error!("job {}: undo failed too: {undo}", spec.job);
             return Err(NodeFault::Restore(format!(

@@ -1,24 +1,415 @@
-//! Admin subcommands: plan, status, apply, restore, check-config.
+//! Admin subcommands: `plan`, `status`, `apply`, `restore`, `check-config`.
+
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// `colloc plan`.
+use anyhow::Context;
+use colloc_core::config::Config;
+use colloc_core::gpu::GpuControl;
+use colloc_core::mig::{self, Catalog};
+use colloc_core::mode::Mode;
+use colloc_core::nvml::NvmlGpus;
+use colloc_core::reconfig::{self, JobSpec, Outcome};
+use colloc_core::{journal, mps};
+use serde_json::json;
+
+use crate::{bad_input, Global};
+
+/// `colloc plan MODE (--gpu-model NAME | --gpu INDEX) [--json]`
 #[derive(clap::Args, Debug)]
-pub struct PlanArgs {}
-/// `colloc status`.
+pub struct PlanArgs {
+    /// The mode, e.g. mig:3g, mig:4g,2g,1g, mps:4.
+    mode: String,
+    /// Plan for a GPU model without a GPU: an NVML name ("NVIDIA A100-SXM4-40GB") or an
+    /// alias (A100-40GB, A100-80GB, H100-80GB, H200).
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "gpu",
+        required_unless_present = "gpu"
+    )]
+    gpu_model: Option<String>,
+    /// Plan for this node's GPU (NVML index), using what the driver reports.
+    #[arg(long, value_name = "INDEX")]
+    gpu: Option<u32>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `colloc status [--json]`
 #[derive(clap::Args, Debug)]
-pub struct StatusArgs {}
-/// `colloc apply`.
+pub struct StatusArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `colloc apply MODE --gpu INDEX --job ID`
 #[derive(clap::Args, Debug)]
-pub struct ApplyArgs {}
-/// `colloc restore`.
+pub struct ApplyArgs {
+    /// The mode to apply.
+    mode: String,
+    /// GPU(s) to reconfigure: NVML index, or a comma list.
+    #[arg(
+        long,
+        value_name = "INDEX[,INDEX...]",
+        value_delimiter = ',',
+        required = true
+    )]
+    gpu: Vec<u32>,
+    /// The job id the journal is kept under.
+    #[arg(long, value_name = "ID")]
+    job: u32,
+    /// Run MPS daemons as this user id (default: the caller).
+    #[arg(long)]
+    uid: Option<u32>,
+    /// ... and this group id.
+    #[arg(long)]
+    gid: Option<u32>,
+}
+
+/// `colloc restore (--job ID | --all)`
 #[derive(clap::Args, Debug)]
-pub struct RestoreArgs {}
-/// `colloc check-config`.
+#[command(group(clap::ArgGroup::new("which").required(true).args(["job", "all"])))]
+pub struct RestoreArgs {
+    /// Restore this job's GPUs.
+    #[arg(long, value_name = "ID")]
+    job: Option<u32>,
+    /// Restore every journal on this node.
+    #[arg(long)]
+    all: bool,
+}
+
+/// `colloc check-config [FILE]`
 #[derive(clap::Args, Debug)]
 pub struct CheckConfigArgs {
-    /// The file to check.
+    /// The file to check (default: --config, $COLLOC_CONFIG, /etc/slurm/colloc.toml).
     file: Option<PathBuf>,
 }
-macro_rules! todo_cmd { ($($f:ident $a:ty),*) => { $(pub fn $f(_a: $a, _g: &crate::Global) -> anyhow::Result<ExitCode> { Err(crate::bad_input("not built yet")) })* } }
-todo_cmd!(plan PlanArgs, status StatusArgs, apply ApplyArgs, restore RestoreArgs, check_config CheckConfigArgs);
+
+fn parse_mode(s: &str) -> anyhow::Result<Mode> {
+    s.parse::<Mode>().map_err(|e| bad_input(e.to_string()))
+}
+
+/// The config for read-only commands: the file if it can be read, defaults if the
+/// default file is simply absent; a broken file is still an error.
+fn config_or_default(g: &Global) -> anyhow::Result<Config> {
+    let path = g.config_path();
+    if g.config.is_none() && std::env::var_os("COLLOC_CONFIG").is_none() && !path.exists() {
+        return Ok(Config::default());
+    }
+    g.load_config()
+}
+
+fn open_gpus(cfg: &Config) -> anyhow::Result<NvmlGpus> {
+    NvmlGpus::open(&cfg.nvml_library).map_err(anyhow::Error::from)
+}
+
+fn catalog_of(ctl: &dyn GpuControl, gpu: u32) -> anyhow::Result<Catalog> {
+    let info = ctl
+        .gpus()?
+        .into_iter()
+        .find(|g| g.index == gpu)
+        .ok_or_else(|| bad_input(format!("no GPU with index {gpu} on this node")))?;
+    match ctl.catalog(gpu) {
+        Ok(c) if c.profiles.iter().any(|p| !p.placements.is_empty()) => Ok(c),
+        _ => mig::builtin_catalog(&info.name).map_err(|e| bad_input(e.to_string())),
+    }
+}
+
+/// `colloc plan`.
+pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
+    let mode = parse_mode(&a.mode)?;
+    let catalog = match (&a.gpu_model, a.gpu) {
+        (Some(name), _) => mig::builtin_catalog(name).map_err(|e| bad_input(e.to_string()))?,
+        (None, Some(i)) => {
+            let cfg = config_or_default(g)?;
+            let gpus = open_gpus(&cfg)?;
+            catalog_of(&gpus, i)?
+        }
+        (None, None) => return Err(bad_input("give --gpu-model NAME or --gpu INDEX")),
+    };
+    let mut out = String::new();
+    let value = match &mode {
+        Mode::Mig(req) => {
+            let instances = catalog.plan(req).map_err(|e| bad_input(e.to_string()))?;
+            let _ = writeln!(
+                out,
+                "{} on {}: {} instance(s), COLLOC_MODE={}",
+                mode,
+                catalog.model,
+                instances.len(),
+                mig::layout_mode_string(&instances)
+            );
+            for i in &instances {
+                let p = catalog.by_id(i.profile_id);
+                let _ = writeln!(
+                    out,
+                    "  {:<10} slot {} size {}  {:>6} MiB  {:>3} SMs",
+                    i.profile,
+                    i.placement.start,
+                    i.placement.size,
+                    p.map_or(0, |p| p.memory_mib),
+                    p.map_or(0, |p| p.sms)
+                );
+            }
+            json!({
+                "mode": mode.to_string(),
+                "gpu_model": catalog.model,
+                "colloc_mode": mig::layout_mode_string(&instances),
+                "instances": instances.iter().map(|i| json!({
+                    "profile": i.profile, "profile_id": i.profile_id,
+                    "start": i.placement.start, "size": i.placement.size,
+                })).collect::<Vec<_>>(),
+            })
+        }
+        Mode::Mps { clients } => {
+            let mut v = json!({
+                "mode": mode.to_string(), "gpu_model": catalog.model, "instances": [],
+            });
+            match clients {
+                Some(n) => {
+                    let env = mps::client_limits(*n, &[catalog.memory_total_mib]);
+                    let _ = writeln!(
+                        out,
+                        "{mode} on {}: one MPS daemon per GPU, {n} client slot(s), each limited to:",
+                        catalog.model
+                    );
+                    for (k, val) in &env {
+                        let _ = writeln!(out, "  {k}={val}");
+                    }
+                    v["clients"] = json!(n);
+                    v["active_thread_percentage"] = json!(100 / n);
+                    v["pinned_mem_limit_mib"] = json!(catalog.memory_total_mib / u64::from(*n));
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "mps on {}: one MPS daemon per GPU, clients unlimited (no thread or memory limit)",
+                        catalog.model
+                    );
+                }
+            }
+            v
+        }
+        Mode::Naive | Mode::Off => {
+            let _ = writeln!(out, "{mode} on {}: the GPU is left as it is", catalog.model);
+            json!({"mode": mode.to_string(), "gpu_model": catalog.model, "instances": []})
+        }
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{out}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `colloc status`.
+pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
+    let cfg = config_or_default(g)?;
+    let mut code = ExitCode::SUCCESS;
+    let mut gpus_json = Vec::new();
+    let mut text = String::new();
+    match open_gpus(&cfg) {
+        Ok(ctl) => {
+            for gi in ctl.gpus()? {
+                let instances = ctl.instances(gi.index).unwrap_or_default();
+                let processes = ctl.processes(gi.index).map(|p| p.len()).unwrap_or(0);
+                let mig_on = gi.mig_mode.is_some_and(|m| m.current);
+                let pending = gi.mig_mode.is_some_and(|m| m.pending != m.current);
+                let _ = writeln!(
+                    text,
+                    "GPU {} {} {}: MIG {}{}, {} instance(s), {} process(es)",
+                    gi.index,
+                    gi.name,
+                    gi.uuid,
+                    match gi.mig_mode {
+                        None => "unsupported",
+                        Some(_) if mig_on => "on",
+                        Some(_) => "off",
+                    },
+                    if pending {
+                        " (change pending reset)"
+                    } else {
+                        ""
+                    },
+                    instances.len(),
+                    processes
+                );
+                for i in &instances {
+                    let _ = writeln!(
+                        text,
+                        "  {:<10} slot {} size {}  GI {}  {}",
+                        i.profile,
+                        i.placement.start,
+                        i.placement.size,
+                        i.gi_id,
+                        i.uuid.as_deref().unwrap_or("-")
+                    );
+                }
+                gpus_json.push(json!({
+                    "index": gi.index, "uuid": gi.uuid, "name": gi.name,
+                    "mig_mode": mig_on, "mig_mode_pending": gi.mig_mode.map(|m| m.pending),
+                    "instances": instances.iter().map(|i| json!({
+                        "profile": i.profile, "uuid": i.uuid, "start": i.placement.start,
+                        "size": i.placement.size, "gi_id": i.gi_id,
+                    })).collect::<Vec<_>>(),
+                    "processes": processes,
+                }));
+            }
+        }
+        Err(e) => {
+            log::warn!("{e:#}");
+            let _ = writeln!(text, "GPUs: unavailable ({e})");
+            code = ExitCode::from(1);
+        }
+    }
+    let mut journals_json = Vec::new();
+    match journal::list(&cfg) {
+        Ok(list) => {
+            for j in list {
+                match j {
+                    Ok(j) => {
+                        let _ = writeln!(
+                            text,
+                            "job {}: {} on GPU(s) {:?}, {:?}{}",
+                            j.job,
+                            j.mode,
+                            j.gpu_indexes(),
+                            j.phase,
+                            j.mps
+                                .iter()
+                                .map(|d| format!(", MPS daemon in {}", d.pipe_dir.display()))
+                                .collect::<String>()
+                        );
+                        journals_json.push(json!({
+                            "job": j.job, "gpus": j.gpu_indexes(), "mode": j.mode,
+                            "phase": j.phase,
+                            "mps": j.mps.iter().map(|d| d.pipe_dir.display().to_string()).collect::<Vec<_>>(),
+                        }));
+                    }
+                    Err(e) => {
+                        let _ = writeln!(text, "unreadable journal: {e}");
+                        code = ExitCode::from(1);
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(text, "journals: {e}");
+            code = ExitCode::from(1);
+        }
+    }
+    if journals_json.is_empty() {
+        let _ = writeln!(text, "no colloc journals on this node");
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"gpus": gpus_json, "journals": journals_json}))?
+        );
+    } else {
+        print!("{text}");
+    }
+    Ok(code)
+}
+
+/// `colloc apply`.
+pub fn apply(a: ApplyArgs, g: &Global) -> anyhow::Result<ExitCode> {
+    let mode = parse_mode(&a.mode)?;
+    let cfg = g.load_config()?;
+    let ctl = open_gpus(&cfg)?;
+    let spec = JobSpec {
+        job: a.job,
+        uid: a.uid.unwrap_or_else(colloc_core::sys::uid),
+        gid: a.gid.unwrap_or_else(colloc_core::sys::gid),
+        gpus: a.gpu,
+        mode,
+    };
+    match reconfig::prolog(&cfg, &ctl, &spec).context("apply failed; the GPUs are as they were")? {
+        Outcome::Off => {
+            println!("mode off: nothing to do");
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Applied(env) => {
+            for (k, v) in env {
+                println!("{k}={v}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Refused(r) => {
+            // The refusal is on record so task_init can report it; by hand, clear it.
+            let _ = reconfig::restore(&cfg, Some(&ctl), a.job);
+            if r.bad_request {
+                Err(bad_input(r.message))
+            } else {
+                Err(anyhow::anyhow!(r.message))
+            }
+        }
+    }
+}
+
+/// `colloc restore`.
+pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
+    let cfg = g.load_config()?;
+    // NVML is needed only for MIG journals; MPS/naive journals restore without it.
+    let ctl = match open_gpus(&cfg) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            log::info!("NVML unavailable: {e:#}");
+            None
+        }
+    };
+    let ctl_ref = ctl.as_ref().map(|c| c as &dyn GpuControl);
+    let report = match (a.job, a.all) {
+        (Some(job), _) => reconfig::restore(&cfg, ctl_ref, job)?,
+        (None, _) => reconfig::restore_all(&cfg, ctl_ref)?,
+    };
+    if report.jobs.is_empty() {
+        println!("nothing to restore");
+    } else {
+        println!(
+            "restored job(s) {:?}: {} MIG instance(s) destroyed, {} MPS daemon(s) stopped{}",
+            report.jobs,
+            report.destroyed,
+            report.mps_stopped,
+            if report.killed.is_empty() {
+                String::new()
+            } else {
+                format!(", killed leftover process(es) {:?}", report.killed)
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `colloc check-config`.
+pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> {
+    let path = a.file.unwrap_or_else(|| g.config_path());
+    let cfg = Config::load(&path).map_err(|e| bad_input(e.to_string()))?;
+    let mut notes = Vec::new();
+    if cfg.mps_control_path().is_none_or(|p| !p.is_file()) {
+        notes.push(format!(
+            "note: mps_control {} is not installed here (mps jobs would fail on this node)",
+            cfg.mps_control
+        ));
+    }
+    println!(
+        "{}: ok (version {}, allowed modes: {}, default {})",
+        path.display(),
+        cfg.version,
+        cfg.allowed_modes
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        cfg.default_mode
+    );
+    for n in notes {
+        println!("{n}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -116,7 +116,11 @@ fn main() -> ExitCode {
     match result {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => {
-            let code = if e.downcast_ref::<BadInput>().is_some() { 2 } else { 1 };
+            let code = if e.downcast_ref::<BadInput>().is_some() {
+                2
+            } else {
+                1
+            };
             let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
             eprintln!("colloc: error: {}", chain.join(": ").replace('\n', " "));
             ExitCode::from(code)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install the Debian packages colloc's build and tests need, when missing. Safe to rerun.
+set -euo pipefail
+pkgs=(
+  slurmctld slurmd slurm-client munge libslurm-dev   # the real Slurm the tests run
+  libclang1-14 libclang-common-14-dev                # bindgen for the SPANK plugin
+  dpkg-dev rpm man-db groff-base                     # packages and man pages
+  parallel fonts-dejavu-core python3                 # benchmarks, report charts
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

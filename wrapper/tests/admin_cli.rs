@@ -1,0 +1,379 @@
+//! The built `colloc` binary's admin commands, against the fake libnvidia-ml
+//! (`cargo build -p fake-nvml` first; `scripts/test.sh` does).
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn target_dir() -> PathBuf {
+    let bin = assert_cmd::cargo::cargo_bin("colloc");
+    bin.parent().unwrap().to_path_buf()
+}
+
+fn fake_lib() -> PathBuf {
+    let lib = target_dir().join("libfake_nvml.so");
+    assert!(
+        lib.exists(),
+        "{} missing: run `cargo build -p fake-nvml` first",
+        lib.display()
+    );
+    lib
+}
+
+/// A node: a config pointing at the fake library and a fresh fake GPU state.
+struct Node {
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn new(gpus: &str) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = format!(
+            "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\nnvml_library = \"{1}\"\n",
+            dir.path().display(),
+            fake_lib().display()
+        );
+        std::fs::write(dir.path().join("colloc.toml"), cfg).unwrap();
+        let n = Node { dir };
+        n.ctl(&["init", "--gpus", gpus]);
+        n
+    }
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("fake-state.json")
+    }
+    fn colloc(&self, args: &[&str]) -> Output {
+        Command::cargo_bin("colloc")
+            .unwrap()
+            .env("COLLOC_FAKE_NVML_STATE", self.state())
+            .env_remove("COLLOC_CONFIG")
+            .arg("--config")
+            .arg(self.dir.path().join("colloc.toml"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+    fn ctl(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new(target_dir().join("fake-nvml-ctl"))
+            .env("COLLOC_FAKE_NVML_STATE", self.state())
+            .args(args)
+            .output()
+            .expect("fake-nvml-ctl (cargo build -p fake-nvml)");
+        assert!(
+            out.status.success(),
+            "fake-nvml-ctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+    fn status(&self) -> Value {
+        let out = self.colloc(&["status", "--json"]);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("status --json: {e}: {}", text(&out)))
+    }
+    fn instances(&self, gpu: usize) -> Vec<(String, u64)> {
+        self.status()["gpus"][gpu]["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                (
+                    i["profile"].as_str().unwrap().to_string(),
+                    i["start"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+    fn journal_exists(&self, job: u32) -> bool {
+        self.dir
+            .path()
+            .join(format!("state/jobs/{job}.json"))
+            .exists()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn colloc(args: &[&str]) -> Output {
+    Command::cargo_bin("colloc")
+        .unwrap()
+        .env_remove("COLLOC_CONFIG")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn one_line_error(o: &Output, code: i32) -> String {
+    assert_eq!(o.status.code(), Some(code), "{}", text(o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn plan_every_model_and_profile() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("A100-40GB", "mig:3g", &["3g.20gb", "3g.20gb"]),
+        ("A100-40GB", "mig:2g", &["2g.10gb"; 3]),
+        ("A100-40GB", "mig:1g", &["1g.5gb"; 7]),
+        ("NVIDIA A100-SXM4-40GB", "mig:4g", &["4g.20gb"]),
+        ("A100-40GB", "mig:7g", &["7g.40gb"]),
+        ("A100-80GB", "mig:3g", &["3g.40gb"; 2]),
+        ("NVIDIA A100-SXM4-80GB", "mig:1g.20gb", &["1g.20gb"; 4]),
+        ("H100-80GB", "mig:1g", &["1g.10gb"; 7]),
+        ("NVIDIA H100 80GB HBM3", "mig:2g", &["2g.20gb"; 3]),
+        ("H200", "mig:3g", &["3g.71gb"; 2]),
+        ("NVIDIA H200", "mig:1g", &["1g.18gb"; 7]),
+        ("H200", "mig:7g", &["7g.141gb"]),
+        (
+            "A100-40GB",
+            "mig:4g,2g,1g",
+            &["4g.20gb", "2g.10gb", "1g.5gb"],
+        ),
+        (
+            "A100-40GB",
+            "mig:3g,2g,1g,1g",
+            &["2g.10gb", "1g.5gb", "1g.5gb", "3g.20gb"],
+        ),
+    ];
+    for (model, mode, want) in cases {
+        let out = colloc(&["plan", mode, "--gpu-model", model, "--json"]);
+        assert!(out.status.success(), "{model} {mode}: {}", text(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let got: Vec<&str> = v["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["profile"].as_str().unwrap())
+            .collect();
+        assert_eq!(&got, want, "{model} {mode}");
+        let normalized = mode.parse::<colloc_core::mode::Mode>().unwrap().to_string();
+        assert_eq!(v["mode"], normalized);
+        assert!(v["gpu_model"].as_str().unwrap().starts_with("NVIDIA"));
+    }
+    // Human output names the layout.
+    let out = colloc(&["plan", "mig:3g", "--gpu-model", "A100-40GB"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("COLLOC_MODE=mig:3g.20gbx2"));
+    let out = colloc(&["plan", "mps:4", "--gpu-model", "H200", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["active_thread_percentage"], 25);
+}
+
+#[test]
+fn plan_rejects_bad_layouts_and_input_with_exit_2() {
+    for (mode, model, want) in [
+        ("mig:4gx2", "A100-40GB", "4g.20gb fits at most 1 time"),
+        ("mig:7g,1g", "A100-40GB", "does not fit"),
+        ("mig:3gx3", "A100-40GB", "fits at most 2"),
+        ("mig:3g.40gb", "A100-40GB", "has no MIG profile 3g.40gb"),
+        ("mig:", "A100-40GB", "invalid mode"),
+        ("mps:0", "A100-40GB", "invalid mode"),
+        ("mig:3g;reboot", "A100-40GB", "not allowed"),
+        ("mig:3g", "GeForce GTX 1080", "unknown GPU model"),
+    ] {
+        let err = one_line_error(&colloc(&["plan", mode, "--gpu-model", model]), 2);
+        assert!(err.contains(want), "{mode}: {err}");
+    }
+    let long = "x".repeat(10_000);
+    one_line_error(&colloc(&["plan", &long, "--gpu-model", "H200"]), 2);
+    // Usage errors are exit 2 too.
+    let out = colloc(&["plan", "mig:3g"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn check_config_accepts_and_rejects() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "version = 1\nallowed_modes = [\"mps\"]\n").unwrap();
+    let out = colloc(&["check-config", good.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+    for (body, want) in [
+        ("version = 1\nbogus = 1\n", "unknown field `bogus`"),
+        ("allowed_modes = []\n", "missing `version`"),
+        ("version = 9\n", "unknown version 9"),
+    ] {
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, body).unwrap();
+        let err = one_line_error(&colloc(&["check-config", bad.to_str().unwrap()]), 2);
+        assert!(err.contains(want), "{err}");
+    }
+    let err = one_line_error(&colloc(&["check-config", "/nonexistent/colloc.toml"]), 2);
+    assert!(err.contains("cannot read"), "{err}");
+}
+
+#[test]
+fn apply_status_restore() {
+    let n = Node::new("A100-40GB");
+    let out = n.colloc(&["apply", "mig:3g", "--gpu", "0", "--job", "7"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("COLLOC_MODE=mig:3g.20gbx2"), "{stdout}");
+    assert!(stdout.contains("COLLOC_SLOTS=2"), "{stdout}");
+    assert_eq!(
+        n.instances(0),
+        vec![("3g.20gb".into(), 0), ("3g.20gb".into(), 4)]
+    );
+    let st = n.status();
+    assert_eq!(st["gpus"][0]["mig_mode"], true);
+    assert!(st["gpus"][0]["uuid"].as_str().unwrap().starts_with("GPU-"));
+    assert!(st["gpus"][0]["instances"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .starts_with("MIG-"));
+    assert_eq!(st["journals"][0]["job"], 7);
+    assert_eq!(st["journals"][0]["gpus"], serde_json::json!([0]));
+    let out = n.colloc(&["restore", "--job", "7"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(n.instances(0).is_empty());
+    assert!(!n.journal_exists(7));
+    // Idempotent.
+    let out = n.colloc(&["restore", "--job", "7"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to restore"));
+}
+
+#[test]
+fn apply_refusals_change_nothing() {
+    let n = Node::new("A100-40GB");
+    let err = one_line_error(
+        &n.colloc(&["apply", "mig:4gx2", "--gpu", "0", "--job", "8"]),
+        2,
+    );
+    assert!(err.contains("layouts that fit include"), "{err}");
+    assert!(n.instances(0).is_empty());
+    assert!(!n.journal_exists(8));
+
+    n.ctl(&[
+        "create-foreign",
+        "--gpu",
+        "0",
+        "--profile",
+        "1g.5gb",
+        "--start",
+        "6",
+    ]);
+    let err = one_line_error(
+        &n.colloc(&["apply", "mig:3g", "--gpu", "0", "--job", "9"]),
+        1,
+    );
+    assert!(err.contains("does not own"), "{err}");
+    assert_eq!(n.instances(0), vec![("1g.5gb".into(), 6)]);
+
+    let n = Node::new("A100-40GB");
+    n.ctl(&["attach", "--gpu", "0", "--pid", "4242"]);
+    let err = one_line_error(
+        &n.colloc(&["apply", "mig:1g", "--gpu", "0", "--job", "10"]),
+        1,
+    );
+    assert!(err.contains("4242"), "{err}");
+    assert!(n.instances(0).is_empty());
+
+    let err = one_line_error(
+        &n.colloc(&["apply", "mig:1g\n", "--gpu", "0", "--job", "11"]),
+        2,
+    );
+    assert!(err.contains("invalid mode"), "{err}");
+}
+
+#[test]
+fn fault_at_second_compute_instance_leaves_gpu_as_it_was() {
+    let n = Node::new("A100-40GB");
+    n.ctl(&[
+        "fault",
+        "nvmlGpuInstanceCreateComputeInstance",
+        "--call",
+        "2",
+        "--code",
+        "NVML_ERROR_INSUFFICIENT_RESOURCES",
+    ]);
+    let err = one_line_error(
+        &n.colloc(&["apply", "mig:3g", "--gpu", "0", "--job", "7"]),
+        1,
+    );
+    assert!(
+        err.contains("nvmlGpuInstanceCreateComputeInstance"),
+        "{err}"
+    );
+    assert!(err.contains("Insufficient"), "{err}");
+    assert!(n.instances(0).is_empty());
+    assert!(!n.journal_exists(7));
+}
+
+/// `kill -9` of `apply` at every NVML call that changes the GPU, then `restore`.
+#[test]
+fn crash_at_any_point_then_restore() {
+    for (func, call) in [
+        ("nvmlDeviceCreateGpuInstanceWithPlacement", 1),
+        ("nvmlGpuInstanceCreateComputeInstance", 1),
+        ("nvmlDeviceCreateGpuInstanceWithPlacement", 2),
+        ("nvmlGpuInstanceCreateComputeInstance", 2),
+        ("nvmlDeviceCreateGpuInstanceWithPlacement", 5),
+        ("nvmlGpuInstanceCreateComputeInstance", 7),
+    ] {
+        let n = Node::new("A100-40GB");
+        let c = call.to_string();
+        n.ctl(&["fault", func, "--call", &c, "--code", "crash"]);
+        let out = n.colloc(&["apply", "mig:1g", "--gpu", "0", "--job", "7"]);
+        assert_eq!(
+            out.status.code(),
+            None,
+            "{func}#{call} should have been killed: {}",
+            text(&out)
+        );
+        assert!(
+            n.journal_exists(7),
+            "{func}#{call}: journal written before any change"
+        );
+        let out = n.colloc(&["restore", "--job", "7"]);
+        assert!(out.status.success(), "{func}#{call}: {}", text(&out));
+        assert!(
+            n.instances(0).is_empty(),
+            "{func}#{call}: {:?}",
+            n.instances(0)
+        );
+        assert!(!n.journal_exists(7));
+    }
+}
+
+#[test]
+fn four_gpus_only_the_jobs_are_touched() {
+    let n = Node::new("A100-40GB,A100-40GB,A100-40GB,A100-40GB");
+    let out = n.colloc(&["apply", "mig:3g", "--gpu", "1,2", "--job", "12"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("COLLOC_SLOTS=4"));
+    let counts: Vec<usize> = (0..4).map(|g| n.instances(g).len()).collect();
+    assert_eq!(counts, vec![0, 2, 2, 0]);
+    let out = n.colloc(&["restore", "--all"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let counts: Vec<usize> = (0..4).map(|g| n.instances(g).len()).collect();
+    assert_eq!(counts, vec![0, 0, 0, 0]);
+}
+
+#[test]
+fn help_and_usage() {
+    for sub in [
+        "run",
+        "bench",
+        "plan",
+        "status",
+        "apply",
+        "restore",
+        "check-config",
+    ] {
+        let out = colloc(&[sub, "--help"]);
+        assert!(out.status.success(), "{sub}: {}", text(&out));
+    }
+    let out = colloc(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+}
