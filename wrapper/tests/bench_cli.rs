@@ -380,6 +380,106 @@ fn mps_runs_copies_as_clients_of_a_private_daemon_that_is_stopped_after() {
     );
 }
 
+/// The fake libnvidia-ml, built with this test as a dev-dependency.
+fn fake_nvml() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [
+        deps.join("libfake_nvml.so"),
+        deps.join("../libfake_nvml.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .expect("libfake_nvml.so next to the test (cargo test builds it as a dev-dependency)")
+}
+
+#[test]
+fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
+    let b = Bench::new();
+    let state = b.tmp.path().join("fake-nvml.json");
+    let dirs = b.tmp.path().display().to_string();
+    let out = b
+        .cmd_with_config(
+            "1,0.9,0.8,0.7,0.7,0.7,0.7",
+            &[
+                "--modes",
+                "naive,mig",
+                "--counts",
+                "1,2,7",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+            ],
+            &format!(
+                "nvml_library = \"{}\"\nstate_dir = \"{dirs}/state\"\nrun_dir = \"{dirs}/run\"\n",
+                fake_nvml().display()
+            ),
+        )
+        .env("COLLOC_FAKE_NVML_STATE", &state)
+        .env("COLLOC_FAKE_NVML_GPUS", "H200")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let j = b.json();
+    let gpu = &j["gpu"];
+    assert!(gpu["name"].as_str().unwrap().contains("H200"), "{gpu}");
+    assert!(gpu["memory_total"].as_u64().unwrap() > 100 << 30, "{gpu}");
+    let uuid = gpu["uuid"].as_str().unwrap();
+    assert!(uuid.starts_with("GPU-"), "{gpu}");
+    assert!(row(&j, "naive", 2)["peak_memory_bytes"].is_u64());
+    let envs: Vec<String> = std::fs::read_dir(&b.shared)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("env-")
+                .then(|| std::fs::read_to_string(e.path()).unwrap())
+        })
+        .collect();
+    // solo + naive 2 + naive 7 on the GPU; MIG 1 + 2 + 7 copies each on its own instance.
+    assert_eq!(
+        envs.iter().filter(|l| l.contains(uuid)).count(),
+        10,
+        "{envs:?}"
+    );
+    let mut migs: Vec<&str> = envs
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|d| d.starts_with("MIG-"))
+        .collect();
+    assert_eq!(migs.len(), 10, "{envs:?}");
+    migs.sort();
+    migs.dedup();
+    assert!(
+        migs.len() >= 7,
+        "each copy of a layout has its own instance: {migs:?}"
+    );
+    if is_root() {
+        for (n, layout) in [(1, "7g"), (2, "3g"), (7, "1g")] {
+            let r = row(&j, "mig", n);
+            assert_eq!(r["status"], "measured", "{r}");
+            assert!(r["layout"].as_str().unwrap().contains(layout), "{r}");
+        }
+        // Every instance was destroyed again and the journal removed.
+        let st = std::fs::read_to_string(&state).unwrap();
+        assert!(!st.contains("MIG-"), "instances left: {st}");
+        let jobs = b.tmp.path().join("state/jobs");
+        let left = std::fs::read_dir(&jobs).map_or(0, |d| d.count());
+        assert_eq!(left, 0, "journals left in {}", jobs.display());
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
 /// Processes whose environment holds `entry`.
 fn processes_with_env(entry: &str) -> usize {
     std::fs::read_dir("/proc")

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nvml_wrapper::Nvml;
+use colloc_core::nvml::NvmlGpus;
 use serde::Serialize;
 
 /// How often memory and energy are read.
@@ -88,13 +88,14 @@ impl Monitor {
             Arc::clone(&stop),
         );
         let handle = std::thread::spawn(move || {
-            let nvml = match Nvml::builder().lib_path(std::ffi::OsStr::new(&lib)).init() {
-                Ok(n) => n,
+            let gpus = match NvmlGpus::open(&lib) {
+                Ok(g) => g,
                 Err(e) => {
-                    let _ = tx.send(Err(format!("cannot load NVML from {lib}: {e}")));
+                    let _ = tx.send(Err(e.to_string()));
                     return;
                 }
             };
+            let nvml = gpus.nvml();
             let device = match &sel2 {
                 GpuSel::Index(i) => nvml.device_by_index(*i),
                 GpuSel::Uuid(u) => nvml.device_by_uuid(u.as_str()),

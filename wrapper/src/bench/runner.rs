@@ -2,6 +2,7 @@
 //! and MIG layout a mode needs, and writing the reports.
 
 use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
@@ -10,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use colloc_core::config::Config;
-use colloc_core::mode::ModeKind;
+use colloc_core::mode::{Mode, ModeKind};
 use colloc_core::mps::{self, MpsDaemon};
+use colloc_core::nvml::NvmlGpus;
+use colloc_core::reconfig::{self, JobSpec, Outcome};
 
 use super::analysis::{self, Candidate, Sample, Throughput};
 use super::gpu::{GpuInfo, Monitor};
@@ -256,8 +259,11 @@ impl Ctx<'_> {
                 }
             },
             BenchMode::Mig => {
-                out.extend(skip_all(mig_unavailable(self.gpu.as_ref(), config)));
-                return Ok(());
+                if let Some(why) = mig_unavailable(self.gpu.as_ref(), config) {
+                    out.extend(skip_all(why));
+                    return Ok(());
+                }
+                return self.run_mig(config, &counts, solo_peak, solo, out);
             }
         }
         let mut stopped: Option<String> = None;
@@ -273,6 +279,124 @@ impl Ctx<'_> {
                 continue;
             }
             let r = self.measure(name, n, &env, solo)?;
+            if r.status == Status::Failed {
+                stopped = Some(format!("not tried: {name} with {n} copies failed"));
+            }
+            out.push(r);
+        }
+        Ok(())
+    }
+
+    /// MIG: for each count, the largest layout of that many equal instances, made and
+    /// undone through colloc's journaled apply/restore, one copy per instance.
+    fn run_mig(
+        &self,
+        config: &Config,
+        counts: &[usize],
+        solo_peak: Option<u64>,
+        solo: Option<f64>,
+        out: &mut Vec<ConfigResult>,
+    ) -> anyhow::Result<()> {
+        let name = "mig";
+        let Some(gpu) = &self.gpu else {
+            return Ok(());
+        };
+        let ctl = match NvmlGpus::open(&config.nvml_library) {
+            Ok(c) => c,
+            Err(e) => {
+                out.extend(
+                    counts
+                        .iter()
+                        .map(|&n| ConfigResult::skipped(name, n, e.to_string())),
+                );
+                return Ok(());
+            }
+        };
+        let (uid, gid) = std::fs::metadata("/proc/self")
+            .map(|m| (m.uid(), m.gid()))
+            .unwrap_or((0, 0));
+        let job = bench_job_id();
+        let mut stopped: Option<String> = None;
+        for &n in counts {
+            self.check_signal()?;
+            if let Some(why) = &stopped {
+                out.push(ConfigResult::skipped(name, n, why.clone()));
+                continue;
+            }
+            if let Err(why) = analysis::memory_fits(solo_peak, Some(gpu.memory_total), n) {
+                out.push(ConfigResult::skipped(name, n, why.clone()));
+                stopped = Some(why);
+                continue;
+            }
+            let mut applied: Option<(String, Vec<String>)> = None;
+            let mut refused: Option<String> = None;
+            for layout in mig_layouts(n) {
+                let Ok(mode) = layout.parse::<Mode>() else {
+                    continue;
+                };
+                let spec = JobSpec {
+                    job,
+                    uid,
+                    gid,
+                    gpus: vec![gpu.index],
+                    mode,
+                };
+                match reconfig::prolog(config, &ctl, &spec) {
+                    Ok(Outcome::Applied(env)) => {
+                        let get = |k: &str| {
+                            env.iter()
+                                .find(|(key, _)| key == k)
+                                .map(|(_, v)| v.clone())
+                                .unwrap_or_default()
+                        };
+                        let devices: Vec<String> = get("COLLOC_DEVICES")
+                            .split(',')
+                            .filter(|d| !d.is_empty())
+                            .map(str::to_string)
+                            .collect();
+                        applied = Some((get("COLLOC_MODE"), devices));
+                        break;
+                    }
+                    Ok(Outcome::Refused(r)) if r.bad_request => continue,
+                    Ok(Outcome::Refused(r)) => {
+                        refused = Some(r.message);
+                        break;
+                    }
+                    Ok(Outcome::Off) => continue,
+                    Err(fault) => {
+                        refused = Some(format!("cannot create MIG instances: {fault}"));
+                        break;
+                    }
+                }
+            }
+            let Some((layout, devices)) = applied else {
+                let why = refused.unwrap_or_else(|| {
+                    format!("no layout of {n} equal MIG instances fits {}", gpu.name)
+                });
+                out.push(ConfigResult::skipped(name, n, why.clone()));
+                stopped = Some(why);
+                continue;
+            };
+            eprintln!("colloc bench: made MIG layout {layout}");
+            let measured = if devices.len() == n {
+                self.measure_on(name, n, &[], Some(&devices), solo)
+            } else {
+                Ok(ConfigResult::failed(
+                    name,
+                    n,
+                    format!("layout {layout} gave {} devices, not {n}", devices.len()),
+                    vec![],
+                ))
+            };
+            // Undo the layout whatever happened, then report.
+            reconfig::restore(config, Some(&ctl), job).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot restore GPU {} after MIG layout {layout}: {e}",
+                    gpu.index
+                )
+            })?;
+            let mut r = measured?;
+            r.layout = Some(layout);
             if r.status == Status::Failed {
                 stopped = Some(format!("not tried: {name} with {n} copies failed"));
             }
@@ -315,6 +439,18 @@ impl Ctx<'_> {
         extra_env: &[(String, String)],
         solo: Option<f64>,
     ) -> anyhow::Result<ConfigResult> {
+        self.measure_on(mode, n, extra_env, None, solo)
+    }
+
+    /// As [`Ctx::measure`], copy `i` on `devices[i]` where given (MIG instances).
+    fn measure_on(
+        &self,
+        mode: &str,
+        n: usize,
+        extra_env: &[(String, String)],
+        devices: Option<&[String]>,
+        solo: Option<f64>,
+    ) -> anyhow::Result<ConfigResult> {
         self.check_signal()?;
         eprintln!(
             "colloc bench: {mode} with {n} cop{} ...",
@@ -331,7 +467,13 @@ impl Ctx<'_> {
             let mut env: Vec<(String, String)> = vec![
                 ("COLLOC_RUN_INDEX".into(), i.to_string()),
                 ("COLLOC_RUN_NAME".into(), format!("bench-{mode}-n{n}-{i}")),
-                ("CUDA_VISIBLE_DEVICES".into(), self.device.clone()),
+                (
+                    "CUDA_VISIBLE_DEVICES".into(),
+                    devices
+                        .and_then(|d| d.get(i))
+                        .unwrap_or(&self.device)
+                        .clone(),
+                ),
                 ("PYTHONUNBUFFERED".into(), "1".into()),
             ];
             env.extend(extra_env.iter().cloned());
@@ -481,21 +623,51 @@ impl Ctx<'_> {
     }
 }
 
-/// Why the MIG mode cannot run here. colloc bench only uses layouts on a GPU it may
-/// reconfigure, and never changes MIG mode itself.
-fn mig_unavailable(gpu: Option<&GpuInfo>, config: &Config) -> String {
+/// Why the MIG mode cannot run here, or `None` where colloc may reconfigure the GPU.
+/// colloc bench never changes MIG mode itself.
+fn mig_unavailable(gpu: Option<&GpuInfo>, config: &Config) -> Option<String> {
     let Some(g) = gpu else {
-        return "needs NVML to plan and create MIG instances, and NVML is not available".into();
+        return Some(
+            "needs NVML to plan and create MIG instances, and NVML is not available".into(),
+        );
     };
     match g.mig_enabled {
-        None => format!("{} does not support MIG", g.name),
-        Some(false) if !config.allow_mig_mode_change => format!(
+        None => Some(format!("{} does not support MIG", g.name)),
+        Some(false) if !config.allow_mig_mode_change => Some(format!(
             "MIG mode is off on GPU {} and the node config does not let colloc switch it (allow_mig_mode_change = false)",
             g.index
+        )),
+        Some(false) => Some(format!(
+            "MIG mode is off on GPU {}; colloc bench does not switch it (a switch may need a GPU reset): enable it first",
+            g.index
+        )),
+        Some(true) if !is_root() => Some(
+            "creating MIG instances needs root (run on a node where colloc may reconfigure the GPU)".into(),
         ),
-        _ if !is_root() => "creating MIG instances needs root (run on a node where colloc may reconfigure the GPU)".into(),
-        _ => "colloc bench does not create MIG instances itself yet; use colloc run --mode mig:... inside a colloc job to measure MIG".into(),
+        Some(true) => None,
     }
+}
+
+/// The MIG layouts tried for `n` copies, largest instances first: `mig:7g` for one,
+/// then `mig:4gx1`, `mig:3gx2`, `mig:2gx3`, `mig:1gx7` and so on as the GPU allows.
+fn mig_layouts(n: usize) -> Vec<String> {
+    [7, 4, 3, 2, 1]
+        .iter()
+        .filter(|&&s| s * n <= 7)
+        .map(|s| {
+            if n == 1 && *s == 7 {
+                "mig:7g".to_string()
+            } else {
+                format!("mig:{s}gx{n}")
+            }
+        })
+        .collect()
+}
+
+/// A job id for bench's own journal: above Slurm's largest job id (0x03FF0000), so it
+/// never names a real job's journal, and distinct per process.
+fn bench_job_id() -> u32 {
+    4_000_000_000 + std::process::id() % 100_000_000
 }
 
 fn is_root() -> bool {
@@ -508,4 +680,50 @@ fn is_root() -> bool {
                 .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
         })
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(mig: Option<bool>) -> GpuInfo {
+        GpuInfo {
+            index: 0,
+            name: "NVIDIA H200".into(),
+            uuid: "GPU-x".into(),
+            memory_total: 1,
+            driver: None,
+            mig_enabled: mig,
+        }
+    }
+
+    #[test]
+    fn mig_is_skipped_with_the_reason_that_applies() {
+        let cfg = Config::default();
+        assert!(mig_unavailable(None, &cfg).unwrap().contains("NVML"));
+        assert!(mig_unavailable(Some(&gpu(None)), &cfg)
+            .unwrap()
+            .contains("does not support MIG"));
+        let off = mig_unavailable(Some(&gpu(Some(false))), &cfg).unwrap();
+        assert!(off.contains("allow_mig_mode_change = false"), "{off}");
+        let may = Config {
+            allow_mig_mode_change: true,
+            ..Config::default()
+        };
+        let off = mig_unavailable(Some(&gpu(Some(false))), &may).unwrap();
+        assert!(off.contains("enable it first"), "{off}");
+        assert_eq!(
+            mig_unavailable(Some(&gpu(Some(true))), &cfg).is_none(),
+            is_root()
+        );
+    }
+
+    #[test]
+    fn mig_layouts_go_from_largest_instances_down() {
+        assert_eq!(mig_layouts(1)[0], "mig:7g");
+        assert_eq!(mig_layouts(2), ["mig:3gx2", "mig:2gx2", "mig:1gx2"]);
+        assert_eq!(mig_layouts(3), ["mig:2gx3", "mig:1gx3"]);
+        assert_eq!(mig_layouts(7), ["mig:1gx7"]);
+        assert!(mig_layouts(8).is_empty());
+    }
 }
