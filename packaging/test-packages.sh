@@ -77,7 +77,7 @@ trap 'rm -rf "$WORK"' EXIT
 # ---------------------------------------------------------------- build
 t0=$(date +%s)
 if DEB=$("$REPO/packaging/build-deb.sh" 2>"$WORK/build-deb.log" | tail -n 1) && [ -f "$DEB" ]; then
-    ok "build-deb.sh builds $(basename "$DEB") ($(elapsed "$t0") s, cargo included)"
+    ok "build-deb.sh builds $(basename "$DEB") ($(elapsed "$t0") s$([ "${COLLOC_PREBUILT:-0}" = 1 ] || echo ", release build included"))"
 else
     not_ok "build-deb.sh" "$(tail -n 20 "$WORK/build-deb.log")"
     finish
@@ -201,6 +201,35 @@ done
 check "installed plugin exports the SPANK symbols" check_plugin "$PLUGIN"
 check "Slurm's plugstack.conf includes plugstack.conf.d" \
     grep -Eq '^[[:space:]]*include[[:space:]]+/etc/slurm/plugstack.conf.d/\*\.conf' /etc/slurm/plugstack.conf
+
+# The admin's step: uncomment the shipped plugstack line. Does the installed Slurm load
+# the installed plugin from it? (A copy in a temporary slurm.conf; /etc stays as shipped.)
+SC=$WORK/slurm
+mkdir -p "$SC"
+sed 's/^#\(optional\|required\) /\1 /' /etc/slurm/plugstack.conf.d/colloc.conf >"$SC/plugstack.conf"
+host=$(hostname -s)
+cat >"$SC/slurm.conf" <<EOF
+ClusterName=pkgtest
+SlurmctldHost=$host(127.0.0.1)
+AuthType=auth/munge
+CredType=cred/munge
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+PlugStackConfig=$SC/plugstack.conf
+NodeName=$host NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=UNKNOWN
+PartitionName=p Nodes=ALL Default=YES
+EOF
+if command -v sbatch >/dev/null; then
+    check "enabled plugstack line: sbatch --help lists --colloc from the installed plugin" \
+        bash -c "SLURM_CONF='$SC/slurm.conf' sbatch --help 2>&1 | grep -q -- '--colloc=MODE'"
+    out=$(SLURM_CONF=$SC/slurm.conf timeout 20 sbatch --colloc=bogus --wrap true 2>&1)
+    if [ $? -ne 0 ] && grep -q 'colloc: --colloc: invalid mode' <<<"$out"; then
+        ok "enabled plugstack line: sbatch --colloc=bogus fails with the grammar's message"
+    else
+        not_ok "enabled plugstack line: sbatch --colloc=bogus fails with the grammar's message" "$out"
+    fi
+fi
 
 # ---------------------------------------------------------------- man pages
 for page in "1 colloc" "5 colloc.toml" "8 colloc-spank"; do
