@@ -737,7 +737,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         }
     };
     let env = |k: &str| std::env::var(k).ok();
-    let layout = slots::layout(&slots::Inputs {
+    let mut layout = slots::layout(&slots::Inputs {
         job_mode: env("COLLOC_MODE"),
         job_devices: env("COLLOC_DEVICES"),
         job_slots: env("COLLOC_SLOTS"),
@@ -778,6 +778,22 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     }
 
     let resolved = nvml.as_ref().map(|n| sampler::resolve(n, &layout.slots));
+    if let (Mode::Mps { .. }, Source::Own, Some(r)) = (&layout.mode, &layout.source, &resolved) {
+        // MPS clients number devices within the daemon's CUDA_VISIBLE_DEVICES, so an
+        // index such as "2" would name another GPU (or none) for them: use UUIDs.
+        for (slot, gi) in layout.slots.iter_mut().zip(&r.slot_gpu) {
+            if let Some(g) = gi.and_then(|gi| r.gpus.get(gi)) {
+                *slot = Some(g.uuid.clone());
+            }
+        }
+        let mut devices: Vec<String> = Vec::new();
+        for d in layout.slots.iter().flatten() {
+            if !devices.contains(d) {
+                devices.push(d.clone());
+            }
+        }
+        layout.devices = devices;
+    }
     let own_mps = match (&layout.mode, &layout.source) {
         (Mode::Mps { .. }, Source::Own) => Some(start_own_mps(config.as_ref(), &layout.devices)?),
         _ => None,

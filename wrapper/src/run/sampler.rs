@@ -363,6 +363,7 @@ pub fn resolve(nvml: &Nvml, slot_devices: &[Option<String>]) -> Resolved {
         gpus: Vec::new(),
         slot_memory_mib: Vec::new(),
     };
+    let mut warned: Vec<&str> = Vec::new();
     for dev in slot_devices {
         let mut found = (None, false, None);
         if let Some(d) = dev {
@@ -391,9 +392,11 @@ pub fn resolve(nvml: &Nvml, slot_devices: &[Option<String>]) -> Resolved {
                         found = (Some(gi), mig, mem);
                     }
                 }
-                Err(e) => {
+                Err(e) if !warned.contains(&d.as_str()) => {
+                    warned.push(d);
                     log::warn!("GPU {d}: not found through NVML ({e}); no GPU figures for it")
                 }
+                Err(_) => {}
             }
         }
         r.slot_gpu.push(found.0);
