@@ -7,6 +7,7 @@
 #
 # Output: target/packages/colloc_<version>-<rev>_<arch>.deb (path printed last).
 set -euo pipefail
+# shellcheck source=lib/common.sh
 . "$(dirname "$0")/lib/common.sh"
 
 REVISION=${COLLOC_DEB_REVISION:-1}

@@ -14,6 +14,7 @@
 # Output under target/packages/: colloc-<version>-1.x86_64.rpm and the .src.rpm (paths
 # printed last, binary first).
 set -euo pipefail
+# shellcheck source=lib/common.sh
 . "$(dirname "$0")/lib/common.sh"
 
 command -v rpmbuild >/dev/null || die "rpmbuild missing: apt-get install rpm"
@@ -56,7 +57,7 @@ rpmbuild -bb --with prebuilt --target "$(uname -m)" "${common[@]}" \
 
 RPM=$(find "$TOP/RPMS" -name "colloc-$PKG_VERSION-*.rpm" | head -n 1)
 SRPM=$(find "$TOP/SRPMS" -name "colloc-$PKG_VERSION-*.src.rpm" | head -n 1)
-[ -n "$RPM" ] && [ -n "$SRPM" ] || die "rpmbuild made no package (logs in $TOP)"
+if [ -z "$RPM" ] || [ -z "$SRPM" ]; then die "rpmbuild made no package (logs in $TOP)"; fi
 cp "$RPM" "$SRPM" "$OUT_DIR/"
 echo "built $OUT_DIR/$(basename "$RPM") and $(basename "$SRPM") (Slurm $SLURM_MAJMIN)" >&2
 echo "$OUT_DIR/$(basename "$RPM")"

@@ -13,6 +13,7 @@
 #   COLLOC_SPANK_PLUGIN=/usr/lib/<multiarch>/slurm-wlm/libcolloc_spank.so COLLOC_BIN=/usr/bin/colloc
 # Ends with "N passed, N failed"; exits 0 only when nothing failed.
 set -uo pipefail
+# shellcheck source=lib/common.sh
 . "$(dirname "$0")/lib/common.sh"
 
 PASS=0
@@ -165,6 +166,7 @@ stub() { # stub EXIT-CODE REMOVE-JOURNALS
         "$PR" "$2" "$PR" "$1" >"$PR/colloc"
     chmod +x "$PR/colloc"
 }
+# shellcheck disable=SC2317 # called through check
 pre_remove() { COLLOC_BIN=$PR/colloc COLLOC_CONFIG=$PR/colloc.toml "$REPO/packaging/colloc-pre-remove"; }
 stub 1 0
 check "pre-remove: no journal: removal goes on" pre_remove
@@ -187,6 +189,7 @@ if dpkg -s colloc >/dev/null 2>&1; then
     COLLOC_FORCE_REMOVE=1 dpkg --purge colloc >/dev/null 2>&1
 fi
 check "apt-get install ./$(basename "$DEB")" apt-get install -y -q "$DEB"
+# shellcheck disable=SC2016 # expanded by the inner bash
 check "dpkg -V colloc: installed files intact" bash -c '[ -z "$(dpkg -V colloc)" ]'
 check "/usr/bin/colloc runs (--version)" /usr/bin/colloc --version
 check "colloc check-config accepts the shipped colloc.toml" /usr/bin/colloc check-config /etc/slurm/colloc.toml
@@ -223,8 +226,8 @@ EOF
 if command -v sbatch >/dev/null; then
     check "enabled plugstack line: sbatch --help lists --colloc from the installed plugin" \
         bash -c "SLURM_CONF='$SC/slurm.conf' sbatch --help 2>&1 | grep -q -- '--colloc=MODE'"
-    out=$(SLURM_CONF=$SC/slurm.conf timeout 20 sbatch --colloc=bogus --wrap true 2>&1)
-    if [ $? -ne 0 ] && grep -q 'colloc: --colloc: invalid mode' <<<"$out"; then
+    if ! out=$(SLURM_CONF=$SC/slurm.conf timeout 20 sbatch --colloc=bogus --wrap true 2>&1) &&
+        grep -q 'colloc: --colloc: invalid mode' <<<"$out"; then
         ok "enabled plugstack line: sbatch --colloc=bogus fails with the grammar's message"
     else
         not_ok "enabled plugstack line: sbatch --colloc=bogus fails with the grammar's message" "$out"
