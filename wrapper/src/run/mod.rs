@@ -732,7 +732,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     let nvml = match sampler::open_nvml(&nvml_lib) {
         Ok(n) => Some(n),
         Err(e) => {
-            log::warn!("NVML unavailable ({nvml_lib}: {e}); runs go on without GPU figures");
+            log::warn!("NVML unavailable ({e}); runs go on without GPU figures");
             None
         }
     };
@@ -744,7 +744,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         visible: env("CUDA_VISIBLE_DEVICES"),
         mode: args.mode.clone(),
         jobs: args.jobs,
-        nvml_gpus: nvml.as_ref().map(sampler::all_gpus),
+        nvml_gpus: nvml.as_ref().map(|n| sampler::all_gpus(n.nvml())),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
     })
     .map_err(bad_input)?;
@@ -777,7 +777,9 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
             .context("cannot start the signal thread")?;
     }
 
-    let resolved = nvml.as_ref().map(|n| sampler::resolve(n, &layout.slots));
+    let resolved = nvml
+        .as_ref()
+        .map(|n| sampler::resolve(n.nvml(), &layout.slots));
     if let (Mode::Mps { .. }, Source::Own, Some(r)) = (&layout.mode, &layout.source, &resolved) {
         // MPS clients number devices within the daemon's CUDA_VISIBLE_DEVICES, so an
         // index such as "2" would name another GPU (or none) for them: use UUIDs.

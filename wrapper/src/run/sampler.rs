@@ -7,12 +7,12 @@
 //! calls per GPU and reads `/proc/<pid>/stat` only for GPU processes it has not seen.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use colloc_core::nvml::NvmlGpus;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::Nvml;
 use serde::{Deserialize, Serialize};
@@ -341,12 +341,12 @@ pub struct Resolved {
     pub slot_memory_mib: Vec<Option<u64>>,
 }
 
-/// Open NVML from `lib` (a file name or path).
+/// Open NVML from `lib` (a file name or path), as the rest of colloc does.
 ///
 /// # Errors
-/// The NVML error when the library is missing or fails to initialize.
-pub fn open_nvml(lib: &str) -> Result<Nvml, nvml_wrapper::error::NvmlError> {
-    Nvml::builder().lib_path(OsStr::new(lib)).init()
+/// [`colloc_core::gpu::GpuError`] when the library is missing or fails to initialize.
+pub fn open_nvml(lib: &str) -> colloc_core::gpu::GpuResult<NvmlGpus> {
+    NvmlGpus::open(lib)
 }
 
 /// Physical GPU indexes visible through NVML when `CUDA_VISIBLE_DEVICES` is unset.
@@ -409,7 +409,7 @@ pub fn resolve(nvml: &Nvml, slot_devices: &[Option<String>]) -> Resolved {
 /// Readings through NVML. Devices are looked up by UUID each tick (handles borrow the
 /// library, and a lookup is cheap).
 pub struct NvmlProbe {
-    nvml: Nvml,
+    nvml: NvmlGpus,
     gpu_uuids: Vec<String>,
     slot_mig_uuid: Vec<Option<String>>,
     last_ts: Vec<Option<u64>>,
@@ -417,7 +417,7 @@ pub struct NvmlProbe {
 
 impl NvmlProbe {
     /// A probe over the resolved GPUs.
-    pub fn new(nvml: Nvml, r: &Resolved, slot_devices: &[Option<String>]) -> NvmlProbe {
+    pub fn new(nvml: NvmlGpus, r: &Resolved, slot_devices: &[Option<String>]) -> NvmlProbe {
         NvmlProbe {
             nvml,
             gpu_uuids: r.gpus.iter().map(|g| g.uuid.clone()).collect(),
@@ -436,7 +436,7 @@ impl Probe for NvmlProbe {
         let mut tick = Tick::default();
         for (gi, uuid) in self.gpu_uuids.iter().enumerate() {
             let mut g = GpuTick::default();
-            if let Ok(d) = self.nvml.device_by_uuid(uuid.as_str()) {
+            if let Ok(d) = self.nvml.nvml().device_by_uuid(uuid.as_str()) {
                 g.energy_mj = d.total_energy_consumption().ok();
                 if busy.get(gi).copied().unwrap_or(false) {
                     g.util = d
@@ -477,7 +477,7 @@ impl Probe for NvmlProbe {
                 let u = u
                     .as_ref()
                     .filter(|_| busy_slots.get(si).copied().unwrap_or(false))?;
-                let d = self.nvml.device_by_uuid(u.as_str()).ok()?;
+                let d = self.nvml.nvml().device_by_uuid(u.as_str()).ok()?;
                 d.memory_info().ok().map(|m| m.used)
             })
             .collect();
