@@ -1,1 +1,15 @@
-//! SPANK plugin (placeholder until the plugin lands).
+//! colloc's SPANK plugin, `libcolloc_spank.so`: `--colloc=MODE` on sbatch/srun/salloc,
+//! GPU reconfiguration in the job prolog, the task environment, restore in the epilog.
+//!
+//! - [`ffi`]: the C boundary (bindgen output, exported symbols, the guard); the only
+//!   module with `unsafe`.
+//! - [`plugin`]: what each callback does, over the [`plugin::Host`] trait.
+//! - [`logger`]: `log` records to Slurm's logging.
+//!
+//! Enable it with a plugstack.conf line (see slurm-conf/plugstack.conf):
+//! `required /usr/lib/x86_64-linux-gnu/slurm-wlm/libcolloc_spank.so config=/etc/slurm/colloc.toml`
+#![deny(missing_docs)]
+
+pub mod ffi;
+pub mod logger;
+pub mod plugin;

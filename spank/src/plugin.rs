@@ -1,0 +1,637 @@
+//! What the plugin does in each SPANK callback, above the C boundary.
+//!
+//! | callback | where | what |
+//! | --- | --- | --- |
+//! | `init` | sbatch/srun/salloc, slurmstepd, slurmd | register `--colloc=MODE` |
+//! | option callback | sbatch/srun/salloc | parse the value and check it against `allowed_modes`: a bad value fails the command before anything is queued |
+//! | `job_prolog` | root, own process | apply the mode to the job's GPUs through colloc-core |
+//! | `task_init_privileged` | root, each task | set the task environment from the journal, or fail the task with the refusal |
+//! | `job_epilog` | root, own process | restore what the journal recorded |
+//!
+//! A user's mistake never fails the prolog (that drains the node): the prolog records it
+//! and the job's tasks fail in `task_init_privileged` with the reason on the job's stderr.
+//! Only real node faults (NVML, journal, MPS daemon trouble, a broken node config) fail it.
+//!
+//! GPU indexes: the job's GPUs are read from `SLURM_JOB_GPUS` (else `CUDA_VISIBLE_DEVICES`)
+//! in the prolog's environment, set by Slurm, never by the user. They are taken to be
+//! NVML indexes. That holds on colloc nodes, whose gres.conf lists `File=/dev/nvidiaN` in
+//! NVML order with no `AutoDetect=nvml` (see slurm-conf/gres.conf): Slurm's GPU index is
+//! the device minor, and NVML orders GPUs by PCI bus id as the driver numbers its minors.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use colloc_core::config::{Config, ConfigError, DEFAULT_PATH};
+use colloc_core::gpu::GpuControl;
+use colloc_core::journal::Phase;
+use colloc_core::mode::{Mode, VALID_MODES};
+use colloc_core::nvml::NvmlGpus;
+use colloc_core::reconfig::{self, JobSpec, Outcome};
+
+/// Where the plugin runs (`spank_context()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Context {
+    /// srun
+    Local,
+    /// slurmstepd
+    Remote,
+    /// sbatch, salloc
+    Allocator,
+    /// slurmd at its start
+    Slurmd,
+    /// job prolog/epilog
+    JobScript,
+    /// Anything else (an error or a newer Slurm).
+    Other,
+}
+
+/// What the plugin needs from Slurm in a callback; [`crate::ffi::Spank`] implements it
+/// over the SPANK API, tests with a fake.
+pub trait Host {
+    /// Where we run.
+    fn context(&self) -> Context;
+    /// Register `--colloc` with this usage line.
+    ///
+    /// # Errors
+    /// Slurm refused the registration.
+    fn register_option(&mut self, usage: &str) -> Result<(), String>;
+    /// The raw value of `--colloc`, `None` when the job did not use it.
+    ///
+    /// # Errors
+    /// Not available in this context.
+    fn getopt(&self) -> Result<Option<Vec<u8>>, String>;
+    /// The job id.
+    ///
+    /// # Errors
+    /// Not available in this context.
+    fn job_id(&self) -> Result<u32, String>;
+    /// The job's user.
+    ///
+    /// # Errors
+    /// Not available in this context.
+    fn job_uid(&self) -> Result<u32, String>;
+    /// The job's group.
+    ///
+    /// # Errors
+    /// Not available in this context.
+    fn job_gid(&self) -> Result<u32, String>;
+    /// Set a variable in the task's environment.
+    ///
+    /// # Errors
+    /// Slurm refused.
+    fn setenv(&mut self, name: &str, value: &str) -> Result<(), String>;
+    /// A variable of this process's environment (the prolog gets the job's here).
+    fn env(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+/// Environment variable through which Slurm hands the option to prolog and epilog.
+pub const OPTION_ENV: &str = "SPANK__SLURM_SPANK_OPTION_colloc_colloc";
+
+/// The plugstack.conf arguments: `config=PATH`, `default=MODE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginArgs {
+    /// The node configuration file.
+    pub config: PathBuf,
+    /// Mode for jobs without `--colloc`; overrides the config's `default_mode`.
+    pub default: Option<Mode>,
+}
+
+/// Parse the plugstack.conf arguments.
+///
+/// # Errors
+/// An unknown argument, a relative config path or a bad default mode, in one line.
+pub fn parse_args(args: &[&str]) -> Result<PluginArgs, String> {
+    let mut out = PluginArgs {
+        config: PathBuf::from(DEFAULT_PATH),
+        default: None,
+    };
+    for arg in args {
+        match arg.split_once('=') {
+            Some(("config", p)) if Path::new(p).is_absolute() => out.config = PathBuf::from(p),
+            Some(("config", p)) => {
+                return Err(format!(
+                    "plugstack.conf: config={p} must be an absolute path"
+                ))
+            }
+            Some(("default", m)) => {
+                let mode = m
+                    .parse::<Mode>()
+                    .map_err(|e| format!("plugstack.conf: default={m}: {e}"))?;
+                out.default = Some(mode);
+            }
+            _ => {
+                return Err(format!(
+                    "plugstack.conf: unknown argument {}; valid: config=PATH, default=MODE",
+                    colloc_core::mode::show_input(arg)
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The `--help` line.
+pub fn usage(args: &PluginArgs) -> String {
+    let default = args
+        .default
+        .as_ref()
+        .map_or_else(|| "as configured (off)".to_string(), |m| m.to_string());
+    format!(
+        "Collocate runs on the job's GPUs with MODE = off, naive, mps, mps:N or \
+         mig:P[,P...] (P = 1g, 2g, 3g, 4g, 7g or a full name like 3g.20gb, count xK; \
+         e.g. mig:3g, mig:2gx3, mps:4). Default: {default}."
+    )
+}
+
+/// The arguments `init` saw, for the option callback of the same process (sbatch/srun).
+static SUBMIT_ARGS: OnceLock<PluginArgs> = OnceLock::new();
+
+/// `slurm_spank_init`: register `--colloc` (every context). No NVML, no threads.
+///
+/// # Errors
+/// Bad plugstack arguments, or Slurm refused the option.
+pub fn init(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
+    let parsed = parse_args(args)?;
+    let line = usage(&parsed);
+    // A second init in one process (not expected) keeps the first arguments.
+    let _ = SUBMIT_ARGS.set(parsed);
+    host.register_option(&line)
+}
+
+/// The message for a value the grammar rejects.
+pub fn option_error(raw: &[u8]) -> String {
+    match Mode::parse_bytes(raw) {
+        Err(e) => format!("--colloc: {e}"),
+        Ok(m) => format!("--colloc: unexpected value {m}; {VALID_MODES}"),
+    }
+}
+
+/// The option callback. In sbatch/srun/salloc (`remote` false): parse and check against
+/// the node's `allowed_modes`, so a bad value fails before the job is queued. Where the
+/// config cannot be read on a submit host, the grammar alone is checked. In slurmstepd
+/// (`remote` true) nothing is checked here: `task_init_privileged` does it for the job.
+///
+/// # Errors
+/// The grammar's one-line message, or the allowed-modes message.
+pub fn option_given(raw: &[u8], remote: bool) -> Result<(), String> {
+    if remote {
+        return Ok(());
+    }
+    let mode = Mode::parse_bytes(raw).map_err(|e| format!("--colloc: {e}"))?;
+    let config = SUBMIT_ARGS
+        .get()
+        .map_or_else(|| PathBuf::from(DEFAULT_PATH), |a| a.config.clone());
+    match Config::load(&config) {
+        Ok(cfg) => cfg
+            .check_allowed(&mode)
+            .map_err(|e| format!("--colloc: {e}")),
+        Err(ConfigError::Read { .. }) => {
+            log::debug!(
+                "{} not readable here: checked --colloc={mode} against the grammar only",
+                config.display()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            log::warn!("ignoring {e}; checked --colloc={mode} against the grammar only");
+            Ok(())
+        }
+    }
+}
+
+/// The job's GPUs as NVML indexes, from Slurm's variables in the prolog environment:
+/// `SLURM_JOB_GPUS` (the global gres indexes), else `CUDA_VISIBLE_DEVICES`. Unset, empty
+/// or Slurm's `NoDevFiles` mean no GPUs. Sorted, without duplicates.
+///
+/// # Errors
+/// A value that is not a list of indexes (a node or Slurm configuration fault).
+pub fn job_gpus(
+    slurm_job_gpus: Option<&str>,
+    cuda_visible: Option<&str>,
+) -> Result<Vec<u32>, String> {
+    let (name, value) = match (slurm_job_gpus, cuda_visible) {
+        (Some(v), _) if !v.trim().is_empty() => ("SLURM_JOB_GPUS", v),
+        (_, Some(v)) => ("CUDA_VISIBLE_DEVICES", v),
+        _ => return Ok(Vec::new()),
+    };
+    let value = value.trim();
+    if value.is_empty() || value == "NoDevFiles" {
+        return Ok(Vec::new());
+    }
+    let mut gpus = value
+        .split(',')
+        .map(|s| s.trim().parse::<u32>())
+        .collect::<Result<Vec<u32>, _>>()
+        .map_err(|_| {
+            format!(
+                "{name}={} is not a list of GPU indexes; colloc nodes need gres.conf with \
+                 static File= lines (see slurm-conf/gres.conf)",
+                colloc_core::mode::show_input(value)
+            )
+        })?;
+    gpus.sort_unstable();
+    gpus.dedup();
+    Ok(gpus)
+}
+
+/// The raw option value: SPANK's getopt, else the environment Slurm gives the prolog.
+fn option_value(host: &dyn Host) -> Option<Vec<u8>> {
+    match host.getopt() {
+        Ok(v) => v,
+        Err(e) => {
+            log::debug!("{e}; reading {OPTION_ENV}");
+            host.env(OPTION_ENV).map(String::into_bytes)
+        }
+    }
+}
+
+/// The node config for a job callback. `Ok(None)`: there is none and the job cannot have
+/// asked for anything (no `--colloc`, no plugstack default), so there is nothing to do.
+fn job_config(args: &PluginArgs, asked: bool) -> Result<Option<Config>, String> {
+    match Config::load(&args.config) {
+        Ok(c) => Ok(Some(c)),
+        Err(ConfigError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound
+                && !asked
+                && args.default.is_none() =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(format!("node configuration: {e}")),
+    }
+}
+
+fn env_u32(host: &dyn Host, name: &str) -> Option<u32> {
+    host.env(name).and_then(|v| v.trim().parse().ok())
+}
+
+fn job_id(host: &dyn Host) -> Result<u32, String> {
+    host.job_id()
+        .or_else(|e| env_u32(host, "SLURM_JOB_ID").ok_or(e))
+}
+
+/// `slurm_spank_job_prolog` (root): apply the mode to the job's GPUs.
+///
+/// # Errors
+/// Real node faults only.
+pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
+    let args = parse_args(args)?;
+    let raw = option_value(host);
+    let Some(cfg) = job_config(&args, raw.is_some())? else {
+        return Ok(());
+    };
+    let job = job_id(host)?;
+    let mode = match raw {
+        Some(raw) => match Mode::parse_bytes(&raw) {
+            Ok(m) => m,
+            Err(e) => {
+                // Only a client that skipped the submission check gets here; the tasks
+                // fail with this message (task_init_privileged parses again).
+                log::info!("job {job}: --colloc: {e}");
+                return Ok(());
+            }
+        },
+        None => args
+            .default
+            .clone()
+            .unwrap_or_else(|| cfg.default_mode.clone()),
+    };
+    if mode == Mode::Off {
+        return Ok(());
+    }
+    let uid = env_u32(host, "SLURM_JOB_UID")
+        .ok_or(())
+        .or_else(|()| host.job_uid())?;
+    let gid = env_u32(host, "SLURM_JOB_GID")
+        .or_else(|| crate::ffi::primary_gid(uid))
+        .ok_or(())
+        .or_else(|()| host.job_gid())?;
+    let gpus = job_gpus(
+        host.env("SLURM_JOB_GPUS").as_deref(),
+        host.env("CUDA_VISIBLE_DEVICES").as_deref(),
+    )?;
+    let spec = JobSpec {
+        job,
+        uid,
+        gid,
+        gpus,
+        mode,
+    };
+    let ctl = NvmlGpus::open(&cfg.nvml_library).map_err(|e| format!("job {job}: {e}"))?;
+    match reconfig::prolog(&cfg, &ctl, &spec) {
+        Ok(Outcome::Applied(env)) => {
+            log::info!("job {job}: applied {} on GPUs {:?}", spec.mode, spec.gpus);
+            log::debug!("job {job}: task environment {env:?}");
+            Ok(())
+        }
+        Ok(Outcome::Refused(r)) => {
+            log::info!("job {job}: refused --colloc={}: {}", spec.mode, r.message);
+            Ok(())
+        }
+        Ok(Outcome::Off) => Ok(()),
+        Err(fault) => Err(format!("job {job}: {fault}")),
+    }
+}
+
+/// Why a task may not start, in one line for the job's stderr.
+fn refuse_task(job: u32, reason: &str) -> String {
+    let line = format!("colloc: job {job} cannot run: {reason}");
+    // The task's stderr is the job's error file: say it there, not only in slurmd's log.
+    eprintln!("{line}");
+    line
+}
+
+/// `slurm_spank_task_init_privileged` (root, each task): set the task environment the
+/// prolog recorded, or fail the task with the reason it recorded.
+///
+/// # Errors
+/// The job was refused, its setup did not complete, or the journal cannot be read.
+pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
+    let args = parse_args(args)?;
+    let raw = option_value(host);
+    let asked = raw.is_some();
+    let job = job_id(host)?;
+    if let Some(raw) = &raw {
+        if let Err(e) = Mode::parse_bytes(raw) {
+            return Err(refuse_task(job, &format!("--colloc: {e}")));
+        }
+    }
+    let Some(cfg) = job_config(&args, asked)? else {
+        return Ok(());
+    };
+    let mode = match &raw {
+        Some(raw) => Mode::parse_bytes(raw).unwrap_or(Mode::Off),
+        None => args
+            .default
+            .clone()
+            .unwrap_or_else(|| cfg.default_mode.clone()),
+    };
+    let journal = reconfig::job_state(&cfg, job).map_err(|e| refuse_task(job, &e.to_string()))?;
+    let Some(j) = journal else {
+        if mode == Mode::Off {
+            return Ok(());
+        }
+        return Err(refuse_task(
+            job,
+            &format!("--colloc={mode}: the node did not set up the GPUs (no record of this job's prolog)"),
+        ));
+    };
+    match j.phase {
+        Phase::Applied => {
+            for (name, value) in &j.env {
+                host.setenv(name, value)?;
+            }
+            Ok(())
+        }
+        Phase::Refused => Err(refuse_task(
+            job,
+            j.refused.as_deref().unwrap_or("refused by the node"),
+        )),
+        Phase::Applying | Phase::Restoring => Err(refuse_task(
+            job,
+            &format!("--colloc={}: the GPU setup did not complete", j.mode),
+        )),
+    }
+}
+
+/// `slurm_spank_job_epilog` (root): restore the job's GPUs per its journal. Nothing to do
+/// without one (mode off, or the prolog never ran); idempotent.
+///
+/// # Errors
+/// A GPU could not be brought back, or the journal cannot be read (the node drains).
+pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
+    let args = parse_args(args)?;
+    let cfg = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(ConfigError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(())
+        }
+        Err(e) => return Err(format!("node configuration: {e}")),
+    };
+    let job = job_id(host)?;
+    if reconfig::job_state(&cfg, job)
+        .map_err(|e| format!("job {job}: {e}"))?
+        .is_none()
+    {
+        return Ok(());
+    }
+    // NVML is needed for MIG journals only; restore says so if it was needed and missing.
+    let ctl = match NvmlGpus::open(&cfg.nvml_library) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            log::warn!("job {job}: {e}");
+            None
+        }
+    };
+    let report = reconfig::restore(&cfg, ctl.as_ref().map(|c| c as &dyn GpuControl), job)
+        .map_err(|e| format!("job {job}: restore failed: {e}"))?;
+    log::info!(
+        "job {job}: restored ({} MIG instances destroyed, {} MPS daemons stopped, {} processes killed)",
+        report.destroyed,
+        report.mps_stopped,
+        report.killed.len()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugstack_arguments() {
+        let a = parse_args(&[]).unwrap();
+        assert_eq!(a.config, PathBuf::from(DEFAULT_PATH));
+        assert_eq!(a.default, None);
+        let a = parse_args(&["config=/etc/x.toml", "default=mps:2"]).unwrap();
+        assert_eq!(a.config, PathBuf::from("/etc/x.toml"));
+        assert_eq!(a.default, Some(Mode::Mps { clients: Some(2) }));
+        for (bad, want) in [
+            (&["config=rel.toml"][..], "must be an absolute path"),
+            (&["default=mig:"][..], "default=mig:: invalid mode"),
+            (&["verbose"][..], "unknown argument \"verbose\""),
+            (&["conf=/x"][..], "valid: config=PATH, default=MODE"),
+        ] {
+            let e = parse_args(bad).unwrap_err();
+            assert!(e.contains(want), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn usage_lists_modes() {
+        let u = usage(&parse_args(&[]).unwrap());
+        for m in ["off", "naive", "mps", "mps:N", "mig:P"] {
+            assert!(u.contains(m), "{u}");
+        }
+        assert!(!u.contains('\n'));
+        assert!(usage(&parse_args(&["default=naive"]).unwrap()).ends_with("Default: naive."));
+    }
+
+    #[test]
+    fn gpu_lists() {
+        assert_eq!(job_gpus(Some("2,0"), Some("0,1")).unwrap(), vec![0, 2]);
+        assert_eq!(job_gpus(None, Some("3")).unwrap(), vec![3]);
+        assert_eq!(job_gpus(Some(""), Some("1,1")).unwrap(), vec![1]);
+        assert_eq!(job_gpus(None, None).unwrap(), Vec::<u32>::new());
+        assert_eq!(
+            job_gpus(None, Some("NoDevFiles")).unwrap(),
+            Vec::<u32>::new()
+        );
+        let e = job_gpus(Some("GPU-abc"), None).unwrap_err();
+        assert!(e.starts_with("SLURM_JOB_GPUS=\"GPU-abc\" is not"), "{e}");
+        assert!(job_gpus(None, Some("0,,1")).is_err());
+    }
+
+    #[test]
+    fn option_values_checked_at_submission() {
+        // No init in this process: the default config path, normally absent on a
+        // build machine, so the grammar alone decides.
+        assert!(option_given(b"mig:3g", false).is_ok());
+        assert!(option_given(b"mps:4", false).is_ok());
+        for bad in [
+            &b""[..],
+            b"mig:",
+            b"mps:0",
+            b"x;rm -rf /",
+            b"../../etc",
+            &[0xff, 0xfe],
+        ] {
+            let e = option_given(bad, false).unwrap_err();
+            assert!(e.starts_with("--colloc: invalid mode"), "{e}");
+            assert!(e.contains("valid modes:"), "{e}");
+        }
+        // In slurmstepd the value is checked by task_init_privileged instead.
+        assert!(option_given(b"bogus", true).is_ok());
+    }
+
+    struct FakeHost {
+        opt: Result<Option<Vec<u8>>, String>,
+        env: Vec<(&'static str, String)>,
+        set: Vec<(String, String)>,
+    }
+
+    impl Host for FakeHost {
+        fn context(&self) -> Context {
+            Context::JobScript
+        }
+        fn register_option(&mut self, _usage: &str) -> Result<(), String> {
+            Ok(())
+        }
+        fn getopt(&self) -> Result<Option<Vec<u8>>, String> {
+            self.opt.clone()
+        }
+        fn job_id(&self) -> Result<u32, String> {
+            Err("spank_get_item(S_JOB_ID) failed".into())
+        }
+        fn job_uid(&self) -> Result<u32, String> {
+            Ok(0)
+        }
+        fn job_gid(&self) -> Result<u32, String> {
+            Ok(0)
+        }
+        fn setenv(&mut self, name: &str, value: &str) -> Result<(), String> {
+            self.set.push((name.into(), value.into()));
+            Ok(())
+        }
+        fn env(&self, name: &str) -> Option<String> {
+            self.env
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    #[test]
+    fn option_falls_back_to_the_prolog_environment() {
+        let h = FakeHost {
+            opt: Err("not available".into()),
+            env: vec![(OPTION_ENV, "mps".into()), ("SLURM_JOB_ID", "42".into())],
+            set: vec![],
+        };
+        assert_eq!(option_value(&h), Some(b"mps".to_vec()));
+        assert_eq!(job_id(&h), Ok(42));
+        let h = FakeHost {
+            opt: Ok(None),
+            env: vec![(OPTION_ENV, "mps".into())],
+            set: vec![],
+        };
+        assert_eq!(option_value(&h), None);
+        assert!(job_id(&h).is_err());
+    }
+
+    fn write_config(dir: &Path, extra: &str) -> String {
+        let path = dir.join("colloc.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\n\
+                 nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n{extra}",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        format!("config={}", path.display())
+    }
+
+    #[test]
+    fn jobs_without_colloc_touch_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), "");
+        let mut h = FakeHost {
+            opt: Ok(None),
+            env: vec![("SLURM_JOB_ID", "7".into()), ("SLURM_JOB_GPUS", "0".into())],
+            set: vec![],
+        };
+        // NVML is never loaded for an off job: the bogus library path would fail.
+        job_prolog(&mut h, &[&cfg]).unwrap();
+        task_init_privileged(&mut h, &[&cfg]).unwrap();
+        job_epilog(&mut h, &[&cfg]).unwrap();
+        assert!(h.set.is_empty());
+        // No config at all and nothing asked: nothing to do either.
+        let missing = format!("config={}/missing.toml", dir.path().display());
+        job_prolog(&mut h, &[&missing]).unwrap();
+        job_epilog(&mut h, &[&missing]).unwrap();
+        // But a job that asked on a node without config is a node fault.
+        h.opt = Ok(Some(b"mps".to_vec()));
+        let e = job_prolog(&mut h, &[&missing]).unwrap_err();
+        assert!(e.starts_with("node configuration: cannot read"), "{e}");
+    }
+
+    #[test]
+    fn hostile_values_in_the_prolog_do_not_fail_it_but_fail_the_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), "");
+        let mut h = FakeHost {
+            opt: Ok(Some(b"mig:$(reboot)".to_vec())),
+            env: vec![("SLURM_JOB_ID", "8".into()), ("SLURM_JOB_GPUS", "0".into())],
+            set: vec![],
+        };
+        job_prolog(&mut h, &[&cfg]).unwrap();
+        let e = task_init_privileged(&mut h, &[&cfg]).unwrap_err();
+        assert!(
+            e.starts_with("colloc: job 8 cannot run: --colloc: invalid mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_missing_prolog_record_fails_the_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), "");
+        let mut h = FakeHost {
+            opt: Ok(Some(b"mps".to_vec())),
+            env: vec![("SLURM_JOB_ID", "9".into())],
+            set: vec![],
+        };
+        let e = task_init_privileged(&mut h, &[&cfg]).unwrap_err();
+        assert!(e.contains("no record of this job's prolog"), "{e}");
+        // A prolog that cannot load NVML is a node fault.
+        h.env.push(("SLURM_JOB_GPUS", "0".into()));
+        h.env.push(("SLURM_JOB_UID", "0".into()));
+        let e = job_prolog(&mut h, &[&cfg]).unwrap_err();
+        assert!(e.starts_with("job 9: "), "{e}");
+        assert!(e.contains("/nonexistent/libnvidia-ml.so.1"), "{e}");
+    }
+}

@@ -1,0 +1,364 @@
+//! The SPANK plugin on a real one-node Slurm cluster with one fake A100 40GB
+//! (issue 3, "What it must show"). One cluster for the whole file; tests run in order.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::Path;
+
+use colloc_slurm_tests::{processes_of_pipe_dir, run_suite, Cluster, Test};
+
+fn main() {
+    let tests: &[Test] = &[
+        ("help_lists_colloc", help_lists_colloc),
+        (
+            "hostile_values_rejected_before_queueing",
+            hostile_values_rejected_before_queueing,
+        ),
+        (
+            "mig_3g_job_sees_two_instances_and_gpu_is_restored",
+            mig_3g_job,
+        ),
+        ("mps_job_gets_private_daemon_removed_after", mps_job),
+        ("naive_job_sees_gpu_uuid", naive_job),
+        ("mig_4gx2_fails_job_not_node", mig_4gx2_refused),
+        (
+            "job_without_gres_is_refused_with_a_clear_message",
+            no_gres_refused,
+        ),
+        ("scancel_of_running_mig_1g_job_restores", scancel_restores),
+        (
+            "foreign_instances_refused_untouched",
+            foreign_instances_refused,
+        ),
+        ("time_limit_restores", time_limit_restores),
+    ];
+    run_suite(1, None, tests);
+}
+
+/// The plugin's environment dump: what a job saw.
+const SHOW_ENV: &str = "env | grep -E '^(COLLOC_|CUDA_|SLURM_JOB_GPUS=)' | sort";
+
+fn assert_idle_and_clean(c: &Cluster) {
+    assert_eq!(c.node_state(), "idle", "node not idle: {}", c.node_reason());
+    assert!(c.journals().is_empty(), "journals left: {:?}", c.journals());
+    assert_eq!(c.squeue(), "");
+}
+
+fn assert_no_instances(c: &Cluster) {
+    for g in 0..c.gpus() {
+        assert!(
+            c.instances(g).is_empty(),
+            "GPU {g} still has {:?}",
+            c.instances(g)
+        );
+    }
+}
+
+fn help_lists_colloc(c: &Cluster) {
+    for prog in ["sbatch", "srun", "salloc"] {
+        let out = c.slurm(prog).arg("--help").output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("--colloc=MODE"), "{prog} --help:\n{help}");
+        assert!(
+            help.contains("mig:P[,P...]"),
+            "{prog} --help lacks the modes:\n{help}"
+        );
+        assert!(
+            help.contains("mps:N"),
+            "{prog} --help lacks the modes:\n{help}"
+        );
+    }
+}
+
+fn hostile_values_rejected_before_queueing(c: &Cluster) {
+    let marker = c.dir().join("pwned");
+    let mut values: Vec<OsString> = [
+        "",
+        "mig:",
+        "mps:0",
+        "mps:49",
+        "mig:0g",
+        "mig:3gx0",
+        "MIG:3G",
+        "mig:3g;touch PWNED",
+        "$(touch PWNED)",
+        "`touch PWNED`",
+        "mig:3g|touch PWNED",
+        "mig:3g && touch PWNED",
+        "../../../etc/passwd",
+        "mig:../../etc/shadow",
+        "mps\nmig:3g",
+        "mïg:3g",
+        "mig:3g\u{202e}",
+        "💥",
+        "off ",
+        " naive",
+        "mps:-1",
+        "mig:3g,",
+        "gpu",
+    ]
+    .iter()
+    .map(|v| OsString::from(v.replace("PWNED", &marker.display().to_string())))
+    .collect();
+    values.push(OsString::from("a".repeat(10 * 1024)));
+    values.push(OsString::from(format!("mig:{}", "1g,".repeat(3000))));
+    values.push(OsString::from_vec(vec![b'm', b'p', b's', 0xff, 0xfe]));
+    for v in values {
+        let mut arg = OsString::from("--colloc=");
+        arg.push(&v);
+        let shown: String = v.to_string_lossy().chars().take(40).collect();
+        match c.sbatch(&[arg.clone(), "--gres=gpu:1".into()], "true") {
+            Ok(id) => panic!("sbatch --colloc={shown:?} was accepted as job {id}"),
+            Err(out) => {
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    err.contains("--colloc: invalid mode")
+                        && err.contains("valid modes: off, naive, mps"),
+                    "sbatch --colloc={shown:?}: {err}"
+                );
+                // One message line (plus Slurm's own lines), no control characters.
+                let ours: Vec<&str> = err.lines().filter(|l| l.contains("invalid mode")).collect();
+                assert_eq!(ours.len(), 1, "{err}");
+                assert!(
+                    !ours[0].contains('\u{202e}') && ours[0].len() < 600,
+                    "{err}"
+                );
+            }
+        }
+        assert_eq!(c.squeue(), "", "a job was queued for --colloc={shown:?}");
+        // srun fails the same way, before any allocation.
+        let out = c.slurm("srun").arg(&arg).arg("true").output().unwrap();
+        assert!(!out.status.success(), "srun --colloc={shown:?} succeeded");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("invalid mode"));
+    }
+    assert!(!marker.exists(), "a hostile value ran a command");
+    assert_idle_and_clean(c);
+}
+
+fn mig_3g_job(c: &Cluster) {
+    let before = c.gpu_layout();
+    let ctl = colloc_slurm_tests::fake_ctl();
+    let script = format!("{SHOW_ENV}\n{} show\n", ctl.display());
+    let id = c.submit(&["--colloc=mig:3g", "--gres=gpu:1"], &script);
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let vars = c.job_vars(id);
+    assert_eq!(
+        vars.get("COLLOC_MODE").map(String::as_str),
+        Some("mig:3g.20gbx2"),
+        "{vars:?}"
+    );
+    assert_eq!(
+        vars.get("COLLOC_SLOTS").map(String::as_str),
+        Some("2"),
+        "{vars:?}"
+    );
+    let devices: Vec<&str> = vars["COLLOC_DEVICES"].split(',').collect();
+    assert_eq!(devices.len(), 2, "{devices:?}");
+    let out = c.job_out(id);
+    for d in &devices {
+        assert!(d.starts_with("MIG-"), "{d}");
+        // The fake driver, as the job saw it, had exactly these instances.
+        assert_eq!(
+            out.matches(d).count(),
+            2,
+            "{d} not among the job's instances:\n{out}"
+        );
+    }
+    // Slurm's own variable is left as Slurm set it.
+    assert_eq!(
+        vars.get("CUDA_VISIBLE_DEVICES").map(String::as_str),
+        Some("0")
+    );
+    assert_no_instances(c);
+    assert_eq!(c.gpu_layout(), before, "GPU not restored");
+    assert_idle_and_clean(c);
+    // colloc status agrees: nothing owned.
+    let st = c.colloc(&["status", "--json"]);
+    assert!(
+        st.status.success(),
+        "colloc status: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
+fn mps_job(c: &Cluster) {
+    let ready = c.jobs_dir().join("mps-ready");
+    let go = c.jobs_dir().join("mps-go");
+    let script = format!(
+        "{SHOW_ENV}\n\
+         echo PIPE_STAT=$(stat -c '%U:%a' \"$CUDA_MPS_PIPE_DIRECTORY\")\n\
+         echo LOG_STAT=$(stat -c '%U:%a' \"$CUDA_MPS_LOG_DIRECTORY\")\n\
+         echo DAEMON_PID=$(cat \"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid\")\n\
+         echo ME=$(id -un)\n\
+         touch {ready}\n\
+         while [ ! -e {go} ]; do sleep 0.1; done\n",
+        ready = ready.display(),
+        go = go.display()
+    );
+    // As an ordinary user: the pipe directory must be that user's, mode 0700.
+    let id = c.submit(
+        &[
+            "--colloc=mps",
+            "--gres=gpu:1",
+            "--uid=nobody",
+            "--gid=nogroup",
+        ],
+        &script,
+    );
+    c.wait_for_file(&ready);
+    let vars = c.job_vars(id);
+    let pipe = vars
+        .get("CUDA_MPS_PIPE_DIRECTORY")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        Path::new(&pipe).starts_with(c.run_dir()),
+        "pipe dir {pipe:?} not under {}: {vars:?}",
+        c.run_dir().display()
+    );
+    assert!(
+        pipe.contains(&id.to_string()),
+        "pipe dir {pipe} is not per job"
+    );
+    assert_eq!(vars.get("ME").map(String::as_str), Some("nobody"));
+    assert_eq!(
+        vars.get("PIPE_STAT").map(String::as_str),
+        Some("nobody:700"),
+        "{vars:?}"
+    );
+    assert_eq!(
+        vars.get("LOG_STAT").map(String::as_str),
+        Some("nobody:700"),
+        "{vars:?}"
+    );
+    assert_eq!(vars.get("COLLOC_MODE").map(String::as_str), Some("mps"));
+    let daemon: u32 = vars["DAEMON_PID"].parse().expect("daemon pid");
+    assert!(
+        Path::new(&format!("/proc/{daemon}")).exists(),
+        "MPS daemon not running"
+    );
+    assert!(processes_of_pipe_dir(&pipe).contains(&daemon));
+    std::fs::write(&go, "").unwrap();
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    assert!(
+        !Path::new(&pipe).exists(),
+        "pipe directory {pipe} left behind"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{daemon}")).exists(),
+        "MPS daemon {daemon} still runs"
+    );
+    assert!(processes_of_pipe_dir(&pipe).is_empty());
+    let leftovers: Vec<_> = std::fs::read_dir(c.run_dir())
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty(), "left in run_dir: {leftovers:?}");
+    assert_idle_and_clean(c);
+}
+
+fn naive_job(c: &Cluster) {
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], SHOW_ENV);
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let vars = c.job_vars(id);
+    assert_eq!(vars.get("COLLOC_MODE").map(String::as_str), Some("naive"));
+    let uuid = c.fake_state()["gpus"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(vars.get("COLLOC_DEVICES"), Some(&uuid), "{vars:?}");
+    assert_idle_and_clean(c);
+}
+
+fn mig_4gx2_refused(c: &Cluster) {
+    let before = c.gpu_layout();
+    let id = c.submit(&["--colloc=mig:4gx2", "--gres=gpu:1"], "echo RAN");
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "FAILED", "{end:?}");
+    assert_eq!(end.exit_code, "1:0", "{end:?}");
+    assert!(!c.job_out(id).contains("RAN"), "the job's script ran");
+    let err = c.job_err(id);
+    assert!(err.contains("mig:4gx2 does not fit"), "stderr: {err}");
+    assert!(err.contains("layouts that fit include"), "stderr: {err}");
+    assert!(err.contains("mig:"), "stderr names no layout: {err}");
+    assert_eq!(c.gpu_layout(), before, "the GPU was touched");
+    assert_idle_and_clean(c);
+}
+
+fn no_gres_refused(c: &Cluster) {
+    let id = c.submit(&["--colloc=mig:3g"], "echo RAN");
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "FAILED", "{end:?}");
+    assert!(
+        c.job_err(id).contains("--gres=gpu:N"),
+        "stderr: {}",
+        c.job_err(id)
+    );
+    assert_idle_and_clean(c);
+}
+
+fn scancel_restores(c: &Cluster) {
+    let before = c.gpu_layout();
+    let ready = c.jobs_dir().join("scancel-ready");
+    let id = c.submit(
+        &["--colloc=mig:1g", "--gres=gpu:1"],
+        &format!("{SHOW_ENV}\ntouch {}\nsleep 300\n", ready.display()),
+    );
+    c.wait_for_file(&ready);
+    assert_eq!(c.instances(0).len(), 7, "mig:1g should make 7 instances");
+    assert_eq!(
+        c.job_vars(id).get("COLLOC_SLOTS").map(String::as_str),
+        Some("7")
+    );
+    assert_eq!(c.journals().len(), 1);
+    let out = c.slurm("scancel").arg(id.to_string()).output().unwrap();
+    assert!(out.status.success());
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "CANCELLED", "{end:?}");
+    assert_eq!(c.gpu_layout(), before, "GPU not restored after scancel");
+    assert_idle_and_clean(c);
+}
+
+fn foreign_instances_refused(c: &Cluster) {
+    c.fake_ctl(&["create-foreign", "--gpu", "0", "--profile", "3g.20gb"]);
+    let before = c.gpu_layout();
+    assert_eq!(c.instances(0).len(), 1);
+    let id = c.submit(&["--colloc=mig:1g", "--gres=gpu:1"], "echo RAN");
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "FAILED", "{end:?}");
+    let err = c.job_err(id);
+    assert!(
+        err.contains("has MIG instances colloc does not own (3g.20gb at slot"),
+        "stderr: {err}"
+    );
+    assert!(!c.job_out(id).contains("RAN"));
+    assert_eq!(
+        c.gpu_layout(),
+        before,
+        "the other owner's instance was touched"
+    );
+    assert_idle_and_clean(c);
+    c.reset_fake_gpus();
+}
+
+fn time_limit_restores(c: &Cluster) {
+    let before = c.gpu_layout();
+    let ready = c.jobs_dir().join("timeout-ready");
+    // Slurm's smallest limit is a minute, checked about every 30 s: this test is slow.
+    let id = c.submit(
+        &["--colloc=mig:1g", "--gres=gpu:1", "--time=1"],
+        &format!("touch {}\nsleep 600\n", ready.display()),
+    );
+    c.wait_for_file(&ready);
+    assert_eq!(c.instances(0).len(), 7);
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "TIMEOUT", "{end:?}");
+    assert_eq!(
+        c.gpu_layout(),
+        before,
+        "GPU not restored after the time limit"
+    );
+    assert_idle_and_clean(c);
+}
