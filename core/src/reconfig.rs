@@ -250,7 +250,7 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
     journal::write(cfg, &j)?;
 
     let result = match &spec.mode {
-        Mode::Mig(_) => make_instances(cfg, ctl, &mut j),
+        Mode::Mig(_) => make_instances(ctl, &mut j),
         Mode::Mps { .. } => start_mps(cfg, &mut j),
         Mode::Naive | Mode::Off => Ok(()),
     };
@@ -298,7 +298,7 @@ fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String> {
     }
 }
 
-fn make_instances(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Result<(), NodeFault> {
+fn make_instances(ctl: &dyn GpuControl, j: &mut Journal) -> Result<(), NodeFault> {
     for gi in 0..j.gpus.len() {
         let index = j.gpus[gi].index;
         if j.gpus[gi].mig_mode_changed {
@@ -310,10 +310,11 @@ fn make_instances(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Result
                 )));
             }
         }
+        // No journal write per instance: `planned`, written before the first creation,
+        // already names everything a restore after a crash has to look for.
         for p in j.gpus[gi].planned.clone() {
             let inst = ctl.create_instance(index, p.profile_id, p.placement)?;
             j.gpus[gi].created.push(inst);
-            journal::write(cfg, j)?;
         }
     }
     Ok(())
