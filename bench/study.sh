@@ -84,15 +84,14 @@ mps_left() {
   echo none
 }
 
-# run NAME WORKLOAD BATCH CAP_SECONDS [extra colloc bench args...]
+# run NAME WORKLOAD BATCH CAP_SECONDS [COUNTS]
 run() {
-  local name=$1 workload=$2 batch=$3 cap=$4
-  shift 4
+  local name=$1 workload=$2 batch=$3 cap=$4 counts=${5:-1,2,3,7}
   local dir="$OUTDIR/$name"
   rm -rf "$dir"
   mkdir -p "$dir"
-  local cmd=("$COLLOC" --config "$CONF" bench --modes naive,mps --counts 1,2,3,7
-    --warmup "$WARMUP" --duration "$DURATION" --startup-timeout 90s --report-dir "$dir" "$@"
+  local cmd=("$COLLOC" --config "$CONF" bench --modes naive,mps,mig --counts "$counts"
+    --warmup "$WARMUP" --duration "$DURATION" --startup-timeout 90s --report-dir "$dir"
     -- "$PYTHON" "$HERE/train.py" --workload "$workload" --batch "$batch" --duration 0)
   echo "== $name: ${cmd[*]}" | tee -a "$LOG"
   printf '%q ' "${cmd[@]}" >"$dir/command.txt"
@@ -112,8 +111,8 @@ case "$PART" in
 esac
 if [[ $PART == smoke ]]; then
   WARMUP=2s DURATION=3s
-  "$PYTHON" "$HERE/train.py" --workload small --batch 32 --duration 3 2>&1 | tail -3 | tee -a "$LOG"
-  run smoke-small-b32 small 32 150 --counts 1,2
+  { "$PYTHON" "$HERE/train.py" --workload small --batch 32 --duration 3 2>&1 || echo "train.py exited $?"; } | tail -4 | tee -a "$LOG"
+  run smoke-small-b32 small 32 150 1,2
 fi
 if [[ $PART == A || $PART == all ]]; then
   run small-b128 small 128 180
