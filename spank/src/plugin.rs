@@ -180,6 +180,11 @@ pub fn option_given(raw: &[u8], remote: bool) -> Result<(), String> {
         return Ok(());
     }
     let mode = Mode::parse_bytes(raw).map_err(|e| format!("--colloc: {e}"))?;
+    if mode == Mode::Off {
+        // Always allowed: no need to read the config (keeps sbatch --colloc=off as fast
+        // as plain sbatch).
+        return Ok(());
+    }
     let config = SUBMIT_ARGS
         .get()
         .map_or_else(|| PathBuf::from(DEFAULT_PATH), |a| a.config.clone());
@@ -335,12 +340,10 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Why a task may not start, in one line for the job's stderr.
+/// Why a task may not start, in one line. The guard logs it through `slurm_error`, which
+/// slurmstepd writes both to its log and to the task's stderr, the job's error file.
 fn refuse_task(job: u32, reason: &str) -> String {
-    let line = format!("colloc: job {job} cannot run: {reason}");
-    // The task's stderr is the job's error file: say it there, not only in slurmd's log.
-    eprintln!("{line}");
-    line
+    format!("job {job} cannot run: {reason}")
 }
 
 /// `slurm_spank_task_init_privileged` (root, each task): set the task environment the
