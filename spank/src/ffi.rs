@@ -19,7 +19,7 @@
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::plugin::{self, Context, Host};
+use crate::plugin::{self, Host};
 
 mod sys {
     #![allow(
@@ -188,18 +188,6 @@ impl Spank {
 }
 
 impl Host for Spank {
-    fn context(&self) -> Context {
-        // SAFETY: spank_context takes no arguments and only reads Slurm's state.
-        match unsafe { sys::spank_context() } {
-            sys::S_CTX_LOCAL => Context::Local,
-            sys::S_CTX_REMOTE => Context::Remote,
-            sys::S_CTX_ALLOCATOR => Context::Allocator,
-            sys::S_CTX_SLURMD => Context::Slurmd,
-            sys::S_CTX_JOB_SCRIPT => Context::JobScript,
-            _ => Context::Other,
-        }
-    }
-
     fn register_option(&mut self, usage: &str) -> Result<(), String> {
         let usage = CString::new(usage).map_err(|_| "usage text contains NUL".to_string())?;
         let opt = option_struct(Some(&usage));
@@ -328,11 +316,9 @@ mod tests {
             std::ptr::null_mut(),
             bad.as_ptr().cast_mut(),
         ];
-        // SAFETY: `v` holds 1 valid string.
-        assert_eq!(
-            unsafe { args(1, v.as_mut_ptr()) }.unwrap(),
-            vec!["config=/x"]
-        );
+        // SAFETY: the first entry of `v` is a valid C string.
+        let one = unsafe { args(1, v.as_mut_ptr()) };
+        assert_eq!(one.unwrap(), vec!["config=/x"]);
         // SAFETY: entry 2 is NULL, which args reports.
         let e = unsafe { args(2, v.as_mut_ptr()) }.unwrap_err();
         assert!(e.contains("argument 2: NULL"), "{e}");
@@ -369,10 +355,6 @@ mod link_stubs {
     #[no_mangle]
     extern "C" fn spank_strerror(_e: sys::spank_err_t) -> *const c_char {
         c"stub".as_ptr()
-    }
-    #[no_mangle]
-    extern "C" fn spank_context() -> sys::spank_context_t {
-        sys::S_CTX_ERROR
     }
     #[no_mangle]
     extern "C" fn spank_option_register(

@@ -28,28 +28,9 @@ use colloc_core::mode::{Mode, VALID_MODES};
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, Outcome};
 
-/// Where the plugin runs (`spank_context()`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Context {
-    /// srun
-    Local,
-    /// slurmstepd
-    Remote,
-    /// sbatch, salloc
-    Allocator,
-    /// slurmd at its start
-    Slurmd,
-    /// job prolog/epilog
-    JobScript,
-    /// Anything else (an error or a newer Slurm).
-    Other,
-}
-
 /// What the plugin needs from Slurm in a callback; [`crate::ffi::Spank`] implements it
 /// over the SPANK API, tests with a fake.
 pub trait Host {
-    /// Where we run.
-    fn context(&self) -> Context;
     /// Register `--colloc` with this usage line.
     ///
     /// # Errors
@@ -516,9 +497,6 @@ mod tests {
     }
 
     impl Host for FakeHost {
-        fn context(&self) -> Context {
-            Context::JobScript
-        }
         fn register_option(&mut self, _usage: &str) -> Result<(), String> {
             Ok(())
         }

@@ -58,7 +58,9 @@ if SLURM_CONF=$without_conf sbatch --help | grep -- --colloc >/dev/null; then
   exit 1
 fi
 
-: >"$work/without" >"$work/with" >"$work/with-off"
+: >"$work/without"
+: >"$work/with"
+: >"$work/with-off"
 for ((i = 0; i < n; i++)); do
   submit "$without_conf" >>"$work/without"
   submit "$with_conf" >>"$work/with"

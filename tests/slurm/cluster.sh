@@ -71,7 +71,9 @@ free_port() {
 start() {
   local dir=$1
   [[ $(id -u) == 0 ]] || die "needs root (slurmd, mknod, mount)"
-  command -v slurmctld >/dev/null && command -v munged >/dev/null || deps
+  if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+    deps
+  fi
   local gpus=${COLLOC_CLUSTER_GPUS:-1}
   [[ $gpus =~ ^[1-8]$ ]] || die "COLLOC_CLUSTER_GPUS=$gpus: give 1 to 8"
   local models=${COLLOC_FAKE_NVML_GPUS:-}
@@ -92,7 +94,7 @@ start() {
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   [[ -e $dir/slurm/slurmd.pid ]] && die "$dir already has a running cluster (cluster.sh stop $dir)"
-  rm -rf "$dir/etc" "$dir/slurm" "$dir/dev" "$dir/state" "$dir/run" "$dir/fake-nvml"
+  rm -rf "${dir:?}/etc" "${dir:?}/slurm" "${dir:?}/dev" "${dir:?}/state" "${dir:?}/run" "${dir:?}/fake-nvml"
   mkdir -p "$dir/etc" "$dir/slurm/spool" "$dir/slurm/state" "$dir/dev" "$dir/state" \
     "$dir/run" "$dir/fake-nvml" "$dir/jobs"
   chmod 1777 "$dir/jobs"
@@ -204,6 +206,7 @@ stop() {
     scancel --full "--user=$(id -un)" >/dev/null 2>&1 || true
     squeue -h -o %i | xargs -r scancel >/dev/null 2>&1 || true
     # Epilogs restore the GPUs: let them finish before slurmd goes.
+    # shellcheck disable=SC2016 # expanded by that sh, at each try
     wait_for 300 sh -c '[ -z "$(squeue -h)" ] && sinfo -h -N -o %T | grep -qvE "comp|mix|alloc"' ||
       log "jobs still finishing: $(squeue -h 2>&1 | head -3)"
   fi
@@ -219,7 +222,9 @@ stop() {
   done
   if [[ -f $dir/slurm/munged.ours ]]; then
     pid=$(cat /run/munge/munged.pid 2>/dev/null || true)
-    [[ $pid =~ ^[0-9]+$ ]] && kill "$pid" 2>/dev/null && wait_for 50 sh -c "! kill -0 $pid" || true
+    if [[ $pid =~ ^[0-9]+$ ]] && kill "$pid" 2>/dev/null; then
+      wait_for 50 sh -c "! kill -0 $pid" || true
+    fi
     rm -f "$dir/slurm/munged.ours"
   fi
   if [[ -f $dir/fake-nvml/shared-default ]]; then

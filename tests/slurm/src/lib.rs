@@ -246,6 +246,13 @@ impl Cluster {
         let end = self.wait_until(&format!("job {id} to end"), || {
             let info = self.job_info(id)?;
             let state = info.get("JobState")?.clone();
+            if state == "PENDING" && self.node_state().contains("drain") {
+                panic!(
+                    "job {id} cannot start: node drained ({})\n--- slurmd log ---\n{}",
+                    self.node_reason(),
+                    self.slurmd_log_tail(20)
+                );
+            }
             let busy = matches!(
                 state.as_str(),
                 "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED"
@@ -402,11 +409,51 @@ impl Cluster {
             .env("COLLOC_FAKE_NVML_STATE", self.fake_state_path()))
     }
 
-    /// Wait for a file a job creates.
-    pub fn wait_for_file(&self, path: &Path) {
+    /// Wait for a file job `id` creates while it runs.
+    ///
+    /// # Panics
+    /// At once when the job ended or the node drained instead (with why), else after
+    /// [`HANG_GUARD`].
+    pub fn wait_for_file(&self, id: u32, path: &Path) {
         self.wait_until(&format!("{} to appear", path.display()), || {
-            path.exists().then_some(())
+            if path.exists() {
+                return Some(());
+            }
+            let node = self.node_state();
+            if node.contains("drain") || node.contains("down") {
+                panic!(
+                    "waiting for job {id}: node {node} ({})\n--- slurmd log ---\n{}",
+                    self.node_reason(),
+                    self.slurmd_log_tail(20)
+                );
+            }
+            let info = self.job_info(id)?;
+            let state = info.get("JobState").map_or("", String::as_str);
+            if !matches!(state, "PENDING" | "RUNNING" | "CONFIGURING") {
+                panic!(
+                    "job {id} is {state} before creating {}; stderr: {}",
+                    path.display(),
+                    self.job_err(id)
+                );
+            }
+            None
         });
+    }
+
+    /// Put a drained node back in service (after a failed test, so the next one runs).
+    pub fn resume_node(&self) {
+        let node = self.node_state();
+        if node.contains("drain") || node.contains("down") {
+            let host = text(&run(self.slurm("sinfo").args(["-h", "-N", "-o", "%N"])).stdout);
+            let _ = self
+                .slurm("scontrol")
+                .args([
+                    "update",
+                    &format!("NodeName={}", host.trim()),
+                    "State=RESUME",
+                ])
+                .status();
+        }
     }
 
     fn stop(&self) {
@@ -542,12 +589,18 @@ pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test]) {
                     cluster.slurmd_log_tail(25)
                 );
                 failed.push(*name);
-                // Leave the node usable for the next test.
+                // Leave the node usable for the next test: no jobs, not drained, fresh
+                // fake GPUs.
                 let _ = Command::new("sh")
                     .arg("-c")
                     .arg("squeue -h -o %i | xargs -r scancel")
                     .env("SLURM_CONF", cluster.dir().join("etc/slurm.conf"))
                     .status();
+                cluster.wait_until("the queue to empty", || {
+                    cluster.squeue().is_empty().then_some(())
+                });
+                cluster.resume_node();
+                cluster.reset_fake_gpus();
             }
         }
     }

@@ -50,7 +50,7 @@ fn gres4_mig_3g(c: &Cluster) {
             go.display()
         ),
     );
-    c.wait_for_file(&ready);
+    c.wait_for_file(id, &ready);
     let vars = c.job_vars(id);
     let devices: Vec<String> = vars["COLLOC_DEVICES"]
         .split(',')
@@ -89,7 +89,7 @@ fn two_gres2_jobs(c: &Cluster) {
                 go.display()
             ),
         );
-        c.wait_for_file(&ready);
+        c.wait_for_file(id, &ready);
         jobs.push(id);
     }
     let mut seen_gpus = Vec::new();
@@ -157,7 +157,7 @@ fn gres4_mps(c: &Cluster) {
             go.display()
         ),
     );
-    c.wait_for_file(&ready);
+    c.wait_for_file(id, &ready);
     let vars = c.job_vars(id);
     assert_eq!(
         vars.get("COLLOC_SLOTS").map(String::as_str),

@@ -206,7 +206,7 @@ fn mps_job(c: &Cluster) {
         ],
         &script,
     );
-    c.wait_for_file(&ready);
+    c.wait_for_file(id, &ready);
     let vars = c.job_vars(id);
     let pipe = vars
         .get("CUDA_MPS_PIPE_DIRECTORY")
@@ -306,7 +306,7 @@ fn scancel_restores(c: &Cluster) {
         &["--colloc=mig:1g", "--gres=gpu:1"],
         &format!("{SHOW_ENV}\ntouch {}\nsleep 300\n", ready.display()),
     );
-    c.wait_for_file(&ready);
+    c.wait_for_file(id, &ready);
     assert_eq!(c.instances(0).len(), 7, "mig:1g should make 7 instances");
     assert_eq!(
         c.job_vars(id).get("COLLOC_SLOTS").map(String::as_str),
@@ -351,7 +351,7 @@ fn time_limit_restores(c: &Cluster) {
         &["--colloc=mig:1g", "--gres=gpu:1", "--time=1"],
         &format!("touch {}\nsleep 600\n", ready.display()),
     );
-    c.wait_for_file(&ready);
+    c.wait_for_file(id, &ready);
     assert_eq!(c.instances(0).len(), 7);
     let end = c.wait_done(id);
     assert_eq!(end.state, "TIMEOUT", "{end:?}");
