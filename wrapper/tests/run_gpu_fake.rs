@@ -50,8 +50,9 @@ fn gpu_memory_utilization_and_energy_come_from_nvml() {
     )
     .unwrap();
     // Each run writes its pid, waits until the test has attached it, then reports
-    // throughput for a while so the sampler (every 100 ms) sees it.
-    let script = r#"echo $$ > "$MARK/$COLLOC_RUN_NAME.pid"; while [ ! -e "$MARK/$COLLOC_RUN_NAME.go" ]; do sleep 0.05; done; for i in 1 2 3 4 5 6 7 8; do echo "img/s=100"; sleep 0.1; done"#;
+    // throughput for 2.5 s so the sampler (every 100 ms; utilization at most once a
+    // second) reads it after the attachment.
+    let script = r#"echo $$ > "$MARK/$COLLOC_RUN_NAME.pid"; while [ ! -e "$MARK/$COLLOC_RUN_NAME.go" ]; do sleep 0.05; done; i=0; while [ $i -lt 25 ]; do echo "img/s=100"; sleep 0.1; i=$((i+1)); done"#;
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
     cmd.args(env.colloc().get_args())
         .current_dir(env.path())
