@@ -150,9 +150,9 @@ pub fn option_error(raw: &[u8]) -> String {
 }
 
 /// The option callback. In sbatch/srun/salloc (`remote` false): parse and check against
-/// the node's `allowed_modes`, so a bad value fails before the job is queued. Where the
-/// config cannot be read on a submit host, the grammar alone is checked. In slurmstepd
-/// (`remote` true) nothing is checked here: `task_init_privileged` does it for the job.
+/// the node's `allowed_modes` (from the `config=` that `init` saw), so a bad value fails
+/// before the job is queued. In slurmstepd (`remote` true) nothing is checked here:
+/// `task_init_privileged` does it for the job.
 ///
 /// # Errors
 /// The grammar's one-line message, or the allowed-modes message.
@@ -160,16 +160,25 @@ pub fn option_given(raw: &[u8], remote: bool) -> Result<(), String> {
     if remote {
         return Ok(());
     }
+    let config = SUBMIT_ARGS
+        .get()
+        .map_or_else(|| PathBuf::from(DEFAULT_PATH), |a| a.config.clone());
+    check_at_submission(raw, &config)
+}
+
+/// Check a `--colloc` value where the job is submitted. Where the config cannot be read
+/// (a submit host without it, or one only root may read), the grammar alone decides.
+///
+/// # Errors
+/// The grammar's one-line message, or the allowed-modes message.
+pub fn check_at_submission(raw: &[u8], config: &Path) -> Result<(), String> {
     let mode = Mode::parse_bytes(raw).map_err(|e| format!("--colloc: {e}"))?;
     if mode == Mode::Off {
         // Always allowed: no need to read the config (keeps sbatch --colloc=off as fast
         // as plain sbatch).
         return Ok(());
     }
-    let config = SUBMIT_ARGS
-        .get()
-        .map_or_else(|| PathBuf::from(DEFAULT_PATH), |a| a.config.clone());
-    match Config::load(&config) {
+    match Config::load(config) {
         Ok(cfg) => cfg
             .check_allowed(&mode)
             .map_err(|e| format!("--colloc: {e}")),
@@ -470,10 +479,11 @@ mod tests {
 
     #[test]
     fn option_values_checked_at_submission() {
-        // No init in this process: the default config path, normally absent on a
-        // build machine, so the grammar alone decides.
-        assert!(option_given(b"mig:3g", false).is_ok());
-        assert!(option_given(b"mps:4", false).is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.toml");
+        // No config here: the grammar alone decides.
+        assert!(check_at_submission(b"mig:3g", &missing).is_ok());
+        assert!(check_at_submission(b"mps:4", &missing).is_ok());
         for bad in [
             &b""[..],
             b"mig:",
@@ -482,10 +492,24 @@ mod tests {
             b"../../etc",
             &[0xff, 0xfe],
         ] {
-            let e = option_given(bad, false).unwrap_err();
+            let e = check_at_submission(bad, &missing).unwrap_err();
             assert!(e.starts_with("--colloc: invalid mode"), "{e}");
             assert!(e.contains("valid modes:"), "{e}");
         }
+        // With a config: allowed_modes too.
+        let cfg = dir.path().join("colloc.toml");
+        std::fs::write(&cfg, "version = 1\nallowed_modes = [\"mps\"]\n").unwrap();
+        assert!(check_at_submission(b"mps:2", &cfg).is_ok());
+        assert!(check_at_submission(b"off", &cfg).is_ok());
+        let e = check_at_submission(b"mig:3g", &cfg).unwrap_err();
+        assert_eq!(
+            e,
+            "--colloc: mode mig:3g is not allowed on this cluster; allowed: off, mps"
+        );
+        // A broken config on a submit host: grammar only, with a warning.
+        std::fs::write(&cfg, "version = 7\n").unwrap();
+        assert!(check_at_submission(b"mig:3g", &cfg).is_ok());
+        assert!(check_at_submission(b"mig:", &cfg).is_err());
         // In slurmstepd the value is checked by task_init_privileged instead.
         assert!(option_given(b"bogus", true).is_ok());
     }
@@ -592,7 +616,7 @@ mod tests {
         job_prolog(&mut h, &[&cfg]).unwrap();
         let e = task_init_privileged(&mut h, &[&cfg]).unwrap_err();
         assert!(
-            e.starts_with("colloc: job 8 cannot run: --colloc: invalid mode"),
+            e.starts_with("job 8 cannot run: --colloc: invalid mode"),
             "{e}"
         );
     }

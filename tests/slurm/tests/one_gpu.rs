@@ -15,11 +15,19 @@ fn main() {
             hostile_values_rejected_before_queueing,
         ),
         (
+            "modes_the_node_does_not_allow_rejected_at_submission",
+            not_allowed_rejected,
+        ),
+        (
             "mig_3g_job_sees_two_instances_and_gpu_is_restored",
             mig_3g_job,
         ),
         ("mps_job_gets_private_daemon_removed_after", mps_job),
         ("naive_job_sees_gpu_uuid", naive_job),
+        (
+            "srun_and_salloc_jobs_configure_and_restore",
+            srun_and_salloc,
+        ),
         ("mig_4gx2_fails_job_not_node", mig_4gx2_refused),
         (
             "job_without_gres_is_refused_with_a_clear_message",
@@ -360,5 +368,100 @@ fn time_limit_restores(c: &Cluster) {
         before,
         "GPU not restored after the time limit"
     );
+    assert_idle_and_clean(c);
+}
+
+fn srun_and_salloc(c: &Cluster) {
+    let before = c.gpu_layout();
+    // An interactive step: the prolog runs at allocation, the task gets the environment.
+    let out = c
+        .slurm("srun")
+        .args([
+            "--colloc=mig:3g",
+            "--gres=gpu:1",
+            "printenv",
+            "COLLOC_SLOTS",
+            "COLLOC_MODE",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "srun: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["2", "mig:3g.20gbx2"],
+        "{stdout}"
+    );
+    // A refused step fails with the reason, srun exits non-zero.
+    let out = c
+        .slurm("srun")
+        .args(["--colloc=mig:4gx2", "--gres=gpu:1", "echo", "RAN"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "srun of a refused job succeeded");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"));
+    assert!(
+        stderr.contains("mig:4gx2 does not fit"),
+        "srun stderr: {stderr}"
+    );
+    // salloc with no step at all: with PrologFlags=Alloc the prolog still runs, and the
+    // epilog restores when the allocation ends.
+    let snapshot = c.jobs_dir().join("salloc-state.json");
+    let probe = format!(
+        "{} --state {} show --json >{}",
+        colloc_slurm_tests::fake_ctl().display(),
+        c.fake_state_path().display(),
+        snapshot.display()
+    );
+    let out = c
+        .slurm("salloc")
+        .args(["--colloc=mig:1g", "--gres=gpu:1", "sh", "-c", &probe])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "salloc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let during: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&snapshot).unwrap()).unwrap();
+    let gis = during["gpus"][0]["gis"].as_array().map_or(0, Vec::len);
+    assert_eq!(gis, 7, "MIG instances during the salloc");
+    c.wait_until("the salloc job's epilog", || {
+        (c.squeue().is_empty() && c.node_state() == "idle" && c.journals().is_empty()).then_some(())
+    });
+    assert_eq!(c.gpu_layout(), before, "GPU not restored after salloc");
+    assert_idle_and_clean(c);
+}
+
+fn not_allowed_rejected(c: &Cluster) {
+    let path = c.colloc_config();
+    let original = std::fs::read_to_string(&path).unwrap();
+    let only_mps = original.replace(
+        "allowed_modes = [\"naive\", \"mps\", \"mig\"]",
+        "allowed_modes = [\"mps\"]",
+    );
+    assert_ne!(
+        only_mps, original,
+        "test config has no allowed_modes line to change"
+    );
+    std::fs::write(&path, only_mps).unwrap();
+    let refused = c.sbatch(&["--colloc=mig:3g", "--gres=gpu:1"], "true");
+    let accepted_off = c.sbatch(&["--colloc=off", "--hold"], "true");
+    std::fs::write(&path, original).unwrap();
+    let err = refused.expect_err("mig accepted though only mps is allowed");
+    let err = String::from_utf8_lossy(&err.stderr);
+    assert!(
+        err.contains("--colloc: mode mig:3g is not allowed on this cluster; allowed: off, mps"),
+        "{err}"
+    );
+    let held = accepted_off.expect("--colloc=off is always allowed");
+    c.slurm("scancel").arg(held.to_string()).status().unwrap();
+    c.wait_until("the held job to go", || c.squeue().is_empty().then_some(()));
     assert_idle_and_clean(c);
 }
