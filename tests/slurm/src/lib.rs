@@ -514,14 +514,48 @@ pub fn processes_of_pipe_dir(dir: &str) -> Vec<u32> {
 /// A test of a suite.
 pub type Test = (&'static str, fn(&Cluster));
 
-/// Run a suite on one cluster: start it, run the tests one after another (they share the
-/// node), stop it, report like libtest. Arguments: name filters (substring), `--list`;
-/// other libtest flags are accepted and ignored. Needs root; without it the suite is
-/// skipped with a message, unless `COLLOC_SLURM_TESTS=require`.
-pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test]) {
+/// How one test went: name, passed, seconds.
+type Outcome = (&'static str, bool, f64);
+
+/// Run one test on `cluster`, report it like libtest, and leave the node usable for the
+/// next test when it failed (no jobs, not drained, fresh fake GPUs).
+fn run_one(cluster: &Cluster, (name, test): &Test) -> Outcome {
+    let t = Instant::now();
+    let result = catch_unwind(AssertUnwindSafe(|| test(cluster)));
+    let secs = t.elapsed().as_secs_f64();
+    if result.is_ok() {
+        println!("test {name} ... ok ({secs:.1}s)");
+        return (name, true, secs);
+    }
+    println!(
+        "test {name} ... FAILED ({secs:.1}s)\n--- slurmd log (last lines) ---\n{}",
+        cluster.slurmd_log_tail(25)
+    );
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg("squeue -h -o %i | xargs -r scancel")
+        .env("SLURM_CONF", cluster.dir().join("etc/slurm.conf"))
+        .status();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        cluster.wait_until("the queue to empty", || {
+            cluster.squeue().is_empty().then_some(())
+        });
+        cluster.resume_node();
+        cluster.reset_fake_gpus();
+    }));
+    (name, false, secs)
+}
+
+/// Run a suite: `tests` one after another on one shared cluster (they share the node),
+/// and each of `alone` on its own cluster of the same shape, at the same time as the
+/// shared ones (for tests that mostly wait, such as a job running into its time limit).
+/// Reports like libtest. Arguments: name filters (substring), `--skip NAME`, `--exact`,
+/// `--list`; other libtest flags are accepted and ignored. Needs root; without it the
+/// suite is skipped with a message, unless `COLLOC_SLURM_TESTS=require`.
+pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test], alone: &[Test]) {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
-        for (name, _) in tests {
+        for (name, _) in tests.iter().chain(alone) {
             println!("{name}: test");
         }
         return;
@@ -542,12 +576,17 @@ pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test]) {
     }
     let exact = args.iter().any(|a| a == "--exact");
     let matches = |name: &str, f: &str| if exact { name == f } else { name.contains(f) };
-    let selected: Vec<&Test> = tests
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| matches(name, f)))
-        .filter(|(name, _)| !skips.iter().any(|f| matches(name, f)))
-        .collect();
-    if args.iter().any(|a| a == "--ignored") || selected.is_empty() {
+    let select = |list: &[Test]| -> Vec<Test> {
+        list.iter()
+            .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| matches(name, f)))
+            .filter(|(name, _)| !skips.iter().any(|f| matches(name, f)))
+            .copied()
+            .collect()
+    };
+    let shared = select(tests);
+    let separate = select(alone);
+    let total = shared.len() + separate.len();
+    if args.iter().any(|a| a == "--ignored") || total == 0 {
         // These tests are not #[ignore]d GPU tests; a run for those has nothing here.
         println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed\n");
         return;
@@ -560,55 +599,60 @@ pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test]) {
             eprintln!("error: {msg}");
             std::process::exit(1);
         }
-        println!(
-            "\nskipped {} tests: {msg}; run them as root\n",
-            selected.len()
-        );
+        println!("\nskipped {total} tests: {msg}; run them as root\n");
         return;
     }
-    println!("\nrunning {} tests on a real Slurm cluster", selected.len());
+    println!("\nrunning {total} tests on a real Slurm cluster");
     let started = Instant::now();
-    let cluster = Cluster::start(gpus, models);
-    println!(
-        "cluster up in {:.1}s ({} fake GPU(s), {})",
-        started.elapsed().as_secs_f64(),
-        cluster.gpus(),
-        cluster.dir().display()
-    );
-    let mut failed = Vec::new();
-    for (name, test) in &selected {
+    let models = models.map(str::to_string);
+    let start_cluster = |what: &str| {
         let t = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| test(&cluster)));
-        let secs = t.elapsed().as_secs_f64();
-        match result {
-            Ok(()) => println!("test {name} ... ok ({secs:.1}s)"),
-            Err(_) => {
-                println!("test {name} ... FAILED ({secs:.1}s)");
-                println!(
-                    "--- slurmd log (last lines) ---\n{}",
-                    cluster.slurmd_log_tail(25)
-                );
-                failed.push(*name);
-                // Leave the node usable for the next test: no jobs, not drained, fresh
-                // fake GPUs.
-                let _ = Command::new("sh")
-                    .arg("-c")
-                    .arg("squeue -h -o %i | xargs -r scancel")
-                    .env("SLURM_CONF", cluster.dir().join("etc/slurm.conf"))
-                    .status();
-                cluster.wait_until("the queue to empty", || {
-                    cluster.squeue().is_empty().then_some(())
-                });
-                cluster.resume_node();
-                cluster.reset_fake_gpus();
-            }
+        let c = Cluster::start(gpus, models.as_deref());
+        println!(
+            "{what} cluster up in {:.1}s ({} fake GPU(s), {})",
+            t.elapsed().as_secs_f64(),
+            c.gpus(),
+            c.dir().display()
+        );
+        c
+    };
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    if shared.is_empty() {
+        for t in &separate {
+            let c = start_cluster("own");
+            outcomes.push(run_one(&c, t));
         }
+    } else {
+        // The shared cluster first: it starts munged, which the others then use.
+        let cluster = start_cluster("shared");
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = separate
+                .iter()
+                .map(|t| {
+                    let start_cluster = &start_cluster;
+                    scope.spawn(move || {
+                        let result = catch_unwind(AssertUnwindSafe(|| {
+                            let c = start_cluster(&format!("{}'s own", t.0));
+                            run_one(&c, t)
+                        }));
+                        result.unwrap_or((t.0, false, 0.0))
+                    })
+                })
+                .collect();
+            for t in &shared {
+                outcomes.push(run_one(&cluster, t));
+            }
+            for h in handles {
+                outcomes.push(h.join().unwrap_or(("a separate test", false, 0.0)));
+            }
+        });
+        drop(cluster);
     }
-    drop(cluster);
+    let failed: Vec<&str> = outcomes.iter().filter(|o| !o.1).map(|o| o.0).collect();
     println!(
         "\ntest result: {}. {} passed; {} failed; finished in {:.1}s\n",
         if failed.is_empty() { "ok" } else { "FAILED" },
-        selected.len() - failed.len(),
+        outcomes.len() - failed.len(),
         failed.len(),
         started.elapsed().as_secs_f64()
     );

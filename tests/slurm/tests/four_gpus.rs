@@ -12,7 +12,12 @@ fn main() {
         ("two_gres2_jobs_each_touch_only_their_gpus", two_gres2_jobs),
         ("gres4_mps_one_daemon_per_gpu", gres4_mps),
     ];
-    run_suite(4, Some("A100-40GB,A100-40GB,A100-40GB,A100-40GB"), tests);
+    run_suite(
+        4,
+        Some("A100-40GB,A100-40GB,A100-40GB,A100-40GB"),
+        tests,
+        &[],
+    );
 }
 
 const SHOW_ENV: &str = "env | grep -E '^(COLLOC_|CUDA_|SLURM_JOB_GPUS=)' | sort";
