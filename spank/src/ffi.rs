@@ -9,12 +9,8 @@
 //! libslurm is not linked: the `spank_*` and `slurm_*` symbols resolve from the process
 //! that loads the plugin (sbatch, srun, salloc, slurmd, slurmstepd).
 
-#![allow(
-    non_upper_case_globals,
-    non_camel_case_types,
-    non_snake_case,
-    dead_code
-)]
+// `plugin_name` and friends are named by Slurm.
+#![allow(non_upper_case_globals)]
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -47,8 +43,7 @@ pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
 const SLURM_SUCCESS: c_int = 0;
 const SLURM_ERROR: c_int = -1;
 
-/// Name of the option, without the leading dashes.
-pub const OPTION_NAME: &str = "colloc";
+/// `--colloc`, named without the dashes.
 const OPTION_NAME_C: &CStr = c"colloc";
 const OPTION_ARGINFO_C: &CStr = c"MODE";
 
@@ -141,18 +136,16 @@ fn spank_err(call: &str, rc: sys::spank_err_t) -> String {
     format!("{call} failed: {msg} (spank error {rc})")
 }
 
-/// The option as Slurm wants it: a `struct spank_option` that outlives the call, because
-/// Slurm keeps the pointer. Built once per call site and leaked (a few bytes per process).
-fn option_struct(usage: Option<&CStr>) -> *mut sys::spank_option {
-    let usage = usage.map_or(std::ptr::null_mut(), |u| CString::from(u).into_raw());
-    Box::into_raw(Box::new(sys::spank_option {
+/// The option as Slurm wants it. `usage` NULL is fine for lookups (getopt).
+fn option_struct(usage: *mut c_char) -> sys::spank_option {
+    sys::spank_option {
         name: OPTION_NAME_C.as_ptr().cast_mut(),
         arginfo: OPTION_ARGINFO_C.as_ptr().cast_mut(),
         usage,
         has_arg: 1,
         val: 0,
         cb: Some(option_callback),
-    }))
+    }
 }
 
 /// Called by Slurm when `--colloc=VALUE` is given (in the submitting command, and again
@@ -190,7 +183,9 @@ impl Spank {
 impl Host for Spank {
     fn register_option(&mut self, usage: &str) -> Result<(), String> {
         let usage = CString::new(usage).map_err(|_| "usage text contains NUL".to_string())?;
-        let opt = option_struct(Some(&usage));
+        // Slurm keeps the pointer to the struct (and its strings) for the life of the
+        // process: leak both (a few hundred bytes, once per process).
+        let opt = Box::into_raw(Box::new(option_struct(usage.into_raw())));
         // SAFETY: `opt` points to a leaked, fully initialised spank_option whose strings
         // are static or leaked, so it stays valid for as long as Slurm keeps it.
         let rc = unsafe { sys::spank_option_register(self.raw, opt) };
@@ -201,15 +196,7 @@ impl Host for Spank {
     }
 
     fn getopt(&self) -> Result<Option<Vec<u8>>, String> {
-        let opt = sys::spank_option {
-            name: OPTION_NAME_C.as_ptr().cast_mut(),
-            arginfo: OPTION_ARGINFO_C.as_ptr().cast_mut(),
-            usage: std::ptr::null_mut(),
-            has_arg: 1,
-            val: 0,
-            cb: Some(option_callback),
-        };
-        let mut opt = opt;
+        let mut opt = option_struct(std::ptr::null_mut());
         let mut value: *mut c_char = std::ptr::null_mut();
         // SAFETY: `opt` and `value` are valid for the call; Slurm looks the option up by
         // name and stores a pointer to its own copy of the value in `value`.

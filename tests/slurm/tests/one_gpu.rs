@@ -38,6 +38,10 @@ fn main() {
             "foreign_instances_refused_untouched",
             foreign_instances_refused,
         ),
+        (
+            "prolog_killed_half_way_is_undone_by_the_epilog",
+            prolog_killed_half_way,
+        ),
     ];
     // The time-limit test mostly waits for slurmctld's periodic check: it runs on its
     // own cluster while the others run.
@@ -484,5 +488,45 @@ fn not_allowed_rejected(c: &Cluster) {
     let held = accepted_off.expect("--colloc=off is always allowed");
     c.slurm("scancel").arg(held.to_string()).status().unwrap();
     c.wait_until("the held job to go", || c.squeue().is_empty().then_some(()));
+    assert_idle_and_clean(c);
+}
+
+fn prolog_killed_half_way(c: &Cluster) {
+    let before = c.gpu_layout();
+    // The prolog process dies (SIGKILL inside NVML) while creating the second instance:
+    // one instance exists and the journal says "applying".
+    c.fake_ctl(&[
+        "fault",
+        "nvmlDeviceCreateGpuInstanceWithPlacement",
+        "--call",
+        "2",
+        "--code",
+        "crash",
+    ]);
+    let id = c.submit(&["--colloc=mig:3g", "--gres=gpu:1"], "echo RAN");
+    // A dead prolog is a node fault: Slurm drains the node and holds the job; the
+    // epilog Slurm runs for it restores the GPU from the journal.
+    c.wait_until("the node to drain", || {
+        c.node_state().contains("drain").then_some(())
+    });
+    c.wait_until("the epilog to restore the GPU", || {
+        (c.journals().is_empty() && c.instances(0).is_empty()).then_some(())
+    });
+    assert_eq!(c.node_reason(), "Prolog error");
+    assert!(!c.job_out(id).contains("RAN"));
+    assert_eq!(
+        c.gpu_layout(),
+        before,
+        "GPU not restored after the prolog died"
+    );
+    let fired = c.fake_state()["fired"].as_array().map_or(0, Vec::len);
+    assert_eq!(fired, 1, "the injected crash did not happen");
+    c.slurm("scancel").arg(id.to_string()).status().unwrap();
+    c.wait_until("the held job to go", || c.squeue().is_empty().then_some(()));
+    c.resume_node();
+    c.wait_until("the node to resume", || {
+        (c.node_state() == "idle").then_some(())
+    });
+    c.reset_fake_gpus();
     assert_idle_and_clean(c);
 }
