@@ -16,6 +16,7 @@
 #   COLLOC_FAKE_NVML_LIB   the fake libnvidia-ml (default target/debug/libfake_nvml.so)
 #   COLLOC_FAKE_NVML_CTL   its control tool (default target/debug/fake-nvml-ctl)
 #   COLLOC_MPS_CONTROL     the MPS control program (default tests/fake-mps/nvidia-cuda-mps-control)
+#   COLLOC_CLUSTER_NO_NAMESPACE=1  do without the mount namespace (see below)
 #
 # The fake NVML keeps its state in DIR/fake-nvml/state.json. The job prolog runs with an
 # almost empty environment (no COLLOC_FAKE_NVML_STATE reaches it), so slurmd runs in its own
@@ -183,7 +184,7 @@ EOF
   wait_for 100 sh -c 'scontrol ping | grep -q UP' || die "slurmctld did not come up (see $dir/slurm/slurmctld.log)"
 
   mkdir -p "$DEFAULT_FAKE_DIR"
-  if unshare -m --propagation private true 2>/dev/null; then
+  if [[ -z ${COLLOC_CLUSTER_NO_NAMESPACE:-} ]] && unshare -m --propagation private true 2>/dev/null; then
     unshare -m --propagation private sh -c \
       "mount --bind '$dir/fake-nvml' '$DEFAULT_FAKE_DIR' && exec slurmd"
   else

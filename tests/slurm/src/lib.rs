@@ -174,6 +174,12 @@ impl Cluster {
         self.dir().join("fake-nvml/state.json")
     }
 
+    /// True where slurmd could not get its own mount namespace and the fake NVML state
+    /// sits in the fake's machine-wide default place: two such clusters cannot run at once.
+    pub fn shares_default_state(&self) -> bool {
+        self.dir().join("fake-nvml/shared-default").exists()
+    }
+
     /// Number of fake GPUs.
     pub fn gpus(&self) -> u32 {
         self.gpus
@@ -617,36 +623,47 @@ pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test], alone: &[Test]
         c
     };
     let mut outcomes: Vec<Outcome> = Vec::new();
-    if shared.is_empty() {
+    let one_after_another = |outcomes: &mut Vec<Outcome>| {
         for t in &separate {
-            let c = start_cluster("own");
+            let c = start_cluster(&format!("{}'s own", t.0));
             outcomes.push(run_one(&c, t));
         }
+    };
+    if shared.is_empty() {
+        one_after_another(&mut outcomes);
     } else {
         // The shared cluster first: it starts munged, which the others then use.
         let cluster = start_cluster("shared");
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = separate
-                .iter()
-                .map(|t| {
-                    let start_cluster = &start_cluster;
-                    scope.spawn(move || {
-                        let result = catch_unwind(AssertUnwindSafe(|| {
-                            let c = start_cluster(&format!("{}'s own", t.0));
-                            run_one(&c, t)
-                        }));
-                        result.unwrap_or((t.0, false, 0.0))
-                    })
-                })
-                .collect();
+        if cluster.shares_default_state() {
             for t in &shared {
                 outcomes.push(run_one(&cluster, t));
             }
-            for h in handles {
-                outcomes.push(h.join().unwrap_or(("a separate test", false, 0.0)));
-            }
-        });
-        drop(cluster);
+            drop(cluster);
+            one_after_another(&mut outcomes);
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = separate
+                    .iter()
+                    .map(|t| {
+                        let start_cluster = &start_cluster;
+                        scope.spawn(move || {
+                            let result = catch_unwind(AssertUnwindSafe(|| {
+                                let c = start_cluster(&format!("{}'s own", t.0));
+                                run_one(&c, t)
+                            }));
+                            result.unwrap_or((t.0, false, 0.0))
+                        })
+                    })
+                    .collect();
+                for t in &shared {
+                    outcomes.push(run_one(&cluster, t));
+                }
+                for h in handles {
+                    outcomes.push(h.join().unwrap_or(("a separate test", false, 0.0)));
+                }
+            });
+            drop(cluster);
+        }
     }
     let failed: Vec<&str> = outcomes.iter().filter(|o| !o.1).map(|o| o.0).collect();
     println!(
