@@ -517,6 +517,17 @@ pub fn processes_of_pipe_dir(dir: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Is process `pid` alive? A zombie (exited, waiting to be reaped by init) is not.
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": the state follows the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
 /// A test of a suite.
 pub type Test = (&'static str, fn(&Cluster));
 

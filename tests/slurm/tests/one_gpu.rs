@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
-use colloc_slurm_tests::{processes_of_pipe_dir, run_suite, Cluster, Test};
+use colloc_slurm_tests::{pid_alive, processes_of_pipe_dir, run_suite, Cluster, Test};
 
 fn main() {
     let tests: &[Test] = &[
@@ -255,10 +255,7 @@ fn mps_job(c: &Cluster) {
     );
     assert_eq!(vars.get("COLLOC_MODE").map(String::as_str), Some("mps"));
     let daemon: u32 = vars["DAEMON_PID"].parse().expect("daemon pid");
-    assert!(
-        Path::new(&format!("/proc/{daemon}")).exists(),
-        "MPS daemon not running"
-    );
+    assert!(pid_alive(daemon), "MPS daemon not running");
     assert!(processes_of_pipe_dir(&pipe).contains(&daemon));
     std::fs::write(&go, "").unwrap();
     let end = c.wait_done(id);
@@ -267,10 +264,7 @@ fn mps_job(c: &Cluster) {
         !Path::new(&pipe).exists(),
         "pipe directory {pipe} left behind"
     );
-    assert!(
-        !Path::new(&format!("/proc/{daemon}")).exists(),
-        "MPS daemon {daemon} still runs"
-    );
+    assert!(!pid_alive(daemon), "MPS daemon {daemon} still runs");
     assert!(processes_of_pipe_dir(&pipe).is_empty());
     let leftovers: Vec<_> = std::fs::read_dir(c.run_dir())
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
