@@ -133,7 +133,7 @@ fn a_mig_slot_reports_its_instance_memory() {
     )
     .unwrap();
     let script =
-        r#"echo $$ > "$MARK/pid"; while [ ! -e "$MARK/go" ]; do sleep 0.05; done; sleep 0.5"#;
+        r#"echo $$ > "$MARK/pid"; while [ ! -e "$MARK/go" ]; do sleep 0.05; done; sleep 2.5"#;
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
     cmd.args(env.colloc().get_args())
         .current_dir(env.path())
