@@ -242,8 +242,14 @@ pub fn start(
     if let Some(dir) = job_dir {
         make_dir(dir, as_user)?;
     }
-    make_dir(&d.pipe_dir, as_user)?;
-    make_dir(&d.log_dir, as_user)?;
+    // Each level below the job directory belongs to the job's user too: a root-owned
+    // 0700 `gpuN` in between would lock the user out of their own pipe directory.
+    for dir in [&d.pipe_dir, &d.log_dir] {
+        if let Some(parent) = dir.parent() {
+            make_dir(parent, as_user)?;
+        }
+        make_dir(dir, as_user)?;
+    }
     if let Err(e) = control(program, d, as_user, &["-d"], "") {
         kill_remaining(d, Duration::ZERO);
         return Err(e);
