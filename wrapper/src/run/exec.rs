@@ -321,8 +321,10 @@ fn line(
         if let Some((v, unit)) = facts.throughput {
             seen.series.push(t, v, unit);
         }
-        if let Some(n) = facts.epoch {
-            seen.epochs.see(n, t);
+        match (facts.epoch, facts.epoch_time) {
+            (Some(n), Some(secs)) => seen.epochs.reported(n, secs),
+            (Some(n), None) => seen.epochs.see(n, t),
+            _ => {}
         }
         seen.oom |= facts.oom;
     }

@@ -77,6 +77,14 @@ fn epoch_res() -> &'static [Regex; 2] {
     })
 }
 
+fn epoch_time_re() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    // bench/train.py: `epoch=3 epoch_time=12.34 epoch_img_per_s=…`, printed as it ends.
+    R.get_or_init(|| {
+        Regex::new(r"\bepoch_time\s*[=:]\s*([0-9]+(?:\.[0-9]+)?)").unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
 fn oom_re() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     R.get_or_init(|| {
@@ -94,6 +102,8 @@ pub struct LineFacts {
     pub throughput: Option<(f64, &'static str)>,
     /// An epoch number.
     pub epoch: Option<u64>,
+    /// The epoch's duration in seconds, where the line states it (`epoch_time=12.3`).
+    pub epoch_time: Option<f64>,
     /// A CUDA out-of-memory message.
     pub oom: bool,
 }
@@ -120,6 +130,12 @@ pub fn scan(line: &str, metric: Option<&Regex>) -> LineFacts {
             f.epoch = Some(n);
             break;
         }
+    }
+    if f.epoch.is_some() && line.contains("epoch_time") {
+        f.epoch_time = epoch_time_re()
+            .captures(line)
+            .and_then(|c| c[1].parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0);
     }
     f.oom = (line.contains("emory") || line.contains("ALLOC") || line.contains("OutOfMemory"))
         && oom_re().is_match(line);
@@ -217,6 +233,8 @@ impl Series {
 #[derive(Debug, Default, Clone)]
 pub struct Epochs {
     current: Option<(u64, f64)>,
+    /// The run states its epoch times itself (`epoch_time=`).
+    stated: bool,
     /// Finished epochs: (epoch number, seconds).
     pub done: Vec<(u64, f64)>,
 }
@@ -224,6 +242,9 @@ pub struct Epochs {
 impl Epochs {
     /// Epoch `n` seen at `t` seconds: a new number ends the previous epoch.
     pub fn see(&mut self, n: u64, t: f64) {
+        if self.stated {
+            return;
+        }
         match self.current {
             Some((cur, _)) if cur == n => {}
             Some((cur, t0)) => {
@@ -231,6 +252,16 @@ impl Epochs {
                 self.current = Some((n, t));
             }
             None => self.current = Some((n, t)),
+        }
+    }
+
+    /// Epoch `n` ended and took `secs`, as the run's output says. From then on the run's
+    /// own figures are used and epoch numbers alone mark nothing.
+    pub fn reported(&mut self, n: u64, secs: f64) {
+        self.stated = true;
+        self.current = None;
+        if !self.done.iter().any(|&(k, _)| k == n) {
+            self.done.push((n, secs));
         }
     }
 
@@ -291,6 +322,20 @@ mod tests {
             scan("speed 12", Some(&re1)).throughput,
             Some((12.0, CUSTOM_UNIT))
         );
+    }
+
+    #[test]
+    fn stated_epoch_times_win() {
+        let f = scan("epoch=1 epoch_time=4.25 epoch_img_per_s=11764.7", None);
+        assert_eq!((f.epoch, f.epoch_time), (Some(1), Some(4.25)));
+        assert_eq!(scan("Epoch 3/10", None).epoch_time, None);
+        let mut e = Epochs::default();
+        e.see(1, 0.5);
+        e.reported(1, 4.25);
+        e.see(2, 9.0);
+        e.reported(2, 4.5);
+        e.finish(12.0, true);
+        assert_eq!(e.done, vec![(1, 4.25), (2, 4.5)]);
     }
 
     #[test]
