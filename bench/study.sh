@@ -12,7 +12,11 @@
 # COLLOC: the colloc binary (default: target/release/colloc, then target/debug/colloc,
 #       then colloc on PATH). PYTHON: the interpreter (default python3).
 #
-# Timing (per configuration): copies start (python + torch + timm import, CUDA context,
+# Measured on the H200 (2026-12-02): a configuration takes about 30 s, not 17 s (start-up
+# of 2-7 Python processes with torch and timm dominates), so each workload gets a 300 s
+# cap and one PART runs 12-15 minutes: start it detached (setsid nohup) or split it by
+# workload where one command may run at most 10 minutes.
+# Timing (per configuration, the original estimate): copies start (python + torch + timm import, CUDA context,
 # cuDNN autotuning: about 5-8 s), colloc waits until every copy has printed its first
 # img/s line, then WARMUP=3 s, then measures DURATION=7 s over the window in which all
 # copies run. 3 s after the last copy's first 1-s throughput line is past the cuDNN
@@ -115,13 +119,13 @@ if [[ $PART == smoke ]]; then
   run smoke-small-b32 small 32 150 1,2
 fi
 if [[ $PART == A || $PART == all ]]; then
-  run small-b128 small 128 180
-  run small-b32 small 32 180
-  run medium-b128 medium 128 180
+  run small-b128 small 128 300
+  run small-b32 small 32 300
+  run medium-b128 medium 128 300
 fi
 if [[ $PART == B || $PART == all ]]; then
-  run medium-b32 medium 32 180
-  run large-b128 large 128 180
-  run large-b32 large 32 180
+  run medium-b32 medium 32 300
+  run large-b128 large 128 300
+  run large-b32 large 32 300
 fi
 echo "study.sh: $PART done in $SECONDS s; results in $OUTDIR" | tee -a "$LOG"
