@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
 step() { printf '\n== %s\n' "$*"; }
+# Every test runner's output also goes to a log, so the closing line can add them all up.
+log=$(mktemp /tmp/colloc-test-log.XXXXXX)
+trap 'rm -f "$log"' EXIT
+tally() { "$@" 2>&1 | tee -a "$log"; }
 
 step "system packages"
 scripts/install-deps.sh
@@ -20,12 +24,20 @@ step "build (the fake libnvidia-ml and stand-ins the tests load)"
 cargo build --workspace --locked
 
 step "unit and CLI tests"
-cargo test --workspace --locked --exclude colloc-slurm-tests
+tally cargo test --workspace --locked --exclude colloc-slurm-tests
 
 step "packages: build .deb and .rpm, install the .deb, check it"
-packaging/test-packages.sh
+tally packaging/test-packages.sh
 
 step "real Slurm cluster tests, against the installed .deb"
 COLLOC_SPANK_PLUGIN="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so" \
 COLLOC_BIN=/usr/bin/colloc \
-  cargo test --locked -p colloc-slurm-tests -- --test-threads=1
+  tally cargo test --locked -p colloc-slurm-tests --tests -- --test-threads=1
+
+# One closing line for the whole run: cargo's "test result" lines, the package checks'
+# and the cluster tests' own "N passed, N failed".
+awk '
+  /^test result: .* passed; .* failed/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+  /^[0-9]+ passed, [0-9]+ failed$/ { p += $1; f += $3 }
+  END { printf "\ntotal: %d passed, %d failed\n", p, f; exit (f > 0) }
+' "$log"
