@@ -371,6 +371,66 @@ fn kill_remaining(d: &MpsDaemon, grace: Duration) -> Vec<u32> {
     }
 }
 
+/// An MPS daemon of the calling user in a fresh private (0700) directory under the
+/// temporary directory, for `colloc run` and `colloc bench` outside Slurm. Stopped, and its
+/// directory removed, when dropped: also on errors and after a signal.
+#[derive(Debug)]
+pub struct PrivateDaemon {
+    program: PathBuf,
+    daemon: MpsDaemon,
+    dir: PathBuf,
+}
+
+impl PrivateDaemon {
+    /// Make `$TMPDIR/<prefix>-<pid>-<n>` and start a daemon for `devices` in it.
+    ///
+    /// # Errors
+    /// [`MpsError`]; nothing is left running and the directory is removed.
+    pub fn start(program: &Path, prefix: &str, devices: &str) -> Result<PrivateDaemon, MpsError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let mut n = 0u32;
+        let dir = loop {
+            let p = base.join(format!("{prefix}-{}-{n}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&p) {
+                Ok(()) => break p,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+                Err(source) => return Err(MpsError::Dir { path: p, source }),
+            }
+        };
+        let guard = PrivateDaemon {
+            program: program.to_path_buf(),
+            daemon: MpsDaemon::in_dir(&dir, devices),
+            dir,
+        };
+        start(&guard.program, &guard.daemon, None, None)?;
+        log::info!("started MPS daemon ({})", guard.dir.display());
+        Ok(guard)
+    }
+
+    /// The daemon's directories and the environment its clients need.
+    pub fn daemon(&self) -> &MpsDaemon {
+        &self.daemon
+    }
+}
+
+impl Drop for PrivateDaemon {
+    fn drop(&mut self) {
+        let r = stop(
+            &self.program,
+            &self.daemon,
+            Some(&self.dir),
+            None,
+            Duration::from_secs(5),
+        );
+        if r.killed.is_empty() {
+            log::info!("stopped MPS daemon in {}", self.dir.display());
+        } else {
+            log::warn!("MPS daemon did not quit; killed {:?}", r.killed);
+        }
+    }
+}
+
 /// Client limits for `mps:N`: each client gets floor(100/N) % of the SMs and 1/N of each
 /// GPU's memory (`memory_mib`, in the client's device order).
 pub fn client_limits(clients: u32, memory_mib: &[u64]) -> Vec<(String, String)> {

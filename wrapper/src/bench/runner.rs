@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use colloc_core::config::Config;
 use colloc_core::mode::{Mode, ModeKind};
-use colloc_core::mps::{self, MpsDaemon};
+use colloc_core::mps;
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, Outcome};
 
@@ -26,8 +26,6 @@ use super::spec::{BenchMode, Spec};
 
 /// How long copies get to stop on SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
-/// How long an MPS daemon gets to quit.
-const MPS_GRACE: Duration = Duration::from_secs(5);
 /// Poll interval of the main loop.
 const TICK: Duration = Duration::from_millis(50);
 
@@ -179,29 +177,6 @@ fn finish(ctx: &Ctx<'_>, report: &mut Report) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Stops the private MPS daemon when dropped (also on errors and signals).
-struct MpsGuard {
-    program: PathBuf,
-    daemon: MpsDaemon,
-    dir: PathBuf,
-}
-
-impl Drop for MpsGuard {
-    fn drop(&mut self) {
-        let r = mps::stop(
-            &self.program,
-            &self.daemon,
-            Some(&self.dir),
-            None,
-            MPS_GRACE,
-        );
-        if !r.killed.is_empty() {
-            log::warn!("MPS daemon did not quit; killed {:?}", r.killed);
-        }
-        log::info!("stopped MPS daemon in {}", self.dir.display());
-    }
-}
-
 impl Ctx<'_> {
     fn check_signal(&self) -> Result<(), Interrupted> {
         match self.stop.signal() {
@@ -250,7 +225,7 @@ impl Ctx<'_> {
             BenchMode::Naive => {}
             BenchMode::Mps => match self.start_mps(config) {
                 Ok(guard) => {
-                    env = guard.daemon.env();
+                    env = guard.daemon().env();
                     _mps_guard = Some(guard);
                 }
                 Err(why) => {
@@ -405,7 +380,7 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn start_mps(&self, config: &Config) -> Result<MpsGuard, String> {
+    fn start_mps(&self, config: &Config) -> Result<mps::PrivateDaemon, String> {
         let program = config
             .mps_control_path()
             .filter(|p| p.is_file())
@@ -416,19 +391,13 @@ impl Ctx<'_> {
                     colloc_core::config::SYSTEM_BIN_DIRS.join(", ")
                 )
             })?;
-        let dir = std::env::temp_dir().join(format!("colloc-bench-{}", std::process::id()));
-        let daemon = MpsDaemon::in_dir(&dir, &self.device);
-        mps::start(&program, &daemon, Some(&dir), None)
+        let guard = mps::PrivateDaemon::start(&program, "colloc-bench", &self.device)
             .map_err(|e| format!("cannot start MPS: {e}"))?;
         eprintln!(
             "colloc bench: started MPS daemon ({})",
-            daemon.pipe_dir.display()
+            guard.daemon().pipe_dir.display()
         );
-        Ok(MpsGuard {
-            program,
-            daemon,
-            dir,
-        })
+        Ok(guard)
     }
 
     /// Run `n` copies at once and measure them.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use colloc_core::mode::Mode;
-use colloc_core::mps::{self, MpsDaemon};
+use colloc_core::mps;
 use std::os::unix::process::ExitStatusExt;
 
 use crate::bad_input;
@@ -202,30 +202,6 @@ fn default_report_dir() -> PathBuf {
     p
 }
 
-/// colloc's own MPS daemon outside Slurm, stopped when dropped (also on errors).
-struct OwnMps {
-    program: PathBuf,
-    daemon: MpsDaemon,
-    dir: PathBuf,
-}
-
-impl Drop for OwnMps {
-    fn drop(&mut self) {
-        let r = mps::stop(
-            &self.program,
-            &self.daemon,
-            Some(&self.dir),
-            None,
-            Duration::from_secs(5),
-        );
-        if r.killed.is_empty() {
-            log::info!("stopped MPS daemon in {}", self.dir.display());
-        } else {
-            log::warn!("MPS daemon did not quit; killed {:?}", r.killed);
-        }
-    }
-}
-
 fn mps_control_program(config: Option<&colloc_core::config::Config>) -> anyhow::Result<PathBuf> {
     if let Some(c) = config {
         if let Some(p) = c.mps_control_path() {
@@ -248,41 +224,10 @@ fn mps_control_program(config: Option<&colloc_core::config::Config>) -> anyhow::
 fn start_own_mps(
     config: Option<&colloc_core::config::Config>,
     devices: &[String],
-) -> anyhow::Result<OwnMps> {
-    use std::os::unix::fs::DirBuilderExt;
+) -> anyhow::Result<mps::PrivateDaemon> {
     let program = mps_control_program(config)?;
-    let base = std::env::temp_dir();
-    let mut dir = None;
-    for k in 0..100u32 {
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let p = base.join(format!("colloc-mps-{}-{nanos:x}{k}", std::process::id()));
-        match std::fs::DirBuilder::new().mode(0o700).create(&p) {
-            Ok(()) => {
-                dir = Some(p);
-                break;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
-        }
-    }
-    let dir = dir.ok_or_else(|| {
-        anyhow::anyhow!(
-            "cannot create a private MPS directory in {}",
-            base.display()
-        )
-    })?;
-    let daemon = MpsDaemon::in_dir(&dir, &devices.join(","));
-    let guard = OwnMps {
-        program,
-        daemon,
-        dir,
-    };
-    mps::start(&guard.program, &guard.daemon, None, None).context("cannot start the MPS daemon")?;
-    log::info!("started MPS daemon ({})", guard.dir.display());
-    Ok(guard)
+    mps::PrivateDaemon::start(&program, "colloc-mps", &devices.join(","))
+        .context("cannot start the MPS daemon")
 }
 
 /// One run that is running now.
@@ -810,7 +755,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
                 e.push(("CUDA_VISIBLE_DEVICES".to_string(), d.clone()));
             }
             if let Some(m) = &own_mps {
-                e.extend(m.daemon.env());
+                e.extend(m.daemon().env());
             }
             if let Mode::Mps { clients: Some(n) } = layout.mode {
                 let mem: Vec<u64> = resolved
