@@ -604,7 +604,7 @@ pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test], alone: &[Test]
     let separate = select(alone);
     let total = shared.len() + separate.len();
     if args.iter().any(|a| a == "--ignored") || total == 0 {
-        // These tests are not #[ignore]d GPU tests; a run for those has nothing here.
+        // None of these is a GPU-only (ignored) test; a `--ignored` run has nothing here.
         println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed\n");
         return;
     }
