@@ -301,3 +301,47 @@ fn no_gpu_gives_exactly_one_nvml_warning() {
     );
     assert!(env.report()["gpus"].is_null());
 }
+
+/// Inside an mps job with several GPUs (one MPS daemon per GPU, as the plugin starts them),
+/// each run talks to the daemon of its own slot's GPU.
+#[test]
+fn runs_in_a_multi_gpu_mps_job_get_their_gpus_daemon() {
+    let env = Env::new();
+    let out = env
+        .colloc()
+        .env("COLLOC_MODE", "mps:2")
+        .env("COLLOC_DEVICES", "GPU-a,GPU-a,GPU-b,GPU-b")
+        .env("COLLOC_SLOTS", "4")
+        .env("CUDA_MPS_PIPE_DIRECTORY", "/run/colloc/job-7/gpu0/pipe")
+        .env(
+            "COLLOC_MPS_PIPES",
+            "GPU-a=/run/colloc/job-7/gpu0/pipe,GPU-b=/run/colloc/job-7/gpu1/pipe",
+        )
+        .args(["-n", "4", "--", "sh", "-c"])
+        .arg(r#"echo "$CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY" > "$MARK/$COLLOC_RUN_INDEX""#)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut seen: Vec<String> = (0..4)
+        .map(|i| {
+            std::fs::read_to_string(env.mark().join(i.to_string()))
+                .unwrap()
+                .trim()
+                .to_string()
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            "GPU-a /run/colloc/job-7/gpu0/pipe /run/colloc/job-7/gpu0/log",
+            "GPU-a /run/colloc/job-7/gpu0/pipe /run/colloc/job-7/gpu0/log",
+            "GPU-b /run/colloc/job-7/gpu1/pipe /run/colloc/job-7/gpu1/log",
+            "GPU-b /run/colloc/job-7/gpu1/pipe /run/colloc/job-7/gpu1/log",
+        ]
+    );
+}

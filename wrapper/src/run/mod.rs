@@ -221,6 +221,24 @@ fn mps_control_program(config: Option<&colloc_core::config::Config>) -> anyhow::
         })
 }
 
+/// `COLLOC_MPS_PIPES` as the plugin sets it for mps jobs: `GPU-uuid=pipe_dir,...`, one
+/// daemon per GPU of the job.
+fn parse_mps_pipes(v: &str) -> Vec<(String, PathBuf)> {
+    v.split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, p)| !k.is_empty() && p.starts_with('/'))
+        .map(|(k, p)| (k.to_string(), PathBuf::from(p)))
+        .collect()
+}
+
+/// The pipe directory of the daemon that serves `device` (a GPU UUID).
+fn job_mps_pipe<'a>(pipes: &'a [(String, PathBuf)], device: &str) -> Option<&'a PathBuf> {
+    pipes
+        .iter()
+        .find(|(uuid, _)| uuid == device)
+        .map(|(_, p)| p)
+}
+
 fn start_own_mps(
     config: Option<&colloc_core::config::Config>,
     devices: &[String],
@@ -745,6 +763,13 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         (Mode::Mps { .. }, Source::Own) => Some(start_own_mps(config.as_ref(), &layout.devices)?),
         _ => None,
     };
+    let job_pipes = match (&layout.mode, &layout.source) {
+        (Mode::Mps { .. }, Source::Own) => Vec::new(),
+        (Mode::Mps { .. }, _) => {
+            parse_mps_pipes(&std::env::var("COLLOC_MPS_PIPES").unwrap_or_default())
+        }
+        _ => Vec::new(),
+    };
     let slot_env: Vec<Vec<(String, String)>> = layout
         .slots
         .iter()
@@ -756,6 +781,16 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
             }
             if let Some(m) = &own_mps {
                 e.extend(m.daemon().env());
+            } else if let Some(pipe) = dev.as_deref().and_then(|d| job_mps_pipe(&job_pipes, d)) {
+                // A job with several GPUs has one MPS daemon per GPU; the job-wide
+                // CUDA_MPS_PIPE_DIRECTORY names the first. Each run talks to its GPU's.
+                e.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
+                if let Some(dir) = pipe.parent() {
+                    e.push((
+                        "CUDA_MPS_LOG_DIRECTORY".into(),
+                        dir.join("log").display().to_string(),
+                    ));
+                }
             }
             if let Mode::Mps { clients: Some(n) } = layout.mode {
                 let mem: Vec<u64> = resolved

@@ -48,6 +48,7 @@ impl Env {
             "SLURM_JOB_ID",
             "CUDA_MPS_PIPE_DIRECTORY",
             "CUDA_MPS_LOG_DIRECTORY",
+            "COLLOC_MPS_PIPES",
         ] {
             c.env_remove(k);
         }
