@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod admin;
 mod bench;
+mod font;
 mod logger;
 mod run;
 

@@ -3,35 +3,10 @@
 //! fonts-dejavu-core); without one the chart is drawn without text.
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use plotters::prelude::*;
 
 use super::report::{Report, Status};
-
-/// Where the font is looked for.
-pub const FONT_PATHS: &[&str] = &[
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
-];
-
-/// Register the font once; false without one.
-fn font_available() -> bool {
-    static LOADED: OnceLock<bool> = OnceLock::new();
-    *LOADED.get_or_init(|| {
-        for p in FONT_PATHS {
-            if let Ok(bytes) = std::fs::read(p) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
-                    return true;
-                }
-            }
-        }
-        log::info!("no DejaVuSans.ttf found; the plot has no text");
-        false
-    })
-}
 
 const COLORS: [RGBColor; 4] = [
     RGBColor(31, 119, 180),
@@ -72,7 +47,7 @@ pub fn series(report: &Report) -> Vec<(String, Vec<(f64, f64)>)> {
 /// # Errors
 /// Drawing or writing the file failed.
 pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
-    let text = font_available();
+    let text = crate::font::available();
     let lines = series(report);
     let max_n = report.results.iter().map(|r| r.n).max().unwrap_or(1).max(2) as f64;
     let max_y = lines

@@ -1,44 +1,12 @@
 //! `colloc-throughput.png`: throughput over time, one line per run.
 //!
-//! Text needs a TrueType font, loaded at run time (DejaVu Sans on Debian/Ubuntu, or
-//! `COLLOC_FONT`); without one the chart is drawn without text.
+//! Text needs a TrueType font ([`crate::font`]); without one the chart has no text.
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use plotters::prelude::*;
-use plotters::style::{register_font, FontStyle};
 
 use super::report::Report;
-
-const FONT_PATHS: &[&str] = &[
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
-];
-
-/// Register a font for plotters once; false if none could be read.
-fn font() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
-        let env = std::env::var("COLLOC_FONT").ok();
-        for p in env
-            .iter()
-            .map(String::as_str)
-            .chain(FONT_PATHS.iter().copied())
-        {
-            if let Ok(bytes) = std::fs::read(p) {
-                // plotters keeps fonts for the life of the program.
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
-                    return true;
-                }
-            }
-        }
-        false
-    })
-}
 
 /// Draw the chart; false when no run has throughput samples (no file is written).
 ///
@@ -67,7 +35,7 @@ pub fn draw(report: &Report, path: &Path) -> Result<bool, String> {
         .fold(0.0, f64::max)
         .max(1e-9)
         * 1.1;
-    let text = font();
+    let text = crate::font::available();
     let e = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
     let root = BitMapBackend::new(path, (1200, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
