@@ -183,8 +183,9 @@ impl Spank {
 impl Host for Spank {
     fn register_option(&mut self, usage: &str) -> Result<(), String> {
         let usage = CString::new(usage).map_err(|_| "usage text contains NUL".to_string())?;
-        // Slurm keeps the pointer to the struct (and its strings) for the life of the
-        // process: leak both (a few hundred bytes, once per process).
+        // Leaked, not freed: Slurm's plugstack copies the option when it registers it,
+        // but leaking a few hundred bytes once per process stays safe even for a Slurm
+        // that kept the pointer instead.
         let opt = Box::into_raw(Box::new(option_struct(usage.into_raw())));
         // SAFETY: `opt` points to a leaked, fully initialised spank_option whose strings
         // are static or leaked, so it stays valid for as long as Slurm keeps it.

@@ -242,11 +242,24 @@ fn option_value(host: &dyn Host) -> Option<Vec<u8>> {
     }
 }
 
-/// The node config for a job callback. `Ok(None)`: there is none and the job cannot have
-/// asked for anything (no `--colloc`, no plugstack default), so there is nothing to do.
-fn job_config(args: &PluginArgs, asked: bool) -> Result<Option<Config>, String> {
+/// The node config for a job callback. `Ok(None)`: nothing to do here — there is no
+/// config and `missing_ok` (the prolog and epilog: colloc is not offered on this node, or
+/// nothing can have been applied), or the job asked for nothing (no `--colloc` other than
+/// `off`, no plugstack default) and the config cannot be used.
+fn job_config(args: &PluginArgs, asked: bool, missing_ok: bool) -> Result<Option<Config>, String> {
     match Config::load(&args.config) {
         Ok(c) => Ok(Some(c)),
+        Err(ConfigError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound && missing_ok =>
+        {
+            if asked {
+                log::info!(
+                    "{} does not exist: colloc is not offered on this node",
+                    args.config.display()
+                );
+            }
+            Ok(None)
+        }
         // A job that asked for nothing must not fail (and drain the node) over colloc's
         // configuration: it runs on its whole GPUs as usual; the admin sees the error.
         Err(e) if !asked && args.default.is_none() => {
@@ -258,6 +271,15 @@ fn job_config(args: &PluginArgs, asked: bool) -> Result<Option<Config>, String> 
         }
         Err(e) => Err(format!("node configuration: {e}")),
     }
+}
+
+/// Group of the job's MPS directories when the job's own cannot be found.
+const NOGROUP: u32 = 65534;
+
+/// Did the job ask for a mode? `--colloc=off` and values the grammar rejects (the tasks
+/// fail for those) do not count.
+fn asked_for_mode(raw: Option<&[u8]>) -> bool {
+    raw.is_some_and(|r| Mode::parse_bytes(r).is_ok_and(|m| m != Mode::Off))
 }
 
 fn env_u32(host: &dyn Host, name: &str) -> Option<u32> {
@@ -276,7 +298,7 @@ fn job_id(host: &dyn Host) -> Result<u32, String> {
 pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let args = parse_args(args)?;
     let raw = option_value(host);
-    let Some(cfg) = job_config(&args, raw.is_some())? else {
+    let Some(cfg) = job_config(&args, asked_for_mode(raw.as_deref()), true)? else {
         return Ok(());
     };
     let job = job_id(host)?;
@@ -301,10 +323,17 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let uid = env_u32(host, "SLURM_JOB_UID")
         .ok_or(())
         .or_else(|()| host.job_uid())?;
+    // The group only owns the job's 0700 MPS directories, so a failed password-database
+    // lookup (sssd/LDAP down) must not fail the prolog and drain the node.
     let gid = env_u32(host, "SLURM_JOB_GID")
         .or_else(|| crate::ffi::primary_gid(uid))
-        .ok_or(())
-        .or_else(|()| host.job_gid())?;
+        .or_else(|| host.job_gid().ok())
+        .unwrap_or_else(|| {
+            log::warn!(
+                "job {job}: no group for uid {uid}; its MPS directories get group {NOGROUP}"
+            );
+            NOGROUP
+        });
     let gpus = job_gpus(
         host.env("SLURM_JOB_GPUS").as_deref(),
         host.env("CUDA_VISIBLE_DEVICES").as_deref(),
@@ -346,14 +375,14 @@ fn refuse_task(job: u32, reason: &str) -> String {
 pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let args = parse_args(args)?;
     let raw = option_value(host);
-    let asked = raw.is_some();
+    let asked = asked_for_mode(raw.as_deref());
     let job = job_id(host)?;
     if let Some(raw) = &raw {
         if let Err(e) = Mode::parse_bytes(raw) {
             return Err(refuse_task(job, &format!("--colloc: {e}")));
         }
     }
-    let Some(cfg) = job_config(&args, asked)? else {
+    let Some(cfg) = job_config(&args, asked, false)? else {
         return Ok(());
     };
     let mode = match &raw {
@@ -398,8 +427,8 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
 /// A GPU could not be brought back, or the journal cannot be read (the node drains).
 pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let args = parse_args(args)?;
-    let asked = option_value(host).is_some();
-    let Some(cfg) = job_config(&args, asked)? else {
+    let asked = asked_for_mode(option_value(host).as_deref());
+    let Some(cfg) = job_config(&args, asked, true)? else {
         return Ok(());
     };
     let job = job_id(host)?;
@@ -603,10 +632,18 @@ mod tests {
         let broken = format!("config={}", broken.display());
         job_prolog(&mut h, &[&broken]).unwrap();
         job_epilog(&mut h, &[&broken]).unwrap();
-        // But a job that asked on a node without (or with a broken) config is a node fault.
+        // A job that asked on a node without colloc.toml: colloc is not offered there. The
+        // prolog and epilog succeed (no drain); the job's tasks fail with the reason.
         h.opt = Ok(Some(b"mps".to_vec()));
-        let e = job_prolog(&mut h, &[&missing]).unwrap_err();
-        assert!(e.starts_with("node configuration: cannot read"), "{e}");
+        job_prolog(&mut h, &[&missing]).unwrap();
+        job_epilog(&mut h, &[&missing]).unwrap();
+        let e = task_init_privileged(&mut h, &[&missing]).unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+        // --colloc=off asks for nothing.
+        h.opt = Ok(Some(b"off".to_vec()));
+        job_prolog(&mut h, &[&broken]).unwrap();
+        // A broken config on a node where a job asked for a mode is a node fault.
+        h.opt = Ok(Some(b"mps".to_vec()));
         let e = job_prolog(&mut h, &[&broken]).unwrap_err();
         assert!(e.contains("unknown field `bogus`"), "{e}");
     }
