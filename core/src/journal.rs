@@ -127,6 +127,21 @@ pub struct Journal {
     pub env: Vec<(String, String)>,
     /// Seconds since the epoch when the journal was first written.
     pub created: u64,
+    /// The kernel's boot id when it was written: a journal of an earlier boot describes
+    /// instances and daemons that a reboot has removed (MIG mode survives, though).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The GPUs the job asked for (NVML indexes), also for a refused job.
+    #[serde(default)]
+    pub requested: Vec<u32>,
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), if the kernel tells.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 impl Journal {
@@ -147,7 +162,14 @@ impl Journal {
             created: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            boot_id: boot_id(),
+            requested: Vec::new(),
         }
+    }
+
+    /// Written before the last reboot (journals without a boot id count as current).
+    pub fn from_earlier_boot(&self) -> bool {
+        matches!((&self.boot_id, boot_id()), (Some(then), Some(now)) if *then != now)
     }
 
     /// The GPU indexes this journal covers.

@@ -94,15 +94,30 @@ pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outc
     if spec.mode == Mode::Off {
         return Ok(Outcome::Off);
     }
+    // Journals of an earlier boot describe instances and daemons the reboot removed; they
+    // must not hold GPUs (or answer for a requeued job with the same id): restore them.
+    for other in journal::list(cfg)?.into_iter().flatten() {
+        if other.from_earlier_boot() {
+            log::warn!(
+                "job {}: restoring its journal from before the last reboot",
+                other.job
+            );
+            restore(cfg, Some(ctl), other.job)?;
+        }
+    }
     if let Some(j) = journal::load(cfg, spec.job)? {
+        // The same job asking again (a rerun of the prolog) gets what it got; anything
+        // else under this id (a reused id, another user, other GPUs) is undone first.
+        let same =
+            j.uid == spec.uid && j.mode == spec.mode.to_string() && j.requested == requested(spec);
         match j.phase {
-            Phase::Applied => return Ok(Outcome::Applied(j.env)),
-            Phase::Refused => {
+            Phase::Applied if same => return Ok(Outcome::Applied(j.env)),
+            Phase::Refused if same => {
                 return Ok(refuse(j.refused.unwrap_or_default(), false));
             }
-            Phase::Applying | Phase::Restoring => {
+            phase => {
                 log::warn!(
-                    "job {}: restoring an interrupted reconfiguration first",
+                    "job {}: restoring an earlier reconfiguration ({phase:?}) first",
                     spec.job
                 );
                 restore(cfg, Some(ctl), spec.job)?;
@@ -111,28 +126,49 @@ pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outc
     }
     let outcome = apply_fresh(cfg, ctl, spec)?;
     if let Outcome::Refused(r) = &outcome {
-        // Record the refusal so the job's tasks (task_init) can report it.
-        let mut j = Journal::new(spec.job, spec.uid, spec.gid, spec.mode.to_string());
-        j.phase = Phase::Refused;
-        j.refused = Some(r.message.clone());
-        journal::write(cfg, &j)?;
         log::info!("job {}: refused: {}", spec.job, r.message);
     }
     Ok(outcome)
 }
 
+/// The job's GPUs as recorded: sorted, without duplicates.
+fn requested(spec: &JobSpec) -> Vec<u32> {
+    let mut g = spec.gpus.clone();
+    g.sort_unstable();
+    g.dedup();
+    g
+}
+
+/// Record a refusal so the job's tasks (task_init) can report it. Called with the GPU
+/// locks held where the refusal is about GPUs.
+fn refused(
+    cfg: &Config,
+    spec: &JobSpec,
+    message: String,
+    bad_request: bool,
+) -> Result<Outcome, NodeFault> {
+    let mut j = Journal::new(spec.job, spec.uid, spec.gid, spec.mode.to_string());
+    j.requested = requested(spec);
+    j.phase = Phase::Refused;
+    j.refused = Some(message.clone());
+    journal::write(cfg, &j)?;
+    Ok(refuse(message, bad_request))
+}
+
 fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outcome, NodeFault> {
     if let Err(msg) = cfg.check_allowed(&spec.mode) {
-        return Ok(refuse(msg, true));
+        return refused(cfg, spec, msg, true);
     }
     if spec.gpus.is_empty() {
-        return Ok(refuse(
+        return refused(
+            cfg,
+            spec,
             format!(
                 "--colloc={} needs GPUs: ask for them with --gres=gpu:N",
                 spec.mode
             ),
             true,
-        ));
+        );
     }
     let all = ctl.gpus()?;
     let mut gpus: Vec<GpuInfo> = Vec::new();
@@ -155,30 +191,43 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
     let others = journal::list(cfg)?;
     let mut records = Vec::new();
     let mut plans: Vec<Vec<PlannedInstance>> = Vec::new();
+    if let Some(Err(e)) = others.iter().find(|j| j.is_err()) {
+        // It may hold any GPU; touching one could undo another job's setup.
+        return refused(
+            cfg,
+            spec,
+            format!("{e}; colloc changes no GPU until an admin runs `colloc restore --all` or removes it"),
+            false,
+        );
+    }
     for g in &gpus {
         for other in others.iter().flatten() {
             if other.job != spec.job && other.claims(&g.uuid) {
-                return Ok(refuse(
+                return refused(
+                    cfg,
+                    spec,
                     format!(
                         "GPU {} is still reconfigured for job {} (its restore did not finish); \
                          an admin must run `colloc restore --job {}`",
                         g.index, other.job, other.job
                     ),
                     false,
-                ));
+                );
             }
         }
         let procs = ctl.processes(g.index)?;
         if !procs.is_empty() {
             let pids: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
-            return Ok(refuse(
+            return refused(
+                cfg,
+                spec,
                 format!(
                     "GPU {} is busy: process(es) {} use it; colloc reconfigures only idle GPUs",
                     g.index,
                     pids.join(", ")
                 ),
                 false,
-            ));
+            );
         }
         let existing = ctl.instances(g.index)?;
         let mut record = GpuRecord {
@@ -197,45 +246,51 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
                     .iter()
                     .map(|i| format!("{} at slot {}", i.profile, i.placement.start))
                     .collect();
-                return Ok(refuse(
+                return refused(
+                    cfg,
+                    spec,
                     format!(
                         "GPU {} has MIG instances colloc does not own ({}); refusing to touch them",
                         g.index,
                         what.join(", ")
                     ),
                     false,
-                ));
+                );
             }
             match g.mig_mode {
                 Some(m) if m.current => {}
                 Some(_) if cfg.allow_mig_mode_change => record.mig_mode_changed = true,
                 Some(_) => {
-                    return Ok(refuse(
+                    return refused(
+                        cfg,
+                        spec,
                         format!(
                             "GPU {} ({}) is not in MIG mode and this node does not switch it \
                              (allow_mig_mode_change = false); ask the admin, or use mps or naive",
                             g.index, g.name
                         ),
                         false,
-                    ))
+                    )
                 }
                 None => {
-                    return Ok(refuse(
+                    return refused(
+                        cfg,
+                        spec,
                         format!(
                             "GPU {} ({}) does not support MIG; use mps or naive",
                             g.index, g.name
                         ),
                         true,
-                    ))
+                    )
                 }
             }
             let catalog = match catalog_for(ctl, g) {
                 Ok(c) => c,
-                Err(msg) => return Ok(refuse(msg, true)),
+                Err(msg) => return refused(cfg, spec, msg, true),
             };
             match catalog.plan(req) {
                 Ok(p) => plans.push(p),
-                Err(e) => return Ok(refuse(e.to_string(), true)),
+                Err(e) => return refused(cfg, spec, e.to_string(), true),
             }
         }
         records.push(record);
@@ -243,6 +298,7 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
 
     // From here on the GPUs change: journal first.
     let mut j = Journal::new(spec.job, spec.uid, spec.gid, spec.mode.to_string());
+    j.requested = requested(spec);
     for (r, p) in records.iter_mut().zip(plans.iter()) {
         r.planned = p.clone();
     }
@@ -432,15 +488,33 @@ pub fn restore(
     ctl: Option<&dyn GpuControl>,
     job: u32,
 ) -> Result<RestoreReport, NodeFault> {
+    let uuids = |j: &Journal| {
+        let mut u: Vec<String> = j.gpus.iter().map(|g| g.uuid.clone()).collect();
+        u.sort();
+        u
+    };
     let Some(mut j) = journal::load(cfg, job)? else {
         return Ok(RestoreReport::default());
     };
-    let mut order: Vec<String> = j.gpus.iter().map(|g| g.uuid.clone()).collect();
-    order.sort();
-    let _locks = order
-        .iter()
-        .map(|u| GpuLock::acquire(cfg, u))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Lock the journal's GPUs, then read it again: a prolog that held the locks may have
+    // changed it meanwhile (more instances, another daemon).
+    let mut _locks = Vec::new();
+    for attempt in 0.. {
+        let order = uuids(&j);
+        drop(std::mem::take(&mut _locks));
+        _locks = order
+            .iter()
+            .map(|u| GpuLock::acquire(cfg, u))
+            .collect::<Result<Vec<_>, _>>()?;
+        match journal::load(cfg, job)? {
+            None => return Ok(RestoreReport::default()),
+            Some(now) if uuids(&now) == order || attempt == 3 => {
+                j = now;
+                break;
+            }
+            Some(now) => j = now,
+        }
+    }
     if j.phase != Phase::Refused {
         j.phase = Phase::Restoring;
         journal::write(cfg, &j)?;
@@ -527,12 +601,13 @@ fn restore_locked(
         )));
     };
     for g in &j.gpus {
+        // Ours: a planned placement (everything created was planned first) that was not
+        // there before. The profile and start must match: drivers reuse GI ids.
         let ours = |gi_id: u32, profile_id: u32, start: u32| {
             !g.preexisting.contains(&gi_id)
-                && (g.created.iter().any(|c| c.gi_id == gi_id)
-                    || g.planned
-                        .iter()
-                        .any(|p| p.profile_id == profile_id && p.placement.start == start))
+                && g.planned
+                    .iter()
+                    .any(|p| p.profile_id == profile_id && p.placement.start == start)
         };
         let mine: Vec<u32> = match ctl.instances(g.index) {
             Ok(list) => list
@@ -557,7 +632,19 @@ fn restore_locked(
         }
         if g.mig_mode_changed {
             if let Some(before) = g.mig_before {
-                ctl.set_mig_mode(g.index, before.current)?;
+                let now = ctl.set_mig_mode(g.index, before.current)?;
+                if now.current != before.current {
+                    // Keep the journal: a GPU left in MIG mode without instances has no
+                    // CUDA device for the next whole-GPU job.
+                    return Err(NodeFault::Restore(format!(
+                        "GPU {}: MIG mode set back to {} but the change is pending a GPU reset; \
+                         reset it while idle (nvidia-smi -r -i {}), then run colloc restore --job {}",
+                        g.index,
+                        if before.current { "on" } else { "off" },
+                        g.index,
+                        j.job
+                    )));
+                }
             }
         }
     }

@@ -24,6 +24,8 @@ struct MemGpus {
     fail_create: Option<usize>,
     /// Panic at the n-th create (a crash of the process, for restore tests).
     crash_create: Option<usize>,
+    /// MIG mode changes stay pending (an A100 that needs a reset).
+    mig_change_pending: bool,
 }
 
 impl MemGpus {
@@ -136,8 +138,13 @@ impl GpuControl for MemGpus {
     }
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> GpuResult<MigMode> {
         let mut gpus = self.gpus.borrow_mut();
+        let current = if self.mig_change_pending {
+            gpus[gpu as usize].mig.is_some_and(|m| m.current)
+        } else {
+            enabled
+        };
         let m = MigMode {
-            current: enabled,
+            current,
             pending: enabled,
         };
         gpus[gpu as usize].mig = Some(m);
@@ -443,4 +450,78 @@ fn off_does_nothing_and_no_gpus_is_refused() {
     assert!(journal::load(&c, 22).unwrap().is_none());
     let out = prolog(&c, &g, &spec(23, &[], "mps")).unwrap();
     assert!(refusal(&out).message.contains("--gres=gpu:N"));
+}
+
+#[test]
+fn journals_of_an_earlier_boot_do_not_hold_gpus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let g = MemGpus::a100s(1);
+    prolog(&c, &g, &spec(30, &[0], "mig:3g")).unwrap();
+    // A reboot: the instances are gone, the journal (in /var/lib) is not.
+    g.gpus.borrow_mut()[0].instances.clear();
+    let mut j = journal::load(&c, 30).unwrap().unwrap();
+    j.boot_id = Some("an-earlier-boot".into());
+    journal::write(&c, &j).unwrap();
+    let out = prolog(&c, &g, &spec(31, &[0], "mig:1g")).unwrap();
+    assert_eq!(env_of(&out)["COLLOC_SLOTS"], "7");
+    assert!(journal::load(&c, 30).unwrap().is_none());
+}
+
+#[test]
+fn a_reused_job_id_with_another_request_is_redone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let g = MemGpus::a100s(2);
+    prolog(&c, &g, &spec(32, &[0], "mig:3g")).unwrap();
+    // Same id, other mode and GPU (slurmctld -c, id wrap): not the old environment.
+    let out = prolog(&c, &g, &spec(32, &[1], "mig:1g")).unwrap();
+    assert_eq!(env_of(&out)["COLLOC_SLOTS"], "7");
+    assert_eq!((g.count(0), g.count(1)), (0, 7));
+    restore(&c, Some(&g), 32).unwrap();
+    assert_eq!(g.count(1), 0);
+}
+
+#[test]
+fn an_unreadable_journal_blocks_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let g = MemGpus::a100s(1);
+    std::fs::create_dir_all(c.jobs_dir()).unwrap();
+    std::fs::write(journal::path(&c, 33), b"{garbage").unwrap();
+    let out = prolog(&c, &g, &spec(34, &[0], "mig:3g")).unwrap();
+    let r = refusal(&out);
+    assert!(r.message.contains("33.json is unreadable"), "{}", r.message);
+    assert!(!r.bad_request);
+    assert_eq!(g.count(0), 0);
+}
+
+#[test]
+fn a_mig_mode_change_pending_a_reset_keeps_the_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Config {
+        allow_mig_mode_change: true,
+        ..cfg(tmp.path())
+    };
+    let g = MemGpus::a100s(1);
+    prolog(&c, &g, &spec(35, &[0], "mig:3g")).unwrap();
+    // The job ends; colloc had switched the GPU to MIG (it was off before).
+    let mut j = journal::load(&c, 35).unwrap().unwrap();
+    j.gpus[0].mig_mode_changed = true;
+    j.gpus[0].mig_before = Some(MigMode {
+        current: false,
+        pending: false,
+    });
+    journal::write(&c, &j).unwrap();
+    let g = MemGpus {
+        mig_change_pending: true,
+        ..g
+    };
+    let err = restore(&c, Some(&g), 35).unwrap_err().to_string();
+    assert!(err.contains("pending a GPU reset"), "{err}");
+    assert_eq!(g.count(0), 0, "instances destroyed all the same");
+    assert!(
+        journal::load(&c, 35).unwrap().is_some(),
+        "journal kept until the reset"
+    );
 }
