@@ -387,7 +387,8 @@ impl NvmlGpus {
         // nvml.h: the buffer must hold the profile's instance count.
         let mut buf: Vec<nvmlGpuInstance_t> =
             vec![std::ptr::null_mut(); profile.max_instances.max(1) as usize];
-        let mut count: c_uint = 0;
+        // nvml.h: count is output only; set it to the capacity for drivers that read it.
+        let mut count = buf.len() as c_uint;
         // SAFETY: valid handle; `buf` holds the profile's instanceCount entries.
         let ret = unsafe { f(raw(dev), profile.id, buf.as_mut_ptr(), &mut count) };
         self.check("nvmlDeviceGetGpuInstances", gpu, ret)?;
@@ -447,7 +448,7 @@ impl NvmlGpus {
         for prof in self.ci_profiles(gpu, gi)? {
             let mut buf: Vec<nvmlComputeInstance_t> =
                 vec![std::ptr::null_mut(); prof.instanceCount.max(1) as usize];
-            let mut count: c_uint = 0;
+            let mut count = buf.len() as c_uint;
             // SAFETY: `gi` came from NVML; `buf` holds the CI profile's instanceCount
             // entries as nvml.h requires.
             let ret = unsafe { list(gi, prof.id, buf.as_mut_ptr(), &mut count) };
@@ -480,20 +481,29 @@ impl NvmlGpus {
             let mut mig_handle: nvmlDevice_t = std::ptr::null_mut();
             // SAFETY: valid handle and out-pointer.
             let ret = unsafe { by_index(raw(dev), index, &mut mig_handle) };
-            if ret == NOT_FOUND {
-                continue; // a free slot in the MIG device table
+            if ret != 0 {
+                // A free slot answers NOT_FOUND; drivers have other codes for slots being
+                // set up or torn down. None of them is a MIG device to list.
+                if ret != NOT_FOUND {
+                    log::debug!("GPU {gpu}: MIG device slot {index}: NVML code {ret}");
+                }
+                continue;
             }
-            self.check("nvmlDeviceGetMigDeviceHandleByIndex", gpu, ret)?;
             let (mut gi_id, mut ci_id): (c_uint, c_uint) = (0, 0);
             // SAFETY: `mig_handle` came from NVML just now; valid out-pointers.
             let ret = unsafe { gi_id_f(mig_handle, &mut gi_id) };
-            self.check("nvmlDeviceGetGpuInstanceId", gpu, ret)?;
             // SAFETY: as above.
-            let ret = unsafe { ci_id_f(mig_handle, &mut ci_id) };
-            self.check("nvmlDeviceGetComputeInstanceId", gpu, ret)?;
+            let ret2 = unsafe { ci_id_f(mig_handle, &mut ci_id) };
+            if ret != 0 || ret2 != 0 {
+                log::debug!("GPU {gpu}: MIG device slot {index}: no instance ids ({ret}, {ret2})");
+                continue;
+            }
             // SAFETY: a MIG device handle from this `Nvml`, used only while it lives.
             let mig = unsafe { Device::new(mig_handle, &self.nvml) };
-            let uuid = mig.uuid().map_err(|e| wrap("nvmlDeviceGetUUID", gpu, e))?;
+            let Ok(uuid) = mig.uuid() else {
+                log::debug!("GPU {gpu}: MIG device slot {index}: no UUID");
+                continue;
+            };
             out.push(MigDevice { gi_id, ci_id, uuid });
         }
         Ok(out)
@@ -538,20 +548,30 @@ impl NvmlGpus {
         // SAFETY: `ci` came from NVML just now; valid out-pointer.
         let ret = unsafe { info_f(ci, &mut ci_info) };
         self.check("nvmlComputeInstanceGetInfo_v2", gpu, ret)?;
-        let uuid = self
-            .mig_devices(gpu, dev)?
-            .into_iter()
-            .find(|m| m.gi_id == info.id && m.ci_id == ci_info.id)
-            .map(|m| m.uuid)
-            .ok_or_else(|| GpuError::Call {
-                call: "nvmlDeviceGetMigDeviceHandleByIndex",
-                gpu: gpu.to_string(),
-                message: format!(
-                    "no MIG device for GPU instance {} compute instance {}",
-                    info.id, ci_info.id
-                ),
-                code: NOT_FOUND,
-            })?;
+        // A MIG device can take a moment to appear in the device table after its compute
+        // instance is made: look a few times before giving up (and undoing).
+        let mut found = None;
+        for attempt in 0..10 {
+            if attempt > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            found = self
+                .mig_devices(gpu, dev)?
+                .into_iter()
+                .find(|m| m.gi_id == info.id && m.ci_id == ci_info.id);
+            if found.is_some() {
+                break;
+            }
+        }
+        let uuid = found.map(|m| m.uuid).ok_or_else(|| GpuError::Call {
+            call: "nvmlDeviceGetMigDeviceHandleByIndex",
+            gpu: gpu.to_string(),
+            message: format!(
+                "no MIG device for GPU instance {} compute instance {}",
+                info.id, ci_info.id
+            ),
+            code: NOT_FOUND,
+        })?;
         Ok(Instance {
             gi_id: info.id,
             profile_id,
@@ -646,7 +666,12 @@ impl GpuControl for NvmlGpus {
             return Ok(Vec::new());
         }
         let catalog = self.catalog(gpu)?;
-        let migs = self.mig_devices(gpu, &dev)?;
+        // UUIDs are for people and the job's environment; restore does not need them, so
+        // a failure to read them must not stop it.
+        let migs = self.mig_devices(gpu, &dev).unwrap_or_else(|e| {
+            log::warn!("GPU {gpu}: MIG device UUIDs unavailable: {e}");
+            Vec::new()
+        });
         let mut out = Vec::new();
         for profile in &catalog.profiles {
             for gi in self.gpu_instances(gpu, &dev, profile)? {
