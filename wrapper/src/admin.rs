@@ -200,9 +200,9 @@ pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
         }
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        outln!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{out}");
+        out!("{out}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -307,12 +307,12 @@ pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
         let _ = writeln!(text, "no colloc journals on this node");
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"gpus": gpus_json, "journals": journals_json}))?
         );
     } else {
-        print!("{text}");
+        out!("{text}");
     }
     Ok(code)
 }
@@ -331,12 +331,12 @@ pub fn apply(a: ApplyArgs, g: &Global) -> anyhow::Result<ExitCode> {
     };
     match reconfig::prolog(&cfg, &ctl, &spec).context("apply failed; the GPUs are as they were")? {
         Outcome::Off => {
-            println!("mode off: nothing to do");
+            outln!("mode off: nothing to do");
             Ok(ExitCode::SUCCESS)
         }
         Outcome::Applied(env) => {
             for (k, v) in env {
-                println!("{k}={v}");
+                outln!("{k}={v}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -369,9 +369,9 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
         (None, _) => reconfig::restore_all(&cfg, ctl_ref)?,
     };
     if report.jobs.is_empty() {
-        println!("nothing to restore");
+        outln!("nothing to restore");
     } else {
-        println!(
+        outln!(
             "restored job(s) {:?}: {} MIG instance(s) destroyed, {} MPS daemon(s) stopped{}",
             report.jobs,
             report.destroyed,
@@ -397,7 +397,7 @@ pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> 
             cfg.mps_control
         ));
     }
-    println!(
+    outln!(
         "{}: ok (version {}, allowed modes: {}, default {})",
         path.display(),
         cfg.version,
@@ -409,7 +409,7 @@ pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> 
         cfg.default_mode
     );
     for n in notes {
-        println!("{n}");
+        outln!("{n}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -17,7 +17,7 @@ impl Log for StderrLog {
                 Level::Debug => "debug",
                 Level::Trace => "trace",
             };
-            eprintln!("colloc: {level}: {}", r.args());
+            errln!("colloc: {level}: {}", r.args());
         }
     }
     fn flush(&self) {}

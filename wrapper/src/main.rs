@@ -10,6 +10,31 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `println!` that ignores a closed or broken stdout (a pipe to `head`, a hung-up
+/// terminal) instead of panicking half way through a pack of runs.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// `print!` that ignores a broken stdout.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that ignores a broken stderr.
+macro_rules! errln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
 mod admin;
 mod bench;
 mod font;
@@ -102,7 +127,7 @@ fn main() -> ExitCode {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "internal error".into());
-        eprintln!("colloc: internal error: {msg} (please report this)");
+        errln!("colloc: internal error: {msg} (please report this)");
     }));
     let global = Global { config: cli.config };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match cli.command {
@@ -123,7 +148,7 @@ fn main() -> ExitCode {
                 1
             };
             let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("colloc: error: {}", chain.join(": ").replace('\n', " "));
+            errln!("colloc: error: {}", chain.join(": ").replace('\n', " "));
             ExitCode::from(code)
         }
         Err(_) => ExitCode::from(1),

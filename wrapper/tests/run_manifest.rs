@@ -80,6 +80,30 @@ fn manifest_errors_say_where_and_start_nothing() {
             format!("[[run]]\n{ok}\ntimeout = 'soon'\n"),
             ":3: invalid duration \"soon\"",
         ),
+        (
+            "timeout past any deadline",
+            format!("[[run]]\n{ok}\ntimeout = '1e19'\n"),
+            ":3: duration \"1e19\" is longer than a year",
+        ),
+        (
+            // 2^64 combinations: the count must not wrap around to 0 and pass.
+            "huge grid",
+            format!(
+                "[[sweep]]\nname = 'g'\n{ok}\ngrid = {{ {} }}\n",
+                (0..64).map(|i| format!("k{i} = ['a', 'b']")).collect::<Vec<_>>().join(", ")
+            ),
+            ":4: sweep expands to",
+        ),
+        (
+            "bad environment name",
+            format!("[[run]]\n{ok}\nenv = {{ \"A=B\" = '1' }}\n"),
+            ":3: environment variable name \"A=B\"",
+        ),
+        (
+            "NUL in the command",
+            "[[run]]\ncommand = ['touch', \"STA\\u0000RTED\"]\n".to_string(),
+            ":2: the command contains a NUL character",
+        ),
     ];
     for (what, text, want) in cases {
         let env = Env::new();
@@ -104,6 +128,32 @@ fn manifest_errors_say_where_and_start_nothing() {
 #[test]
 fn usage_errors_exit_2() {
     let env = Env::new();
+    for args in [
+        ["-j", "1000000000000", "--", "true"],
+        ["-n", "100000000000", "--", "true"],
+        ["--grace", "1e20", "--", "true"],
+    ] {
+        let out = env.colloc().args(args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = env
+        .colloc()
+        .env("COLLOC_MODE", "naive")
+        .env("COLLOC_SLOTS", "99999999")
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = env.colloc().output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to run"));

@@ -345,3 +345,39 @@ fn runs_in_a_multi_gpu_mps_job_get_their_gpus_daemon() {
         ]
     );
 }
+
+/// A reader that goes away (`colloc run ... 2>&1 | head -1`, a hung-up terminal) must not
+/// abort colloc half way: the runs finish and the report is written.
+#[test]
+fn a_closed_stdout_and_stderr_do_not_abort_the_pack() {
+    let env = Env::new();
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
+    let mut child = cmd
+        .env("COLLOC_CONFIG", env.path().join("no-config.toml"))
+        .env_remove("COLLOC_MODE")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .current_dir(env.path())
+        .arg("run")
+        .arg("--report-dir")
+        .arg(env.report_dir())
+        .args([
+            "-j",
+            "2",
+            "-n",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "echo img/s=5; sleep 0.3; echo img/s=6",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let rep = env.report();
+    assert_eq!(rep["runs"].as_array().unwrap().len(), 3);
+}

@@ -158,7 +158,7 @@ fn finish(ctx: &Ctx<'_>, report: &mut Report) -> anyhow::Result<()> {
         }
     }
     report.wall_s = ctx.clock.elapsed().as_secs_f64();
-    print!("{}", report::table(report));
+    out!("{}", report::table(report));
     let dir = &ctx.spec.report_dir;
     let write = |name: &str, text: &str| -> anyhow::Result<()> {
         let p = dir.join(name);
@@ -173,7 +173,7 @@ fn finish(ctx: &Ctx<'_>, report: &mut Report) -> anyhow::Result<()> {
     if let Err(e) = plot::draw(report, &png) {
         log::warn!("no plot: {e}");
     }
-    eprintln!("colloc bench: reports in {}", dir.display());
+    errln!("colloc bench: reports in {}", dir.display());
     Ok(())
 }
 
@@ -352,7 +352,7 @@ impl Ctx<'_> {
                 stopped = Some(why);
                 continue;
             };
-            eprintln!("colloc bench: made MIG layout {layout}");
+            errln!("colloc bench: made MIG layout {layout}");
             let measured = if devices.len() == n {
                 self.measure_on(name, n, &[], Some(&devices), solo)
             } else {
@@ -393,7 +393,7 @@ impl Ctx<'_> {
             })?;
         let guard = mps::PrivateDaemon::start(&program, "colloc-bench", &self.device)
             .map_err(|e| format!("cannot start MPS: {e}"))?;
-        eprintln!(
+        errln!(
             "colloc bench: started MPS daemon ({})",
             guard.daemon().pipe_dir.display()
         );
@@ -421,7 +421,7 @@ impl Ctx<'_> {
         solo: Option<f64>,
     ) -> anyhow::Result<ConfigResult> {
         self.check_signal()?;
-        eprintln!(
+        errln!(
             "colloc bench: {mode} with {n} cop{} ...",
             if n == 1 { "y" } else { "ies" }
         );
@@ -471,7 +471,7 @@ impl Ctx<'_> {
             s.sort_by(|a, b| a.t.total_cmp(&b.t));
         }
         if let Some(why) = failure {
-            eprintln!("colloc bench: {mode} with {n}: failed: {why}");
+            errln!("colloc bench: {mode} with {n}: failed: {why}");
             return Ok(ConfigResult::failed(mode, n, why, logs));
         }
         let min_len = (self.spec.duration.as_secs_f64() * 0.5).max(0.2);
@@ -479,7 +479,7 @@ impl Ctx<'_> {
             Ok(tp) => tp,
             Err(e) => {
                 let why = e.to_string();
-                eprintln!("colloc bench: {mode} with {n}: failed: {why}");
+                errln!("colloc bench: {mode} with {n}: failed: {why}");
                 return Ok(ConfigResult::failed(mode, n, why, logs));
             }
         };
@@ -507,7 +507,7 @@ impl Ctx<'_> {
         let vs = solo.map_or_else(String::new, |s| {
             format!(" ({:.2}x solo)", tp.aggregate() / s)
         });
-        eprintln!(
+        errln!(
             "colloc bench: {mode} with {n}: {:.1} samples/s over {:.1} s{vs}",
             tp.aggregate(),
             tp.window.len()
@@ -535,7 +535,9 @@ impl Ctx<'_> {
             self.check_signal()?;
             match rx.recv_timeout(TICK) {
                 Ok(Event::Rate { copy, t, rate }) => samples[copy].push(Sample { t, rate }),
-                Ok(Event::Closed { .. }) | Err(_) => {}
+                Ok(Event::Closed { .. }) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                // Every copy closed its output: nothing will arrive, so do not spin.
+                Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(TICK),
             }
             while let Ok(ev) = rx.try_recv() {
                 if let Event::Rate { copy, t, rate } = ev {

@@ -194,16 +194,21 @@ impl Ctx<'_> {
 }
 
 /// Parse a duration such as `90s`, `30m`, `2h`, `1h30m` or plain seconds.
+/// Longest duration colloc accepts (a year): longer ones overflow deadline arithmetic.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    if let Ok(secs) = t.parse::<f64>() {
-        if secs.is_finite() && secs > 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
+    let d = match t.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => {
+            Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
         }
-    }
-    match humantime::parse_duration(t) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        _ => Err(format!(
+        _ => humantime::parse_duration(t).ok().filter(|d| !d.is_zero()),
+    };
+    match d {
+        Some(d) if d <= MAX_DURATION => Ok(d),
+        Some(_) => Err(format!("duration {s:?} is longer than a year")),
+        None => Err(format!(
             "invalid duration {:?}: use e.g. 90s, 30m, 2h, 1h30m or a number of seconds (> 0)",
             s
         )),
@@ -343,12 +348,14 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
         .as_ref()
         .map(|w| cx.workdir(w.get_ref(), w.span()))
         .transpose()?;
+    check_env(&cx, &d.env)?;
     let d_env: Vec<(String, String)> = env_pairs(&d.env);
 
     let mut runs: Vec<(RunSpec, Range<usize>)> = Vec::new();
     for (i, r) in raw.run.iter().enumerate() {
         let argv = r.command.get_ref().argv();
         check_command(&cx, &argv, r.command.span())?;
+        check_env(&cx, &r.env)?;
         let (name, span) = match &r.name {
             Some(n) => (n.get_ref().clone(), n.span()),
             None => (format!("run{}", i + 1), r.command.span()),
@@ -396,8 +403,11 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
         if grid.is_empty() {
             return Err(cx.err(Some(grid_span), "sweep grid is empty"));
         }
-        let combos: usize = grid.values().map(Vec::len).product();
-        if runs.len() + combos > MAX_RUNS {
+        let combos = grid
+            .values()
+            .try_fold(1usize, |acc, v| acc.checked_mul(v.len()))
+            .unwrap_or(usize::MAX);
+        if combos > MAX_RUNS || runs.len() + combos > MAX_RUNS {
             return Err(cx.err(
                 Some(grid_span),
                 format!("sweep expands to {combos} runs; at most {MAX_RUNS} runs per manifest"),
@@ -420,6 +430,7 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
         let name_span = s.name.as_ref().map(|n| n.span()).unwrap_or(grid_span);
         let argv_t = s.command.get_ref().argv();
         check_command(&cx, &argv_t, s.command.span())?;
+        check_env(&cx, &s.env)?;
         for a in &argv_t {
             tcheck(a, s.command.span())?;
         }
@@ -479,6 +490,9 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
 }
 
 fn check_command(cx: &Ctx<'_>, argv: &[String], span: Range<usize>) -> Result<(), ManifestError> {
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(cx.err(Some(span), "the command contains a NUL character"));
+    }
     match argv.first() {
         Some(p) if !p.trim().is_empty() => Ok(()),
         _ => Err(cx.err(
@@ -486,6 +500,26 @@ fn check_command(cx: &Ctx<'_>, argv: &[String], span: Range<usize>) -> Result<()
             "empty command: give the program and its arguments, e.g. [\"python\", \"train.py\"]",
         )),
     }
+}
+
+/// Environment names must be non-empty without `=` or NUL, values without NUL: anything
+/// else would fail at start or silently set another variable.
+fn check_env(cx: &Ctx<'_>, env: &Option<Env>) -> Result<(), ManifestError> {
+    for (k, v) in env.iter().flatten() {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(cx.err(
+                Some(v.span()),
+                format!("environment variable name {k:?} is empty or contains '=' or NUL"),
+            ));
+        }
+        if v.get_ref().text().contains('\0') {
+            return Err(cx.err(
+                Some(v.span()),
+                format!("the value of {k} contains a NUL character"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn env_pairs(env: &Option<Env>) -> Vec<(String, String)> {

@@ -54,8 +54,8 @@ stopped, 2 bad input.")]
 pub struct RunArgs {
     /// Runs at once (default: COLLOC_SLOTS; else one per MIG instance, N per GPU for mps:N,
     /// 2 per GPU for naive/mps, the CPU count without a GPU).
-    #[arg(short = 'j', long = "jobs", value_name = "N")]
-    jobs: Option<usize>,
+    #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=slots::MAX_SLOTS as i64))]
+    jobs: Option<u32>,
     /// naive, mps or mps:N, outside a colloc job (inside one the job's mode applies).
     #[arg(long, value_name = "MODE")]
     mode: Option<String>,
@@ -98,8 +98,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", default_value = "30s")]
     status_every: String,
     /// With `-- CMD`: how many copies to run (default: one per slot).
-    #[arg(short = 'n', long = "count", value_name = "N", requires = "command")]
-    count: Option<usize>,
+    #[arg(short = 'n', long = "count", value_name = "N", requires = "command", value_parser = clap::value_parser!(u32).range(1..=manifest::MAX_RUNS as i64))]
+    count: Option<u32>,
     /// With `-- CMD`: throughput regex (named group `value`).
     #[arg(long, value_name = "REGEX", requires = "command")]
     metric: Option<String>,
@@ -298,7 +298,10 @@ impl Pack<'_> {
     fn log_path(&self, idx: usize, calibration: bool) -> PathBuf {
         let name = &self.specs[idx].name;
         if calibration {
-            self.logs.join(format!("solo-{name}.log"))
+            // Not beside the runs' logs: a run may be named "solo-<name>".
+            let dir = self.logs.join("calibration");
+            let _ = std::fs::create_dir_all(&dir);
+            dir.join(format!("{name}.log"))
         } else {
             self.logs.join(format!("{name}.log"))
         }
@@ -706,14 +709,14 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         job_slots: env("COLLOC_SLOTS"),
         visible: env("CUDA_VISIBLE_DEVICES"),
         mode: args.mode.clone(),
-        jobs: args.jobs,
+        jobs: args.jobs.map(|j| j as usize),
         nvml_gpus: nvml.as_ref().map(|n| sampler::all_gpus(n.nvml())),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
     })
     .map_err(bad_input)?;
     let specs = match manifest_specs {
         Some(s) => s,
-        None => specs_from_command(&args, args.count.unwrap_or(layout.slots.len()))?,
+        None => specs_from_command(&args, args.count.map_or(layout.slots.len(), |n| n as usize))?,
     };
 
     let dir = args.report_dir.clone().unwrap_or_else(default_report_dir);
@@ -834,15 +837,16 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
 
     let mut solo = solo_from_file;
     if args.solo_baseline {
-        println!(
+        outln!(
             "colloc: calibrating: {} alone for up to {:?}",
-            specs[0].name, opts.solo_window
+            specs[0].name,
+            opts.solo_window
         );
         if let Some(live) = pack.run_queue(VecDeque::from([0]), true) {
             let seen = live.seen();
             match seen.series.mean() {
                 Some(v) => {
-                    println!(
+                    outln!(
                         "colloc: solo throughput of {}: {v:.1} {}",
                         specs[0].name,
                         seen.series.unit.unwrap_or("")

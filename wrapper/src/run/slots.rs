@@ -4,6 +4,9 @@
 
 use colloc_core::mode::Mode;
 
+/// Most slots (runs at once) colloc keeps; more is a mistake, not a pack.
+pub const MAX_SLOTS: usize = 4096;
+
 /// Slots per GPU for `naive`/`mps` when neither `-j` nor `COLLOC_SLOTS` says.
 pub const DEFAULT_PER_GPU: usize = 2;
 
@@ -101,8 +104,10 @@ pub fn layout(i: &Inputs) -> Result<Layout, String> {
             Some(s) => Some(
                 s.parse::<usize>()
                     .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("COLLOC_SLOTS {s:?} is not a positive number"))?,
+                    .filter(|&n| n > 0 && n <= MAX_SLOTS)
+                    .ok_or_else(|| {
+                        format!("COLLOC_SLOTS {s:?} is not a number from 1 to {MAX_SLOTS}")
+                    })?,
             ),
             None => None,
         };
