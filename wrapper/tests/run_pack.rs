@@ -246,7 +246,7 @@ fn solo_baseline_and_earlier_reports_give_a_speedup() {
         "{stdout}"
     );
     // the calibration run has its own log
-    assert!(env.report_dir().join("logs/solo-run1.log").is_file());
+    assert!(env.report_dir().join("logs/calibration/run1.log").is_file());
 
     // the same figures from that report
     let first = env.report_dir().join("colloc-report.json");

@@ -121,6 +121,10 @@ pub struct Launch {
     pub t0: Instant,
 }
 
+/// How long a finished run's leftover group members get to disappear before its slot
+/// is given to the next run.
+const GROUP_EXIT_WAIT: Duration = Duration::from_secs(3);
+
 /// Start an attempt on its own threads. Returns the shared state at once; the end comes
 /// as [`Event::Finished`] on `tx`.
 pub fn start(l: Launch, tx: Sender<Event>) -> io::Result<Arc<Live>> {
@@ -217,6 +221,13 @@ fn run_attempt(l: Launch, live: &Arc<Live>) -> Result<ExitStatus, String> {
     let status = child
         .wait()
         .map_err(|e| format!("cannot wait for the run: {e}"));
+    // SIGKILL is asynchronous: members of the group (data-loader workers, torchrun
+    // children) may still be releasing the slot's GPU. The next run on this slot waits
+    // for them, a little, so it does not start into an out-of-memory error.
+    let deadline = Instant::now() + GROUP_EXIT_WAIT;
+    while sys::kill_group(pid, 0) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
     if reader.is_ok() && done_rx.recv_timeout(DRAIN_WAIT).is_err() {
         log::warn!(
             "{}: its output is still held open by a process outside its session; no longer reading it",
