@@ -657,6 +657,7 @@ fn record(
         max: seen.series.max,
         count: seen.series.count,
         samples: seen.series.samples.clone(),
+        work: seen.series.work,
     });
     r.epochs = seen
         .epochs

@@ -185,6 +185,10 @@ pub struct Series {
     pub max: f64,
     /// Latest sample.
     pub last: f64,
+    /// Work done, integrated from the samples: each rate times the time since the
+    /// previous sample (a trainer's rate covers the interval before it is printed).
+    pub work: f64,
+    prev_t: Option<f64>,
     stride: u64,
 }
 
@@ -201,6 +205,10 @@ impl Series {
             self.max = v;
             self.stride = 1;
         }
+        if let Some(pt) = self.prev_t {
+            self.work += v * (t - pt).max(0.0);
+        }
+        self.prev_t = Some(t);
         self.count += 1;
         self.sum += v;
         self.max = self.max.max(v);
@@ -322,6 +330,15 @@ mod tests {
             scan("speed 12", Some(&re1)).throughput,
             Some((12.0, CUSTOM_UNIT))
         );
+    }
+
+    #[test]
+    fn work_is_integrated_from_the_samples() {
+        let mut s = Series::default();
+        s.push(1.0, 100.0, "img/s");
+        s.push(2.0, 100.0, "img/s");
+        s.push(4.0, 50.0, "img/s");
+        assert_eq!(s.work, 100.0 * 1.0 + 50.0 * 2.0);
     }
 
     #[test]

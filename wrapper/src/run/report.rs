@@ -56,6 +56,10 @@ pub struct Throughput {
     pub count: u64,
     /// Kept samples: [seconds since the pack started, value].
     pub samples: Vec<(f64, f64)>,
+    /// Work integrated from all samples (rate x time since the previous sample), in the
+    /// unit's numerator (images for img/s). 0 with fewer than two samples.
+    #[serde(default)]
+    pub work: f64,
 }
 
 /// One finished epoch.
@@ -283,16 +287,24 @@ pub fn summarize(
     else {
         return sum;
     };
-    let with_tp: Vec<(f64, f64)> = runs
-        .iter()
-        .filter_map(|r| {
-            let t = r.throughput.as_ref().filter(|t| t.unit == unit)?;
-            Some((t.mean, r.wall_s?))
-        })
-        .collect();
+    // Work per run from its samples; start-up before its first sample did none. With
+    // fewer than two samples there is no interval: mean rate x wall time instead.
+    let work_of = |r: &RunRecord| -> Option<(f64, f64)> {
+        let t = r.throughput.as_ref().filter(|t| t.unit == unit)?;
+        let wall = r.wall_s?;
+        if t.count >= 2 && t.work > 0.0 {
+            let startup = match (t.samples.first(), r.start_s) {
+                (Some(&(first, _)), Some(start)) => (first - start).max(0.0),
+                _ => 0.0,
+            };
+            Some((t.work, startup))
+        } else {
+            Some((t.mean * wall, 0.0))
+        }
+    };
+    let with_tp: Vec<(f64, f64)> = runs.iter().filter_map(work_of).collect();
     if makespan_s > 0.0 && !with_tp.is_empty() {
-        sum.aggregate_throughput =
-            Some(with_tp.iter().map(|(t, w)| t * w).sum::<f64>() / makespan_s);
+        sum.aggregate_throughput = Some(with_tp.iter().map(|(w, _)| w).sum::<f64>() / makespan_s);
     }
     if let Some(solo) = solo.filter(|s| s.unit.as_deref().is_none_or(|u| u == unit)) {
         for r in runs.iter_mut() {
@@ -301,9 +313,10 @@ pub fn summarize(
         // Every run that ran needs a throughput and a solo figure for the estimate.
         let mut seq = 0.0;
         let mut complete = true;
+        // One after another: each run's work at its solo rate, plus its start-up.
         for r in runs.iter().filter(|r| r.wall_s.is_some()) {
-            match (&r.throughput, r.solo_throughput, r.wall_s) {
-                (Some(t), Some(s), Some(w)) if t.unit == unit && s > 0.0 => seq += t.mean * w / s,
+            match (work_of(r), r.solo_throughput) {
+                (Some((work, startup)), Some(s)) if s > 0.0 => seq += work / s + startup,
                 _ => complete = false,
             }
         }
@@ -538,6 +551,7 @@ mod tests {
                 max: m,
                 count: 3,
                 samples: vec![],
+                work: 0.0,
             }),
             epochs: vec![],
             gpu: None,
@@ -568,6 +582,28 @@ mod tests {
         let s = summarize(&mut runs, 10.0, 2, Some(&solo));
         assert_eq!(s.speedup, None);
         assert_eq!(s.aggregate_throughput, Some(60.0));
+    }
+
+    #[test]
+    fn start_up_is_not_counted_as_work() {
+        // 60 s run, 20 s of start-up, then 100 img/s every second: 4,000 images, not 6,000.
+        let mut r = rec("a", Some(100.0), Some(60.0));
+        r.start_s = Some(0.0);
+        let t = r.throughput.as_mut().unwrap();
+        t.samples = (20..=60).map(|s| (f64::from(s), 100.0)).collect();
+        t.count = 41;
+        t.work = 4000.0;
+        let solo = Solo {
+            any: Some(100.0),
+            unit: Some("img/s".into()),
+            source: "test".into(),
+            ..Solo::default()
+        };
+        let mut runs = vec![r];
+        let s = summarize(&mut runs, 60.0, 1, Some(&solo));
+        assert!((s.aggregate_throughput.unwrap() - 4000.0 / 60.0).abs() < 1e-9);
+        // alone: 40 s of work plus the same 20 s of start-up
+        assert_eq!(s.sequential_s, Some(60.0));
     }
 
     #[test]
