@@ -334,7 +334,10 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
 }
 
 /// The MIG catalog of a GPU: what NVML reports, or the built-in table where it cannot say.
-fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String> {
+///
+/// # Errors
+/// A one-line message when neither knows the GPU's profiles.
+pub fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String> {
     match ctl.catalog(g.index) {
         Ok(c) if c.profiles.iter().any(|p| !p.placements.is_empty()) => Ok(c),
         other => {

@@ -113,10 +113,7 @@ fn catalog_of(ctl: &dyn GpuControl, gpu: u32) -> anyhow::Result<Catalog> {
         .into_iter()
         .find(|g| g.index == gpu)
         .ok_or_else(|| bad_input(format!("no GPU with index {gpu} on this node")))?;
-    match ctl.catalog(gpu) {
-        Ok(c) if c.profiles.iter().any(|p| !p.placements.is_empty()) => Ok(c),
-        _ => mig::builtin_catalog(&info.name).map_err(|e| bad_input(e.to_string())),
-    }
+    reconfig::catalog_for(ctl, &info).map_err(bad_input)
 }
 
 /// `colloc plan`.

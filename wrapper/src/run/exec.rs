@@ -250,6 +250,9 @@ fn read_output(
     let mut pending: Vec<u8> = Vec::new();
     let mut last_cr: Option<Instant> = None;
     let mut log_ok = true;
+    let emit = |text: &[u8], cr: bool, last_cr: &mut Option<Instant>| {
+        line(text, cr, prefix, metric, live_view, t0, live, last_cr)
+    };
     loop {
         let n = match pipe.read(&mut buf) {
             Ok(0) => break,
@@ -269,44 +272,17 @@ fn read_output(
         {
             let end = start + off;
             let cr = pending[end] == b'\r';
-            line(
-                &pending[start..end],
-                cr,
-                prefix,
-                metric,
-                live_view,
-                t0,
-                live,
-                &mut last_cr,
-            );
+            emit(&pending[start..end], cr, &mut last_cr);
             start = end + 1;
         }
         pending.drain(..start);
         if pending.len() > 64 * 1024 {
-            line(
-                &pending,
-                false,
-                prefix,
-                metric,
-                live_view,
-                t0,
-                live,
-                &mut last_cr,
-            );
+            emit(&pending, false, &mut last_cr);
             pending.clear();
         }
     }
     if !pending.is_empty() {
-        line(
-            &pending,
-            false,
-            prefix,
-            metric,
-            live_view,
-            t0,
-            live,
-            &mut last_cr,
-        );
+        emit(&pending, false, &mut last_cr);
     }
 }
 
