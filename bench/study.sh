@@ -6,9 +6,12 @@
 #   bash bench/study.sh PART [OUTDIR]
 #
 # PART: A (small b128, small b32, medium b128), B (medium b32, large b128, large b32),
-#       all (both), or smoke (one short small-model run to check the setup, ~1 min).
+#       all (both), smoke (one short small-model run to check the setup, ~1 min), or a
+#       comma-separated list of WORKLOAD-bBATCH names run in that order, e.g.
+#       medium-b32,large-b32,small-b128 (so the cells wanted most come first).
 # OUTDIR: where results go (default bench/results); one folder per workload and batch,
-#       plus env-PART.txt (GPU, driver, software versions) and study-PART.log.
+#       plus env-PART.txt (GPU, driver, software versions) and study-PART.log, and
+#       study-PART.done once every workload of the part has run.
 # COLLOC: the colloc binary (default: target/release/colloc, then target/debug/colloc,
 #       then colloc on PATH). PYTHON: the interpreter (default python3).
 #
@@ -36,6 +39,25 @@ DURATION=${DURATION:-7s}
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 
+NAMES=()
+case "$PART" in
+  smoke) ;;
+  A) NAMES=(small-b128 small-b32 medium-b128) ;;
+  B) NAMES=(medium-b32 large-b128 large-b32) ;;
+  all) NAMES=(small-b128 small-b32 medium-b128 medium-b32 large-b128 large-b32) ;;
+  *)
+    IFS=, read -r -a NAMES <<<"$PART"
+    for n in "${NAMES[@]}"; do
+      if ! [[ $n =~ ^(small|medium|large)-b[1-9][0-9]{0,3}$ ]]; then
+        echo "study.sh: unknown part $n; valid: A, B, all, smoke, or WORKLOAD-bBATCH names (small|medium|large, e.g. medium-b32) separated by commas" >&2
+        exit 2
+      fi
+    done
+    ;;
+esac
+# File names for this part: the list with its commas made underscores.
+LABEL=${PART//,/_}
+
 if [[ -z "${COLLOC:-}" ]]; then
   for c in "$HERE/../target/release/colloc" "$HERE/../target/debug/colloc"; do
     if [[ -x "$c" ]]; then COLLOC=$c; break; fi
@@ -60,7 +82,7 @@ CONF="$OUTDIR/colloc-study.toml"
   done
 } >"$CONF"
 
-ENVF="$OUTDIR/env-$PART.txt"
+ENVF="$OUTDIR/env-$LABEL.txt"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "host: $(uname -srm)"
@@ -73,12 +95,13 @@ print(f"python: {platform.python_version()}")
 print(f"torch: {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()})")
 print(f"torchvision: {torchvision.__version__}")
 print(f"timm: {timm.__version__}")
+print(f"tf32: cudnn.allow_tf32={torch.backends.cudnn.allow_tf32} cuda.matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32} float32_matmul_precision={torch.get_float32_matmul_precision()}")
 EOF
   echo "lscpu: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   echo "warmup: $WARMUP, duration: $DURATION"
 } >"$ENVF"
 
-LOG="$OUTDIR/study-$PART.log"
+LOG="$OUTDIR/study-$LABEL.log"
 : >"$LOG"
 
 mps_left() {
@@ -106,26 +129,13 @@ run() {
   echo "== $name: exit $rc after $((SECONDS - start)) s; MPS daemons left: $(mps_left)" | tee -a "$LOG"
 }
 
-case "$PART" in
-  smoke | A | B | all) ;;
-  *)
-    echo "study.sh: unknown part $PART; valid: A, B, all, smoke" >&2
-    exit 2
-    ;;
-esac
 if [[ $PART == smoke ]]; then
   WARMUP=2s DURATION=3s
   { "$PYTHON" "$HERE/train.py" --workload small --batch 32 --duration 3 2>&1 || echo "train.py exited $?"; } | tail -4 | tee -a "$LOG"
   run smoke-small-b32 small 32 150 1,2
 fi
-if [[ $PART == A || $PART == all ]]; then
-  run small-b128 small 128 300
-  run small-b32 small 32 300
-  run medium-b128 medium 128 300
-fi
-if [[ $PART == B || $PART == all ]]; then
-  run medium-b32 medium 32 300
-  run large-b128 large 128 300
-  run large-b32 large 32 300
-fi
+for n in "${NAMES[@]}"; do
+  run "$n" "${n%-b*}" "${n##*-b}" 300
+done
 echo "study.sh: $PART done in $SECONDS s; results in $OUTDIR" | tee -a "$LOG"
+touch "$OUTDIR/study-$LABEL.done"

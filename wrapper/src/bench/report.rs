@@ -142,8 +142,11 @@ pub fn recommendation_text(r: &Recommendation, min_gain: f64) -> String {
         )
     } else if r.best.n > 1 {
         format!(
-            "recommendation: collocation does not pay: the best, {} copies under {}, gives only {:.2}x solo (< {:.2}x); run one at a time",
-            r.best.n, r.best.mode, r.speedup, min_gain
+            "recommendation: collocation does not pay: the best, {} copies under {}, gives only {}x solo (< {:.2}x); run one at a time",
+            r.best.n,
+            r.best.mode,
+            below(r.speedup, min_gain),
+            min_gain
         )
     } else {
         format!(
@@ -151,6 +154,15 @@ pub fn recommendation_text(r: &Recommendation, min_gain: f64) -> String {
             r.speedup
         )
     }
+}
+
+/// `x` with two decimals, or as many more (up to six) as it takes to print a number
+/// below `limit`: 1.0953 against 1.10 reads "1.095", not "1.10".
+fn below(x: f64, limit: f64) -> String {
+    (2..=6)
+        .map(|d| format!("{x:.d$}"))
+        .find(|s| s.parse::<f64>().is_ok_and(|v| v < limit))
+        .unwrap_or_else(|| format!("{x}"))
 }
 
 fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
@@ -310,5 +322,23 @@ mod tests {
                 .ends_with("\"would not fit: a, b\""),
             "{c}"
         );
+    }
+
+    #[test]
+    fn does_not_pay_never_prints_the_threshold_itself() {
+        // Measured on the H200: ResNet-152 b128, 2 copies under MPS, 1.0970x solo.
+        let r = Recommendation {
+            best: crate::bench::analysis::Candidate {
+                mode: "mps".into(),
+                n: 2,
+                aggregate: 1097.8,
+            },
+            speedup: 1.0970,
+            pays: false,
+        };
+        let t = recommendation_text(&r, 1.1);
+        assert!(t.contains("gives only 1.097x solo (< 1.10x)"), "{t}");
+        assert_eq!(below(1.0999999, 1.1), "1.0999999");
+        assert_eq!(below(0.9, 1.1), "0.90");
     }
 }
