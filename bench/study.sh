@@ -15,21 +15,16 @@
 # COLLOC: the colloc binary (default: target/release/colloc, then target/debug/colloc,
 #       then colloc on PATH). PYTHON: the interpreter (default python3).
 #
-# Measured on the H200 (2026-12-02): a configuration takes about 30 s, not 17 s (start-up
-# of 2-7 Python processes with torch and timm dominates), so each workload gets a 300 s
-# cap and one PART runs 12-15 minutes: start it detached (setsid nohup) or split it by
-# workload where one command may run at most 10 minutes.
-# Timing (per configuration, the original estimate): copies start (python + torch + timm import, CUDA context,
-# cuDNN autotuning: about 5-8 s), colloc waits until every copy has printed its first
-# img/s line, then WARMUP=3 s, then measures DURATION=7 s over the window in which all
-# copies run. 3 s after the last copy's first 1-s throughput line is past the cuDNN
-# autotuning and allocator growth of these ResNets, whose per-second rates are flat
-# from then on; 7 s gives 7 one-second rate lines per copy (a few thousand steps for
-# the small model, tens for the large), enough to average out the 1-s granularity.
-# One workload and batch = solo + naive 2,3,7 + mps 1,2,3,7 = 8 configurations,
-# about 8 x 17 s = 2.3 min; each PART has three of them: about 7 min, inside one
-# 10-minute command. Every bench call is also capped by `timeout` so a PART cannot
-# overrun; a cap that fires leaves that workload's folder without bench.json.
+# Timing, measured on the H200 (2026-12-02): one configuration takes 20-30 s of wall time
+# (start-up of 1-7 Python processes with torch and timm, CUDA context and cuDNN
+# autotuning dominate; colloc waits until every copy has printed its first img/s line,
+# then WARMUP=3 s, then measures over a window of up to DURATION=7 s). One workload and
+# batch = solo + naive 2,3,7 + mps 1,2,3,7 = 8 configurations took 146-197 s, so each
+# gets a 300 s cap (`timeout`; a cap that fires leaves that folder without bench.json),
+# and `all` (6 workloads) took 1,107 s: more than a 10-minute command, so start it
+# detached (setsid nohup) and collect OUTDIR later. Single copies of the small and medium
+# models vary by tens of percent from run to run (host-bound; bench/results/README.md,
+# Variance): for tighter ratios raise DURATION and repeat the study.
 set -euo pipefail
 
 PART=${1:?usage: bench/study.sh A|B|all|smoke [OUTDIR]}
