@@ -537,6 +537,36 @@ def side_results(root):
             "sets `CUDA_VISIBLE_DEVICES` to the GPU for daemon and clients, starts each run in its own session, and "
             "reads its output through a pipe. No device time was left to tell these apart.\n"
         )
+    solo_f = read(os.path.join(root, "folder-data", "solo.txt"))
+    mps3_f = read(os.path.join(root, "folder-data", "mps3.txt"))
+    if solo_f and mps3_f:
+        per = [float(m.group(1)) for m in re.finditer(r"^run\d+\s+succeeded\s+\S+\s+\S+\s+\S+\s+([0-9.]+)", mps3_f, re.M)]
+        syn = the(STUDY, "small", 128)
+        syn3 = row(syn, "mps", 3) if syn else None
+        cmp = (
+            f"; synthetic data on the GPU gave {num(min(syn3['per_copy']))}–{num(max(syn3['per_copy']))} img/s per copy in "
+            "the same configuration of the study"
+            if ok(syn3)
+            else ""
+        )
+        out.append(
+            "### The on-disk image folder variant (`--data folder`)\n\n"
+            "`folder-data/`: `bench/train.py --data folder` (2,560 generated 32x32 PNGs read through a DataLoader with 4 "
+            "workers) ran once alone for 12 s and as 3 copies under MPS through `colloc run`, on a freshly started machine. "
+            "The solo run got no further than its first step in its 12 s: that step took 23.8 s (its `img/s` is 128 "
+            "images over the time since the start: 5.4 img/s), against 3-8 s for the first step of the synthetic solo "
+            "runs in the study's logs (but 24 s for the synthetic small-b128 solo run of the earlier call A, "
+            "`earlier/small-b128/logs/solo-n1-0.log`). So a slow first step is not peculiar to the folder variant, and "
+            "what it spent the time on (loader workers' start and first PNG decoding, CUDA module loading, cuDNN "
+            "autotuning) was not separated. "
+            "The 3 MPS copies reached "
+            + (", ".join(num(v) for v in per) if per else "?")
+            + " img/s each (colloc run's per-run mean, start-up excluded)"
+            + cmp
+            + ". So with 4 loader workers per copy on 16 CPUs the host-side data path roughly halves what each copy "
+            "gets at N = 3: the data path matters for collocation, as the issue says. One short run; the folder "
+            "variant was not swept with colloc bench for lack of device time.\n"
+        )
     d = os.path.join(root, "colloc-run-small-b128")
     rows_ = []
     for name in ("naive", "mps"):
@@ -580,6 +610,7 @@ def detail(study):
 
 
 EARLIER = []
+STUDY = []
 
 
 def main():
@@ -589,6 +620,7 @@ def main():
         print(f"make_results.py: no <workload>-b<batch>/bench.json under {root}", file=sys.stderr)
         return 1
     EARLIER.extend(load(os.path.join(root, "earlier")))
+    STUDY.extend(study)
     gpu = study[0]["json"].get("gpu") or {}
     env = read(os.path.join(root, "env.txt")).strip()
     script = study[0]["meta"].get("script", "bench/study.sh")
