@@ -595,9 +595,12 @@ def detail(study):
         out.append(f"### {r['dir']}\n")
         out.append("| mode | N | aggregate img/s | vs solo | per-copy img/s | slowdown mean / max | window s | peak memory | J/img |")
         out.append("|---|---|---|---|---|---|---|---|---|")
+        last = None
         for x in r["json"]["results"]:
             if x["status"] != "measured":
-                out.append(f"| {x['mode']} | {x['n']} | {x['status']}: {x.get('reason') or ''} | | | | | | |")
+                why = x.get("reason") or ""
+                out.append(f"| {x['mode']} | {x['n']} | {x['status']}: {'(as above)' if why == last else why} | | | | | | |")
+                last = why
                 continue
             wnd = x["window"][1] - x["window"][0]
             out.append(
