@@ -133,3 +133,46 @@ fn sigint_is_forwarded_too() {
         assert_eq!(run(&rep, n)["signal"], libc::SIGINT);
     }
 }
+
+#[test]
+fn a_run_waiting_for_its_oom_retry_is_reported_by_its_failed_attempt() {
+    // -j 1: "oomy" fails with CUDA OOM and is queued again behind "long"; colloc is
+    // stopped while "long" runs, so the retry never starts. The report must show the
+    // attempt that did run (failed, oom, 1 attempt), not "not_started".
+    let env = Env::new();
+    let m = env.manifest(&format!(
+        "[[run]]\nname = 'oomy'\ncommand = ['{}']\n[[run]]\nname = 'long'\ncommand = ['{}']\n",
+        fixture("oom.sh"),
+        fixture("term.sh")
+    ));
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
+    cmd.args(env.colloc().get_args())
+        .current_dir(env.path())
+        .env("COLLOC_CONFIG", env.path().join("none.toml"))
+        .env("MARK", env.mark())
+        .env_remove("COLLOC_MODE")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .args(["-j", "1", "--retries", "1", "-f"])
+        .arg(&m)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    wait_for("long to start", || {
+        env.marks().iter().any(|m| m == "long.started")
+    });
+    assert_eq!(unsafe_kill(child.id() as libc::pid_t, libc::SIGTERM), 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rep = env.report();
+    assert_eq!(run(&rep, "long")["state"], "interrupted");
+    let oomy = run(&rep, "oomy");
+    assert_eq!(oomy["state"], "failed", "{oomy}");
+    assert_eq!(oomy["oom"], true, "{oomy}");
+    assert_eq!(oomy["attempts"], 1, "{oomy}");
+    assert_eq!(oomy["exit_code"], 1, "{oomy}");
+}

@@ -57,27 +57,57 @@ pub struct Seen {
     pub oom: bool,
 }
 
-/// The pid of a started run, cleared once it has been reaped: a group is signalled only
-/// while its leader is unreaped, so the id cannot belong to someone else.
+/// Where a run's process stands, for signalling it: a group is signalled only while its
+/// leader is unreaped, so the id cannot belong to someone else by then.
 #[derive(Debug, Default)]
-pub struct Pid(Mutex<Option<u32>>);
+enum PidState {
+    /// Not spawned yet; a stop asked for meanwhile is kept (SIGKILL over anything else)
+    /// and honoured at spawn time by not starting the run at all.
+    #[default]
+    Before,
+    /// A stop came before the spawn.
+    StopBefore(i32),
+    /// Spawned; the leader is unreaped.
+    Running(u32),
+    /// Reaped, or never started because a stop came first.
+    Gone,
+}
+
+/// The pid of a run, shared between the run's thread and the scheduler.
+#[derive(Debug, Default)]
+pub struct Pid(Mutex<PidState>);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Pid {
-    /// Signal the run's process group; false if it is not running.
+    /// Signal the run's process group; false if it is not running. A signal that comes
+    /// before the run was spawned stops it from being spawned.
     pub fn signal_group(&self, sig: i32) -> bool {
-        match *lock(&self.0) {
-            Some(pid) => sys::kill_group(pid, sig),
-            None => false,
+        let mut st = lock(&self.0);
+        match *st {
+            PidState::Running(pid) => sys::kill_group(pid, sig),
+            PidState::Before => {
+                *st = PidState::StopBefore(sig);
+                false
+            }
+            PidState::StopBefore(old) => {
+                if old != libc::SIGKILL {
+                    *st = PidState::StopBefore(sig);
+                }
+                false
+            }
+            PidState::Gone => false,
         }
     }
 
     /// The pid while the run's leader is unreaped.
     pub fn get(&self) -> Option<u32> {
-        *lock(&self.0)
+        match *lock(&self.0) {
+            PidState::Running(pid) => Some(pid),
+            _ => None,
+        }
     }
 }
 
@@ -88,6 +118,8 @@ pub struct Live {
     pub pid: Pid,
     /// What its output showed.
     pub seen: Mutex<Seen>,
+    /// A stop came before its process was spawned, so it was not.
+    pub never_started: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
@@ -175,15 +207,23 @@ fn run_attempt(l: Launch, live: &Arc<Live>) -> Result<ExitStatus, String> {
     }
     sys::isolate(&mut cmd);
     let mut child = {
-        // Hold the pid lock across spawn so a signal sent meanwhile waits for the pid.
+        // Hold the pid lock across spawn so a signal sent meanwhile waits for the pid,
+        // and one sent before it (colloc is stopping) keeps the run from starting.
         let mut pid = lock(&live.pid.0);
+        if let PidState::StopBefore(sig) = *pid {
+            *pid = PidState::Gone;
+            live.never_started
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            log::debug!("{}: not started: signal {sig} came before it", l.name);
+            return Err("not started: colloc was stopping".into());
+        }
         let child = cmd.spawn().map_err(|e| {
             let msg = format!("cannot start {:?}: {e}", l.command[0]);
             let mut log = &log;
             let _ = writeln!(log, "colloc: {msg}");
             msg
         })?;
-        *pid = Some(child.id());
+        *pid = PidState::Running(child.id());
         child
     };
     // The write ends now live only in the child; drop ours so EOF comes when it ends.
@@ -216,7 +256,7 @@ fn run_attempt(l: Launch, live: &Arc<Live>) -> Result<ExitStatus, String> {
         // it left behind in its group would hold the slot's GPU; end it.
         let mut guard = lock(&live.pid.0);
         sys::kill_group(pid, libc::SIGKILL);
-        *guard = None;
+        *guard = PidState::Gone;
     }
     let status = child
         .wait()
@@ -328,5 +368,51 @@ fn line(
             .write_all(prefix.as_bytes())
             .and_then(|_| out.write_all(text.as_bytes()))
             .and_then(|_| out.write_all(b"\n"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(dir: &std::path::Path) -> Launch {
+        Launch {
+            idx: 0,
+            name: "r".into(),
+            attempt: 1,
+            command: vec!["touch".into(), dir.join("ran").display().to_string()],
+            env: Vec::new(),
+            workdir: None,
+            log: dir.join("r.log"),
+            metric: None,
+            live_view: false,
+            t0: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn a_stop_before_the_spawn_keeps_the_run_from_starting() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = Arc::new(Live::default());
+        // colloc starts stopping after the launch, before the run's thread spawned it.
+        assert!(!live.pid.signal_group(libc::SIGTERM));
+        let r = run_attempt(launch(dir.path()), &live);
+        assert!(r.is_err(), "{r:?}");
+        assert!(live.never_started.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(!dir.path().join("ran").exists(), "the run was started");
+        assert_eq!(live.pid.get(), None);
+        // Signals after that reach nothing and change nothing.
+        assert!(!live.pid.signal_group(libc::SIGKILL));
+    }
+
+    #[test]
+    fn without_a_stop_the_run_starts_and_is_reaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = Arc::new(Live::default());
+        let r = run_attempt(launch(dir.path()), &live);
+        assert!(r.as_ref().is_ok_and(|s| s.success()), "{r:?}");
+        assert!(!live.never_started.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(dir.path().join("ran").exists());
+        assert_eq!(live.pid.get(), None);
     }
 }

@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -289,6 +290,8 @@ struct Pack<'a> {
     // state
     attempts: Vec<u32>,
     outcomes: Vec<Option<Outcome>>,
+    /// The last failed attempt of a run queued for a retry after a CUDA OOM.
+    retried: Vec<Option<Outcome>>,
     stopping: Option<(String, Instant)>,
     max_concurrent: usize,
     last_status: Instant,
@@ -498,6 +501,13 @@ impl Pack<'_> {
         running: &mut HashMap<usize, Running>,
     ) {
         let name = self.specs[f.idx].name.clone();
+        if r.live.never_started.load(Ordering::SeqCst) {
+            // colloc began stopping between this run's launch and its spawn: it never
+            // ran, and is reported as not started (or by its earlier attempt).
+            log::info!("{name}: not started (colloc is stopping)");
+            self.attempts[f.idx] = self.attempts[f.idx].saturating_sub(1);
+            return;
+        }
         let oom = r.live.seen().oom;
         let state = match &f.status {
             Err(_) => State::Failed,
@@ -522,6 +532,17 @@ impl Pack<'_> {
                 self.retries + 1
             );
             queue.push_back(f.idx);
+            // Reported as this failed attempt should the retry never start.
+            self.retried[f.idx] = Some(Outcome {
+                slot: r.slot,
+                start: r.start,
+                start_wall: r.start_wall,
+                end: f.end,
+                end_wall: f.end_wall,
+                status: f.status,
+                state,
+                live: r.live,
+            });
             return;
         }
         match (&f.status, state) {
@@ -831,6 +852,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         sampler: sampler.as_ref(),
         attempts: vec![0; specs.len()],
         outcomes: specs.iter().map(|_| None).collect(),
+        retried: specs.iter().map(|_| None).collect(),
         stopping: None,
         max_concurrent: 0,
         last_status: Instant::now(),
@@ -878,10 +900,14 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     let ended = SystemTime::now();
     let stopped_by = pack.stopping.as_ref().map(|(r, _)| r.clone());
     let max_concurrent = pack.max_concurrent;
-    let (attempts, outcomes) = (
-        std::mem::take(&mut pack.attempts),
-        std::mem::take(&mut pack.outcomes),
-    );
+    let attempts = std::mem::take(&mut pack.attempts);
+    // A run whose OOM retry never started (colloc stopped first) is reported by the
+    // attempt that failed.
+    let outcomes: Vec<Option<Outcome>> = std::mem::take(&mut pack.outcomes)
+        .into_iter()
+        .zip(std::mem::take(&mut pack.retried))
+        .map(|(o, r)| o.or(r))
+        .collect();
     drop(pack);
     let fold = sampler.and_then(Sampler::finish);
     drop(own_mps);
