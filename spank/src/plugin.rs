@@ -70,13 +70,40 @@ pub trait Host {
 /// Environment variable through which Slurm hands the option to prolog and epilog.
 pub const OPTION_ENV: &str = "SPANK__SLURM_SPANK_OPTION_colloc_colloc";
 
-/// The plugstack.conf arguments: `config=PATH`, `default=MODE`.
+/// The plugstack.conf arguments: `config=PATH`, `default=MODE`, and for tests of the
+/// plugin's panic containment `test_panic=option|task`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginArgs {
     /// The node configuration file.
     pub config: PathBuf,
     /// Mode for jobs without `--colloc`; overrides the config's `default_mode`.
     pub default: Option<Mode>,
+    /// Panic on purpose in this callback (tests only): shows on a real cluster that a
+    /// panic stays inside the plugin, fails that one submission or task with a message,
+    /// and takes down neither sbatch nor slurmstepd.
+    pub test_panic: Option<TestPanic>,
+}
+
+/// Where `test_panic=` makes the plugin panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestPanic {
+    /// The `--colloc` option callback in sbatch/srun/salloc.
+    Option,
+    /// `slurm_spank_task_init_privileged` in slurmstepd (fails the task, not the node).
+    Task,
+}
+
+fn test_panic(args: &PluginArgs, at: TestPanic) {
+    if args.test_panic == Some(at) {
+        panic!(
+            "test_panic={} in plugstack.conf",
+            if at == TestPanic::Option {
+                "option"
+            } else {
+                "task"
+            }
+        );
+    }
 }
 
 /// Parse the plugstack.conf arguments.
@@ -87,6 +114,7 @@ pub fn parse_args(args: &[&str]) -> Result<PluginArgs, String> {
     let mut out = PluginArgs {
         config: PathBuf::from(DEFAULT_PATH),
         default: None,
+        test_panic: None,
     };
     for arg in args {
         match arg.split_once('=') {
@@ -94,6 +122,14 @@ pub fn parse_args(args: &[&str]) -> Result<PluginArgs, String> {
             Some(("config", p)) => {
                 return Err(format!(
                     "plugstack.conf: config={p} must be an absolute path"
+                ))
+            }
+            Some(("test_panic", "option")) => out.test_panic = Some(TestPanic::Option),
+            Some(("test_panic", "task")) => out.test_panic = Some(TestPanic::Task),
+            Some(("test_panic", v)) => {
+                return Err(format!(
+                    "plugstack.conf: test_panic={}: valid: option, task",
+                    colloc_core::mode::show_input(v)
                 ))
             }
             Some(("default", m)) => {
@@ -104,7 +140,7 @@ pub fn parse_args(args: &[&str]) -> Result<PluginArgs, String> {
             }
             _ => {
                 return Err(format!(
-                    "plugstack.conf: unknown argument {}; valid: config=PATH, default=MODE",
+                    "plugstack.conf: unknown argument {}; valid: config=PATH, default=MODE, test_panic=option|task",
                     colloc_core::mode::show_input(arg)
                 ))
             }
@@ -159,6 +195,9 @@ pub fn option_error(raw: &[u8]) -> String {
 pub fn option_given(raw: &[u8], remote: bool) -> Result<(), String> {
     if remote {
         return Ok(());
+    }
+    if let Some(a) = SUBMIT_ARGS.get() {
+        test_panic(a, TestPanic::Option);
     }
     let config = SUBMIT_ARGS
         .get()
@@ -374,6 +413,7 @@ fn refuse_task(job: u32, reason: &str) -> String {
 /// The job was refused, its setup did not complete, or the journal cannot be read.
 pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let args = parse_args(args)?;
+    test_panic(&args, TestPanic::Task);
     let raw = option_value(host);
     let asked = asked_for_mode(raw.as_deref());
     let job = job_id(host)?;
@@ -469,7 +509,14 @@ mod tests {
         let a = parse_args(&["config=/etc/x.toml", "default=mps:2"]).unwrap();
         assert_eq!(a.config, PathBuf::from("/etc/x.toml"));
         assert_eq!(a.default, Some(Mode::Mps { clients: Some(2) }));
+        assert_eq!(a.test_panic, None);
+        let a = parse_args(&["test_panic=task"]).unwrap();
+        assert_eq!(a.test_panic, Some(TestPanic::Task));
         for (bad, want) in [
+            (
+                &["test_panic=prolog"][..],
+                "test_panic=\"prolog\": valid: option, task",
+            ),
             (&["config=rel.toml"][..], "must be an absolute path"),
             (&["default=mig:"][..], "default=mig:: invalid mode"),
             (&["verbose"][..], "unknown argument \"verbose\""),

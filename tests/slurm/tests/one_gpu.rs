@@ -30,6 +30,10 @@ fn main() {
         ),
         ("mig_4gx2_fails_job_not_node", mig_4gx2_refused),
         (
+            "a_panic_in_the_plugin_fails_the_submission_or_task_only",
+            plugin_panic_contained,
+        ),
+        (
             "job_without_gres_is_refused_with_a_clear_message",
             no_gres_refused,
         ),
@@ -299,6 +303,86 @@ fn mig_4gx2_refused(c: &Cluster) {
     assert!(err.contains("layouts that fit include"), "stderr: {err}");
     assert!(err.contains("mig:"), "stderr names no layout: {err}");
     assert_eq!(c.gpu_layout(), before, "the GPU was touched");
+    assert_idle_and_clean(c);
+}
+
+/// Puts the cluster's plugstack.conf back however the test ends.
+struct RestoreFile {
+    path: std::path::PathBuf,
+    text: String,
+}
+
+impl Drop for RestoreFile {
+    fn drop(&mut self) {
+        std::fs::write(&self.path, &self.text).expect("restore plugstack.conf");
+    }
+}
+
+/// A panic inside the loaded plugin (forced with the `test_panic=` plugstack argument)
+/// is caught at the FFI boundary: sbatch reports it and exits normally without queueing
+/// the job; in slurmstepd it fails that job's task with the message, and the node stays
+/// up and idle, with no core dump of sbatch or slurmstepd.
+fn plugin_panic_contained(c: &Cluster) {
+    use std::os::unix::process::ExitStatusExt;
+    let etc = c.dir().join("etc");
+    let plugstack = etc.join("plugstack.conf");
+    let line = std::fs::read_to_string(&plugstack).unwrap();
+    let line = line.trim().to_string();
+    assert!(line.starts_with("required "), "plugstack.conf: {line}");
+
+    // sbatch, the --colloc option callback: through a copy of slurm.conf so the daemons
+    // keep the real plugstack.
+    let panic_stack = etc.join("plugstack-panic.conf");
+    std::fs::write(&panic_stack, format!("{line} test_panic=option\n")).unwrap();
+    let conf = std::fs::read_to_string(etc.join("slurm.conf")).unwrap();
+    let conf: String = conf
+        .lines()
+        .map(|l| {
+            if l.starts_with("PlugStackConfig=") {
+                format!("PlugStackConfig={}\n", panic_stack.display())
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let panic_conf = etc.join("slurm-panic.conf");
+    std::fs::write(&panic_conf, conf).unwrap();
+    let out = c
+        .slurm("sbatch")
+        .env("SLURM_CONF", &panic_conf)
+        .args(["--colloc=naive", "--gres=gpu:1", "--wrap", "echo RAN"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), None, "sbatch died of a signal: {err}");
+    assert!(!out.status.success(), "sbatch queued the job: {err}");
+    assert!(
+        err.contains("colloc: internal error in the --colloc option: test_panic=option"),
+        "sbatch stderr: {err}"
+    );
+    assert_eq!(c.squeue(), "");
+
+    // slurmstepd, task_init_privileged: the live plugstack.conf, for one job.
+    let _restore = RestoreFile {
+        path: plugstack.clone(),
+        text: format!("{line}\n"),
+    };
+    std::fs::write(&plugstack, format!("{line} test_panic=task\n")).unwrap();
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], "echo RAN");
+    let end = c.wait_done(id);
+    drop(_restore);
+    assert_eq!(end.state, "FAILED", "{end:?}");
+    assert!(!c.job_out(id).contains("RAN"), "the job's script ran");
+    let err = c.job_err(id);
+    assert!(
+        err.contains("colloc: internal error in slurm_spank_task_init_privileged: test_panic=task"),
+        "job stderr: {err}"
+    );
+    assert_idle_and_clean(c);
+    // The node still runs jobs with the plugin.
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], "echo RAN");
+    assert_eq!(c.wait_done(id).state, "COMPLETED");
+    assert!(c.job_out(id).contains("RAN"));
     assert_idle_and_clean(c);
 }
 
