@@ -111,6 +111,15 @@ def the(runs, w, b):
     return got[0] if got else None
 
 
+def present(study):
+    """(workload, batch, run) for every workload and batch the study measured, in table order."""
+    for w, _ in WORKLOADS:
+        for b in BATCHES:
+            run = the(study, w, b)
+            if run is not None:
+                yield w, b, run
+
+
 def main_table(study, notes):
     head = "| workload | batch | solo img/s | " + " | ".join(f"{m} N={n}" for m in MODES for n in COUNTS) + " | MIG |"
     out = [head, "|" + "---|" * (3 + len(MODES) * len(COUNTS) + 1)]
@@ -154,17 +163,13 @@ class Notes:
 
 def absolute_table(study):
     out = ["| workload | batch | " + " | ".join(f"{m} N={n}" for m in MODES for n in COUNTS) + " |", "|" + "---|" * (2 + len(MODES) * len(COUNTS))]
-    for w, _ in WORKLOADS:
-        for b in BATCHES:
-            run = the(study, w, b)
-            if run is None:
-                continue
-            cells = [w, str(b)]
-            for m in MODES:
-                for n in COUNTS:
-                    a = agg(run, m, n)
-                    cells.append(num(a) if a is not None else "—")
-            out.append("| " + " | ".join(cells) + " |")
+    for w, b, run in present(study):
+        cells = [w, str(b)]
+        for m in MODES:
+            for n in COUNTS:
+                a = agg(run, m, n)
+                cells.append(num(a) if a is not None else "—")
+        out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -182,21 +187,17 @@ def recommendations(study):
         "| workload | batch | colloc's recommendation | aggregate img/s | vs solo | mean slowdown | next best (gap) | J/img solo → chosen |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for w, _ in WORKLOADS:
-        for b in BATCHES:
-            run = the(study, w, b)
-            if run is None:
-                continue
-            rec = run["json"].get("recommendation") or {}
-            rs = sorted(measured_rows(run), key=lambda r: -r["aggregate"])
-            top, nxt = rs[0], rs[1] if len(rs) > 1 else None
-            solo = row(run, "naive", 1)
-            said = f"{rec.get('n')} x {rec.get('mode')}" + ("" if rec.get("pays") else " — **does not pay**, run one at a time")
-            gap = f"{nxt['n']} x {nxt['mode'] if nxt['mode'] != 'solo' else 'solo'} ({(1 - nxt['aggregate'] / top['aggregate']) * 100:.1f}% lower)" if nxt else "-"
-            out.append(
-                f"| {w} | {b} | {said} | {num(top['aggregate'], 1)} | {top['vs_solo']:.{2 if rec.get('pays') else 3}f}x | {top['slowdown_mean']:.2f} | {gap} | "
-                f"{solo['energy_per_sample_j']:.4f} → {top['energy_per_sample_j']:.4f} ({pct(top['energy_per_sample_j'], solo['energy_per_sample_j'])}) |"
-            )
+    for w, b, run in present(study):
+        rec = run["json"].get("recommendation") or {}
+        rs = sorted(measured_rows(run), key=lambda r: -r["aggregate"])
+        top, nxt = rs[0], rs[1] if len(rs) > 1 else None
+        solo = row(run, "naive", 1)
+        said = f"{rec.get('n')} x {rec.get('mode')}" + ("" if rec.get("pays") else " — **does not pay**, run one at a time")
+        gap = f"{nxt['n']} x {nxt['mode'] if nxt['mode'] != 'solo' else 'solo'} ({(1 - nxt['aggregate'] / top['aggregate']) * 100:.1f}% lower)" if nxt else "-"
+        out.append(
+            f"| {w} | {b} | {said} | {num(top['aggregate'], 1)} | {top['vs_solo']:.{2 if rec.get('pays') else 3}f}x | {top['slowdown_mean']:.2f} | {gap} | "
+            f"{solo['energy_per_sample_j']:.4f} → {top['energy_per_sample_j']:.4f} ({pct(top['energy_per_sample_j'], solo['energy_per_sample_j'])}) |"
+        )
     return "\n".join(out)
 
 
@@ -205,18 +206,14 @@ def memory_table(study):
         "| workload | batch | solo peak | peak at N = 2 / 3 / 7 (naive) | peak at N = 2 / 3 / 7 (MPS) | smallest MIG layout whose instances hold one solo peak |",
         "|---|---|---|---|---|---|",
     ]
-    for w, _ in WORKLOADS:
-        for b in BATCHES:
-            run = the(study, w, b)
-            if run is None:
-                continue
-            solo = row(run, "naive", 1)["peak_memory_bytes"]
+    for w, b, run in present(study):
+        solo = row(run, "naive", 1)["peak_memory_bytes"]
 
-            def peaks(m):
-                return " / ".join(gib(row(run, m, n)["peak_memory_bytes"]) if ok(row(run, m, n)) else "—" for n in (2, 3, 7))
+        def peaks(m):
+            return " / ".join(gib(row(run, m, n)["peak_memory_bytes"]) if ok(row(run, m, n)) else "—" for n in (2, 3, 7))
 
-            fits = [f"mig:{p.split('.')[0]} ({k} x {p})" for p, k, mib, _ in H200_MIG if solo <= mib * 2**20]
-            out.append(f"| {w} | {b} | {gib(solo)} | {peaks('naive')} | {peaks('mps')} | {fits[0] if fits else 'none'} |")
+        fits = [f"mig:{p.split('.')[0]} ({k} x {p})" for p, k, mib, _ in H200_MIG if solo <= mib * 2**20]
+        out.append(f"| {w} | {b} | {gib(solo)} | {peaks('naive')} | {peaks('mps')} | {fits[0] if fits else 'none'} |")
     return "\n".join(out)
 
 
@@ -232,19 +229,15 @@ def solo_spread(run):
 def repeats(study, earlier):
     """Cells measured both in the study and in an earlier call: (w, b, mode, n, [(call, img/s)])."""
     got = []
-    for w, _ in WORKLOADS:
-        for b in BATCHES:
-            s = the(study, w, b)
-            if s is None:
-                continue
-            for m in MODES:
-                for n in COUNTS:
-                    a = agg(s, m, n)
-                    if a is None:
-                        continue
-                    others = [(e["call"], agg(e, m, n)) for e in earlier if e["w"] == w and e["b"] == b and agg(e, m, n) is not None]
-                    if others:
-                        got.append((w, b, m, n, [("S", a)] + others))
+    for w, b, s in present(study):
+        for m in MODES:
+            for n in COUNTS:
+                a = agg(s, m, n)
+                if a is None:
+                    continue
+                others = [(e["call"], agg(e, m, n)) for e in earlier if e["w"] == w and e["b"] == b and agg(e, m, n) is not None]
+                if others:
+                    got.append((w, b, m, n, [("S", a)] + others))
     return got
 
 
@@ -276,19 +269,15 @@ def variance(study, earlier):
     unsat = [abs(v / x[4][0][1] - 1) for x in multi for c, v in x[4][1:] if not (x[3] == 7 or x[0] == "large")]
     far_text = "; ".join(f"{x[0]} b{x[1]} {x[2]} N={x[3]}: {pct(v, x[4][0][1])} (call {c})" for x, c, v in far)
     mps1 = []
-    for w, _ in WORKLOADS:
-        for b in BATCHES:
-            s = the(study, w, b)
-            if s and ok(row(s, "mps", 1)):
-                mps1.append(f"{w} b{b} {row(s, 'mps', 1)['vs_solo']:.2f}x")
+    for w, b, s in present(study):
+        if ok(row(s, "mps", 1)):
+            mps1.append(f"{w} b{b} {row(s, 'mps', 1)['vs_solo']:.2f}x")
     spreads = []
-    for w, _ in WORKLOADS:
-        for b in BATCHES:
-            s = the(study, w, b)
-            sp = s and solo_spread(s)
-            if sp:
-                lo, hi, mean, k = sp
-                spreads.append(f"{w} b{b} {num(lo)}–{num(hi)} ({(hi - lo) / mean * 100:.0f}% of the mean, {k} lines)")
+    for w, b, s in present(study):
+        sp = solo_spread(s)
+        if sp:
+            lo, hi, mean, k = sp
+            spreads.append(f"{w} b{b} {num(lo)}–{num(hi)} ({(hi - lo) / mean * 100:.0f}% of the mean, {k} lines)")
     out.append(
         "\nWhat this says:\n\n"
         f"- **Configurations that fill the GPU reproduce; single copies do not.** Of the cells repeated at N = 7 or "
@@ -386,22 +375,18 @@ def comparison(study, root):
     cmp = []
     ahead = behind = 0
     at7 = []
-    for w, _ in WORKLOADS:
-        for b in BATCHES:
-            run = the(study, w, b)
-            if run is None:
-                continue
-            parts = []
-            for n in (2, 3, 7):
-                a, c = agg(run, "mps", n), agg(run, "naive", n)
-                if a and c:
-                    parts.append(f"N={n} {a / c:.2f}")
-                    ahead += a > c
-                    if n == 7:
-                        at7.append(a / c)
-                    behind += a < c
-            if parts:
-                cmp.append(f"{w} b{b}: " + ", ".join(parts))
+    for w, b, run in present(study):
+        parts = []
+        for n in (2, 3, 7):
+            a, c = agg(run, "mps", n), agg(run, "naive", n)
+            if a and c:
+                parts.append(f"N={n} {a / c:.2f}")
+                ahead += a > c
+                if n == 7:
+                    at7.append(a / c)
+                behind += a < c
+        if parts:
+            cmp.append(f"{w} b{b}: " + ", ".join(parts))
     p.append(
         "3. **MPS ahead of naive sharing (paper).** MPS aggregate / naive aggregate, same call, same N: "
         + "; ".join(cmp)
@@ -430,21 +415,15 @@ def comparison(study, root):
         )
     # 5. recommendation
     within = []
-    for w, _ in WORKLOADS:
-        for b in BATCHES:
-            run = the(study, w, b)
-            if run is None:
-                continue
-            rec = run["json"]["recommendation"]
-            top = best(run)
-            within.append(f"{w} b{b}: {rec['n']} x {rec['mode']}" + ("" if rec["pays"] else " (does not pay)") + (" = best" if (rec["n"], rec["mode"]) == (top["n"], top["mode"] if top["mode"] != "solo" else "naive") else " ≠ best"))
+    for w, b, run in present(study):
+        rec = run["json"]["recommendation"]
+        top = best(run)
+        within.append(f"{w} b{b}: {rec['n']} x {rec['mode']}" + ("" if rec["pays"] else " (does not pay)") + (" = best" if (rec["n"], rec["mode"]) == (top["n"], top["mode"] if top["mode"] != "solo" else "naive") else " ≠ best"))
     close5 = []
-    for w, _ in WORKLOADS:
-        for b in BATCHES:
-            run = the(study, w, b)
-            rs = sorted(measured_rows(run), key=lambda r: -r["aggregate"]) if run else []
-            if len(rs) > 1 and rs[1]["aggregate"] >= 0.95 * rs[0]["aggregate"]:
-                close5.append(f"{w} b{b}")
+    for w, b, run in present(study):
+        rs = sorted(measured_rows(run), key=lambda r: -r["aggregate"])
+        if len(rs) > 1 and rs[1]["aggregate"] >= 0.95 * rs[0]["aggregate"]:
+            close5.append(f"{w} b{b}")
     rep = []
     for x in repeats(study, EARLIER):
         w, b, m, n, vals = x

@@ -196,12 +196,11 @@ pub fn option_given(raw: &[u8], remote: bool) -> Result<(), String> {
     if remote {
         return Ok(());
     }
-    if let Some(a) = SUBMIT_ARGS.get() {
+    let args = SUBMIT_ARGS.get();
+    if let Some(a) = args {
         test_panic(a, TestPanic::Option);
     }
-    let config = SUBMIT_ARGS
-        .get()
-        .map_or_else(|| PathBuf::from(DEFAULT_PATH), |a| a.config.clone());
+    let config = args.map_or_else(|| PathBuf::from(DEFAULT_PATH), |a| a.config.clone());
     check_at_submission(raw, &config)
 }
 

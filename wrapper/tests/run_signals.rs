@@ -16,24 +16,31 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// `colloc run ARGS -f MANIFEST` in the background, its runs marking into `env.mark()`.
+fn spawn_pack(env: &Env, args: &[&str], manifest: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"))
+        .args(env.colloc().get_args())
+        .current_dir(env.path())
+        .env("COLLOC_CONFIG", env.path().join("none.toml"))
+        .env("MARK", env.mark())
+        .env_remove("COLLOC_MODE")
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .args(args)
+        .arg("-f")
+        .arg(manifest)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn stop_midway(sig: i32) {
     let env = Env::new();
     let t = fixture("term.sh");
     let m = env.manifest(&format!(
         "[[sweep]]\nname = 'w{{i}}'\ncommand = ['{t}']\ngrid = {{ i = [1, 2, 3, 4, 5] }}\n"
     ));
-    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
-    cmd.args(env.colloc().get_args())
-        .current_dir(env.path())
-        .env("COLLOC_CONFIG", env.path().join("none.toml"))
-        .env("MARK", env.mark())
-        .env_remove("COLLOC_MODE")
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .args(["-j", "3", "--grace", "20s", "-f"])
-        .arg(&m)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().unwrap();
+    let child = spawn_pack(&env, &["-j", "3", "--grace", "20s"], &m);
     wait_for("three runs to start", || {
         env.marks()
             .iter()
@@ -145,18 +152,7 @@ fn a_run_waiting_for_its_oom_retry_is_reported_by_its_failed_attempt() {
         fixture("oom.sh"),
         fixture("term.sh")
     ));
-    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"));
-    cmd.args(env.colloc().get_args())
-        .current_dir(env.path())
-        .env("COLLOC_CONFIG", env.path().join("none.toml"))
-        .env("MARK", env.mark())
-        .env_remove("COLLOC_MODE")
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .args(["-j", "1", "--retries", "1", "-f"])
-        .arg(&m)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().unwrap();
+    let child = spawn_pack(&env, &["-j", "1", "--retries", "1"], &m);
     wait_for("long to start", || {
         env.marks().iter().any(|m| m == "long.started")
     });

@@ -274,6 +274,21 @@ struct Outcome {
     live: Arc<Live>,
 }
 
+impl Outcome {
+    fn of(f: exec::Finished, r: Running, state: State) -> Outcome {
+        Outcome {
+            slot: r.slot,
+            start: r.start,
+            start_wall: r.start_wall,
+            end: f.end,
+            end_wall: f.end_wall,
+            status: f.status,
+            state,
+            live: r.live,
+        }
+    }
+}
+
 struct Pack<'a> {
     specs: &'a [RunSpec],
     layout: &'a Layout,
@@ -533,16 +548,8 @@ impl Pack<'_> {
             );
             queue.push_back(f.idx);
             // Reported as this failed attempt should the retry never start.
-            self.retried[f.idx] = Some(Outcome {
-                slot: r.slot,
-                start: r.start,
-                start_wall: r.start_wall,
-                end: f.end,
-                end_wall: f.end_wall,
-                status: f.status,
-                state,
-                live: r.live,
-            });
+            let idx = f.idx;
+            self.retried[idx] = Some(Outcome::of(f, r, state));
             return;
         }
         match (&f.status, state) {
@@ -557,16 +564,8 @@ impl Pack<'_> {
                 running,
             );
         }
-        self.outcomes[f.idx] = Some(Outcome {
-            slot: r.slot,
-            start: r.start,
-            start_wall: r.start_wall,
-            end: f.end,
-            end_wall: f.end_wall,
-            status: f.status,
-            state,
-            live: r.live,
-        });
+        let idx = f.idx;
+        self.outcomes[idx] = Some(Outcome::of(f, r, state));
     }
 
     fn status_line(&self, running: &HashMap<usize, Running>, queued: usize, done_before: usize) {
