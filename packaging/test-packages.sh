@@ -153,6 +153,11 @@ if [ -n "${RPM:-}" ]; then
         "rpm -qp --scripts '$RPM' | sed -n '/^preuninstall/,/^[a-z]*install/p' | grep -q colloc-pre-remove"
     check "src.rpm: BuildRequires slurm-devel, cargo, clang-devel" bash -c \
         "rpm -qp --requires '$SRPM' | grep -qx slurm-devel && rpm -qp --requires '$SRPM' | grep -q '^cargo' && rpm -qp --requires '$SRPM' | grep -qx clang-devel"
+    # The spec's Rust minimum is the workspace's rust-version (which clippy's
+    # incompatible_msrv lint holds the code to).
+    MSRV=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' "$REPO/Cargo.toml")
+    check "src.rpm: BuildRequires cargo and rust >= rust-version ($MSRV)" bash -c \
+        "rpm -qp --requires '$SRPM' | grep -qx 'cargo >= $MSRV' && rpm -qp --requires '$SRPM' | grep -qx 'rust >= $MSRV'"
 fi
 
 # ---------------------------------------------------------------- the pre-remove logic
