@@ -67,11 +67,17 @@ impl Locked {
                 .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
         }
         let lp = lock_path(path);
+        // An unprivileged caller (`colloc status` run by a user) may only read the lock
+        // file root made; flock works on a read-only descriptor too.
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lp)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::PermissionDenied => File::open(&lp),
+                _ => Err(e),
+            })
             .map_err(|e| StoreError(format!("cannot open {}: {e}", lp.display())))?;
         sys::lock_exclusive(&lock)
             .map_err(|e| StoreError(format!("cannot lock {}: {e}", lp.display())))?;
