@@ -158,10 +158,11 @@ pub fn nvml_call<T>(
         }
         let before = state.clone();
         let out = op(&mut state);
-        if out.is_ok() && state != before {
+        // A refusal can change the driver too (a holder counting down, a GPU instance
+        // busy one call less): keep what changed either way. Operations change nothing
+        // before they know they succeed, unless such a count is the point.
+        if state != before || counted || new {
             locked.write(&state)?;
-        } else if counted || new {
-            locked.write(&before)?;
         }
         Ok(out)
     })();
