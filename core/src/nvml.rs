@@ -46,6 +46,7 @@ pub const MIG_DEVICE_WAIT: std::time::Duration = std::time::Duration::from_secs(
 const SUCCESS: nvmlReturn_t = 0;
 const INVALID_ARGUMENT: nvmlReturn_t = 2;
 const NOT_SUPPORTED: nvmlReturn_t = 3;
+const NO_PERMISSION: nvmlReturn_t = 4;
 const NOT_FOUND: nvmlReturn_t = 6;
 const INSUFFICIENT_SIZE: nvmlReturn_t = 7;
 const MIB: u64 = 1024 * 1024;
@@ -314,7 +315,9 @@ impl NvmlGpus {
         // SAFETY: valid handle; a NULL buffer asks for the count only (nvml.h).
         let ret = unsafe { f(raw(dev), profile_id, std::ptr::null_mut(), &mut count) };
         match ret {
-            NOT_SUPPORTED => return Ok(None),
+            // NO_PERMISSION: nvml.h reserves placements to privileged callers; a user's
+            // `colloc plan --gpu` takes the standard ones.
+            NOT_SUPPORTED | NO_PERMISSION => return Ok(None),
             SUCCESS | INSUFFICIENT_SIZE => {}
             _ => self.check("nvmlDeviceGetGpuInstancePossiblePlacements_v2", gpu, ret)?,
         }

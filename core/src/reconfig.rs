@@ -422,7 +422,7 @@ fn undo(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Result<bool, Nod
 /// Keep a journal whose restore could not finish, with what holds its GPUs.
 fn keep_marked(cfg: &Config, j: &mut Journal, held: Vec<GpuHold>) -> Result<(), NodeFault> {
     for h in &held {
-        log::error!(
+        log::warn!(
             "job {}: {}; the GPU stays marked: jobs on this node are refused it until \
              `colloc restore --job {}` succeeds",
             j.job,

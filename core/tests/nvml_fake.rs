@@ -214,7 +214,7 @@ fn every_profile_the_driver_lists_counts_as_an_instance_colloc_does_not_own() {
         let gi = st
             .create_gi(0, 65, Some((0, 1)))
             .map_err(|c| c.to_string())?;
-        st.create_ci(0, gi, 0, 0).map_err(|c| c.to_string())?;
+        st.create_ci(0, gi, 0).map_err(|c| c.to_string())?;
         Ok(())
     });
     let gpus = fake.open();

@@ -1011,7 +1011,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceCreateComputeInstance(
         let (g, gi) = gi_handle(gpu_instance)?;
         let ci = nvml_call("nvmlGpuInstanceCreateComputeInstance", |st| {
             require_privilege(st)?;
-            st.create_ci(g, gi, profile_id, store::now_ms())
+            st.create_ci_at(g, gi, profile_id, store::now_ms())
         })?;
         // SAFETY: checked non-NULL; out-pointer per nvml.h.
         unsafe { put(compute_instance, Handle::Ci(g, gi, ci).ptr()) }
@@ -1734,7 +1734,7 @@ mod tests {
         let _s = Session::new("A100-40GB");
         change(|st| {
             let gi = st.create_gi(0, 9, Some((4, 4))).unwrap();
-            st.create_ci(0, gi, 2, 0).unwrap();
+            st.create_ci(0, gi, 2).unwrap();
         });
         let (gpu_uuid, uuid) = nvml_call("read", |st| {
             Ok((
@@ -1760,7 +1760,7 @@ mod tests {
         change(|st| {
             st.quirks.mig_device_delay_ms = 300;
             let gi = st.create_gi(0, 19, Some((0, 1))).unwrap();
-            st.create_ci(0, gi, 0, store::now_ms()).unwrap();
+            st.create_ci_at(0, gi, 0, store::now_ms()).unwrap();
         });
         let mut mig: nvmlDevice_t = null_mut();
         // SAFETY: valid handle and out-pointer.

@@ -593,12 +593,22 @@ impl State {
         Ok(id)
     }
 
-    /// Create a compute instance of CI profile `ci_profile` in a GPU instance.
+    /// Create a compute instance of CI profile `ci_profile` in a GPU instance, its MIG
+    /// device listed at once.
+    ///
+    /// # Errors
+    /// As [`State::create_ci_at`].
+    pub fn create_ci(&mut self, gpu: u32, gi: u32, ci_profile: u32) -> R<u32> {
+        self.create_ci_at(gpu, gi, ci_profile, 0)
+    }
+
+    /// Create a compute instance at time `now_ms` (Unix ms; its MIG device is listed
+    /// [`Quirks::mig_device_delay_ms`] later).
     ///
     /// # Errors
     /// INVALID_ARGUMENT (index past this driver's count), NOT_FOUND (GI gone),
     /// NOT_SUPPORTED (profile not offered), INSUFFICIENT_RESOURCES.
-    pub fn create_ci(&mut self, gpu: u32, gi: u32, ci_profile: u32, now_ms: u64) -> R<u32> {
+    pub fn create_ci_at(&mut self, gpu: u32, gi: u32, ci_profile: u32, now_ms: u64) -> R<u32> {
         let driver = self.driver;
         let g = self.gpu(gpu)?;
         let model = g.model()?;
@@ -1193,12 +1203,12 @@ mod tests {
         let mut s = a100();
         let gi = s.create_gi(0, 9, Some((0, 4))).unwrap();
         // A 3g instance offers 1, 2 and 3 slice CIs, not 4 or 7.
-        assert_eq!(s.create_ci(0, gi, 3, 0), Err(code::NOT_SUPPORTED));
-        assert_eq!(s.create_ci(0, gi, 9, 0), Err(code::INVALID_ARGUMENT));
-        assert_eq!(s.create_ci(0, gi, 7, 0), Err(code::NOT_SUPPORTED), "A100");
-        let ci = s.create_ci(0, gi, 2, 0).unwrap();
+        assert_eq!(s.create_ci(0, gi, 3), Err(code::NOT_SUPPORTED));
+        assert_eq!(s.create_ci(0, gi, 9), Err(code::INVALID_ARGUMENT));
+        assert_eq!(s.create_ci(0, gi, 7), Err(code::NOT_SUPPORTED), "A100");
+        let ci = s.create_ci(0, gi, 2).unwrap();
         assert_eq!(ci, 0);
-        assert_eq!(s.create_ci(0, gi, 0, 0), Err(code::INSUFFICIENT_RESOURCES));
+        assert_eq!(s.create_ci(0, gi, 0), Err(code::INSUFFICIENT_RESOURCES));
         let uuid = s.gpus[0].gis[0].cis[0].uuid.clone();
         assert!(uuid.starts_with("MIG-") && uuid.len() == 40, "{uuid}");
         assert_eq!(uuid, mig_uuid(&s.gpus[0].uuid, gi, ci));
@@ -1214,24 +1224,24 @@ mod tests {
         assert_eq!(s.destroy_gi(0, gi), Err(code::NOT_FOUND));
         // Made again at the same place: the same ids and the same UUID.
         let again = s.create_gi(0, 9, Some((0, 4))).unwrap();
-        let ci2 = s.create_ci(0, again, 2, 0).unwrap();
+        let ci2 = s.create_ci(0, again, 2).unwrap();
         assert_eq!((again, ci2), (gi, ci));
         assert_eq!(s.gpus[0].gis[0].cis[0].uuid, uuid);
         // Hopper 2g instances also offer the revised 1-slice profile; R580 a ninth.
         let mut h = fresh("H100-80GB", 570, true);
         let gi = h.create_gi(0, 14, Some((0, 2))).unwrap();
-        h.create_ci(0, gi, 7, 0).unwrap();
-        assert_eq!(h.create_ci(0, gi, 8, 0), Err(code::INVALID_ARGUMENT));
+        h.create_ci(0, gi, 7).unwrap();
+        assert_eq!(h.create_ci(0, gi, 8), Err(code::INVALID_ARGUMENT));
         let mut h = fresh("H100-80GB", 580, true);
         let gi = h.create_gi(0, 14, Some((0, 2))).unwrap();
-        assert_eq!(h.create_ci(0, gi, 8, 0), Ok(0));
+        assert_eq!(h.create_ci(0, gi, 8), Ok(0));
     }
 
     #[test]
     fn holders_refuse_destroys_until_released() {
         let mut s = a100();
         let gi = s.create_gi(0, 19, Some((0, 1))).unwrap();
-        s.create_ci(0, gi, 0, 0).unwrap();
+        s.create_ci(0, gi, 0).unwrap();
         s.hold(0, Some(gi), "dcgm", None).unwrap();
         assert!(s.hold(0, Some(99), "dcgm", None).unwrap_err().contains("7"));
         // No process is listed, yet the destroy is refused.
@@ -1260,7 +1270,7 @@ mod tests {
             mig_device_delay_ms: 500,
         };
         let gi = s.create_gi(0, 9, Some((0, 4))).unwrap();
-        s.create_ci(0, gi, 2, 1000).unwrap();
+        s.create_ci_at(0, gi, 2, 1000).unwrap();
         assert!(s.mig_devices(0, 1200).unwrap().is_empty(), "not listed yet");
         assert_eq!(s.mig_devices(0, 1500).unwrap(), [(gi, 0)]);
         s.destroy_ci(0, gi, 0).unwrap();
@@ -1393,7 +1403,7 @@ mod tests {
     fn state_round_trips_through_json() {
         let mut s = a100();
         let gi = s.create_gi(0, 14, None).unwrap();
-        s.create_ci(0, gi, 1, 0).unwrap();
+        s.create_ci(0, gi, 1).unwrap();
         s.hold(0, Some(gi), "dcgm", Some(3)).unwrap();
         let text = serde_json::to_string_pretty(&s).unwrap();
         let back: State = serde_json::from_str(&text).unwrap();

@@ -228,7 +228,7 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
                 let ci_index = (0..8)
                     .find(|&i| tables::ci_profile_slices(i) == Some(slices))
                     .ok_or_else(|| format!("no compute instance profile of {slices} slices"))?;
-                st.create_ci(gpu, gi, ci_index, store::now_ms())
+                st.create_ci_at(gpu, gi, ci_index, store::now_ms())
                     .map_err(|c| nvml_refusal("creating the compute instance", c))?;
                 Ok(format!(
                     "created GPU instance {gi} ({profile}) on GPU {gpu}"
