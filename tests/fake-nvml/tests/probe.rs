@@ -154,7 +154,10 @@ fn the_comparison_catches_a_difference() {
     let mut diffs = Vec::new();
     differences("", &want, &got, &mut diffs);
     assert_eq!(diffs.len(), 2, "{diffs:?}");
-    assert!(diffs.iter().any(|d| d.contains("memory_total_mib")), "{diffs:?}");
+    assert!(
+        diffs.iter().any(|d| d.contains("memory_total_mib")),
+        "{diffs:?}"
+    );
     assert!(diffs.iter().any(|d| d.contains("index=5")), "{diffs:?}");
 }
 
