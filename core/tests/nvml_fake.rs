@@ -730,3 +730,52 @@ fn the_fake_exports_every_function_the_layer_and_colloc_run_call() {
     // And one it does not have is reported as missing, not as a panic.
     assert!(lib.nvmlDeviceGetGpcClkVfOffset.is_err());
 }
+
+#[test]
+fn after_a_reboot_no_instance_survives_and_hopper_has_mig_off() {
+    use colloc_core::reconfig::{self, Outcome};
+    // Journals of an earlier boot describe instances a reboot removed (the old fake kept
+    // them across its "reboot", so this was tested against instances no GPU would have).
+    let fake = Fake::new("H100-80GB,A100-80GB");
+    let gpus = fake.open();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let cfg = cfg_in(tmp.path());
+    let both = |job, mode: &str| colloc_core::reconfig::JobSpec {
+        gpus: vec![0, 1],
+        ..spec(job, mode)
+    };
+    let out = reconfig::prolog(&cfg, &gpus, &both(9, "mig:3g")).expect("prolog");
+    assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+    let mut j = colloc_core::journal::load(&cfg, 9)
+        .expect("load")
+        .expect("journal");
+    j.boot_id = Some("an-earlier-boot".into());
+    colloc_core::journal::write(&cfg, &j).expect("write");
+    fake.change(|st| {
+        st.reboot();
+        Ok(())
+    });
+    let st = fake.read();
+    assert!(st.gpus.iter().all(|g| g.gis.is_empty()));
+    assert_eq!(
+        (st.gpus[0].mig_current, st.gpus[1].mig_current),
+        (false, true)
+    );
+    // The next job restores the old journal (nothing to destroy) and then finds the H100
+    // without MIG mode (not enabled at boot): refused with the reason, no fault. The
+    // A100 kept its mode: a job there runs.
+    let out = reconfig::prolog(&cfg, &gpus, &both(10, "mig:3g")).expect("no node fault");
+    let Outcome::Refused(r) = out else {
+        panic!("not refused: {out:?}")
+    };
+    assert!(r.message.contains("not in MIG mode"), "{}", r.message);
+    assert!(colloc_core::journal::load(&cfg, 9).expect("load").is_none());
+    reconfig::restore(&cfg, Some(&gpus), 10).expect("clear");
+    let a100_only = colloc_core::reconfig::JobSpec {
+        gpus: vec![1],
+        ..spec(11, "mig:3g")
+    };
+    let out = reconfig::prolog(&cfg, &gpus, &a100_only).expect("prolog");
+    assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+    reconfig::restore(&cfg, Some(&gpus), 11).expect("restore");
+}

@@ -420,7 +420,11 @@ pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
     } else {
         colloc_core::holders::nvidia_device_users()
     };
-    if !marked.is_empty() {
+
+    let in_use = marked
+        .iter()
+        .any(|(_, h)| h.reason == colloc_core::gpu::HoldReason::InUse);
+    if in_use {
         let _ = writeln!(
             text,
             "may hold them: {}; processes with NVIDIA device files open: {}",
