@@ -25,8 +25,9 @@ fn plan_all(c: &mut Criterion) {
     let catalogs: Vec<_> = known_models()
         .map(|(name, _)| builtin_catalog(name).unwrap())
         .collect();
+    let n = catalogs.len();
     for mode in MODES {
-        c.bench_function(&format!("parse+plan {mode} (4 models)"), |b| {
+        c.bench_function(&format!("parse+plan {mode} ({n} models)"), |b| {
             b.iter(|| {
                 let m: Mode = black_box(mode).parse().unwrap();
                 for cat in &catalogs {

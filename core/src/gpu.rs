@@ -57,6 +57,29 @@ impl GpuError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, GpuError::Call { code: 6, .. })
     }
+    /// True for NVML_ERROR_NO_PERMISSION: nvml.h reserves instance listing, creation and
+    /// destruction to privileged callers.
+    pub fn is_no_permission(&self) -> bool {
+        matches!(self, GpuError::Call { code: 4, .. })
+    }
+}
+
+/// The nvml.h name of an `nvmlReturn_t`, for messages and JSON.
+pub fn nvml_code_name(code: u32) -> &'static str {
+    match code {
+        0 => "NVML_SUCCESS",
+        1 => "NVML_ERROR_UNINITIALIZED",
+        2 => "NVML_ERROR_INVALID_ARGUMENT",
+        3 => "NVML_ERROR_NOT_SUPPORTED",
+        4 => "NVML_ERROR_NO_PERMISSION",
+        6 => "NVML_ERROR_NOT_FOUND",
+        7 => "NVML_ERROR_INSUFFICIENT_SIZE",
+        15 => "NVML_ERROR_GPU_IS_LOST",
+        16 => "NVML_ERROR_RESET_REQUIRED",
+        19 => "NVML_ERROR_IN_USE",
+        23 => "NVML_ERROR_INSUFFICIENT_RESOURCES",
+        _ => "NVML_ERROR_UNKNOWN",
+    }
 }
 
 /// Result of GPU-layer calls.
@@ -69,6 +92,123 @@ pub struct MigMode {
     pub current: bool,
     /// MIG mode after the next GPU reset.
     pub pending: bool,
+}
+
+/// What `nvmlDeviceSetMigMode` did: the mode afterwards and the activation status the
+/// driver reported (nvml.h: the call succeeds and `activationStatus` says whether the new
+/// mode took effect; `NVML_ERROR_IN_USE` when the GPU was not idle,
+/// `NVML_ERROR_RESET_REQUIRED` where only a (VM) reboot can apply it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigModeChange {
+    /// MIG mode after the call.
+    pub mode: MigMode,
+    /// The activation status, an `nvmlReturn_t` (0 = done).
+    pub activation: u32,
+}
+
+impl MigModeChange {
+    /// Did the asked-for mode take effect?
+    pub fn took_effect(&self, enabled: bool) -> bool {
+        self.mode.current == enabled
+    }
+
+    /// Why the mode did not take effect, for an admin, in one sentence.
+    pub fn why_pending(&self, gpu: u32, enabled: bool) -> String {
+        let mode = if enabled { "on" } else { "off" };
+        match self.activation {
+            16 => format!(
+                "GPU {gpu}: MIG mode {mode} is pending: the driver cannot reset this GPU here \
+                 (NVML_ERROR_RESET_REQUIRED, e.g. under GPU passthrough); it applies at the next \
+                 VM reboot"
+            ),
+            19 => format!(
+                "GPU {gpu}: MIG mode {mode} is pending: the GPU is not idle \
+                 (NVML_ERROR_IN_USE: nvidia-persistenced, nvidia_drm, DCGM or another client \
+                 holds it; an A100 switches only when the driver can reset it); stop those \
+                 clients and reset it (nvidia-smi -r -i {gpu}), or set the mode at boot"
+            ),
+            c => format!(
+                "GPU {gpu}: MIG mode {mode} is pending ({}); reset the GPU \
+                 (nvidia-smi -r -i {gpu}) or set the mode at boot",
+                nvml_code_name(c)
+            ),
+        }
+    }
+}
+
+/// Why colloc could not destroy a job's MIG instances, by what the driver said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum HoldReason {
+    /// The destroy answered NVML_ERROR_IN_USE and NVML lists no process on them:
+    /// something that is not a process NVML lists holds them (DCGM, a leaked handle).
+    InUse,
+    /// Processes NVML lists on them outlived SIGKILL.
+    Processes {
+        /// Their pids.
+        pids: Vec<u32>,
+    },
+    /// The driver said they were destroyed but still lists them.
+    StillListed,
+    /// colloc switched MIG mode on for the job and switching it back stays pending.
+    ModePending {
+        /// The activation status, as nvml.h names it.
+        activation: String,
+    },
+}
+
+/// A GPU that a restore left *marked*: its leftover MIG instances (or mode) are recorded in
+/// the job's journal, the node's next prolog refuses the GPU, and `colloc restore --job`
+/// finishes once the holder is gone. A known state, so not a node fault.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuHold {
+    /// NVML index.
+    pub index: u32,
+    /// GPU UUID.
+    pub uuid: String,
+    /// The job's GPU instances still there.
+    pub gi_ids: Vec<u32>,
+    /// What the driver said.
+    pub reason: HoldReason,
+    /// Seconds since the epoch when the restore gave up.
+    pub since: u64,
+}
+
+/// What may hold a MIG instance without being a process NVML lists.
+pub const LIKELY_HOLDERS: &str = "DCGM (nv-hostengine) or dcgm-exporter collecting MIG \
+profiling metrics, or a process with a leftover NVML handle";
+
+impl GpuHold {
+    /// One line for logs, refusals and `colloc status`.
+    pub fn describe(&self) -> String {
+        let gis: Vec<String> = self.gi_ids.iter().map(u32::to_string).collect();
+        let what = if gis.is_empty() {
+            format!("GPU {}", self.index)
+        } else {
+            format!(
+                "GPU {}: MIG instance(s) GI {} of the job",
+                self.index,
+                gis.join(", ")
+            )
+        };
+        match &self.reason {
+            HoldReason::InUse => format!(
+                "{what} could not be destroyed: NVML answers In use (NVML_ERROR_IN_USE) with no \
+                 process on them, so something outside Slurm holds them: {LIKELY_HOLDERS}"
+            ),
+            HoldReason::Processes { pids } => format!(
+                "{what} could not be destroyed: process(es) {pids:?} still run on them after SIGKILL"
+            ),
+            HoldReason::StillListed => {
+                format!("{what} were destroyed but the driver still lists them")
+            }
+            HoldReason::ModePending { activation } => format!(
+                "{what}: MIG mode could not be set back ({activation}); reset the GPU while idle \
+                 (nvidia-smi -r -i {})",
+                self.index
+            ),
+        }
+    }
 }
 
 /// One physical GPU.
@@ -160,10 +300,11 @@ pub trait GpuControl {
     /// NVML failures; `is_in_use()` while a process runs on it; `is_not_found()` if gone.
     fn destroy_instance(&self, gpu: u32, gi_id: u32) -> GpuResult<()>;
 
-    /// Ask for MIG mode on or off. Returns the mode afterwards (the change may be
-    /// pending until a GPU reset).
+    /// Ask for MIG mode on or off. Returns the mode afterwards and the driver's
+    /// activation status: Hopper switches at once; an A100 at once when idle, else the
+    /// change stays pending (IN_USE, or RESET_REQUIRED under passthrough).
     ///
     /// # Errors
-    /// NVML failures.
-    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> GpuResult<MigMode>;
+    /// NVML failures (the call itself refused, e.g. IN_USE while instances exist).
+    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> GpuResult<MigModeChange>;
 }

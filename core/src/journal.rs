@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::gpu::{Instance, MigMode};
+use crate::gpu::{GpuHold, Instance, MigMode};
 use crate::mig::PlannedInstance;
 use crate::mps::MpsDaemon;
 
@@ -134,6 +134,10 @@ pub struct Journal {
     /// The GPUs the job asked for (NVML indexes), also for a refused job.
     #[serde(default)]
     pub requested: Vec<u32>,
+    /// GPUs a restore left marked: what still holds the job's MIG instances there (see
+    /// `reconfig::restore`). Empty for a journal whose restore has not given up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<GpuHold>,
 }
 
 /// This boot's id (`/proc/sys/kernel/random/boot_id`), if the kernel tells.
@@ -164,6 +168,7 @@ impl Journal {
                 .map_or(0, |d| d.as_secs()),
             boot_id: boot_id(),
             requested: Vec::new(),
+            held: Vec::new(),
         }
     }
 

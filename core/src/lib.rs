@@ -4,6 +4,7 @@
 //! - [`mig`]: MIG profiles of the supported GPU models and the layout planner.
 //! - [`config`]: the node configuration (`colloc.toml`).
 //! - [`gpu`]: the GPU control interface; [`nvml`] implements it over libnvidia-ml.
+//! - [`holders`]: which processes have NVIDIA device files open.
 //! - [`journal`]: per-job journals and per-GPU locks.
 //! - [`reconfig`]: apply a mode to a job's GPUs and restore them.
 //! - [`mps`]: per-job MPS control daemons.
@@ -11,6 +12,7 @@
 
 pub mod config;
 pub mod gpu;
+pub mod holders;
 pub mod journal;
 pub mod mig;
 pub mod mode;

@@ -3,12 +3,15 @@
 //! Placements live in NVML's memory-slot space: an A100/H100/H200 has 8 slots; a 1-slice
 //! profile starts at 0–6 (size 1), 2g at 0, 2, 4 (size 2), 3g at 0 or 4 (size 4), 4g at 0
 //! (size 4), 7g at 0 (size 8); the double-memory 1-slice profile at 0, 2, 4, 6 (size 2).
-//! Two instances fit together when their placements do not overlap (and each profile's
-//! instance limit holds), which is the rule the driver applies.
+//! The A30 has 4 slots: 1g at 0–3, 2g at 0 or 2, 4g at 0. Two instances fit together when
+//! their placements do not overlap (and each profile's instance limit holds), which is the
+//! rule the driver applies.
 //!
-//! The built-in tables follow the NVIDIA MIG User Guide ("Supported MIG Profiles") and,
-//! for the H200, what NVML reported on the lent card (see shared/gpu-facts.md). On a real
-//! GPU colloc asks NVML instead and uses these tables only where NVML cannot answer.
+//! The built-in tables follow the drivers' `nvidia-smi mig -lgip` readings and the NVIDIA
+//! MIG User Guide ("Supported MIG Profiles"); for the H200, what NVML reported on the lent
+//! card (see the comment above `MODELS`). On a real GPU colloc asks NVML instead and uses
+//! these tables only where NVML cannot answer (an A100 with MIG off) and for
+//! `colloc plan --gpu-model`.
 
 use std::fmt;
 
@@ -59,9 +62,9 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// A media-extension (`+me`) or other variant profile, not picked by a short name.
+    /// A media variant (`+me`, `+me.all`, `-me`, `+gfx`), not picked by a short name.
     pub fn is_variant(&self) -> bool {
-        self.name.contains('+')
+        self.name.contains(['+', '-'])
     }
 }
 
@@ -114,13 +117,23 @@ pub enum PlanError {
         valid: String,
     },
     /// No GPU model of that name is known.
-    #[error("unknown GPU model {0}; known: {KNOWN_MODELS}")]
+    #[error(
+        "unknown GPU model {0}: colloc has no built-in MIG table for it (on a node with that \
+         GPU, `colloc plan --gpu INDEX` and the prolog use the driver's own tables); built-in \
+         tables: {known}",
+        known = known_models_line()
+    )]
     UnknownModel(String),
 }
 
-/// The models with built-in tables, for messages.
-pub const KNOWN_MODELS: &str = "NVIDIA A100-SXM4-40GB (A100-40GB), NVIDIA A100-SXM4-80GB \
-(A100-80GB), NVIDIA H100 80GB HBM3 (H100-80GB), NVIDIA H200 (H200)";
+/// The models with built-in tables, for messages: `NVML name (alias)`, comma separated.
+pub fn known_models_line() -> String {
+    MODELS
+        .iter()
+        .map(|m| format!("{} ({})", m.name, m.alias))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 struct StaticProfile {
     id: u32,
@@ -153,88 +166,188 @@ const fn sp(
 }
 
 struct StaticModel {
+    /// Name as NVML reports it.
     name: &'static str,
+    /// Short name for `--gpu-model`.
     alias: &'static str,
     memory_total_mib: u64,
+    /// Memory slots of the placement space (8; the A30 has 4).
+    slots: u32,
     profiles: &'static [StaticProfile],
 }
 
-// NVML profile indexes: 0 = 1 slice, 1 = 2 slices, 2 = 3, 3 = 4, 4 = 7,
-// 7 = 1 slice rev1 (+me), 9 = 1 slice rev2 (double memory).
+// The built-in tables: what `nvidia-smi mig -lgip`/`-lgipp` show on each model (profile
+// id, NVML profile index, name, slices, instances, memory MiB, SMs), used where the driver
+// cannot answer (an A100 with MIG off answers profile queries NOT_SUPPORTED) and by
+// `colloc plan --gpu-model`. NVML profile indexes: 0 = 1 slice, 1 = 2 slices, 2 = 3,
+// 3 = 4, 4 = 7, 7 = 1 slice +me, 8 = 2 slices +me, 9 = 1 slice double memory. Only the
+// profiles every supported driver lists; R580's all-media profiles are read from the
+// driver. Sources (the same the fake driver's tables cite, where each figure is tied to
+// its reading; core/tests/nvml_fake.rs holds the two to each other):
+// - A100 40GB: issue 16's `-lgip` (4.75/9.62/19.50/39.25 GiB) and nvidia-smi MIG device
+//   tables (4864/9856/19968 MiB); A100 80GB: nvidia-smi MIG device tables (9728/19968 MiB)
+//   and NVIDIA's go-nvml mock (40192/80384 MiB). PCIe cards share the SXM4 tables (MIG
+//   User Guide, "Supported MIG Profiles").
+// - A30: MIG User Guide (profiles, counts), go-nvml mock (memory, SMs).
+// - H100 80GB HBM3 and H100 PCIe: `-lgip` readings (9.75/19.62/39.50/79.25 GiB; SMs
+//   16/26/32/60/64/132 on SXM, 14/14/30/46/62/114 on PCIe); H100 NVL: `-lgip` in
+//   NVIDIA/gpu-operator#900 and mig-parted#101 (10.75/21.62/46.38 GiB, 93.12 GiB 7g).
+// - H200: what NVML reported on the lent card (driver 580, MIG off); the H200 NVL has
+//   the same profiles (MIG User Guide), its figures here are the SXM card's.
 static MODELS: &[StaticModel] = &[
     StaticModel {
         name: "NVIDIA A100-SXM4-40GB",
         alias: "A100-40GB",
         memory_total_mib: 40960,
-        profiles: &[
-            sp(19, 0, "1g.5gb", 1, 7, 4864, 14),
-            sp(14, 1, "2g.10gb", 2, 3, 9984, 28),
-            sp(9, 2, "3g.20gb", 3, 2, 20096, 42),
-            sp(5, 3, "4g.20gb", 4, 1, 20096, 56),
-            sp(0, 4, "7g.40gb", 7, 1, 40448, 98),
-            sp(20, 7, "1g.5gb+me", 1, 1, 4864, 14),
-            sp(15, 9, "1g.10gb", 1, 4, 9984, 14),
-        ],
+        slots: 8,
+        profiles: A100_40GB,
+    },
+    StaticModel {
+        name: "NVIDIA A100-PCIE-40GB",
+        alias: "A100-PCIE-40GB",
+        memory_total_mib: 40960,
+        slots: 8,
+        profiles: A100_40GB,
     },
     StaticModel {
         name: "NVIDIA A100-SXM4-80GB",
         alias: "A100-80GB",
         memory_total_mib: 81920,
+        slots: 8,
+        profiles: A100_80GB,
+    },
+    StaticModel {
+        name: "NVIDIA A100 80GB PCIe",
+        alias: "A100-80GB-PCIE",
+        memory_total_mib: 81920,
+        slots: 8,
+        profiles: A100_80GB,
+    },
+    StaticModel {
+        name: "NVIDIA A30",
+        alias: "A30",
+        memory_total_mib: 24576,
+        slots: 4,
         profiles: &[
-            sp(19, 0, "1g.10gb", 1, 7, 9728, 14),
-            sp(14, 1, "2g.20gb", 2, 3, 19968, 28),
-            sp(9, 2, "3g.40gb", 3, 2, 40192, 42),
-            sp(5, 3, "4g.40gb", 4, 1, 40192, 56),
-            sp(0, 4, "7g.80gb", 7, 1, 81152, 98),
-            sp(20, 7, "1g.10gb+me", 1, 1, 9728, 14),
-            sp(15, 9, "1g.20gb", 1, 4, 19968, 14),
+            sp(14, 0, "1g.6gb", 1, 4, 5836, 14),
+            sp(5, 1, "2g.12gb", 2, 2, 11672, 28),
+            sp(0, 3, "4g.24gb", 4, 1, 23344, 56),
+            sp(21, 7, "1g.6gb+me", 1, 1, 5836, 14),
+            sp(6, 8, "2g.12gb+me", 2, 1, 11672, 28),
         ],
     },
     StaticModel {
         name: "NVIDIA H100 80GB HBM3",
         alias: "H100-80GB",
         memory_total_mib: 81559,
+        slots: 8,
         profiles: &[
             sp(19, 0, "1g.10gb", 1, 7, 9984, 16),
             sp(14, 1, "2g.20gb", 2, 3, 20096, 32),
-            sp(9, 2, "3g.40gb", 3, 2, 40320, 60),
-            sp(5, 3, "4g.40gb", 4, 1, 40320, 64),
-            sp(0, 4, "7g.80gb", 7, 1, 80896, 132),
+            sp(9, 2, "3g.40gb", 3, 2, 40448, 60),
+            sp(5, 3, "4g.40gb", 4, 1, 40448, 64),
+            sp(0, 4, "7g.80gb", 7, 1, 81152, 132),
             sp(20, 7, "1g.10gb+me", 1, 1, 9984, 16),
             sp(15, 9, "1g.20gb", 1, 4, 20096, 26),
+        ],
+    },
+    StaticModel {
+        name: "NVIDIA H100 PCIe",
+        alias: "H100-PCIE",
+        memory_total_mib: 81559,
+        slots: 8,
+        profiles: &[
+            sp(19, 0, "1g.10gb", 1, 7, 9984, 14),
+            sp(14, 1, "2g.20gb", 2, 3, 20096, 30),
+            sp(9, 2, "3g.40gb", 3, 2, 40448, 46),
+            sp(5, 3, "4g.40gb", 4, 1, 40448, 62),
+            sp(0, 4, "7g.80gb", 7, 1, 81152, 114),
+            sp(20, 7, "1g.10gb+me", 1, 1, 9984, 14),
+            sp(15, 9, "1g.20gb", 1, 4, 20096, 14),
+        ],
+    },
+    StaticModel {
+        name: "NVIDIA H100 NVL",
+        alias: "H100-NVL",
+        memory_total_mib: 95830,
+        slots: 8,
+        profiles: &[
+            sp(19, 0, "1g.12gb", 1, 7, 11008, 16),
+            sp(14, 1, "2g.24gb", 2, 3, 22144, 32),
+            sp(9, 2, "3g.47gb", 3, 2, 47488, 60),
+            sp(5, 3, "4g.47gb", 4, 1, 47488, 64),
+            sp(0, 4, "7g.94gb", 7, 1, 95360, 132),
+            sp(20, 7, "1g.12gb+me", 1, 1, 11008, 16),
+            sp(15, 9, "1g.24gb", 1, 4, 22144, 26),
         ],
     },
     StaticModel {
         name: "NVIDIA H200",
         alias: "H200",
         memory_total_mib: 143771,
-        profiles: &[
-            sp(19, 0, "1g.18gb", 1, 7, 16384, 16),
-            sp(14, 1, "2g.35gb", 2, 3, 33280, 32),
-            sp(9, 2, "3g.71gb", 3, 2, 71424, 60),
-            sp(5, 3, "4g.71gb", 4, 1, 71424, 64),
-            sp(0, 4, "7g.141gb", 7, 1, 143360, 132),
-            sp(20, 7, "1g.18gb+me", 1, 1, 16384, 16),
-            sp(15, 9, "1g.35gb", 1, 4, 33280, 26),
-        ],
+        slots: 8,
+        profiles: H200,
+    },
+    StaticModel {
+        name: "NVIDIA H200 NVL",
+        alias: "H200-NVL",
+        memory_total_mib: 143771,
+        slots: 8,
+        profiles: H200,
     },
 ];
 
-/// The placements the driver allows for a profile index on an 8-slot GPU.
-pub fn standard_placements(nvml_index: u32) -> Vec<Placement> {
+const A100_40GB: &[StaticProfile] = &[
+    sp(19, 0, "1g.5gb", 1, 7, 4864, 14),
+    sp(14, 1, "2g.10gb", 2, 3, 9856, 28),
+    sp(9, 2, "3g.20gb", 3, 2, 19968, 42),
+    sp(5, 3, "4g.20gb", 4, 1, 19968, 56),
+    sp(0, 4, "7g.40gb", 7, 1, 40192, 98),
+    sp(20, 7, "1g.5gb+me", 1, 1, 4864, 14),
+    sp(15, 9, "1g.10gb", 1, 4, 9856, 14),
+];
+
+const A100_80GB: &[StaticProfile] = &[
+    sp(19, 0, "1g.10gb", 1, 7, 9728, 14),
+    sp(14, 1, "2g.20gb", 2, 3, 19968, 28),
+    sp(9, 2, "3g.40gb", 3, 2, 40192, 42),
+    sp(5, 3, "4g.40gb", 4, 1, 40192, 56),
+    sp(0, 4, "7g.80gb", 7, 1, 80384, 98),
+    sp(20, 7, "1g.10gb+me", 1, 1, 9728, 14),
+    sp(15, 9, "1g.20gb", 1, 4, 19968, 14),
+];
+
+const H200: &[StaticProfile] = &[
+    sp(19, 0, "1g.18gb", 1, 7, 16384, 16),
+    sp(14, 1, "2g.35gb", 2, 3, 33280, 32),
+    sp(9, 2, "3g.71gb", 3, 2, 71424, 60),
+    sp(5, 3, "4g.71gb", 4, 1, 71424, 64),
+    sp(0, 4, "7g.141gb", 7, 1, 143360, 132),
+    sp(20, 7, "1g.18gb+me", 1, 1, 16384, 16),
+    sp(15, 9, "1g.35gb", 1, 4, 33280, 26),
+];
+
+/// The placements the driver allows for a profile index in a placement space of
+/// `slots` memory slots (8 on A100/H100/H200, 4 on the A30): MIG User Guide, "Concepts";
+/// checked against the H200's `nvmlDeviceGetGpuInstancePossiblePlacements`.
+pub fn standard_placements(slots: u32, nvml_index: u32) -> Vec<Placement> {
     let at = |starts: &[u32], size: u32| {
         starts
             .iter()
             .map(|&start| Placement { start, size })
             .collect()
     };
-    match nvml_index {
-        0 | 7 => at(&[0, 1, 2, 3, 4, 5, 6], 1),
-        1 => at(&[0, 2, 4], 2),
-        2 => at(&[0, 4], 4),
-        3 => at(&[0], 4),
-        4 => at(&[0], 8),
-        9 => at(&[0, 2, 4, 6], 2),
+    match (slots, nvml_index) {
+        // 1 slice (also +me, +me.all)
+        (8, 0 | 7 | 15) => at(&[0, 1, 2, 3, 4, 5, 6], 1),
+        (8, 1 | 16) => at(&[0, 2, 4], 2),
+        (8, 2) => at(&[0, 4], 4),
+        (8, 3) => at(&[0], 4),
+        (8, 4) => at(&[0], 8),
+        (8, 9) => at(&[0, 2, 4, 6], 2),
+        (4, 0 | 7) => at(&[0, 1, 2, 3], 1),
+        (4, 1 | 8) => at(&[0, 2], 2),
+        (4, 3) => at(&[0], 4),
         _ => Vec::new(),
     }
 }
@@ -244,16 +357,33 @@ pub fn known_models() -> impl Iterator<Item = (&'static str, &'static str)> {
     MODELS.iter().map(|m| (m.name, m.alias))
 }
 
-/// The built-in catalog of a model, by NVML name or alias (case-insensitive).
+/// The size of a model's placement space (memory slots), for placements the driver did
+/// not list; 8 for models without a built-in table.
+pub fn placement_slots(name: &str) -> u32 {
+    find_model(name).map_or(8, |m| m.slots)
+}
+
+fn find_model(name: &str) -> Option<&'static StaticModel> {
+    let wanted = name.trim();
+    // Drivers before R470 reported names without the "NVIDIA " prefix
+    // ("A100-SXM4-40GB", NVIDIA/k8s-device-plugin#343).
+    let bare = |n: &str| {
+        let n = n.to_ascii_lowercase();
+        n.strip_prefix("nvidia ").map_or(n.clone(), str::to_string)
+    };
+    MODELS
+        .iter()
+        .find(|m| m.alias.eq_ignore_ascii_case(wanted) || bare(m.name) == bare(wanted))
+}
+
+/// The built-in catalog of a model, by NVML name (with or without the `NVIDIA ` prefix)
+/// or alias, case-insensitive.
 ///
 /// # Errors
 /// [`PlanError::UnknownModel`] for other names.
 pub fn builtin_catalog(name: &str) -> Result<Catalog, PlanError> {
-    let wanted = name.trim();
-    let model = MODELS
-        .iter()
-        .find(|m| m.name.eq_ignore_ascii_case(wanted) || m.alias.eq_ignore_ascii_case(wanted))
-        .ok_or_else(|| PlanError::UnknownModel(crate::mode::show_input(name)))?;
+    let model =
+        find_model(name).ok_or_else(|| PlanError::UnknownModel(crate::mode::show_input(name)))?;
     Ok(Catalog {
         model: model.name.to_string(),
         memory_total_mib: model.memory_total_mib,
@@ -268,7 +398,7 @@ pub fn builtin_catalog(name: &str) -> Result<Catalog, PlanError> {
                 max_instances: p.max,
                 memory_mib: p.mem,
                 sms: p.sms,
-                placements: standard_placements(p.index),
+                placements: standard_placements(model.slots, p.index),
             })
             .collect(),
     })
@@ -316,6 +446,16 @@ impl Catalog {
     /// # Errors
     /// [`PlanError::UnknownProfile`], [`PlanError::DoesNotFit`].
     pub fn plan(&self, req: &MigRequest) -> Result<Vec<PlannedInstance>, PlanError> {
+        self.plan_with(req, true)
+    }
+
+    /// [`Catalog::plan`]; `examples`: name layouts that fit in a `DoesNotFit` (off while
+    /// finding those examples, which plans too).
+    fn plan_with(
+        &self,
+        req: &MigRequest,
+        examples: bool,
+    ) -> Result<Vec<PlannedInstance>, PlanError> {
         match req {
             MigRequest::Fill(sel) => {
                 let p = self.resolve(sel)?;
@@ -331,7 +471,7 @@ impl Catalog {
                     &mut best,
                 );
                 if best.is_empty() {
-                    return Err(self.no_fit(req, format!("{} has no placement", p.name)));
+                    return Err(self.no_fit(examples, req, format!("{} has no placement", p.name)));
                 }
                 Ok(best.into_iter().map(|pl| planned(p, pl)).collect())
             }
@@ -342,6 +482,7 @@ impl Catalog {
                     let already = wanted.iter().filter(|w| w.id == p.id).count() as u32;
                     if already + count > p.max_instances {
                         return Err(self.no_fit(
+                            examples,
                             req,
                             format!("{} fits at most {} time(s)", p.name, p.max_instances),
                         ));
@@ -352,6 +493,7 @@ impl Catalog {
                 let max_slices = self.profiles.iter().map(|p| p.slices).max().unwrap_or(0);
                 if slices > max_slices {
                     return Err(self.no_fit(
+                        examples,
                         req,
                         format!("it needs {slices} compute slices, the GPU has {max_slices}"),
                     ));
@@ -371,18 +513,26 @@ impl Catalog {
                     out.sort_by_key(|i| i.placement);
                     Ok(out)
                 } else {
-                    Err(self.no_fit(req, "no placement of these instances avoids overlap".into()))
+                    Err(self.no_fit(
+                        examples,
+                        req,
+                        "no placement of these instances avoids overlap".into(),
+                    ))
                 }
             }
         }
     }
 
-    fn no_fit(&self, req: &MigRequest, why: String) -> PlanError {
+    fn no_fit(&self, examples: bool, req: &MigRequest, why: String) -> PlanError {
         PlanError::DoesNotFit {
             request: req.to_string(),
             model: self.model.clone(),
             why,
-            valid: self.example_layouts().join(", "),
+            valid: if examples {
+                self.example_layouts().join(", ")
+            } else {
+                String::new()
+            },
         }
     }
 
@@ -392,13 +542,13 @@ impl Catalog {
         let mut out = Vec::new();
         for s in [7u32, 4, 3, 2, 1] {
             let req = MigRequest::Fill(ProfileSel::Short(s));
-            if let Ok(plan) = self.plan(&req) {
+            if let Ok(plan) = self.plan_with(&req, false) {
                 out.push(format!("mig:{s}gx{}", plan.len()));
             }
         }
         for mix in ["4g,3g", "4g,2g,1g", "3g,2g,1gx2", "2gx2,1gx3"] {
             if let Ok(crate::mode::Mode::Mig(req)) = format!("mig:{mix}").parse() {
-                if self.plan(&req).is_ok() {
+                if self.plan_with(&req, false).is_ok() {
                     out.push(format!("mig:{mix}"));
                 }
             }
@@ -496,7 +646,7 @@ impl fmt::Display for PlannedInstance {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} at slot {} (size {})",
+            "{} at placement start {} (size {})",
             self.profile, self.placement.start, self.placement.size
         )
     }
@@ -540,19 +690,38 @@ mod tests {
         for (name, alias) in known_models() {
             for m in [name, alias] {
                 let cat = builtin_catalog(m).unwrap();
+                let four_slots = name == "NVIDIA A30";
                 for p in &cat.profiles {
                     let req = MigRequest::Fill(ProfileSel::Short(p.slices));
                     let got = cat.plan(&req).unwrap();
-                    let want = match p.slices {
-                        1 => 7,
-                        2 => 3,
-                        3 => 2,
+                    let want = match (four_slots, p.slices) {
+                        (false, 1) => 7,
+                        (false, 2) => 3,
+                        (false, 3) => 2,
+                        (true, 1) => 4,
+                        (true, 2) => 2,
                         _ => 1,
                     };
                     assert_eq!(got.len(), want, "{m} {}", p.name);
+                    assert!(!p.placements.is_empty(), "{m} {}", p.name);
                 }
             }
         }
+        // Names as NVML reports them, also without the "NVIDIA " prefix of old drivers.
+        for name in [
+            "NVIDIA A100-PCIE-40GB",
+            "NVIDIA A100 80GB PCIe",
+            "NVIDIA H100 PCIe",
+            "NVIDIA H100 NVL",
+            "NVIDIA A30",
+            "NVIDIA H200 NVL",
+            "A100-SXM4-40GB",
+            "nvidia h100 80gb hbm3",
+        ] {
+            assert!(builtin_catalog(name).is_ok(), "{name}");
+        }
+        assert_eq!(plan("A30", "mig:2g").unwrap()[0].profile, "2g.12gb");
+        assert_eq!(plan("H100-NVL", "mig:3g").unwrap()[0].profile, "3g.47gb");
         assert_eq!(plan("H200", "mig:1g").unwrap()[0].profile, "1g.18gb");
         assert_eq!(plan("H200", "mig:1g.35gb").unwrap().len(), 4);
         assert_eq!(plan("A100-80GB", "mig:1g").unwrap()[0].profile, "1g.10gb");
@@ -603,10 +772,19 @@ mod tests {
             assert!(err.contains("mig:4g,2g,1g"), "{err}");
             assert!(!err.contains('\n'));
         }
+        // The A30 (4 slots) cannot take the usual mixes: the examples name what fits
+        // there (and finding them must not recurse into the error itself).
+        let err = plan("A30", "mig:2gx2,1gx3").unwrap_err().to_string();
+        assert!(err.contains("mig:4gx1, mig:2gx2, mig:1gx4"), "{err}");
         let err = plan("A100-40GB", "mig:3g.40gb").unwrap_err().to_string();
         assert!(err.contains("has no MIG profile 3g.40gb"), "{err}");
         assert!(err.contains("3g.20gb"), "{err}");
-        assert!(builtin_catalog("GeForce").is_err());
+        let err = builtin_catalog("GeForce").unwrap_err().to_string();
+        assert!(err.contains("driver's own tables"), "{err}");
+        assert!(
+            err.contains("NVIDIA A100 80GB PCIe (A100-80GB-PCIE)"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -21,19 +21,32 @@ use nvml_wrapper_sys::bindings::{
     nvmlComputeInstanceInfo_t, nvmlComputeInstanceProfileInfo_t, nvmlComputeInstance_t,
     nvmlDevice_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
     nvmlGpuInstanceProfileInfo_v2_t, nvmlGpuInstance_t, nvmlReturn_t,
-    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
+    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
 };
 
-use crate::gpu::{GpuControl, GpuError, GpuInfo, GpuProcess, GpuResult, Instance, MigMode};
+use crate::gpu::{
+    GpuControl, GpuError, GpuInfo, GpuProcess, GpuResult, Instance, MigMode, MigModeChange,
+};
 use crate::mig::{self, Catalog, Placement, Profile};
 
-/// NVML GPU instance profile indexes colloc asks about (`NVML_GPU_INSTANCE_PROFILE_*`,
-/// 0 = 1 slice … 14 = 2 slices without media engines).
-pub const GI_PROFILE_INDEXES: std::ops::RangeInclusive<u32> = 0..=14;
+/// GPU instance profile indexes colloc asks the driver about (`NVML_GPU_INSTANCE_PROFILE_*`):
+/// every index below this. The driver says which exist: NOT_SUPPORTED for a profile the
+/// GPU lacks, INVALID_ARGUMENT past its `NVML_GPU_INSTANCE_PROFILE_COUNT` (10 in R535, 17
+/// in R580, which added the all-media profiles 15 and 16). A fixed list would miss the
+/// profiles of a newer driver, and with them instances colloc does not own.
+pub const GI_PROFILE_INDEX_LIMIT: u32 = 32;
+
+/// Compute instance profile indexes colloc asks about, likewise (8 in R535, 9 in R580).
+pub const CI_PROFILE_INDEX_LIMIT: u32 = 16;
+
+/// How long to look for a new compute instance's MIG device before giving up: drivers
+/// list it a moment after the compute instance is made.
+pub const MIG_DEVICE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 const SUCCESS: nvmlReturn_t = 0;
 const INVALID_ARGUMENT: nvmlReturn_t = 2;
 const NOT_SUPPORTED: nvmlReturn_t = 3;
+const NO_PERMISSION: nvmlReturn_t = 4;
 const NOT_FOUND: nvmlReturn_t = 6;
 const INSUFFICIENT_SIZE: nvmlReturn_t = 7;
 const MIB: u64 = 1024 * 1024;
@@ -302,7 +315,9 @@ impl NvmlGpus {
         // SAFETY: valid handle; a NULL buffer asks for the count only (nvml.h).
         let ret = unsafe { f(raw(dev), profile_id, std::ptr::null_mut(), &mut count) };
         match ret {
-            NOT_SUPPORTED => return Ok(None),
+            // NO_PERMISSION: nvml.h reserves placements to privileged callers; a user's
+            // `colloc plan --gpu` takes the standard ones.
+            NOT_SUPPORTED | NO_PERMISSION => return Ok(None),
             SUCCESS | INSUFFICIENT_SIZE => {}
             _ => self.check("nvmlDeviceGetGpuInstancePossiblePlacements_v2", gpu, ret)?,
         }
@@ -331,7 +346,7 @@ impl NvmlGpus {
             .map_err(|e| wrap("nvmlDeviceGetMemoryInfo_v2", gpu, e))?;
         let builtin = mig::builtin_catalog(&model).ok();
         let mut profiles = Vec::new();
-        for index in GI_PROFILE_INDEXES {
+        for index in 0..GI_PROFILE_INDEX_LIMIT {
             let Some((info, named)) = self.gi_profile_info(gpu, &dev, index)? else {
                 continue;
             };
@@ -355,7 +370,7 @@ impl NvmlGpus {
                     log::debug!(
                         "GPU {gpu}: no placements from NVML for profile {name}; using the built-in table"
                     );
-                    mig::standard_placements(index)
+                    mig::standard_placements(mig::placement_slots(&model), index)
                 }
             };
             profiles.push(Profile {
@@ -415,7 +430,7 @@ impl NvmlGpus {
     ) -> GpuResult<Vec<nvmlComputeInstanceProfileInfo_t>> {
         let f = sym!(self, nvmlGpuInstanceGetComputeInstanceProfileInfo);
         let mut out = Vec::new();
-        for index in 0..NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+        for index in 0..CI_PROFILE_INDEX_LIMIT {
             // SAFETY: an all-integer C struct, for which all zero bytes are valid.
             let mut info: nvmlComputeInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
             // SAFETY: `gi` came from NVML; valid out-pointer.
@@ -549,26 +564,29 @@ impl NvmlGpus {
         let ret = unsafe { info_f(ci, &mut ci_info) };
         self.check("nvmlComputeInstanceGetInfo_v2", gpu, ret)?;
         // A MIG device can take a moment to appear in the device table after its compute
-        // instance is made: look a few times before giving up (and undoing).
-        let mut found = None;
-        for attempt in 0..10 {
-            if attempt > 0 {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            found = self
+        // instance is made: look again, a little longer each time, before giving up (and
+        // undoing).
+        let deadline = std::time::Instant::now() + MIG_DEVICE_WAIT;
+        let mut pause = std::time::Duration::from_millis(20);
+        let found = loop {
+            let hit = self
                 .mig_devices(gpu, dev)?
                 .into_iter()
                 .find(|m| m.gi_id == info.id && m.ci_id == ci_info.id);
-            if found.is_some() {
-                break;
+            if hit.is_some() || std::time::Instant::now() >= deadline {
+                break hit;
             }
-        }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(200));
+        };
         let uuid = found.map(|m| m.uuid).ok_or_else(|| GpuError::Call {
             call: "nvmlDeviceGetMigDeviceHandleByIndex",
             gpu: gpu.to_string(),
             message: format!(
-                "no MIG device for GPU instance {} compute instance {}",
-                info.id, ci_info.id
+                "no MIG device for GPU instance {} compute instance {} after {} s",
+                info.id,
+                ci_info.id,
+                MIG_DEVICE_WAIT.as_secs()
             ),
             code: NOT_FOUND,
         })?;
@@ -583,6 +601,28 @@ impl NvmlGpus {
             ci_ids: vec![ci_info.id],
             uuid: Some(uuid),
         })
+    }
+
+    /// The MIG devices of a GPU as `(GPU instance id, compute instance id, MIG UUID)`.
+    /// Needs no privilege (unlike listing the instances), so `colloc status` run by a user
+    /// can still show what exists.
+    ///
+    /// # Errors
+    /// NVML failures.
+    #[doc(alias = "nvmlDeviceGetMigDeviceHandleByIndex")]
+    pub fn mig_device_list(&self, gpu: u32) -> GpuResult<Vec<(u32, u32, String)>> {
+        let dev = self.device(gpu)?;
+        if !matches!(
+            self.mig_mode_of(gpu, &dev)?,
+            Some(MigMode { current: true, .. })
+        ) {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .mig_devices(gpu, &dev)?
+            .into_iter()
+            .map(|m| (m.gi_id, m.ci_id, m.uuid))
+            .collect())
     }
 
     fn profile_name_of(&self, gpu: u32, profile_id: u32) -> String {
@@ -675,12 +715,19 @@ impl GpuControl for NvmlGpus {
         let mut out = Vec::new();
         for profile in &catalog.profiles {
             for gi in self.gpu_instances(gpu, &dev, profile)? {
-                let info = self.gi_info(gpu, gi)?;
-                let ci_ids: Vec<u32> = self
-                    .compute_instances(gpu, gi)?
-                    .into_iter()
-                    .map(|(_, id)| id)
-                    .collect();
+                // An instance being destroyed can go between the listing and these reads.
+                let gone = |e: &GpuError| e.is_not_found();
+                let info = match self.gi_info(gpu, gi) {
+                    Err(e) if gone(&e) => continue,
+                    other => other?,
+                };
+                let ci_ids: Vec<u32> = match self.compute_instances(gpu, gi) {
+                    Err(e) if gone(&e) => continue,
+                    other => other?,
+                }
+                .into_iter()
+                .map(|(_, id)| id)
+                .collect();
                 let uuid = ci_ids.first().and_then(|&ci| {
                     migs.iter()
                         .find(|m| m.gi_id == info.id && m.ci_id == ci)
@@ -785,23 +832,24 @@ impl GpuControl for NvmlGpus {
         Ok(())
     }
 
-    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> GpuResult<MigMode> {
+    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> GpuResult<MigModeChange> {
         let dev = self.device(gpu)?;
-        let status = dev
+        let activation = dev
             .set_mig_mode(enabled)
             .map_err(|e| wrap("nvmlDeviceSetMigMode", gpu, e))?;
-        if status != SUCCESS {
+        if activation != SUCCESS {
             log::info!(
                 "GPU {gpu}: MIG mode change pending ({})",
-                self.error_string(status)
+                self.error_string(activation)
             );
         }
-        self.mig_mode_of(gpu, &dev)?.ok_or(GpuError::Call {
+        let mode = self.mig_mode_of(gpu, &dev)?.ok_or(GpuError::Call {
             call: "nvmlDeviceGetMigMode",
             gpu: gpu.to_string(),
             message: "the GPU does not support MIG".into(),
             code: NOT_SUPPORTED,
-        })
+        })?;
+        Ok(MigModeChange { mode, activation })
     }
 }
 

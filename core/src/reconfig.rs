@@ -14,14 +14,29 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::gpu::{GpuControl, GpuError, GpuInfo};
+use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, HoldReason};
 use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
 use crate::mig::{self, Catalog, PlannedInstance};
 use crate::mode::{Mode, ModeKind};
 use crate::mps::{self, MpsDaemon};
 
-/// How long restore waits for killed processes to leave an instance.
+/// How long restore waits for killed processes to leave an instance (within
+/// [`MIG_RESTORE_BUDGET`]).
 pub const KILL_WAIT: Duration = Duration::from_secs(10);
+/// The most time one restore spends on a job's MIG instances, all GPUs together: waiting
+/// for killed processes, retrying destroys the driver answers IN_USE (DCGM profiling an
+/// instance, a leaked NVML handle, a GPU instance busy for a moment after its compute
+/// instance went), waiting for destroyed instances to leave the driver's listing. Past it
+/// the GPU is left marked (journal kept, see [`GpuHold`]); the epilog stays well inside
+/// Slurm's `PrologEpilogTimeout`.
+pub const MIG_RESTORE_BUDGET: Duration = Duration::from_secs(15);
+/// How long a prolog spends trying again to restore another job's marked GPU that this
+/// job was given (the holder may have gone by now).
+pub const MARKED_RETRY_BUDGET: Duration = Duration::from_secs(1);
+/// First pause between destroys answered IN_USE; it doubles up to [`RETRY_PAUSE_MAX`].
+const RETRY_PAUSE_FIRST: Duration = Duration::from_millis(100);
+/// Longest pause between destroys answered IN_USE.
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(2);
 /// How long an MPS daemon gets to quit before it is killed.
 pub const MPS_GRACE: Duration = Duration::from_secs(5);
 
@@ -105,6 +120,7 @@ pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outc
             restore(cfg, Some(ctl), other.job)?;
         }
     }
+    retry_marked(cfg, ctl, spec);
     if let Some(j) = journal::load(cfg, spec.job)? {
         // The same job asking again (a rerun of the prolog) gets what it got; anything
         // else under this id (a reused id, another user, other GPUs) is undone first.
@@ -120,7 +136,11 @@ pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outc
                     "job {}: restoring an earlier reconfiguration ({phase:?}) first",
                     spec.job
                 );
-                restore(cfg, Some(ctl), spec.job)?;
+                let r = restore(cfg, Some(ctl), spec.job)?;
+                if let Some(h) = r.held.first() {
+                    // Its journal stays (marked); the job may not run on those GPUs.
+                    return Ok(refuse(marked_refusal(spec.job, h), false));
+                }
             }
         }
     }
@@ -129,6 +149,45 @@ pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outc
         log::info!("job {}: refused: {}", spec.job, r.message);
     }
     Ok(outcome)
+}
+
+/// Try once more, briefly, to restore other jobs' marked GPUs among this job's: whatever
+/// held their instances (DCGM, a leaked handle) may have let go since. What stays held
+/// is refused below with the reason.
+fn retry_marked(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) {
+    let Ok(list) = journal::list(cfg) else {
+        return;
+    };
+    for other in list.into_iter().flatten() {
+        let ours = other.gpus.iter().any(|g| spec.gpus.contains(&g.index));
+        if other.held.is_empty() || other.job == spec.job || !ours {
+            continue;
+        }
+        log::info!(
+            "job {}: trying again to restore job {}'s marked GPU(s)",
+            spec.job,
+            other.job
+        );
+        match restore_within(cfg, Some(ctl), other.job, MARKED_RETRY_BUDGET) {
+            Ok(r) if r.held.is_empty() => log::info!(
+                "job {}: job {}'s GPU(s) restored, no longer marked",
+                spec.job,
+                other.job
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!("job {}: restoring job {}: {e}", spec.job, other.job),
+        }
+    }
+}
+
+/// Why a job may not use a GPU another job's restore left marked.
+fn marked_refusal(job: u32, h: &GpuHold) -> String {
+    format!(
+        "GPU {} is not available: job {job}'s {}; once that is stopped, an admin runs \
+         `colloc restore --job {job}` (colloc status shows what may hold it)",
+        h.index,
+        h.describe()
+    )
 }
 
 /// The job's GPUs as recorded: sorted, without duplicates.
@@ -203,6 +262,9 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
     for g in &gpus {
         for other in others.iter().flatten() {
             if other.job != spec.job && other.claims(&g.uuid) {
+                if let Some(h) = other.held.iter().find(|h| h.uuid == g.uuid) {
+                    return refused(cfg, spec, marked_refusal(other.job, h), false);
+                }
                 return refused(
                     cfg,
                     spec,
@@ -244,7 +306,7 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
             if !existing.is_empty() {
                 let what: Vec<String> = existing
                     .iter()
-                    .map(|i| format!("{} at slot {}", i.profile, i.placement.start))
+                    .map(|i| format!("{} at start {}", i.profile, i.placement.start))
                     .collect();
                 return refused(
                     cfg,
@@ -305,21 +367,30 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
     j.gpus = records;
     journal::write(cfg, &j)?;
 
+    let mut refusal = None;
     let result = match &spec.mode {
-        Mode::Mig(_) => make_instances(ctl, &mut j),
+        Mode::Mig(_) => make_instances(ctl, &mut j).map(|r| refusal = r),
         Mode::Mps { .. } => start_mps(cfg, &mut j),
         Mode::Naive | Mode::Off => Ok(()),
     };
     if let Err(e) = result {
         log::info!("job {}: reconfiguration failed, undoing it: {e}", spec.job);
-        if let Err(undo) = restore_locked(cfg, Some(ctl), &j) {
+        if let Err(undo) = undo(cfg, ctl, &mut j) {
             log::error!("job {}: undo failed too: {undo}", spec.job);
             return Err(NodeFault::Restore(format!(
                 "{e}; undoing it failed: {undo}"
             )));
         }
-        journal::remove(cfg, spec.job)?;
         return Err(e);
+    }
+    if let Some(msg) = refusal {
+        // The GPU cannot take the layout now (its MIG mode stays pending): a known
+        // state, not a node fault. Undo, then record why for the job's tasks.
+        log::info!("job {}: {msg}; undoing", spec.job);
+        if undo(cfg, ctl, &mut j)? {
+            return Ok(refuse(msg, false));
+        }
+        return refused(cfg, spec, msg, false);
     }
     j.env = job_env(&j, &gpus, &spec.mode);
     j.phase = Phase::Applied;
@@ -331,6 +402,37 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
         j.gpu_indexes()
     );
     Ok(Outcome::Applied(j.env))
+}
+
+/// Undo a prolog that failed part way: restore what its journal records, then remove the
+/// journal, or keep it marked when something outside colloc holds what was made. Returns
+/// whether a GPU was left marked.
+fn undo(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Result<bool, NodeFault> {
+    let deadline = Instant::now() + MIG_RESTORE_BUDGET;
+    let r = restore_locked(cfg, Some(ctl), j, deadline)?;
+    if r.held.is_empty() {
+        journal::remove(cfg, j.job)?;
+        return Ok(false);
+    }
+    j.phase = Phase::Restoring;
+    keep_marked(cfg, j, r.held)?;
+    Ok(true)
+}
+
+/// Keep a journal whose restore could not finish, with what holds its GPUs.
+fn keep_marked(cfg: &Config, j: &mut Journal, held: Vec<GpuHold>) -> Result<(), NodeFault> {
+    for h in &held {
+        log::warn!(
+            "job {}: {}; the GPU stays marked: jobs on this node are refused it until \
+             `colloc restore --job {}` succeeds",
+            j.job,
+            h.describe(),
+            j.job
+        );
+    }
+    j.held = held;
+    journal::write(cfg, j)?;
+    Ok(())
 }
 
 /// The MIG catalog of a GPU: what NVML reports, or the built-in table where it cannot say.
@@ -357,16 +459,17 @@ pub fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String>
     }
 }
 
-fn make_instances(ctl: &dyn GpuControl, j: &mut Journal) -> Result<(), NodeFault> {
+/// Make the planned instances. `Ok(Some(reason))`: the GPU cannot take them now (its MIG
+/// mode stays pending), which the caller undoes and refuses.
+fn make_instances(ctl: &dyn GpuControl, j: &mut Journal) -> Result<Option<String>, NodeFault> {
     for gi in 0..j.gpus.len() {
         let index = j.gpus[gi].index;
         if j.gpus[gi].mig_mode_changed {
-            let m = ctl.set_mig_mode(index, true)?;
-            if !m.current {
-                return Err(NodeFault::Restore(format!(
-                    "GPU {index}: MIG mode switched on but pending until a GPU reset; \
-                     reset the GPU (nvidia-smi -r) while it is idle, or enable MIG at boot"
-                )));
+            // Hopper switches at once; an A100 only when the driver can reset it (idle):
+            // nvidia-persistenced or nvidia_drm holding it leaves the change pending.
+            let change = ctl.set_mig_mode(index, true)?;
+            if !change.took_effect(true) {
+                return Ok(Some(change.why_pending(index, true)));
             }
         }
         // No journal write per instance: `planned`, written before the first creation,
@@ -376,7 +479,7 @@ fn make_instances(ctl: &dyn GpuControl, j: &mut Journal) -> Result<(), NodeFault
             j.gpus[gi].created.push(inst);
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 fn start_mps(cfg: &Config, j: &mut Journal) -> Result<(), NodeFault> {
@@ -475,6 +578,10 @@ pub struct RestoreReport {
     pub mps_stopped: usize,
     /// Processes killed on the job's instances or as MPS leftovers.
     pub killed: Vec<u32>,
+    /// GPUs left marked: instances (or a MIG mode) that could not be brought back within
+    /// [`MIG_RESTORE_BUDGET`] because something outside colloc holds them. Their journal
+    /// stays; the job is not in `jobs`.
+    pub held: Vec<GpuHold>,
 }
 
 /// Restore the job's GPUs to what its journal recorded and remove the journal. No journal:
@@ -483,6 +590,12 @@ pub struct RestoreReport {
 /// `ctl` may be `None` where NVML cannot be loaded: that is fine for mps/naive jobs and a
 /// fault for a MIG journal.
 ///
+/// MIG instances that something outside colloc holds (the driver answers IN_USE with no
+/// process listed) are retried within [`MIG_RESTORE_BUDGET`]; what is still held then is
+/// a known state, not a fault: the journal stays with the holds recorded
+/// ([`RestoreReport::held`]), the GPU is refused to later jobs, and a later restore
+/// finishes.
+///
 /// # Errors
 /// [`NodeFault`] when the GPU cannot be brought back; the journal then stays, so a later
 /// restore (or an admin) can finish.
@@ -490,6 +603,19 @@ pub fn restore(
     cfg: &Config,
     ctl: Option<&dyn GpuControl>,
     job: u32,
+) -> Result<RestoreReport, NodeFault> {
+    restore_within(cfg, ctl, job, MIG_RESTORE_BUDGET)
+}
+
+/// [`restore`] with its own time budget for the MIG instances.
+///
+/// # Errors
+/// As [`restore`].
+pub fn restore_within(
+    cfg: &Config,
+    ctl: Option<&dyn GpuControl>,
+    job: u32,
+    budget: Duration,
 ) -> Result<RestoreReport, NodeFault> {
     let uuids = |j: &Journal| {
         let mut u: Vec<String> = j.gpus.iter().map(|g| g.uuid.clone()).collect();
@@ -522,7 +648,11 @@ pub fn restore(
         j.phase = Phase::Restoring;
         journal::write(cfg, &j)?;
     }
-    let mut report = restore_locked(cfg, ctl, &j)?;
+    let mut report = restore_locked(cfg, ctl, &j, Instant::now() + budget)?;
+    if !report.held.is_empty() {
+        keep_marked(cfg, &mut j, report.held.clone())?;
+        return Ok(report);
+    }
     journal::remove(cfg, job)?;
     report.jobs.push(job);
     log::info!("job {job}: restored");
@@ -550,6 +680,7 @@ pub fn restore_all(cfg: &Config, ctl: Option<&dyn GpuControl>) -> Result<Restore
                 total.destroyed += r.destroyed;
                 total.mps_stopped += r.mps_stopped;
                 total.killed.extend(r.killed);
+                total.held.extend(r.held);
             }
             Err(e) => {
                 log::error!("job {job}: {e}");
@@ -567,6 +698,7 @@ fn restore_locked(
     cfg: &Config,
     ctl: Option<&dyn GpuControl>,
     j: &Journal,
+    deadline: Instant,
 ) -> Result<RestoreReport, NodeFault> {
     let mut report = RestoreReport::default();
     if !j.mps.is_empty() || j.job_dir.is_some() {
@@ -603,60 +735,142 @@ fn restore_locked(
             j.job, cfg.nvml_library
         )));
     };
+    restore_mig(ctl, j, deadline, &mut report)?;
+    Ok(report)
+}
+
+/// The MIG half of a restore: kill what still runs on the job's instances, destroy them
+/// (retrying what the driver answers IN_USE for until `deadline`), wait until the driver
+/// no longer lists them, and set a MIG mode colloc switched back. What cannot be done in
+/// time for a known reason goes to `report.held`; NVML failures are faults.
+fn restore_mig(
+    ctl: &dyn GpuControl,
+    j: &Journal,
+    deadline: Instant,
+    report: &mut RestoreReport,
+) -> Result<(), NodeFault> {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     for g in &j.gpus {
+        let hold = |gi_ids: Vec<u32>, reason: HoldReason| GpuHold {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            gi_ids,
+            reason,
+            since,
+        };
         // Ours: a planned placement (everything created was planned first) that was not
-        // there before. The profile and start must match: drivers reuse GI ids.
+        // there before. The profile and start must match: GI ids follow placements, so
+        // another instance at the same place would have the same id.
         let ours = |gi_id: u32, profile_id: u32, start: u32| {
             !g.preexisting.contains(&gi_id)
                 && g.planned
                     .iter()
                     .any(|p| p.profile_id == profile_id && p.placement.start == start)
         };
-        let mine: Vec<u32> = match ctl.instances(g.index) {
-            Ok(list) => list
-                .iter()
-                .filter(|i| ours(i.gi_id, i.profile_id, i.placement.start))
-                .map(|i| i.gi_id)
-                .collect(),
-            Err(GpuError::NotMig(_)) => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
-        if !mine.is_empty() {
-            report
-                .killed
-                .extend(kill_on_instances(ctl, g.index, &mine)?);
-        }
-        for gi_id in mine {
-            match ctl.destroy_instance(g.index, gi_id) {
-                Ok(()) => report.destroyed += 1,
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e.into()),
+        let listed_ours = || -> Result<Vec<u32>, NodeFault> {
+            match ctl.instances(g.index) {
+                Ok(list) => Ok(list
+                    .iter()
+                    .filter(|i| ours(i.gi_id, i.profile_id, i.placement.start))
+                    .map(|i| i.gi_id)
+                    .collect()),
+                Err(GpuError::NotMig(_)) => Ok(Vec::new()),
+                Err(e) => Err(e.into()),
             }
+        };
+        let mine = listed_ours()?;
+        if !mine.is_empty() {
+            match kill_on_instances(ctl, g.index, &mine, deadline)? {
+                Ok(killed) => report.killed.extend(killed),
+                Err(survivors) => {
+                    report
+                        .held
+                        .push(hold(mine, HoldReason::Processes { pids: survivors }));
+                    continue;
+                }
+            }
+        }
+        let in_use = destroy_with_retries(ctl, g.index, &mine, deadline, report)?;
+        if !in_use.is_empty() {
+            report.held.push(hold(in_use, HoldReason::InUse));
+            continue;
+        }
+        // A destroy that succeeded can leave the instance listed for a while
+        // (go-nvml#146): wait for it rather than leave it to the next job.
+        let mut still = listed_ours()?;
+        while !still.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            still = listed_ours()?;
+        }
+        if !still.is_empty() {
+            report.held.push(hold(still, HoldReason::StillListed));
+            continue;
         }
         if g.mig_mode_changed {
             if let Some(before) = g.mig_before {
-                let now = ctl.set_mig_mode(g.index, before.current)?;
-                if now.current != before.current {
-                    // Keep the journal: a GPU left in MIG mode without instances has no
-                    // CUDA device for the next whole-GPU job.
-                    return Err(NodeFault::Restore(format!(
-                        "GPU {}: MIG mode set back to {} but the change is pending a GPU reset; \
-                         reset it while idle (nvidia-smi -r -i {}), then run colloc restore --job {}",
-                        g.index,
-                        if before.current { "on" } else { "off" },
-                        g.index,
-                        j.job
-                    )));
+                // A GPU left in MIG mode without instances has no CUDA device for the next
+                // whole-GPU job: if switching back stays pending, keep the GPU marked.
+                let change = ctl.set_mig_mode(g.index, before.current)?;
+                if !change.took_effect(before.current) {
+                    log::warn!("{}", change.why_pending(g.index, before.current));
+                    let activation = crate::gpu::nvml_code_name(change.activation).to_string();
+                    report
+                        .held
+                        .push(hold(Vec::new(), HoldReason::ModePending { activation }));
                 }
             }
         }
     }
-    Ok(report)
+    Ok(())
+}
+
+/// Destroy the GPU instances `gis` of GPU `gpu`, retrying those the driver answers
+/// IN_USE for (with no process on them: something that is not a process holds them, or
+/// the GPU instance is still busy from its compute instance's destroy) with growing
+/// pauses until `deadline`. Returns the ones still in use.
+fn destroy_with_retries(
+    ctl: &dyn GpuControl,
+    gpu: u32,
+    gis: &[u32],
+    deadline: Instant,
+    report: &mut RestoreReport,
+) -> Result<Vec<u32>, NodeFault> {
+    let mut left = gis.to_vec();
+    let mut pause = RETRY_PAUSE_FIRST;
+    loop {
+        let mut in_use = Vec::new();
+        for &gi_id in &left {
+            match ctl.destroy_instance(gpu, gi_id) {
+                Ok(()) => report.destroyed += 1,
+                Err(e) if e.is_not_found() => {}
+                Err(e) if e.is_in_use() => in_use.push(gi_id),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        left = in_use;
+        if left.is_empty() || Instant::now() + pause > deadline {
+            return Ok(left);
+        }
+        log::info!(
+            "GPU {gpu}: GPU instance(s) {left:?} in use with no process on them; trying again in {} ms",
+            pause.as_millis()
+        );
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(RETRY_PAUSE_MAX);
+    }
 }
 
 /// Kill processes still running on the job's instances (the job is over) and wait until
-/// NVML no longer lists them.
-fn kill_on_instances(ctl: &dyn GpuControl, gpu: u32, gis: &[u32]) -> Result<Vec<u32>, NodeFault> {
+/// NVML no longer lists them, at most [`KILL_WAIT`] and not past `deadline`. `Ok(Ok(pids
+/// killed))`, or `Ok(Err(pids still listed))`.
+fn kill_on_instances(
+    ctl: &dyn GpuControl,
+    gpu: u32,
+    gis: &[u32],
+    deadline: Instant,
+) -> Result<Result<Vec<u32>, Vec<u32>>, NodeFault> {
     let on_ours = || -> Result<Vec<u32>, GpuError> {
         Ok(ctl
             .processes(gpu)?
@@ -670,17 +884,17 @@ fn kill_on_instances(ctl: &dyn GpuControl, gpu: u32, gis: &[u32]) -> Result<Vec<
         log::warn!("GPU {gpu}: killing leftover process {pid} on the job's MIG instance");
         crate::sys::kill(pid, libc::SIGKILL);
     }
-    let deadline = Instant::now() + KILL_WAIT;
-    while !on_ours()?.is_empty() {
+    let deadline = deadline.min(Instant::now() + KILL_WAIT);
+    loop {
+        let left = on_ours()?;
+        if left.is_empty() {
+            return Ok(Ok(pids));
+        }
         if Instant::now() >= deadline {
-            return Err(NodeFault::Restore(format!(
-                "GPU {gpu}: processes {:?} still hold the job's MIG instances after SIGKILL",
-                on_ours()?
-            )));
+            return Ok(Err(left));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(pids)
 }
 
 /// The task environment recorded for a job, or why it was refused; `None` without a

@@ -13,10 +13,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use colloc_core::gpu::{GpuControl, GpuError, MigMode};
+use colloc_core::gpu::{GpuControl, GpuError, HoldReason, MigMode};
 use colloc_core::mig::{self, Placement};
 use colloc_core::nvml::NvmlGpus;
-use fake_nvml::state::{Fault, State};
+use fake_nvml::state::{Fault, Fresh, State};
 use fake_nvml::store::{ctl_change, Locked};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -58,6 +58,16 @@ impl Fake {
             _dir: dir,
             state,
         }
+    }
+
+    /// A fake answering as driver generation `driver`, MIG on or off at start.
+    fn with(gpus: &str, driver: u32, mig: bool) -> Fake {
+        let fake = Fake::new(gpus);
+        fake.change(|st| {
+            *st = State::fresh_list_with(gpus, &Fresh { driver, mig }, 0)?;
+            Ok(())
+        });
+        fake
     }
 
     fn open(&self) -> NvmlGpus {
@@ -112,38 +122,132 @@ fn lists_gpus_as_the_state_file_has_them() {
     assert!(matches!(gpus.catalog(2), Err(GpuError::NoSuchGpu(2))));
 }
 
+/// A catalog's rows as the tables state them: id, index, name, slices, instances, MiB,
+/// SMs, placements.
+type Row = (u32, u32, String, u32, u32, u64, u32, Vec<Placement>);
+
+fn rows(c: &mig::Catalog) -> Vec<Row> {
+    c.profiles
+        .iter()
+        .map(|p| {
+            (
+                p.id,
+                p.nvml_index,
+                p.name.clone(),
+                p.slices,
+                p.max_instances,
+                p.memory_mib,
+                p.sms,
+                p.placements.clone(),
+            )
+        })
+        .collect()
+}
+
 #[test]
-fn catalog_matches_the_builtin_tables_on_all_four_models() {
-    let fake = Fake::new("A100-40GB,A100-80GB,H100-80GB,H200");
+fn builtin_tables_match_the_fake_drivers_tables() {
+    // Two tables written apart, each citing its readings: they must agree on every row
+    // of every model either knows (the profiles every driver generation lists).
+    let fake_models: Vec<&str> = fake_nvml::tables::MODELS.iter().map(|m| m.name).collect();
+    for (name, _) in mig::known_models() {
+        assert!(fake_models.contains(&name), "the fake has no {name}");
+    }
+    for m in fake_nvml::tables::MODELS {
+        let builtin = mig::builtin_catalog(m.name).expect("a built-in table");
+        assert_eq!(builtin.memory_total_mib, m.memory_mib, "{}", m.name);
+        let want: Vec<Row> = m
+            .listed(535)
+            .map(|p| {
+                let placements = p
+                    .placements()
+                    .into_iter()
+                    .map(|(start, size)| Placement { start, size })
+                    .collect();
+                (
+                    p.id,
+                    p.index,
+                    p.name.to_string(),
+                    p.slices,
+                    p.instances,
+                    p.memory_mib,
+                    p.sms,
+                    placements,
+                )
+            })
+            .collect();
+        assert_eq!(rows(&builtin), want, "{}", m.name);
+    }
+}
+
+#[test]
+fn catalog_read_through_nvml_matches_the_builtin_tables_on_every_model() {
+    let all: Vec<&str> = fake_nvml::tables::MODELS.iter().map(|m| m.alias).collect();
+    let fake = Fake::with(&all.join(","), 570, true);
     let gpus = fake.open();
     for (i, info) in gpus.gpus().expect("gpus").iter().enumerate() {
         let got = gpus.catalog(i as u32).expect("catalog");
         let want = mig::builtin_catalog(&info.name).expect("built-in model");
         assert_eq!(got.model, want.model);
-        let shape = |c: &mig::Catalog| -> Vec<(u32, u32, String, u32, u32, Vec<Placement>)> {
-            c.profiles
-                .iter()
-                .map(|p| {
-                    (
-                        p.id,
-                        p.nvml_index,
-                        p.name.clone(),
-                        p.slices,
-                        p.max_instances,
-                        p.placements.clone(),
-                    )
-                })
-                .collect()
-        };
-        assert_eq!(shape(&got), shape(&want), "{}", info.name);
+        assert_eq!(rows(&got), rows(&want), "{}", info.name);
         // The planner gives the same answer on what NVML reports as on the tables.
-        for mode in ["mig:3g", "mig:1g", "mig:4g,2g,1g", "mig:2gx2,1gx3"] {
+        for mode in [
+            "mig:3g",
+            "mig:1g",
+            "mig:4g,2g,1g",
+            "mig:2gx2,1gx3",
+            "mig:2g",
+        ] {
             let colloc_core::mode::Mode::Mig(req) = mode.parse().expect("mode") else {
                 panic!("{mode} is not a MIG mode")
             };
             assert_eq!(got.plan(&req), want.plan(&req), "{} {mode}", info.name);
         }
     }
+}
+
+#[test]
+fn every_profile_the_driver_lists_counts_as_an_instance_colloc_does_not_own() {
+    // R580 lists the all-media profiles at indexes 15 and 16: colloc asked 0-14 only,
+    // so another user's +me.all instance was invisible to the "not ours" check.
+    let fake = Fake::with("H100-80GB", 580, true);
+    fake.change(|st| {
+        let gi = st
+            .create_gi(0, 65, Some((0, 1)))
+            .map_err(|c| c.to_string())?;
+        st.create_ci(0, gi, 0).map_err(|c| c.to_string())?;
+        Ok(())
+    });
+    let gpus = fake.open();
+    let cat = gpus.catalog(0).expect("catalog");
+    let me_all = cat.by_id(65).expect("the all-media profile is listed");
+    assert_eq!(me_all.nvml_index, 15);
+    assert!(me_all.is_variant(), "never picked by a short name");
+    let list = gpus.instances(0).expect("instances");
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].profile, "1g.10gb+me.all");
+    // And the prolog refuses the GPU instead of failing a create on it.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let cfg = colloc_core::config::Config {
+        state_dir: tmp.path().join("state"),
+        run_dir: tmp.path().join("run"),
+        ..colloc_core::config::Config::default()
+    };
+    let spec = colloc_core::reconfig::JobSpec {
+        job: 1,
+        uid: 0,
+        gid: 0,
+        gpus: vec![0],
+        mode: "mig:1g".parse().expect("mode"),
+    };
+    let out = colloc_core::reconfig::prolog(&cfg, &gpus, &spec).expect("no node fault");
+    let colloc_core::reconfig::Outcome::Refused(r) = out else {
+        panic!("not refused: {out:?}")
+    };
+    assert!(
+        r.message.contains("1g.10gb+me.all at start 0"),
+        "{}",
+        r.message
+    );
 }
 
 #[test]
@@ -288,27 +392,12 @@ fn failed_second_compute_instance_leaves_no_gpu_instance_behind() {
 }
 
 #[test]
-fn mig_mode_change_stays_pending_until_reset() {
-    let fake = Fake::new("H200");
+fn mig_mode_changes_at_once_on_hopper_and_when_an_a100_is_idle() {
+    // Hopper: at once, no reset (the old fake kept it pending until a reset).
+    let fake = Fake::new("H200,A100-80GB");
     let gpus = fake.open();
-    let m = gpus.set_mig_mode(0, false).expect("ask for MIG off");
-    assert_eq!(
-        m,
-        MigMode {
-            current: true,
-            pending: false
-        }
-    );
-    assert_eq!(gpus.gpus().expect("gpus")[0].mig_mode, Some(m));
-    fake.change(|st| st.reset(0).map_err(|c| format!("reset: {c}")));
-    let after = gpus.gpus().expect("gpus")[0].mig_mode;
-    assert_eq!(
-        after,
-        Some(MigMode {
-            current: false,
-            pending: false
-        })
-    );
+    let ch = gpus.set_mig_mode(0, false).expect("ask for MIG off");
+    assert_eq!((ch.mode.current, ch.activation), (false, 0));
     assert!(gpus.instances(0).expect("instances").is_empty());
     let err = gpus
         .create_instance(0, 19, Placement { start: 0, size: 1 })
@@ -317,10 +406,51 @@ fn mig_mode_change_stays_pending_until_reset() {
     // Hopper answers profiles and placements with MIG off; the fake does too.
     let cat = gpus.catalog(0).expect("catalog with MIG off");
     assert_eq!(cat.by_id(19).expect("1g.18gb").placements.len(), 7);
+    // An idle A100: the driver resets it itself, the change is immediate.
+    let ch = gpus.set_mig_mode(1, false).expect("A100 MIG off");
+    assert!(ch.took_effect(false), "{ch:?}");
+    // An A100 that nvidia-persistenced holds: pending, IN_USE in activationStatus.
+    fake.change(|st| st.hold(1, None, "nvidia-persistenced", None));
+    let ch = gpus
+        .set_mig_mode(1, true)
+        .expect("the call itself succeeds");
+    assert_eq!(ch.activation, 19);
+    assert_eq!(
+        ch.mode,
+        MigMode {
+            current: false,
+            pending: true
+        }
+    );
+    assert!(ch.why_pending(1, true).contains("nvidia-persistenced"));
+    fake.change(|st| {
+        st.release(1, None);
+        st.reset(1).map_err(|c| format!("reset: {c}"))
+    });
+    assert_eq!(
+        gpus.gpus().expect("gpus")[1].mig_mode,
+        Some(MigMode {
+            current: true,
+            pending: true
+        })
+    );
 }
 
 #[test]
-fn mode_change_is_refused_while_a_process_runs() {
+fn an_a100_with_mig_off_plans_from_the_builtin_tables() {
+    // nvml.h: profile queries answer NOT_SUPPORTED without MIG mode; colloc falls back
+    // to its own table (the old fake answered, so this path never ran).
+    let fake = Fake::with("A100-40GB", 580, false);
+    let gpus = fake.open();
+    let raw = gpus.catalog(0).expect("catalog");
+    assert!(raw.profiles.is_empty(), "{raw:?}");
+    let info = gpus.gpus().expect("gpus").remove(0);
+    let cat = colloc_core::reconfig::catalog_for(&gpus, &info).expect("built-in");
+    assert_eq!(cat, mig::builtin_catalog("A100-40GB").expect("table"));
+}
+
+#[test]
+fn mode_change_is_pending_while_a_process_runs() {
     let fake = Fake::new("A100-40GB");
     let gpus = fake.open();
     fake.change(|st| {
@@ -328,15 +458,162 @@ fn mode_change_is_refused_while_a_process_runs() {
         st.gpus[0].mig_pending = false;
         st.attach(0, None, 99, 100, 40)
     });
-    let err = gpus.set_mig_mode(0, true).expect_err("in use");
-    assert!(err.is_in_use(), "{err}");
-    assert!(!fake.read().gpus[0].mig_pending);
+    // nvml.h: the call succeeds and activationStatus says IN_USE (it used to be
+    // refused outright, which is not what the driver does).
+    let ch = gpus.set_mig_mode(0, true).expect("the call succeeds");
+    assert_eq!((ch.activation, ch.mode.current), (19, false));
+    assert!(fake.read().gpus[0].mig_pending);
     // Whole-GPU process records carry no instance id.
     let procs = gpus.processes(0).expect("processes");
     assert_eq!((procs[0].pid, procs[0].gi_id), (99, None));
     // With MIG off the fake, like the driver, reports utilization.
     let dev = gpus.nvml().device_by_index(0).expect("device");
     assert_eq!(dev.utilization_rates().expect("utilization").gpu, 40);
+}
+
+#[test]
+fn an_unprivileged_caller_is_told_no_permission_not_zero_instances() {
+    let fake = Fake::new("H200");
+    let gpus = fake.open();
+    let made = gpus
+        .create_instance(0, 9, Placement { start: 4, size: 4 })
+        .expect("3g");
+    fake.change(|st| {
+        st.unprivileged = true;
+        Ok(())
+    });
+    let err = gpus.instances(0).expect_err("needs privilege");
+    assert!(err.is_no_permission(), "{err}");
+    // The MIG devices themselves are visible to anyone.
+    let devs = gpus.mig_device_list(0).expect("MIG devices");
+    assert_eq!(devs, [(2, 0, made.uuid.clone().expect("uuid"))]);
+}
+
+#[test]
+fn mig_uuids_are_stable_and_old_names_resolve() {
+    let fake = Fake::new("A100-80GB");
+    let gpus = fake.open();
+    let pl = Placement { start: 2, size: 2 };
+    let a = gpus.create_instance(0, 14, pl).expect("2g");
+    assert_eq!(a.gi_id, 4, "2g at slot 2 is GPU instance 4");
+    gpus.destroy_instance(0, a.gi_id).expect("destroy");
+    let b = gpus.create_instance(0, 14, pl).expect("2g again");
+    assert_eq!(
+        (b.gi_id, &b.uuid),
+        (a.gi_id, &a.uuid),
+        "same place, same UUID"
+    );
+    let gpu_uuid = gpus.gpus().expect("gpus")[0].uuid.clone();
+    let dev = gpus
+        .nvml()
+        .device_by_uuid(format!("MIG-{gpu_uuid}/4/0").as_str())
+        .expect("old form");
+    assert_eq!(dev.uuid().ok(), b.uuid);
+}
+
+#[test]
+fn a_mig_device_listed_late_is_waited_for_within_bounds() {
+    let fake = Fake::new("H200");
+    let gpus = fake.open();
+    fake.change(|st| {
+        st.quirks.mig_device_delay_ms = 300;
+        Ok(())
+    });
+    let inst = gpus
+        .create_instance(0, 19, Placement { start: 0, size: 1 })
+        .expect("found after the delay");
+    assert!(inst.uuid.is_some());
+    fake.change(|st| {
+        st.quirks.mig_device_delay_ms = 60_000;
+        Ok(())
+    });
+    let t = std::time::Instant::now();
+    let err = gpus
+        .create_instance(0, 19, Placement { start: 1, size: 1 })
+        .expect_err("never listed in time");
+    assert!(err.is_not_found(), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    let ids: Vec<u32> = fake.read().gpus[0].gis.iter().map(|g| g.id).collect();
+    assert_eq!(ids, [inst.gi_id], "the failed one was undone");
+}
+
+fn cfg_in(dir: &Path) -> colloc_core::config::Config {
+    colloc_core::config::Config {
+        state_dir: dir.join("state"),
+        run_dir: dir.join("run"),
+        ..colloc_core::config::Config::default()
+    }
+}
+
+fn spec(job: u32, mode: &str) -> colloc_core::reconfig::JobSpec {
+    colloc_core::reconfig::JobSpec {
+        job,
+        uid: 0,
+        gid: 0,
+        gpus: vec![0],
+        mode: mode.parse().expect("mode"),
+    }
+}
+
+#[test]
+fn restore_outlasts_lingering_and_briefly_busy_instances() {
+    use colloc_core::reconfig::{self, Outcome};
+    let fake = Fake::new("H100-80GB");
+    fake.change(|st| {
+        st.quirks.linger_listings = 4;
+        st.quirks.busy_after_ci_destroy = 2;
+        Ok(())
+    });
+    let gpus = fake.open();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let cfg = cfg_in(tmp.path());
+    let out = reconfig::prolog(&cfg, &gpus, &spec(5, "mig:3g")).expect("prolog");
+    assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+    let r = reconfig::restore(&cfg, Some(&gpus), 5).expect("restore");
+    assert_eq!((r.destroyed, r.held.len()), (2, 0), "{r:?}");
+    let st = fake.read();
+    assert!(st.gpus[0].gis.is_empty() && st.gpus[0].lingering.is_empty());
+    // The next job gets the GPU: no lingering instance looks foreign to it.
+    let out = reconfig::prolog(&cfg, &gpus, &spec(6, "mig:3g")).expect("prolog");
+    assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+    reconfig::restore(&cfg, Some(&gpus), 6).expect("restore");
+}
+
+#[test]
+fn instances_dcgm_holds_mark_the_gpu_until_released() {
+    use colloc_core::reconfig::{self, Outcome};
+    let fake = Fake::new("A100-80GB");
+    let gpus = fake.open();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let cfg = cfg_in(tmp.path());
+    reconfig::prolog(&cfg, &gpus, &spec(7, "mig:3g")).expect("prolog");
+    let gi = fake.read().gpus[0].gis[0].id;
+    fake.change(|st| st.hold(0, Some(gi), "dcgm", None));
+    let r = reconfig::restore_within(&cfg, Some(&gpus), 7, std::time::Duration::from_millis(600))
+        .expect("a held instance is no node fault");
+    assert_eq!(r.held.len(), 1, "{r:?}");
+    assert_eq!(
+        (&r.held[0].gi_ids, &r.held[0].reason),
+        (&vec![gi], &HoldReason::InUse)
+    );
+    assert_eq!(
+        fake.read().gpus[0].gis.len(),
+        1,
+        "only the held one is left"
+    );
+    let out = reconfig::prolog(&cfg, &gpus, &spec(8, "mig:1g")).expect("prolog");
+    let Outcome::Refused(refusal) = out else {
+        panic!("not refused: {out:?}")
+    };
+    assert!(refusal.message.contains("job 7"), "{}", refusal.message);
+    reconfig::restore(&cfg, Some(&gpus), 8).expect("clear the refusal");
+    fake.change(|st| {
+        st.release(0, None);
+        Ok(())
+    });
+    let r = reconfig::restore(&cfg, Some(&gpus), 7).expect("restore after release");
+    assert_eq!((r.jobs.as_slice(), r.destroyed), (&[7][..], 1));
+    assert!(fake.read().gpus[0].gis.is_empty());
 }
 
 #[test]
@@ -452,4 +729,53 @@ fn the_fake_exports_every_function_the_layer_and_colloc_run_call() {
     assert!(missing.is_empty(), "the fake lacks {missing:?}");
     // And one it does not have is reported as missing, not as a panic.
     assert!(lib.nvmlDeviceGetGpcClkVfOffset.is_err());
+}
+
+#[test]
+fn after_a_reboot_no_instance_survives_and_hopper_has_mig_off() {
+    use colloc_core::reconfig::{self, Outcome};
+    // Journals of an earlier boot describe instances a reboot removed (the old fake kept
+    // them across its "reboot", so this was tested against instances no GPU would have).
+    let fake = Fake::new("H100-80GB,A100-80GB");
+    let gpus = fake.open();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let cfg = cfg_in(tmp.path());
+    let both = |job, mode: &str| colloc_core::reconfig::JobSpec {
+        gpus: vec![0, 1],
+        ..spec(job, mode)
+    };
+    let out = reconfig::prolog(&cfg, &gpus, &both(9, "mig:3g")).expect("prolog");
+    assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+    let mut j = colloc_core::journal::load(&cfg, 9)
+        .expect("load")
+        .expect("journal");
+    j.boot_id = Some("an-earlier-boot".into());
+    colloc_core::journal::write(&cfg, &j).expect("write");
+    fake.change(|st| {
+        st.reboot();
+        Ok(())
+    });
+    let st = fake.read();
+    assert!(st.gpus.iter().all(|g| g.gis.is_empty()));
+    assert_eq!(
+        (st.gpus[0].mig_current, st.gpus[1].mig_current),
+        (false, true)
+    );
+    // The next job restores the old journal (nothing to destroy) and then finds the H100
+    // without MIG mode (not enabled at boot): refused with the reason, no fault. The
+    // A100 kept its mode: a job there runs.
+    let out = reconfig::prolog(&cfg, &gpus, &both(10, "mig:3g")).expect("no node fault");
+    let Outcome::Refused(r) = out else {
+        panic!("not refused: {out:?}")
+    };
+    assert!(r.message.contains("not in MIG mode"), "{}", r.message);
+    assert!(colloc_core::journal::load(&cfg, 9).expect("load").is_none());
+    reconfig::restore(&cfg, Some(&gpus), 10).expect("clear");
+    let a100_only = colloc_core::reconfig::JobSpec {
+        gpus: vec![1],
+        ..spec(11, "mig:3g")
+    };
+    let out = reconfig::prolog(&cfg, &gpus, &a100_only).expect("prolog");
+    assert!(matches!(out, Outcome::Applied(_)), "{out:?}");
+    reconfig::restore(&cfg, Some(&gpus), 11).expect("restore");
 }

@@ -12,7 +12,7 @@ use colloc_core::mode::Mode;
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, Outcome};
 use colloc_core::{journal, mps};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::{bad_input, Global};
 
@@ -21,8 +21,10 @@ use crate::{bad_input, Global};
 pub struct PlanArgs {
     /// The mode, e.g. mig:3g, mig:4g,2g,1g, mps:4.
     mode: String,
-    /// Plan for a GPU model without a GPU: an NVML name ("NVIDIA A100-SXM4-40GB") or an
-    /// alias (A100-40GB, A100-80GB, H100-80GB, H200).
+    /// Plan for a GPU model without a GPU, from colloc's built-in tables: the name NVML
+    /// reports ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H100 NVL", …) or
+    /// an alias (A100-40GB, A100-PCIE-40GB, A100-80GB, A100-80GB-PCIE, A30, H100-80GB,
+    /// H100-PCIE, H100-NVL, H200, H200-NVL).
     #[arg(
         long,
         value_name = "NAME",
@@ -134,20 +136,26 @@ pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
             let instances = catalog.plan(req).map_err(|e| bad_input(e.to_string()))?;
             let _ = writeln!(
                 out,
-                "{} on {}: {} instance(s), COLLOC_MODE={}",
+                "{} on {}: {} MIG instance(s), COLLOC_MODE={}",
                 mode,
                 catalog.model,
                 instances.len(),
                 mig::layout_mode_string(&instances)
             );
+            // A MIG placement (where an instance sits in the GPU's memory slots) is not a
+            // `colloc run` slot (where one run goes): say "placement", "start", "size".
+            let _ = writeln!(
+                out,
+                "  {:<12} {:<18} {:>10}  {:>3}",
+                "profile", "placement", "memory", "SMs"
+            );
             for i in &instances {
                 let p = catalog.by_id(i.profile_id);
                 let _ = writeln!(
                     out,
-                    "  {:<10} slot {} size {}  {:>6} MiB  {:>3} SMs",
+                    "  {:<12} {:<18} {:>6} MiB  {:>3}",
                     i.profile,
-                    i.placement.start,
-                    i.placement.size,
+                    format!("start {} size {}", i.placement.start, i.placement.size),
                     p.map_or(0, |p| p.memory_mib),
                     p.map_or(0, |p| p.sms)
                 );
@@ -156,10 +164,14 @@ pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
                 "mode": mode.to_string(),
                 "gpu_model": catalog.model,
                 "colloc_mode": mig::layout_mode_string(&instances),
-                "instances": instances.iter().map(|i| json!({
-                    "profile": i.profile, "profile_id": i.profile_id,
-                    "start": i.placement.start, "size": i.placement.size,
-                })).collect::<Vec<_>>(),
+                "instances": instances.iter().map(|i| {
+                    let p = catalog.by_id(i.profile_id);
+                    json!({
+                        "profile": i.profile, "profile_id": i.profile_id,
+                        "start": i.placement.start, "size": i.placement.size,
+                        "memory_mib": p.map(|p| p.memory_mib), "sms": p.map(|p| p.sms),
+                    })
+                }).collect::<Vec<_>>(),
             })
         }
         Mode::Mps { clients } => {
@@ -204,22 +216,72 @@ pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `colloc status` could read about one GPU's MIG instances.
+enum InstanceView {
+    /// The instances (empty with MIG off).
+    Listed(Vec<colloc_core::gpu::Instance>),
+    /// Listing needs privilege (NVML_ERROR_NO_PERMISSION); the MIG devices anyone sees.
+    NeedsRoot(Vec<(u32, u32, String)>),
+    /// Another NVML failure.
+    Failed(String),
+}
+
+fn instance_view(ctl: &NvmlGpus, gpu: u32) -> InstanceView {
+    match ctl.instances(gpu) {
+        Ok(list) => InstanceView::Listed(list),
+        Err(e) if e.is_no_permission() => {
+            InstanceView::NeedsRoot(ctl.mig_device_list(gpu).unwrap_or_default())
+        }
+        Err(e) => InstanceView::Failed(e.to_string()),
+    }
+}
+
+const NEEDS_ROOT: &str = "needs root (NVML_ERROR_NO_PERMISSION)";
+
 /// `colloc status`.
 pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let cfg = config_or_default(g)?;
     let mut code = ExitCode::SUCCESS;
-    let mut gpus_json = Vec::new();
     let mut text = String::new();
+    let mut journals = Vec::new();
+    let mut journals_error = None;
+    match journal::list(&cfg) {
+        Ok(list) => journals = list,
+        Err(colloc_core::journal::JournalError::Io { source, path, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            journals_error = Some(format!("needs root to read {}", path.display()));
+        }
+        Err(e) => {
+            journals_error = Some(e.to_string());
+            code = ExitCode::from(1);
+        }
+    }
+    // GPUs a restore left marked, by UUID: the job and what holds them.
+    let marked: Vec<(u32, &colloc_core::gpu::GpuHold)> = journals
+        .iter()
+        .flatten()
+        .flat_map(|j| j.held.iter().map(move |h| (j.job, h)))
+        .collect();
+    let mut gpus_json = Vec::new();
     match open_gpus(&cfg) {
         Ok(ctl) => {
             for gi in ctl.gpus()? {
-                let instances = ctl.instances(gi.index).unwrap_or_default();
+                let view = instance_view(&ctl, gi.index);
                 let processes = ctl.processes(gi.index).map(|p| p.len()).unwrap_or(0);
                 let mig_on = gi.mig_mode.is_some_and(|m| m.current);
                 let pending = gi.mig_mode.is_some_and(|m| m.pending != m.current);
+                let what = match &view {
+                    InstanceView::Listed(list) => format!("{} instance(s)", list.len()),
+                    InstanceView::NeedsRoot(devs) => format!(
+                        "instances: {NEEDS_ROOT}, {} MIG device(s) visible",
+                        devs.len()
+                    ),
+                    InstanceView::Failed(e) => format!("instances unreadable: {e}"),
+                };
                 let _ = writeln!(
                     text,
-                    "GPU {} {} {}: MIG {}{}, {} instance(s), {} process(es)",
+                    "GPU {} {} {}: MIG {}{}, {what}, {} process(es)",
                     gi.index,
                     gi.name,
                     gi.uuid,
@@ -228,34 +290,75 @@ pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
                         Some(_) if mig_on => "on",
                         Some(_) => "off",
                     },
-                    if pending {
-                        " (change pending reset)"
-                    } else {
-                        ""
-                    },
-                    instances.len(),
+                    if pending { " (change pending)" } else { "" },
                     processes
                 );
-                for i in &instances {
+                let (instances_json, error_json, devices_json) = match &view {
+                    InstanceView::Listed(list) => {
+                        for i in list {
+                            let _ = writeln!(
+                                text,
+                                "  {:<12} start {} size {}  GI {}  {}",
+                                i.profile,
+                                i.placement.start,
+                                i.placement.size,
+                                i.gi_id,
+                                i.uuid.as_deref().unwrap_or("-")
+                            );
+                        }
+                        let v: Vec<_> = list
+                            .iter()
+                            .map(|i| {
+                                json!({
+                                    "profile": i.profile, "uuid": i.uuid,
+                                    "start": i.placement.start, "size": i.placement.size,
+                                    "gi_id": i.gi_id,
+                                })
+                            })
+                            .collect();
+                        (json!(v), None, None)
+                    }
+                    InstanceView::NeedsRoot(devs) => {
+                        for (gi_id, ci_id, uuid) in devs {
+                            let _ = writeln!(text, "  MIG device {uuid}  GI {gi_id} CI {ci_id}");
+                        }
+                        let d: Vec<_> = devs
+                            .iter()
+                            .map(|(g, c, u)| json!({"gi_id": g, "ci_id": c, "uuid": u}))
+                            .collect();
+                        (Value::Null, Some(NEEDS_ROOT.to_string()), Some(json!(d)))
+                    }
+                    InstanceView::Failed(e) => {
+                        code = ExitCode::from(1);
+                        (Value::Null, Some(e.clone()), None)
+                    }
+                };
+                let marked_by: Vec<u32> = marked
+                    .iter()
+                    .filter(|(_, h)| h.uuid == gi.uuid)
+                    .map(|(job, _)| *job)
+                    .collect();
+                for job in &marked_by {
                     let _ = writeln!(
                         text,
-                        "  {:<10} slot {} size {}  GI {}  {}",
-                        i.profile,
-                        i.placement.start,
-                        i.placement.size,
-                        i.gi_id,
-                        i.uuid.as_deref().unwrap_or("-")
+                        "  MARKED by job {job}: later jobs are refused this GPU until \
+                         `colloc restore --job {job}` succeeds"
                     );
                 }
-                gpus_json.push(json!({
+                let mut v = json!({
                     "index": gi.index, "uuid": gi.uuid, "name": gi.name,
                     "mig_mode": mig_on, "mig_mode_pending": gi.mig_mode.map(|m| m.pending),
-                    "instances": instances.iter().map(|i| json!({
-                        "profile": i.profile, "uuid": i.uuid, "start": i.placement.start,
-                        "size": i.placement.size, "gi_id": i.gi_id,
-                    })).collect::<Vec<_>>(),
+                    "instances": instances_json,
                     "processes": processes,
-                }));
+                    "marked_by": marked_by,
+                });
+                if let Some(e) = error_json {
+                    v["instances_error"] = json!(e);
+                }
+                if let Some(d) = devices_json {
+                    v["mig_devices"] = d;
+                }
+                gpus_json.push(v);
             }
         }
         Err(e) => {
@@ -265,49 +368,87 @@ pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
         }
     }
     let mut journals_json = Vec::new();
-    match journal::list(&cfg) {
-        Ok(list) => {
-            for j in list {
-                match j {
-                    Ok(j) => {
-                        let _ = writeln!(
-                            text,
-                            "job {}: {} on GPU(s) {:?}, {:?}{}",
-                            j.job,
-                            j.mode,
-                            j.gpu_indexes(),
-                            j.phase,
-                            j.mps
-                                .iter()
-                                .map(|d| format!(", MPS daemon in {}", d.pipe_dir.display()))
-                                .collect::<String>()
-                        );
-                        journals_json.push(json!({
-                            "job": j.job, "gpus": j.gpu_indexes(), "mode": j.mode,
-                            "phase": j.phase,
-                            "mps": j.mps.iter().map(|d| d.pipe_dir.display().to_string()).collect::<Vec<_>>(),
-                        }));
-                    }
-                    Err(e) => {
-                        let _ = writeln!(text, "unreadable journal: {e}");
-                        code = ExitCode::from(1);
-                    }
+    for j in &journals {
+        match j {
+            Ok(j) => {
+                let _ = writeln!(
+                    text,
+                    "job {}: {} on GPU(s) {:?}, {:?}{}",
+                    j.job,
+                    j.mode,
+                    j.gpu_indexes(),
+                    j.phase,
+                    j.mps
+                        .iter()
+                        .map(|d| format!(", MPS daemon in {}", d.pipe_dir.display()))
+                        .collect::<String>()
+                );
+                for h in &j.held {
+                    let _ = writeln!(
+                        text,
+                        "  MARKED: {}. Stop it, then run `colloc restore --job {}`.",
+                        h.describe(),
+                        j.job
+                    );
                 }
+                journals_json.push(json!({
+                    "job": j.job, "gpus": j.gpu_indexes(), "mode": j.mode,
+                    "phase": j.phase,
+                    "mps": j.mps.iter().map(|d| d.pipe_dir.display().to_string()).collect::<Vec<_>>(),
+                    "held": j.held,
+                }));
+            }
+            Err(e) => {
+                let _ = writeln!(text, "unreadable journal: {e}");
+                code = ExitCode::from(1);
             }
         }
-        Err(e) => {
-            let _ = writeln!(text, "journals: {e}");
-            code = ExitCode::from(1);
-        }
     }
-    if journals_json.is_empty() {
-        let _ = writeln!(text, "no colloc journals on this node");
+    match &journals_error {
+        Some(e) => {
+            let _ = writeln!(text, "journals: {e}");
+        }
+        None if journals_json.is_empty() => {
+            let _ = writeln!(text, "no colloc journals on this node");
+        }
+        None => {}
+    }
+    // Who may hold a marked GPU: processes with NVIDIA device files open (DCGM's
+    // nv-hostengine, dcgm-exporter, a process with a leftover NVML handle).
+    let users = if marked.is_empty() {
+        Vec::new()
+    } else {
+        colloc_core::holders::nvidia_device_users()
+    };
+
+    let in_use = marked
+        .iter()
+        .any(|(_, h)| h.reason == colloc_core::gpu::HoldReason::InUse);
+    if in_use {
+        let _ = writeln!(
+            text,
+            "may hold them: {}; processes with NVIDIA device files open: {}",
+            colloc_core::gpu::LIKELY_HOLDERS,
+            if users.is_empty() {
+                "none seen".to_string()
+            } else {
+                users
+                    .iter()
+                    .map(|u| format!("{} ({})", u.pid, u.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
     }
     if a.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"gpus": gpus_json, "journals": journals_json}))?
-        );
+        let mut v = json!({"gpus": gpus_json, "journals": journals_json});
+        if let Some(e) = &journals_error {
+            v["journals_error"] = json!(e);
+        }
+        if !marked.is_empty() {
+            v["device_users"] = json!(users);
+        }
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         out!("{text}");
     }
@@ -365,6 +506,11 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
         (Some(job), _) => reconfig::restore(&cfg, ctl_ref, job)?,
         (None, _) => reconfig::restore_all(&cfg, ctl_ref)?,
     };
+    if !report.held.is_empty() {
+        // Something outside colloc still holds instances: the journal stays. Core has
+        // said what holds which GPU (one warning line each); the exit code says it failed.
+        return Ok(ExitCode::from(1));
+    }
     if report.jobs.is_empty() {
         outln!("nothing to restore");
     } else {

@@ -134,6 +134,14 @@ fn plan_every_model_and_profile() {
         ("H200", "mig:3g", &["3g.71gb"; 2]),
         ("NVIDIA H200", "mig:1g", &["1g.18gb"; 7]),
         ("H200", "mig:7g", &["7g.141gb"]),
+        // The models of university clusters, by the names NVML reports.
+        ("NVIDIA A100-PCIE-40GB", "mig:3g", &["3g.20gb"; 2]),
+        ("NVIDIA A100 80GB PCIe", "mig:2g", &["2g.20gb"; 3]),
+        ("NVIDIA H100 PCIe", "mig:1g", &["1g.10gb"; 7]),
+        ("NVIDIA H100 NVL", "mig:3g", &["3g.47gb"; 2]),
+        ("NVIDIA A30", "mig:2g", &["2g.12gb"; 2]),
+        ("NVIDIA A30", "mig:1g", &["1g.6gb"; 4]),
+        ("NVIDIA H200 NVL", "mig:2g", &["2g.35gb"; 3]),
         (
             "A100-40GB",
             "mig:4g,2g,1g",
@@ -160,9 +168,21 @@ fn plan_every_model_and_profile() {
         assert_eq!(v["mode"], normalized);
         assert!(v["gpu_model"].as_str().unwrap().starts_with("NVIDIA"));
     }
-    // Human output names the layout.
+    // Human output names the layout, and calls a MIG placement a placement (a "slot"
+    // is where `colloc run` puts a run).
     let out = colloc(&["plan", "mig:3g", "--gpu-model", "A100-40GB"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("COLLOC_MODE=mig:3g.20gbx2"));
+    let human = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(human.contains("COLLOC_MODE=mig:3g.20gbx2"), "{human}");
+    assert!(human.contains("placement"), "{human}");
+    assert!(human.contains("start 4 size 4"), "{human}");
+    assert!(human.contains("19968 MiB"), "{human}");
+    assert!(!human.contains("slot"), "{human}");
+    let out = colloc(&["plan", "mig:7g", "--gpu-model", "H100-80GB", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["instances"][0]["memory_mib"], 81152,
+        "the driver's -lgip figure"
+    );
     let out = colloc(&["plan", "mps:4", "--gpu-model", "H200", "--json"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["active_thread_percentage"], 25);
@@ -179,6 +199,8 @@ fn plan_rejects_bad_layouts_and_input_with_exit_2() {
         ("mps:0", "A100-40GB", "invalid mode"),
         ("mig:3g;reboot", "A100-40GB", "not allowed"),
         ("mig:3g", "GeForce GTX 1080", "unknown GPU model"),
+        ("mig:3g", "GeForce GTX 1080", "the driver's own tables"),
+        ("mig:3g", "Tesla V100", "NVIDIA H100 NVL (H100-NVL)"),
     ] {
         let err = one_line_error(&colloc(&["plan", mode, "--gpu-model", model]), 2);
         assert!(err.contains(want), "{mode}: {err}");
@@ -376,4 +398,61 @@ fn help_and_usage() {
     }
     let out = colloc(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn status_as_an_unprivileged_user_says_needs_root_not_zero_instances() {
+    let n = Node::new("H200");
+    let out = n.colloc(&["apply", "mig:3g", "--gpu", "0", "--job", "61"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // NVML refuses to list instances to an unprivileged caller (the driver decides by
+    // privilege; the fake is told to treat every caller so).
+    n.ctl(&["unprivileged", "on"]);
+    let out = n.colloc(&["status"]);
+    let human = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(human.contains("needs root"), "{human}");
+    assert!(!human.contains("0 instance(s)"), "{human}");
+    assert!(human.contains("2 MIG device(s) visible"), "{human}");
+    let v = n.status();
+    assert_eq!(v["gpus"][0]["instances"], Value::Null, "{v}");
+    assert!(v["gpus"][0]["instances_error"]
+        .as_str()
+        .unwrap()
+        .contains("NVML_ERROR_NO_PERMISSION"));
+    assert_eq!(v["gpus"][0]["mig_devices"].as_array().unwrap().len(), 2);
+    n.ctl(&["unprivileged", "off"]);
+    assert_eq!(n.instances(0).len(), 2);
+    let out = n.colloc(&["restore", "--job", "61"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn status_and_restore_of_a_gpu_dcgm_holds() {
+    let n = Node::new("A100-80GB");
+    let out = n.colloc(&["apply", "mig:4g,3g", "--gpu", "0", "--job", "62"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // 4g at slot 0 is GPU instance 1 (ids follow placements).
+    n.ctl(&["hold", "--gpu", "0", "--gi", "1", "--name", "dcgm"]);
+    let out = n.colloc(&["restore", "--job", "62"]);
+    let err = one_line_error(&out, 1);
+    assert!(err.contains("GI 1") && err.contains("DCGM"), "{err}");
+    assert!(n.journal_exists(62), "the journal stays");
+    let human = String::from_utf8_lossy(&n.colloc(&["status"]).stdout).into_owned();
+    assert!(human.contains("MARKED by job 62"), "{human}");
+    assert!(human.contains("colloc restore --job 62"), "{human}");
+    assert!(human.contains("nv-hostengine"), "{human}");
+    let v = n.status();
+    assert_eq!(v["gpus"][0]["marked_by"], serde_json::json!([62]));
+    assert_eq!(v["journals"][0]["held"][0]["reason"]["kind"], "in_use");
+    assert_eq!(
+        v["journals"][0]["held"][0]["gi_ids"],
+        serde_json::json!([1])
+    );
+    assert!(v["device_users"].is_array());
+    // Once the holder is gone, restore finishes.
+    n.ctl(&["release", "--gpu", "0"]);
+    let out = n.colloc(&["restore", "--job", "62"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!n.journal_exists(62));
+    assert!(n.instances(0).is_empty());
 }

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::path::Path;
 
 use super::*;
-use crate::gpu::{GpuProcess, GpuResult, Instance, MigMode};
+use crate::gpu::{GpuProcess, GpuResult, Instance, MigMode, MigModeChange};
 use crate::mig::{builtin_catalog, Placement};
 
 #[derive(Default)]
@@ -24,8 +24,13 @@ struct MemGpus {
     fail_create: Option<usize>,
     /// Panic at the n-th create (a crash of the process, for restore tests).
     crash_create: Option<usize>,
-    /// MIG mode changes stay pending (an A100 that needs a reset).
+    /// MIG mode changes stay pending (an A100 that something holds).
     mig_change_pending: bool,
+    /// Holders that are not processes: (GPU, GI id, destroys left to refuse; `None`:
+    /// until removed). DCGM profiling an instance, a leaked NVML handle.
+    holders: RefCell<Vec<(usize, u32, Option<u32>)>>,
+    /// Destroy calls made.
+    destroys: RefCell<usize>,
 }
 
 impl MemGpus {
@@ -124,10 +129,22 @@ impl GpuControl for MemGpus {
         Ok(inst)
     }
     fn destroy_instance(&self, gpu: u32, gi_id: u32) -> GpuResult<()> {
+        *self.destroys.borrow_mut() += 1;
         let mut gpus = self.gpus.borrow_mut();
         let g = &mut gpus[gpu as usize];
         if g.procs.iter().any(|p| p.gi_id == Some(gi_id)) {
             return Err(call_err("nvmlGpuInstanceDestroy", 19));
+        }
+        let mut holders = self.holders.borrow_mut();
+        if let Some(h) = holders
+            .iter_mut()
+            .find(|h| h.0 == gpu as usize && h.1 == gi_id)
+        {
+            if let Some(n) = &mut h.2 {
+                *n -= 1;
+            }
+            holders.retain(|h| h.2 != Some(0));
+            return Err(call_err("nvmlComputeInstanceDestroy", 19));
         }
         let before = g.instances.len();
         g.instances.retain(|i| i.gi_id != gi_id);
@@ -136,7 +153,7 @@ impl GpuControl for MemGpus {
         }
         Ok(())
     }
-    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> GpuResult<MigMode> {
+    fn set_mig_mode(&self, gpu: u32, enabled: bool) -> GpuResult<MigModeChange> {
         let mut gpus = self.gpus.borrow_mut();
         let current = if self.mig_change_pending {
             gpus[gpu as usize].mig.is_some_and(|m| m.current)
@@ -148,7 +165,10 @@ impl GpuControl for MemGpus {
             pending: enabled,
         };
         gpus[gpu as usize].mig = Some(m);
-        Ok(m)
+        Ok(MigModeChange {
+            mode: m,
+            activation: if current == enabled { 0 } else { 19 },
+        })
     }
 }
 
@@ -251,7 +271,7 @@ fn busy_or_foreign_gpus_are_refused_untouched() {
     assert!(
         refusal(&out)
             .message
-            .contains("does not own (1g.5gb at slot 0)"),
+            .contains("does not own (1g.5gb at start 0)"),
         "{out:?}"
     );
     assert_eq!(g.count(0), 1);
@@ -350,7 +370,7 @@ fn crash_at_any_point_is_restored() {
 }
 
 #[test]
-fn restore_kills_leftovers_and_a_stuck_instance_keeps_the_journal() {
+fn restore_kills_leftovers_and_a_stuck_instance_marks_the_gpu() {
     let tmp = tempfile::tempdir().unwrap();
     let c = cfg(tmp.path());
     let g = MemGpus::a100s(1);
@@ -362,29 +382,82 @@ fn restore_kills_leftovers_and_a_stuck_instance_keeps_the_journal() {
         used_memory: None,
         gi_id: Some(gi),
     });
-    let err = restore_locked_for_test(&c, &g, 17);
-    assert!(err.contains("still hold"), "{err}");
-    assert!(
-        journal::load(&c, 17).unwrap().is_some(),
-        "journal kept for a later restore"
-    );
+    let r = restore_within(&c, Some(&g), 17, Duration::from_millis(300)).unwrap();
+    assert!(r.jobs.is_empty());
+    assert_eq!(r.held.len(), 1);
+    assert_eq!(r.held[0].reason, HoldReason::Processes { pids: vec![0] });
+    let j = journal::load(&c, 17).unwrap().expect("journal kept");
+    assert_eq!(j.held, r.held, "the hold is recorded");
     g.gpus.borrow_mut()[0].procs.clear();
-    restore(&c, Some(&g), 17).unwrap();
+    let r = restore(&c, Some(&g), 17).unwrap();
+    assert_eq!((r.jobs.as_slice(), r.held.len()), (&[17][..], 0));
     assert_eq!(g.count(0), 0);
 }
 
-fn restore_locked_for_test(c: &Config, g: &MemGpus, job: u32) -> String {
-    // KILL_WAIT is 10 s; the test only needs the error, so check the kill path directly.
-    let j = journal::load(c, job).unwrap().unwrap();
-    let gis: Vec<u32> = j.gpus[0].created.iter().map(|i| i.gi_id).collect();
-    let procs = g.processes(0).unwrap();
-    assert!(procs
+#[test]
+fn instances_held_by_dcgm_mark_the_gpu_without_a_fault() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let g = MemGpus::a100s(1);
+    prolog(&c, &g, &spec(40, &[0], "mig:3g")).unwrap();
+    let gis: Vec<u32> = g.gpus.borrow()[0]
+        .instances
         .iter()
-        .any(|p| p.gi_id.is_some_and(|x| gis.contains(&x))));
-    match g.destroy_instance(0, gis[0]) {
-        Err(e) if e.is_in_use() => "processes still hold the instance".to_string(),
-        other => format!("{other:?}"),
-    }
+        .map(|i| i.gi_id)
+        .collect();
+    // Something that is not a listed process (DCGM) holds the first instance.
+    g.holders.borrow_mut().push((0, gis[0], None));
+    let t = Instant::now();
+    let r = restore_within(&c, Some(&g), 40, Duration::from_millis(500)).unwrap();
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "bounded: {took:?}");
+    assert!(*g.destroys.borrow() > 3, "retried with backoff");
+    assert_eq!(r.held.len(), 1, "{r:?}");
+    let h = &r.held[0];
+    assert_eq!(
+        (h.gi_ids.as_slice(), &h.reason),
+        (&gis[..1], &HoldReason::InUse)
+    );
+    assert!(h.describe().contains("DCGM"), "{}", h.describe());
+    assert_eq!(g.count(0), 1, "the other instance is destroyed");
+    assert!(journal::load(&c, 40).unwrap().is_some(), "journal kept");
+    // The next job on that GPU is refused with the reason, and nothing changes.
+    let out = prolog(&c, &g, &spec(41, &[0], "mig:1g")).unwrap();
+    let msg = &refusal(&out).message;
+    assert!(
+        msg.contains("job 40") && msg.contains("colloc restore --job 40"),
+        "{msg}"
+    );
+    assert!(msg.contains("NVML_ERROR_IN_USE"), "{msg}");
+    assert_eq!(g.count(0), 1);
+    restore(&c, Some(&g), 41).unwrap();
+    // Once the holder is gone, the next prolog finishes the restore itself and runs.
+    g.holders.borrow_mut().clear();
+    let out = prolog(&c, &g, &spec(42, &[0], "mig:1g")).unwrap();
+    assert_eq!(env_of(&out)["COLLOC_SLOTS"], "7");
+    assert!(
+        journal::load(&c, 40).unwrap().is_none(),
+        "marked journal cleared"
+    );
+    restore(&c, Some(&g), 42).unwrap();
+    assert_eq!(g.count(0), 0);
+}
+
+#[test]
+fn a_holder_that_lets_go_is_outlasted_by_the_retries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let g = MemGpus::a100s(1);
+    prolog(&c, &g, &spec(43, &[0], "mig:1g")).unwrap();
+    let gi = g.gpus.borrow()[0].instances[3].gi_id;
+    // A GPU instance busy for a moment (the DRA driver's ~1 s), or DCGM letting go.
+    g.holders.borrow_mut().push((0, gi, Some(3)));
+    let r = restore(&c, Some(&g), 43).unwrap();
+    assert_eq!(
+        (r.destroyed, r.held.len(), r.jobs.as_slice()),
+        (7, 0, &[43][..])
+    );
+    assert_eq!(g.count(0), 0);
 }
 
 #[test]
@@ -497,7 +570,7 @@ fn an_unreadable_journal_blocks_changes() {
 }
 
 #[test]
-fn a_mig_mode_change_pending_a_reset_keeps_the_journal() {
+fn a_mig_mode_change_pending_a_reset_marks_the_gpu() {
     let tmp = tempfile::tempdir().unwrap();
     let c = Config {
         allow_mig_mode_change: true,
@@ -517,11 +590,51 @@ fn a_mig_mode_change_pending_a_reset_keeps_the_journal() {
         mig_change_pending: true,
         ..g
     };
-    let err = restore(&c, Some(&g), 35).unwrap_err().to_string();
-    assert!(err.contains("pending a GPU reset"), "{err}");
+    let r = restore(&c, Some(&g), 35).unwrap();
     assert_eq!(g.count(0), 0, "instances destroyed all the same");
+    assert_eq!(
+        r.held[0].reason,
+        HoldReason::ModePending {
+            activation: "NVML_ERROR_IN_USE".into()
+        }
+    );
     assert!(
         journal::load(&c, 35).unwrap().is_some(),
         "journal kept until the reset"
     );
+}
+
+#[test]
+fn a_mode_change_that_stays_pending_refuses_the_job_not_the_node() {
+    // An A100 with MIG off that nvidia-persistenced holds: switching MIG on stays
+    // pending. The job is refused with the reason; nothing is left changed.
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Config {
+        allow_mig_mode_change: true,
+        ..cfg(tmp.path())
+    };
+    let g = MemGpus {
+        mig_change_pending: true,
+        ..MemGpus::a100s(1)
+    };
+    g.gpus.borrow_mut()[0].mig = Some(MigMode {
+        current: false,
+        pending: false,
+    });
+    let out = prolog(&c, &g, &spec(36, &[0], "mig:3g")).unwrap();
+    let msg = &refusal(&out).message;
+    assert!(
+        msg.contains("pending") && msg.contains("NVML_ERROR_IN_USE"),
+        "{msg}"
+    );
+    assert!(!refusal(&out).bad_request);
+    assert_eq!(g.count(0), 0);
+    assert_eq!(
+        g.gpus.borrow()[0].mig.map(|m| m.pending),
+        Some(false),
+        "the mode request is taken back"
+    );
+    let j = journal::load(&c, 36).unwrap().unwrap();
+    assert_eq!(j.phase, Phase::Refused);
+    restore(&c, Some(&g), 36).unwrap();
 }

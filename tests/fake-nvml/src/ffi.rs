@@ -24,15 +24,14 @@ use nvml_wrapper_sys::bindings::{
     nvmlProcessUtilizationSample_t, nvmlReturn_t, nvmlUtilization_t,
 };
 
-use crate::state::{ci_profile_slices, code, Gpu, State, MAX_MIG_DEVICES, NO_ID, R};
+use crate::state::{ci_profile_slices, code, legacy_mig_name, Gpu, State, NO_ID, R};
 use crate::store::{self, nvml_call};
+use crate::sys;
 use crate::tables::{self, GiProfile};
 
 const MIB: u64 = 1024 * 1024;
-/// Driver version the fake reports.
-pub const DRIVER_VERSION: &str = "580.159.04-fake";
-/// NVML library version the fake reports.
-pub const NVML_VERSION: &str = "13.580.159.04-fake";
+/// Suffix of the driver version the fake reports, so nobody mistakes it for a driver.
+pub const FAKE_SUFFIX: &str = "-fake";
 
 // ---- versioned structs: NVML_STRUCT_VERSION(name, ver) = sizeof | ver << 24 ----
 
@@ -206,17 +205,16 @@ fn gpu_of(st: &State, g: u32) -> R<&Gpu> {
     st.gpu(g)
 }
 
-/// GPU instance profile by NVML profile index, as `nvmlDeviceGetGpuInstanceProfileInfo`
-/// judges it.
-fn profile_by_index(gpu: &Gpu, index: u32) -> R<&'static GiProfile> {
-    if index >= nvml_wrapper_sys::bindings::NVML_GPU_INSTANCE_PROFILE_COUNT {
-        return Err(code::INVALID_ARGUMENT);
+/// nvml.h marks the instance create, destroy and list calls, placements and capacities
+/// "Requires privileged user" (NVML_ERROR_NO_PERMISSION otherwise). The driver decides
+/// by the caller's privilege; so does the fake (euid 0), unless the state makes every
+/// caller unprivileged.
+fn require_privilege(st: &State) -> R<()> {
+    if st.unprivileged || sys::euid() != 0 {
+        Err(code::NO_PERMISSION)
+    } else {
+        Ok(())
     }
-    gpu.model()?.by_index(index).ok_or(code::NOT_SUPPORTED)
-}
-
-fn profile_by_id(gpu: &Gpu, id: u32) -> R<&'static GiProfile> {
-    gpu.model()?.by_id(id).ok_or(code::INVALID_ARGUMENT)
 }
 
 fn gi_profile_info(p: &GiProfile) -> nvmlGpuInstanceProfileInfo_t {
@@ -237,7 +235,8 @@ fn gi_profile_info(p: &GiProfile) -> nvmlGpuInstanceProfileInfo_t {
 
 /// A compute instance profile inside a GPU instance: (info, name).
 fn ci_profile_info(
-    gpu: &Gpu,
+    st: &State,
+    g: u32,
     gi: u32,
     index: u32,
     eng: u32,
@@ -245,12 +244,15 @@ fn ci_profile_info(
     if eng != nvml_wrapper_sys::bindings::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
         return Err(code::INVALID_ARGUMENT);
     }
+    let driver = st.driver;
+    let gpu = st.gpu(g)?;
     let inst = gpu.gi(gi)?;
-    let gp = gpu.gi_profile(inst)?;
-    let (id, slices) = ci_profile_slices(index)?;
-    if !tables::ci_allowed(gp.slices, slices) {
+    let gp = gpu.gi_profile(inst, driver)?;
+    let slices = ci_profile_slices(index, driver)?;
+    if !tables::ci_offered(gpu.model()?.family, driver, gp.slices, index) {
         return Err(code::NOT_SUPPORTED);
     }
+    let id = index;
     let name = if slices == gp.slices {
         format!("MIG {}", gp.name)
     } else {
@@ -279,7 +281,7 @@ fn mig_device(st: &State, g: u32, gi: u32, ci: u32) -> R<(&Gpu, &'static GiProfi
         .iter()
         .find(|c| c.id == ci)
         .ok_or(code::NOT_FOUND)?;
-    Ok((gpu, gpu.gi_profile(inst)?, c.uuid.clone()))
+    Ok((gpu, gpu.gi_profile(inst, st.driver)?, c.uuid.clone()))
 }
 
 // ---- init, shutdown, strings ----
@@ -351,8 +353,15 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
     length: c_uint,
 ) -> nvmlReturn_t {
     // SAFETY: `version` holds `length` bytes (nvml.h contract).
-    api("nvmlSystemGetDriverVersion", || unsafe {
-        put_str(version, length, DRIVER_VERSION)
+    api("nvmlSystemGetDriverVersion", || {
+        let v = nvml_call("nvmlSystemGetDriverVersion", |st| {
+            Ok(format!(
+                "{}{FAKE_SUFFIX}",
+                tables::driver_version(st.driver)
+            ))
+        })?;
+        // SAFETY: as above.
+        unsafe { put_str(version, length, &v) }
     })
 }
 
@@ -362,8 +371,17 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
     length: c_uint,
 ) -> nvmlReturn_t {
     // SAFETY: `version` holds `length` bytes (nvml.h contract).
-    api("nvmlSystemGetNVMLVersion", || unsafe {
-        put_str(version, length, NVML_VERSION)
+    api("nvmlSystemGetNVMLVersion", || {
+        // NVML's version is the CUDA major with the driver version: 12.535…, 13.580….
+        let v = nvml_call("nvmlSystemGetNVMLVersion", |st| {
+            let cuda = if st.driver >= 580 { 13 } else { 12 };
+            Ok(format!(
+                "{cuda}.{}{FAKE_SUFFIX}",
+                tables::driver_version(st.driver)
+            ))
+        })?;
+        // SAFETY: as above.
+        unsafe { put_str(version, length, &v) }
     })
 }
 
@@ -412,7 +430,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
                     return Ok(Handle::Gpu(g as u32));
                 }
                 for gi in &gpu.gis {
-                    if let Some(c) = gi.cis.iter().find(|c| c.uuid == wanted) {
+                    if let Some(c) = gi.cis.iter().find(|c| {
+                        c.uuid == wanted || legacy_mig_name(&gpu.uuid, gi.id, c.id) == wanted
+                    }) {
                         return Ok(Handle::Mig(g as u32, gi.id, c.id));
                     }
                 }
@@ -576,7 +596,11 @@ pub unsafe extern "C" fn nvmlDeviceSetMigMode(
             return Err(code::INVALID_ARGUMENT);
         }
         let g = phys(device)?;
-        let status = nvml_call("nvmlDeviceSetMigMode", |st| st.set_mig(g, mode == 1))?;
+        // nvml.h: "Requires root user."
+        let status = nvml_call("nvmlDeviceSetMigMode", |st| {
+            require_privilege(st)?;
+            st.set_mig(g, mode == 1)
+        })?;
         // SAFETY: checked non-NULL; out-pointer per nvml.h.
         unsafe { put(activation_status, status) }
     })
@@ -593,7 +617,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
     api("nvmlDeviceGetGpuInstanceProfileInfo", || {
         let g = phys(device)?;
         let p = nvml_call("nvmlDeviceGetGpuInstanceProfileInfo", |st| {
-            profile_by_index(st.gpu(g)?, profile)
+            st.gi_profile_by_index(g, profile)
         })?;
         // SAFETY: out-pointer per nvml.h.
         unsafe { put(info, gi_profile_info(p)) }
@@ -617,7 +641,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
         }
         let g = phys(device)?;
         let p = nvml_call("nvmlDeviceGetGpuInstanceProfileInfoV", |st| {
-            profile_by_index(st.gpu(g)?, profile)
+            st.gi_profile_by_index(g, profile)
         })?;
         let b = gi_profile_info(p);
         let name = name_field(&format!("MIG {}", p.name));
@@ -674,7 +698,8 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
         }
         let g = phys(device)?;
         let list = nvml_call("nvmlDeviceGetGpuInstancePossiblePlacements_v2", |st| {
-            Ok(tables::placements(profile_by_id(st.gpu(g)?, profile_id)?))
+            require_privilege(st)?;
+            Ok(st.gi_profile_by_id(g, profile_id)?.placements())
         })?;
         let n = list.len() as u32;
         if placements.is_null() {
@@ -713,8 +738,9 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
     api("nvmlDeviceGetGpuInstanceRemainingCapacity", || {
         let g = phys(device)?;
         let n = nvml_call("nvmlDeviceGetGpuInstanceRemainingCapacity", |st| {
-            let gpu = st.gpu(g)?;
-            Ok(gpu.remaining(profile_by_id(gpu, profile_id)?))
+            require_privilege(st)?;
+            let p = st.gi_profile_by_id(g, profile_id)?;
+            Ok(st.gpu(g)?.remaining(p))
         })?;
         // SAFETY: out-pointer per nvml.h.
         unsafe { put(count, n) }
@@ -734,7 +760,10 @@ fn create_gi(
         return Err(code::INVALID_ARGUMENT);
     }
     let g = phys(device)?;
-    let id = nvml_call(name, |st| st.create_gi(g, profile_id, placement))?;
+    let id = nvml_call(name, |st| {
+        require_privilege(st)?;
+        st.create_gi(g, profile_id, placement)
+    })?;
     // SAFETY: checked non-NULL; out-pointer per nvml.h.
     unsafe { put(out, Handle::Gi(g, id).ptr()) }
 }
@@ -789,17 +818,13 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstances(
         }
         let g = phys(device)?;
         let ids = nvml_call("nvmlDeviceGetGpuInstances", |st| {
-            let gpu = st.gpu(g)?;
-            let p = profile_by_id(gpu, profile_id)?;
-            if !gpu.mig_current {
+            require_privilege(st)?;
+            if !st.gpu(g)?.mig_current {
                 return Err(code::NOT_SUPPORTED);
             }
-            let ids: Vec<u32> = gpu
-                .gis
-                .iter()
-                .filter(|x| x.profile_id == p.id)
-                .map(|x| x.id)
-                .collect();
+            let p = st.gi_profile_by_id(g, profile_id)?;
+            // Destroyed instances the driver still lists come too (go-nvml#146).
+            let ids = st.list_gis(g, p.id)?;
             Ok(ids
                 .into_iter()
                 .take(p.instances as usize)
@@ -824,6 +849,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceById(
     api("nvmlDeviceGetGpuInstanceById", || {
         let g = phys(device)?;
         nvml_call("nvmlDeviceGetGpuInstanceById", |st| {
+            require_privilege(st)?;
             let gpu = st.gpu(g)?;
             if !gpu.mig_current {
                 return Err(code::NOT_SUPPORTED);
@@ -861,7 +887,10 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
 pub unsafe extern "C" fn nvmlGpuInstanceDestroy(gpu_instance: nvmlGpuInstance_t) -> nvmlReturn_t {
     api("nvmlGpuInstanceDestroy", || {
         let (g, id) = gi_handle(gpu_instance)?;
-        nvml_call("nvmlGpuInstanceDestroy", |st| st.destroy_gi(g, id))
+        nvml_call("nvmlGpuInstanceDestroy", |st| {
+            require_privilege(st)?;
+            st.destroy_gi(g, id)
+        })
     })
 }
 
@@ -877,7 +906,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfo(
     api("nvmlGpuInstanceGetComputeInstanceProfileInfo", || {
         let (g, id) = gi_handle(gpu_instance)?;
         let (v, _) = nvml_call("nvmlGpuInstanceGetComputeInstanceProfileInfo", |st| {
-            ci_profile_info(st.gpu(g)?, id, profile, eng_profile)
+            ci_profile_info(st, g, id, profile, eng_profile)
         })?;
         // SAFETY: out-pointer per nvml.h.
         unsafe { put(info, v) }
@@ -902,7 +931,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
         }
         let (g, id) = gi_handle(gpu_instance)?;
         let (b, name) = nvml_call("nvmlGpuInstanceGetComputeInstanceProfileInfoV", |st| {
-            ci_profile_info(st.gpu(g)?, id, profile, eng_profile)
+            ci_profile_info(st, g, id, profile, eng_profile)
         })?;
         let v2 = nvmlComputeInstanceProfileInfo_v2_t {
             version,
@@ -950,10 +979,11 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
     api("nvmlGpuInstanceGetComputeInstanceRemainingCapacity", || {
         let (g, id) = gi_handle(gpu_instance)?;
         let n = nvml_call("nvmlGpuInstanceGetComputeInstanceRemainingCapacity", |st| {
+            require_privilege(st)?;
+            let (info, _) = ci_profile_info(st, g, id, profile_id, 0)?;
             let gpu = st.gpu(g)?;
-            let (info, _) = ci_profile_info(gpu, id, profile_id, 0)?;
             let inst = gpu.gi(id)?;
-            let gi_slices = gpu.gi_profile(inst)?.slices;
+            let gi_slices = gpu.gi_profile(inst, st.driver)?.slices;
             let used: u32 = inst.cis.iter().map(|c| c.slices).sum();
             let same = inst
                 .cis
@@ -980,7 +1010,8 @@ pub unsafe extern "C" fn nvmlGpuInstanceCreateComputeInstance(
         }
         let (g, gi) = gi_handle(gpu_instance)?;
         let ci = nvml_call("nvmlGpuInstanceCreateComputeInstance", |st| {
-            st.create_ci(g, gi, profile_id)
+            require_privilege(st)?;
+            st.create_ci_at(g, gi, profile_id, store::now_ms())
         })?;
         // SAFETY: checked non-NULL; out-pointer per nvml.h.
         unsafe { put(compute_instance, Handle::Ci(g, gi, ci).ptr()) }
@@ -1000,8 +1031,9 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstances(
         }
         let (g, gi) = gi_handle(gpu_instance)?;
         let ids = nvml_call("nvmlGpuInstanceGetComputeInstances", |st| {
+            require_privilege(st)?;
+            let (info, _) = ci_profile_info(st, g, gi, profile_id, 0)?;
             let gpu = st.gpu(g)?;
-            let (info, _) = ci_profile_info(gpu, gi, profile_id, 0)?;
             Ok(gpu
                 .gi(gi)?
                 .cis
@@ -1030,6 +1062,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceById(
     api("nvmlGpuInstanceGetComputeInstanceById", || {
         let (g, gi) = gi_handle(gpu_instance)?;
         nvml_call("nvmlGpuInstanceGetComputeInstanceById", |st| {
+            require_privilege(st)?;
             let inst = st.gpu(g)?.gi(gi)?;
             inst.cis
                 .iter()
@@ -1078,7 +1111,10 @@ pub unsafe extern "C" fn nvmlComputeInstanceDestroy(
 ) -> nvmlReturn_t {
     api("nvmlComputeInstanceDestroy", || {
         let (g, gi, id) = ci_handle(compute_instance)?;
-        nvml_call("nvmlComputeInstanceDestroy", |st| st.destroy_ci(g, gi, id))
+        nvml_call("nvmlComputeInstanceDestroy", |st| {
+            require_privilege(st)?;
+            st.destroy_ci(g, gi, id)
+        })
     })
 }
 
@@ -1091,9 +1127,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
 ) -> nvmlReturn_t {
     api("nvmlDeviceGetMaxMigDeviceCount", || {
         let g = phys(device)?;
+        // nvml.h: zero where MIG is not enabled; else one per compute slice.
         let n = nvml_call("nvmlDeviceGetMaxMigDeviceCount", |st| {
-            Ok(if st.gpu(g)?.mig_current {
-                MAX_MIG_DEVICES
+            let gpu = st.gpu(g)?;
+            Ok(if gpu.mig_current {
+                gpu.model()?.compute_slices
             } else {
                 0
             })
@@ -1112,13 +1150,15 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     api("nvmlDeviceGetMigDeviceHandleByIndex", || {
         let g = phys(device)?;
         let (gi, ci) = nvml_call("nvmlDeviceGetMigDeviceHandleByIndex", |st| {
-            if !st.gpu(g)?.mig_current {
+            let gpu = st.gpu(g)?;
+            if !gpu.mig_current {
                 return Err(code::NOT_SUPPORTED);
             }
-            if index >= MAX_MIG_DEVICES {
+            if index >= gpu.model()?.compute_slices {
                 return Err(code::INVALID_ARGUMENT);
             }
-            st.mig_devices(g)?
+            // A new MIG device may take a moment to be listed (Quirks).
+            st.mig_devices(g, store::now_ms())?
                 .get(index as usize)
                 .copied()
                 .ok_or(code::NOT_FOUND)
@@ -1575,7 +1615,8 @@ mod tests {
         });
         let mut ids: Vec<u32> = results.iter().filter_map(|r| r.ok()).collect();
         ids.sort_unstable();
-        assert_eq!(ids, [1, 2, 3, 4, 5, 6, 7]);
+        // Ids follow the placements (1g at slot s is 7+s), whoever made which.
+        assert_eq!(ids, [7, 8, 9, 10, 11, 12, 13]);
         assert_eq!(
             results
                 .iter()
@@ -1608,5 +1649,126 @@ mod tests {
             .map(|_| unsafe { nvmlDeviceGetCount_v2(&mut n) })
             .collect();
         assert_eq!(rets, [code::SUCCESS, 15, code::SUCCESS]);
+    }
+
+    fn change(f: impl FnOnce(&mut State)) {
+        nvml_call("test", |st| {
+            f(st);
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn unprivileged_callers_get_no_permission_where_nvml_h_says_so() {
+        let _s = Session::new("H200");
+        change(|st| st.unprivileged = true);
+        let d = device(0);
+        let mut n = 0;
+        // SAFETY: valid handle and out-pointers throughout.
+        unsafe {
+            let mut gis: [nvmlGpuInstance_t; 8] = [null_mut(); 8];
+            assert_eq!(
+                nvmlDeviceGetGpuInstances(d, 9, gis.as_mut_ptr(), &mut n),
+                code::NO_PERMISSION
+            );
+            let mut gi: nvmlGpuInstance_t = null_mut();
+            let pl = nvmlGpuInstancePlacement_t { start: 0, size: 4 };
+            assert_eq!(
+                nvmlDeviceCreateGpuInstanceWithPlacement(d, 9, &pl, &mut gi),
+                code::NO_PERMISSION
+            );
+            let mut status = 0;
+            assert_eq!(nvmlDeviceSetMigMode(d, 0, &mut status), code::NO_PERMISSION);
+            // Profile info and MIG mode need no privilege.
+            let mut c = 9;
+            let mut p = 9;
+            assert_eq!(nvmlDeviceGetMigMode(d, &mut c, &mut p), code::SUCCESS);
+            // SAFETY: an all-integer struct; zero is valid.
+            let mut info: nvmlGpuInstanceProfileInfo_t = std::mem::zeroed();
+            assert_eq!(
+                nvmlDeviceGetGpuInstanceProfileInfo(d, 0, &mut info),
+                code::SUCCESS
+            );
+        }
+    }
+
+    #[test]
+    fn an_a100_with_mig_off_answers_profile_queries_not_supported() {
+        let _s = Session::new("A100-40GB,H200");
+        change(|st| {
+            for g in &mut st.gpus {
+                g.mig_current = false;
+                g.mig_pending = false;
+            }
+        });
+        // SAFETY: an all-integer struct; zero is valid.
+        let mut info: nvmlGpuInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
+        let mut n = 0;
+        // SAFETY: valid handles and out-pointers.
+        unsafe {
+            assert_eq!(
+                nvmlDeviceGetGpuInstanceProfileInfo(device(0), 0, &mut info),
+                code::NOT_SUPPORTED
+            );
+            assert_eq!(
+                nvmlDeviceGetGpuInstancePossiblePlacements_v2(device(0), 19, null_mut(), &mut n),
+                code::NOT_SUPPORTED
+            );
+            // Hopper answers (what the H200 did with MIG off).
+            assert_eq!(
+                nvmlDeviceGetGpuInstanceProfileInfo(device(1), 0, &mut info),
+                code::SUCCESS
+            );
+            assert_eq!(info.id, 19);
+            assert_eq!(
+                nvmlDeviceGetGpuInstanceRemainingCapacity(device(1), 19, &mut n),
+                code::SUCCESS
+            );
+            assert_eq!(n, 7);
+        }
+    }
+
+    #[test]
+    fn mig_uuids_are_stable_and_the_old_form_is_accepted() {
+        let _s = Session::new("A100-40GB");
+        change(|st| {
+            let gi = st.create_gi(0, 9, Some((4, 4))).unwrap();
+            st.create_ci(0, gi, 2).unwrap();
+        });
+        let (gpu_uuid, uuid) = nvml_call("read", |st| {
+            Ok((
+                st.gpus[0].uuid.clone(),
+                st.gpus[0].gis[0].cis[0].uuid.clone(),
+            ))
+        })
+        .unwrap();
+        for name in [uuid.clone(), format!("MIG-{gpu_uuid}/2/0")] {
+            let c = std::ffi::CString::new(name.clone()).unwrap();
+            let mut h: nvmlDevice_t = null_mut();
+            // SAFETY: NUL-terminated string and valid out-pointer.
+            let ret = unsafe { nvmlDeviceGetHandleByUUID(c.as_ptr(), &mut h) };
+            assert_eq!(ret, code::SUCCESS, "{name}");
+            assert_eq!(handle(h), Ok(Handle::Mig(0, 2, 0)), "{name}");
+        }
+        assert_eq!(uuid, crate::state::mig_uuid(&gpu_uuid, 2, 0));
+    }
+
+    #[test]
+    fn a_new_mig_device_is_listed_after_the_delay() {
+        let _s = Session::new("H200");
+        change(|st| {
+            st.quirks.mig_device_delay_ms = 300;
+            let gi = st.create_gi(0, 19, Some((0, 1))).unwrap();
+            st.create_ci_at(0, gi, 0, store::now_ms()).unwrap();
+        });
+        let mut mig: nvmlDevice_t = null_mut();
+        // SAFETY: valid handle and out-pointer.
+        let first = unsafe { nvmlDeviceGetMigDeviceHandleByIndex(device(0), 0, &mut mig) };
+        assert_eq!(first, code::NOT_FOUND);
+        std::thread::sleep(std::time::Duration::from_millis(350));
+        // SAFETY: as above.
+        let later = unsafe { nvmlDeviceGetMigDeviceHandleByIndex(device(0), 0, &mut mig) };
+        assert_eq!(later, code::SUCCESS);
     }
 }

@@ -67,11 +67,17 @@ impl Locked {
                 .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
         }
         let lp = lock_path(path);
+        // An unprivileged caller (`colloc status` run by a user) may only read the lock
+        // file root made; flock works on a read-only descriptor too.
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lp)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::PermissionDenied => File::open(&lp),
+                _ => Err(e),
+            })
             .map_err(|e| StoreError(format!("cannot open {}: {e}", lp.display())))?;
         sys::lock_exclusive(&lock)
             .map_err(|e| StoreError(format!("cannot lock {}: {e}", lp.display())))?;
@@ -152,10 +158,11 @@ pub fn nvml_call<T>(
         }
         let before = state.clone();
         let out = op(&mut state);
-        if out.is_ok() && state != before {
+        // A refusal can change the driver too (a holder counting down, a GPU instance
+        // busy one call less): keep what changed either way. Operations change nothing
+        // before they know they succeed, unless such a count is the point.
+        if state != before || counted || new {
             locked.write(&state)?;
-        } else if counted || new {
-            locked.write(&before)?;
         }
         Ok(out)
     })();

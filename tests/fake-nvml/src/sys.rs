@@ -32,3 +32,10 @@ pub fn kill_self() -> ! {
     // SIGKILL cannot be caught; this is only reached if kill itself failed.
     std::process::abort()
 }
+
+/// The caller's effective uid: the driver lets only privileged callers change or list MIG
+/// instances.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}

@@ -97,14 +97,21 @@ fn init_attach_foreign_fault_and_reset() {
     let s = json(&st);
     assert_eq!(s.faults["nvmlGpuInstanceDestroy"].call, 2);
 
-    // H100 MIG off, pending until reset.
+    // H100: MIG off takes effect at once (Hopper needs no reset; the old fake kept it
+    // pending until a reset, which only an A100 needs).
     ctl(&st)
         .args(["set-mig", "--gpu", "1", "off"])
         .assert()
         .success();
-    assert!(json(&st).gpus[1].mig_current);
-    ctl(&st).args(["reset", "--gpu", "1"]).assert().success();
     assert!(!json(&st).gpus[1].mig_current);
+    // An A100 held by something (nvidia-persistenced) stays pending; its reset is
+    // refused while the holder is there and applies the mode once it is gone.
+    ctl(&st).args(["detach", "--pid", "555"]).assert().code(1);
+    let out = ctl(&st)
+        .args(["set-mig", "--gpu", "0", "off"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "instances exist");
 
     let out = ctl(&st).arg("show").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -122,6 +129,10 @@ fn bad_input_exits_2_with_one_line() {
         &["fault", "notnvml", "--code", "crash"],
         &["fault", "nvmlX", "--call", "0", "--code", "crash"],
         &["set-mig", "--gpu", "0", "maybe"],
+        &["init", "--gpus", "H200", "--driver", "470"],
+        &["init", "--gpus", "H200", "--mig", "sometimes"],
+        &["hold", "--gpu", "0", "--release-after", "0"],
+        &["unprivileged", "maybe"],
     ] {
         let out = ctl(&st).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -145,4 +156,113 @@ fn bad_input_exits_2_with_one_line() {
             "{args:?}"
         );
     }
+}
+
+#[test]
+fn holders_quirks_privilege_and_reboot() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("state.json");
+    ctl(&st)
+        .args([
+            "init",
+            "--gpus",
+            "A100-80GB,H200",
+            "--driver",
+            "570",
+            "--mig",
+            "off",
+        ])
+        .assert()
+        .success();
+    let s = json(&st);
+    assert_eq!(s.driver, 570);
+    assert!(s.gpus.iter().all(|g| !g.mig_current));
+    // A100 held as a whole (nvidia-persistenced): MIG on stays pending, with IN_USE.
+    ctl(&st)
+        .args(["hold", "--gpu", "0", "--name", "nvidia-persistenced"])
+        .assert()
+        .success();
+    let out = ctl(&st)
+        .args(["set-mig", "--gpu", "0", "on"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NVML_ERROR_IN_USE"));
+    assert!(!json(&st).gpus[0].mig_current && json(&st).gpus[0].mig_pending);
+    ctl(&st).args(["reset", "--gpu", "0"]).assert().code(1);
+    ctl(&st).args(["release", "--gpu", "0"]).assert().success();
+    ctl(&st).args(["release", "--gpu", "0"]).assert().code(1);
+    ctl(&st).args(["reset", "--gpu", "0"]).assert().success();
+    assert!(json(&st).gpus[0].mig_current);
+    // Passthrough: RESET_REQUIRED.
+    ctl(&st)
+        .args(["init", "--gpus", "A100-40GB", "--mig", "off"])
+        .assert()
+        .success();
+    ctl(&st)
+        .args(["passthrough", "--gpu", "0", "on"])
+        .assert()
+        .success();
+    let out = ctl(&st)
+        .args(["set-mig", "--gpu", "0", "on"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NVML_ERROR_RESET_REQUIRED"));
+    // A DCGM-like holder on an instance, quirks and privilege are recorded and shown.
+    ctl(&st)
+        .args(["init", "--gpus", "H100-80GB"])
+        .assert()
+        .success();
+    ctl(&st)
+        .args([
+            "create-foreign",
+            "--gpu",
+            "0",
+            "--profile",
+            "3g.40gb",
+            "--start",
+            "4",
+        ])
+        .assert()
+        .success();
+    assert_eq!(
+        json(&st).gpus[0].gis[0].id,
+        2,
+        "3g at slot 4 is GPU instance 2"
+    );
+    ctl(&st)
+        .args(["hold", "--gpu", "0", "--gi", "2", "--release-after", "3"])
+        .assert()
+        .success();
+    ctl(&st)
+        .args(["hold", "--gpu", "0", "--gi", "5"])
+        .assert()
+        .code(1);
+    ctl(&st)
+        .args([
+            "quirks",
+            "--linger-listings",
+            "2",
+            "--mig-device-delay-ms",
+            "300",
+        ])
+        .assert()
+        .success();
+    ctl(&st).args(["unprivileged", "on"]).assert().success();
+    let s = json(&st);
+    assert_eq!(s.gpus[0].holders[0].release_after, Some(3));
+    assert_eq!(
+        (s.quirks.linger_listings, s.quirks.mig_device_delay_ms),
+        (2, 300)
+    );
+    assert!(s.unprivileged);
+    let text = String::from_utf8_lossy(&ctl(&st).arg("show").output().unwrap().stdout).into_owned();
+    assert!(text.contains("held by dcgm on GI 2"), "{text}");
+    assert!(text.contains("no callers privileged"), "{text}");
+    // Reboot: nothing survives, Hopper comes up with MIG off.
+    ctl(&st).arg("reboot").assert().success();
+    let s = json(&st);
+    assert!(s.gpus[0].gis.is_empty() && s.gpus[0].holders.is_empty());
+    assert!(!s.gpus[0].mig_current);
+    assert_eq!(s.boots, 1);
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use fake_nvml::state::{parse_fault_code, Fault, State};
+use fake_nvml::state::{parse_fault_code, Fault, Fresh, Quirks, State};
 use fake_nvml::store::{self, ctl_change, Locked};
 use fake_nvml::tables;
 
@@ -72,23 +72,93 @@ enum Cmd {
         #[arg(long)]
         code: String,
     },
-    /// Ask for MIG mode on or off (pending until `reset`).
+    /// Ask for MIG mode on or off, as nvmlDeviceSetMigMode does; prints the activation
+    /// status (Hopper: at once; A100: at once when idle, else pending).
     SetMig {
         #[arg(long)]
         gpu: u32,
         /// on or off
         mode: String,
     },
-    /// Reset a GPU: the pending MIG mode takes effect.
+    /// Reset a GPU: the pending MIG mode takes effect; no instance survives.
     Reset {
         #[arg(long)]
         gpu: u32,
     },
-    /// Write a fresh state with these GPUs (comma list of A100-40GB, A100-80GB, H100-80GB, H200).
+    /// Reboot the node: no instances, processes or holders; Hopper comes up with MIG off,
+    /// an A100 in its pending mode.
+    Reboot,
+    /// Hold a GPU instance (or the whole GPU) as DCGM, dcgm-exporter or a leaked NVML
+    /// handle would: no process is listed, yet destroys (and resets) answer IN_USE.
+    Hold {
+        #[arg(long)]
+        gpu: u32,
+        /// GPU instance id; without it the whole GPU (nvidia-persistenced, nvidia_drm).
+        #[arg(long)]
+        gi: Option<u32>,
+        /// Who it stands for, shown by `show`.
+        #[arg(long, default_value = "dcgm")]
+        name: String,
+        /// Let go after refusing this many destroy calls (default: hold until released).
+        #[arg(long)]
+        release_after: Option<u32>,
+    },
+    /// Let go of the holders of a GPU (of one GPU instance with --gi).
+    Release {
+        #[arg(long)]
+        gpu: u32,
+        #[arg(long)]
+        gi: Option<u32>,
+    },
+    /// Set the driver's timing quirks (0 turns one off); prints them.
+    Quirks {
+        /// A destroyed GPU instance stays listed this many more listings.
+        #[arg(long)]
+        linger_listings: Option<u32>,
+        /// A GPU instance answers IN_USE to this many destroys after its last compute
+        /// instance went.
+        #[arg(long)]
+        busy_after_ci_destroy: Option<u32>,
+        /// A new MIG device is listed only after this many milliseconds.
+        #[arg(long)]
+        mig_device_delay_ms: Option<u64>,
+    },
+    /// Make every caller unprivileged (`on`: NVML_ERROR_NO_PERMISSION for the calls
+    /// nvml.h reserves to privileged users), or let the caller's euid decide (`off`).
+    Unprivileged {
+        /// on or off
+        mode: String,
+    },
+    /// Pass a GPU through to a VM: a mode change that needs a reset answers
+    /// RESET_REQUIRED.
+    Passthrough {
+        #[arg(long)]
+        gpu: u32,
+        /// on or off
+        mode: String,
+    },
+    /// Write a fresh state with these GPUs.
     Init {
+        /// Comma list of models: A100-40GB, A100-PCIE-40GB, A100-80GB, A100-80GB-PCIE,
+        /// A30, H100-80GB, H100-PCIE, H100-NVL, H200, H200-NVL (or NVML names).
         #[arg(long, default_value = "A100-40GB")]
         gpus: String,
+        /// Driver generation to answer as: 535, 550, 570 or 580.
+        #[arg(long, default_value_t = 580)]
+        driver: u32,
+        /// MIG mode at start.
+        #[arg(long, default_value = "on")]
+        mig: String,
     },
+}
+
+/// `on`/`off`, or a one-line error for exit 2.
+fn on_off(what: &str, v: &str) -> Result<bool, (String, u8)> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err((format!("{what} must be on or off, not {v:?}"), 2)),
+    }
 }
 
 fn main() -> ExitCode {
@@ -155,12 +225,10 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
                 let gi = st
                     .create_gi(gpu, profile_id, placement)
                     .map_err(|c| nvml_refusal("creating the GPU instance", c))?;
-                let ci_index = tables::CI_PROFILES
-                    .iter()
-                    .find(|(_, s)| *s == slices)
-                    .map(|(i, _)| *i)
+                let ci_index = (0..8)
+                    .find(|&i| tables::ci_profile_slices(i) == Some(slices))
                     .ok_or_else(|| format!("no compute instance profile of {slices} slices"))?;
-                st.create_ci(gpu, gi, ci_index)
+                st.create_ci_at(gpu, gi, ci_index, store::now_ms())
                     .map_err(|c| nvml_refusal("creating the compute instance", c))?;
                 Ok(format!(
                     "created GPU instance {gi} ({profile}) on GPU {gpu}"
@@ -202,14 +270,19 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             .map_err(refused)
         }
         Cmd::SetMig { gpu, mode } => {
-            let on = match mode.as_str() {
-                "on" => true,
-                "off" => false,
-                _ => return Err((format!("MIG mode must be on or off, not {mode:?}"), 2)),
-            };
+            let on = on_off("MIG mode", &mode)?;
             ctl_change(path, |st| {
                 st.set_mig(gpu, on)
-                    .map(|_| String::new())
+                    .map(|status| {
+                        if status == 0 {
+                            String::new()
+                        } else {
+                            format!(
+                                "pending: activation status {}",
+                                fake_nvml::state::code::name(status)
+                            )
+                        }
+                    })
                     .map_err(|c| nvml_refusal("setting MIG mode", c))
             })
             .map_err(refused)
@@ -220,8 +293,74 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
                 .map_err(|c| nvml_refusal("resetting the GPU", c))
         })
         .map_err(refused),
-        Cmd::Init { gpus } => {
-            let fresh = State::fresh_from_list(&gpus, store::now_ms()).map_err(|e| (e, 2))?;
+        Cmd::Reboot => ctl_change(path, |st| {
+            st.reboot();
+            Ok(String::new())
+        })
+        .map_err(refused),
+        Cmd::Hold {
+            gpu,
+            gi,
+            name,
+            release_after,
+        } => {
+            if release_after == Some(0) {
+                return Err(("--release-after counts from 1".into(), 2));
+            }
+            ctl_change(path, |st| {
+                st.hold(gpu, gi, &name, release_after)
+                    .map(|()| String::new())
+            })
+            .map_err(refused)
+        }
+        Cmd::Release { gpu, gi } => ctl_change(path, |st| match st.release(gpu, gi) {
+            0 => Err(format!(
+                "nothing holds GPU {gpu}{}",
+                gi.map_or(String::new(), |g| format!(" instance {g}"))
+            )),
+            _ => Ok(String::new()),
+        })
+        .map_err(refused),
+        Cmd::Quirks {
+            linger_listings,
+            busy_after_ci_destroy,
+            mig_device_delay_ms,
+        } => ctl_change(path, |st| {
+            let q = &mut st.quirks;
+            q.linger_listings = linger_listings.unwrap_or(q.linger_listings);
+            q.busy_after_ci_destroy = busy_after_ci_destroy.unwrap_or(q.busy_after_ci_destroy);
+            q.mig_device_delay_ms = mig_device_delay_ms.unwrap_or(q.mig_device_delay_ms);
+            Ok(quirks_line(q))
+        })
+        .map_err(refused),
+        Cmd::Unprivileged { mode } => {
+            let on = on_off("unprivileged", &mode)?;
+            ctl_change(path, |st| {
+                st.unprivileged = on;
+                Ok(String::new())
+            })
+            .map_err(refused)
+        }
+        Cmd::Passthrough { gpu, mode } => {
+            let on = on_off("passthrough", &mode)?;
+            ctl_change(path, |st| {
+                let n = st.gpus.len();
+                let g = st
+                    .gpus
+                    .get_mut(gpu as usize)
+                    .ok_or_else(|| format!("no fake GPU {gpu}; there are {n}"))?;
+                g.passthrough = on;
+                Ok(String::new())
+            })
+            .map_err(refused)
+        }
+        Cmd::Init { gpus, driver, mig } => {
+            let opts = Fresh {
+                driver,
+                mig: on_off("--mig", &mig)?,
+            };
+            let fresh =
+                State::fresh_list_with(&gpus, &opts, store::now_ms()).map_err(|e| (e, 2))?;
             ctl_change(path, |st| {
                 *st = fresh;
                 Ok(String::new())
@@ -249,11 +388,10 @@ fn foreign_request(
         .model()
         .map_err(|_| format!("GPU {gpu} has an unknown model {}", g.model))?;
     let p = model
-        .profiles
-        .iter()
+        .listed(st.driver)
         .find(|p| p.name == profile)
         .ok_or_else(|| {
-            let names: Vec<&str> = model.profiles.iter().map(|p| p.name).collect();
+            let names: Vec<&str> = model.listed(st.driver).map(|p| p.name).collect();
             format!(
                 "{} has no profile {profile}; it has {}",
                 model.alias,
@@ -262,7 +400,7 @@ fn foreign_request(
         })?;
     let placement = match start {
         Some(s) => {
-            let all = tables::placements(p);
+            let all = p.placements();
             let found = all.iter().copied().find(|(st, _)| *st == s);
             let starts: Vec<String> = all.iter().map(|(st, _)| st.to_string()).collect();
             Some(found.ok_or_else(|| {
@@ -277,6 +415,13 @@ fn foreign_request(
     Ok((p.id, p.slices, placement))
 }
 
+fn quirks_line(q: &Quirks) -> String {
+    format!(
+        "quirks: linger {} listing(s), GI busy {} destroy(s) after its last CI, MIG device listed after {} ms",
+        q.linger_listings, q.busy_after_ci_destroy, q.mig_device_delay_ms
+    )
+}
+
 fn nvml_refusal(what: &str, c: u32) -> String {
     format!(
         "{what}: the fake driver answered {}",
@@ -286,17 +431,44 @@ fn nvml_refusal(what: &str, c: u32) -> String {
 
 fn show(st: &State) -> String {
     let mut out = Vec::new();
+    out.push(format!(
+        "driver {} ({}callers privileged by euid), {}",
+        fake_nvml::tables::driver_version(st.driver),
+        if st.unprivileged { "no " } else { "" },
+        quirks_line(&st.quirks)
+    ));
     for (i, g) in st.gpus.iter().enumerate() {
         let name = g.model().map_or("?", |m| m.name);
         let on = |b: bool| if b { "on" } else { "off" };
         out.push(format!(
-            "GPU {i}: {name} {} MIG {} (pending {})",
+            "GPU {i}: {name} {} MIG {} (pending {}){}",
             g.uuid,
             on(g.mig_current),
-            on(g.mig_pending)
+            on(g.mig_pending),
+            if g.passthrough {
+                ", passed through"
+            } else {
+                ""
+            }
         ));
+        for h in &g.holders {
+            out.push(format!(
+                "  held by {}{}{}",
+                h.name,
+                h.gi.map_or(" (whole GPU)".to_string(), |id| format!(" on GI {id}")),
+                h.release_after.map_or(String::new(), |n| format!(
+                    ", lets go after {n} more refusal(s)"
+                ))
+            ));
+        }
+        for l in &g.lingering {
+            out.push(format!(
+                "  GI {} destroyed, still listed {} more time(s)",
+                l.gi.id, l.listings
+            ));
+        }
         for gi in &g.gis {
-            let prof = g.gi_profile(gi).map_or("?", |p| p.name);
+            let prof = g.gi_profile(gi, st.driver).map_or("?", |p| p.name);
             let cis: Vec<String> = gi
                 .cis
                 .iter()
