@@ -299,26 +299,34 @@ impl Config {
     /// (and the directories above them), `nvml_library` where it is a path, and the
     /// `mps_control` program. Empty when all are safe.
     pub fn unsafe_paths(&self) -> Vec<FsError> {
-        let mut found = Vec::new();
-        if let Err(e) = crate::journal::check_state_dir(self) {
-            match e {
-                crate::journal::JournalError::Dir(e) => found.push(e),
-                other => log::debug!("state_dir: {other}"),
-            }
-        }
-        if let Err(e) = crate::fs::check_dir_path(&self.run_dir) {
-            found.push(e);
-        }
-        if let Err(e) = self.check_nvml_library() {
-            found.push(e);
-        }
+        let mut results = vec![
+            crate::journal::check_state_dir(self).map_err(|e| match e {
+                crate::journal::JournalError::Dir(e) => e,
+                other => FsError::Io {
+                    what: "check",
+                    path: self.state_dir.clone(),
+                    source: std::io::Error::other(other.to_string()),
+                },
+            }),
+            crate::fs::check_dir_path(&self.run_dir),
+            self.check_nvml_library(),
+        ];
         if let Some(p) = self.mps_control_path() {
-            match crate::fs::open_trusted_file(&p) {
-                Err(e) if !e.is_not_found() => found.push(e),
-                _ => {}
-            }
+            results.push(crate::fs::open_trusted_file(&p).map(|_| ()));
         }
-        found
+        results
+            .into_iter()
+            .filter_map(Result::err)
+            .filter(|e| match e {
+                FsError::Unsafe { .. } | FsError::WrongType { .. } => true,
+                // Missing (made later, or not installed here) or not readable by this
+                // user: nothing to say about its safety.
+                other => {
+                    log::debug!("{other}");
+                    false
+                }
+            })
+            .collect()
     }
 
     /// Check `nvml_library` where it is a path (a bare name is found by the dynamic

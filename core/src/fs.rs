@@ -110,8 +110,12 @@ fn io(what: &'static str, path: &Path, e: Errno) -> FsError {
 
 /// May a directory or file owned by `uid` be trusted? Root's, or the calling user's own
 /// (a test run without root trusts its own temporary directories; root trusts only root).
-fn trusted_owner(uid: u32) -> bool {
+pub fn is_trusted_owner(uid: u32) -> bool {
     uid == 0 || uid == sys::euid()
+}
+
+fn trusted_owner(uid: u32) -> bool {
+    is_trusted_owner(uid)
 }
 
 fn file_type(st: &Stat) -> FileType {

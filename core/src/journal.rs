@@ -286,11 +286,15 @@ pub fn check_state_dir(cfg: &Config) -> Result<(), JournalError> {
     Ok(())
 }
 
-/// Is there anything at the job's journal path, looked at without trusting `state_dir`
-/// (no link followed, nothing opened)? For an epilog that cannot use an unsafe
-/// `state_dir`: with nothing there, the prolog changed nothing.
-pub fn present_unchecked(cfg: &Config, job: u32) -> bool {
-    std::fs::symlink_metadata(path(cfg, job)).is_ok()
+/// Is there a file of root's at the job's journal path, looked at without trusting
+/// `state_dir` (no link followed, nothing opened)? For an epilog that cannot use an unsafe
+/// `state_dir`: the prolog then refused the job and wrote nothing, so only a journal of
+/// root's from before the directory was opened up can stand for GPUs colloc changed. A
+/// file someone else put there is theirs, not colloc's.
+pub fn roots_file_present(cfg: &Config, job: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path(cfg, job))
+        .is_ok_and(|m| m.is_file() && crate::fs::is_trusted_owner(m.uid()))
 }
 
 /// Write a journal atomically: temporary file, fsync, rename, fsync of the directory.
@@ -739,8 +743,8 @@ mod tests {
         assert!(list(&c).is_err());
         assert!(check_state_dir(&c).is_err());
         assert!(GpuLock::acquire_within(&c, "GPU-a", Duration::ZERO).is_err());
-        assert!(present_unchecked(&c, 1));
-        assert!(!present_unchecked(&c, 2));
+        assert!(roots_file_present(&c, 1));
+        assert!(!roots_file_present(&c, 2));
         std::fs::set_permissions(&c.state_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         check_state_dir(&c).unwrap();
         // The jobs directory itself opened up: the same.
