@@ -776,7 +776,21 @@ impl Dir {
                 sub.empty_as_owner(None, &now, deadline)?;
             }
         } else {
-            self.empty_as_owner(Some(name), &st, deadline)?;
+            // A process of the user's may still be adding files: empty it again while the
+            // deadline allows (what it keeps adding is then moved aside by the caller).
+            for attempt in 1.. {
+                self.empty_as_owner(Some(name), &st, deadline)?;
+                match self.rmdir(name) {
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::ENOTEMPTY)
+                            && attempt < 3
+                            && Instant::now() < deadline =>
+                    {
+                        continue
+                    }
+                    r => return r.map(|_| ()),
+                }
+            }
         }
         self.rmdir(name)?;
         Ok(())
