@@ -307,7 +307,10 @@ pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
                         }));
                     }
                     Err(e) => {
-                        let _ = writeln!(text, "unreadable journal: {e}");
+                        let _ = writeln!(
+                            text,
+                            "unreadable journal: {e} (`colloc restore --all` moves it aside)"
+                        );
                         code = ExitCode::from(1);
                     }
                 }
