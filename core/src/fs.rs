@@ -776,6 +776,16 @@ impl Dir {
                 sub.empty_as_owner(None, &now, deadline)?;
             }
         } else {
+            if trusted_owner(st.st_uid) && group_or_other_writable(&st) {
+                // Root's, yet others can change it: not emptied with root's rights.
+                return Err(FsError::Unsafe {
+                    path: self.path.join(name),
+                    why: format!(
+                        "writable by group or others (mode {:04o}); left in place",
+                        st.st_mode & 0o7777
+                    ),
+                });
+            }
             // A process of the user's may still be adding files: empty it again while the
             // deadline allows (what it keeps adding is then moved aside by the caller).
             for attempt in 1.. {

@@ -152,11 +152,19 @@ fn memory_file(name: &std::ffi::CStr) -> std::io::Result<std::fs::File> {
     Ok(std::fs::File::from(fd))
 }
 
-/// What the control program wrote, up to [`OUTPUT_LIMIT`] bytes, as one line.
-fn written(f: &mut std::fs::File) -> String {
-    let mut bytes = Vec::new();
-    let _ = f.seek(std::io::SeekFrom::Start(0));
-    let _ = f.take(OUTPUT_LIMIT).read_to_end(&mut bytes);
+/// What the control program wrote, up to [`OUTPUT_LIMIT`] bytes. Read at offset 0 without
+/// moving the file offset, which a daemon still holding the file shares.
+fn written(f: &std::fs::File) -> String {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0u8; OUTPUT_LIMIT as usize];
+    let mut len = 0;
+    while len < bytes.len() {
+        match f.read_at(&mut bytes[len..], len as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    bytes.truncate(len);
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -184,8 +192,8 @@ fn control(
         .write_all(input.as_bytes())
         .and_then(|()| stdin.seek(std::io::SeekFrom::Start(0)).map(|_| ()))
         .map_err(spawn_err)?;
-    let mut out = memory_file(c"colloc-mps-out").map_err(spawn_err)?;
-    let mut err = memory_file(c"colloc-mps-err").map_err(spawn_err)?;
+    let out = memory_file(c"colloc-mps-out").map_err(spawn_err)?;
+    let err = memory_file(c"colloc-mps-err").map_err(spawn_err)?;
     let mut cmd = control_command(program, d, as_user);
     cmd.args(args)
         .stdin(Stdio::from(stdin))
@@ -215,10 +223,10 @@ fn control(
             program: program.to_path_buf(),
             what,
             status: status.to_string(),
-            stderr: written(&mut err).trim().replace('\n', " "),
+            stderr: written(&err).trim().replace('\n', " "),
         });
     }
-    Ok(written(&mut out))
+    Ok(written(&out))
 }
 
 /// Start the daemon of `d` (its directories must exist and belong to `as_user`), waiting

@@ -367,3 +367,15 @@ fn files_are_read_with_a_limit() {
         "{err}"
     );
 }
+
+#[test]
+fn a_directory_of_roots_that_others_can_write_is_not_emptied_with_roots_rights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Dir::open_trusted(tmp.path()).unwrap();
+    std::fs::create_dir(tmp.path().join("open")).unwrap();
+    std::fs::write(tmp.path().join("open/f"), "x").unwrap();
+    chmod(&tmp.path().join("open"), 0o1777);
+    let err = d.remove_tree("open", 0, soon()).unwrap_err().to_string();
+    assert!(err.contains("left in place"), "{err}");
+    assert!(tmp.path().join("open/f").exists());
+}
