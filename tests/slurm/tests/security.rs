@@ -471,6 +471,7 @@ while [ ! -e {go} ]; do sleep 0.1; done
 fn stopped_daemons(c: &Cluster) {
     let before = c.gpu_layout();
     let stopped = c.jobs_dir().join("stopped");
+    let go = c.jobs_dir().join("stopped-go");
     let user = as_user(ATTACKER);
     let id = c.submit(
         &args(&["--colloc=mps", "--gres=gpu:4"], &user),
@@ -481,11 +482,14 @@ for p in $(echo "$COLLOC_MPS_PIPES" | tr ',' '\n' | cut -d= -f2); do
   kill -STOP "$pid" && echo STOPPED_$pid=yes
 done
 touch {stopped}
+while [ ! -e {go} ]; do sleep 0.1; done
 "#,
-            stopped = stopped.display()
+            stopped = stopped.display(),
+            go = go.display()
         ),
     );
     c.wait_for_file(id, &stopped);
+    std::fs::write(&go, "").unwrap();
     let t = Instant::now();
     let end = c.wait_done(id);
     let took = t.elapsed();
