@@ -1,16 +1,19 @@
 //! The node configuration, `/etc/slurm/colloc.toml` (plugstack argument `config=PATH`
 //! overrides). Unknown keys and a missing or unknown `version` are errors.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::fs::FsError;
 use crate::mode::{Mode, ModeKind};
 
 /// Where the node configuration lives unless told otherwise.
 pub const DEFAULT_PATH: &str = "/etc/slurm/colloc.toml";
 /// The configuration format version this build understands.
 pub const VERSION: u32 = 1;
+/// Largest configuration file colloc reads.
+pub const CONFIG_LIMIT: u64 = 16 << 20;
 
 /// Directories searched for a bare `mps_control` name: the prolog runs without PATH.
 pub const SYSTEM_BIN_DIRS: &[&str] = &[
@@ -50,6 +53,10 @@ pub enum ConfigError {
         /// What is wrong and what is valid.
         message: String,
     },
+    /// The file, or a path it names, could be changed by someone other than root: root
+    /// must not act on it.
+    #[error(transparent)]
+    Unsafe(#[from] FsError),
 }
 
 /// The node configuration.
@@ -143,11 +150,32 @@ impl Config {
     /// [`ConfigError`] for an unreadable file, bad TOML, unknown keys, a missing or
     /// unknown version, or values that make no sense.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
+        let bytes = crate::fs::read_capped(path, CONFIG_LIMIT).map_err(|e| read_error(path, e))?;
+        Config::parse_bytes(&bytes, path)
+    }
+
+    /// [`Config::load`] for root: the file, and every directory above it, must be root's
+    /// and writable by no one else (a link on the way only where it is root's own): whoever
+    /// can change it can make root load any library.
+    ///
+    /// # Errors
+    /// As [`Config::load`], and [`ConfigError::Unsafe`].
+    pub fn load_trusted(path: &Path) -> Result<Config, ConfigError> {
+        let file = crate::fs::open_trusted_file(path).map_err(|e| match e {
+            FsError::Unsafe { .. } => ConfigError::Unsafe(e),
+            e => read_error(path, e),
         })?;
-        Config::parse(&text, path)
+        let bytes = crate::fs::read_file_capped(file, path, CONFIG_LIMIT)
+            .map_err(|e| read_error(path, e))?;
+        Config::parse_bytes(&bytes, path)
+    }
+
+    fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Config, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: format!("not UTF-8 text ({e})"),
+        })?;
+        Config::parse(text, path)
     }
 
     /// Parse and validate configuration text; `path` is for messages.
@@ -188,18 +216,51 @@ impl Config {
             message,
         };
         for (key, dir) in [("state_dir", &self.state_dir), ("run_dir", &self.run_dir)] {
-            if !dir.is_absolute() {
+            let text = dir.as_os_str().to_string_lossy();
+            if text.contains('\0') {
                 return Err(invalid(format!(
-                    "{key} must be an absolute path, got {}",
-                    dir.display()
+                    "{key} contains a NUL character; give an absolute path such as {}",
+                    if key == "state_dir" {
+                        "/var/lib/colloc"
+                    } else {
+                        "/run/colloc"
+                    }
+                )));
+            }
+            let normal = dir
+                .components()
+                .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+            if !dir.is_absolute() || !normal || dir == Path::new("/") {
+                return Err(invalid(format!(
+                    "{key} must be an absolute path without . or .. (and not /), got {}",
+                    crate::mode::show_input(&text)
                 )));
             }
         }
-        if self.nvml_library.is_empty() {
-            return Err(invalid("nvml_library must not be empty".into()));
+        if self.state_dir.starts_with(&self.run_dir) || self.run_dir.starts_with(&self.state_dir) {
+            return Err(invalid(format!(
+                "state_dir ({}) and run_dir ({}) must not lie inside one another",
+                self.state_dir.display(),
+                self.run_dir.display()
+            )));
         }
-        if self.mps_control.is_empty() {
-            return Err(invalid("mps_control must not be empty".into()));
+        for (key, value, example) in [
+            ("nvml_library", &self.nvml_library, "libnvidia-ml.so.1"),
+            ("mps_control", &self.mps_control, "nvidia-cuda-mps-control"),
+        ] {
+            if value.is_empty() || value.contains('\0') {
+                return Err(invalid(format!(
+                    "{key} must be a file name such as {example} or an absolute path, got {}",
+                    crate::mode::show_input(value)
+                )));
+            }
+            if value.contains('/') && !Path::new(value).is_absolute() {
+                return Err(invalid(format!(
+                    "{key} = {}: a relative path would depend on the current directory; give \
+                     a file name such as {example} or an absolute path",
+                    crate::mode::show_input(value)
+                )));
+            }
         }
         let kind = self.default_mode.kind();
         if kind != ModeKind::Off && !self.allowed_modes.contains(&kind) {
@@ -234,6 +295,55 @@ impl Config {
         resolve_program(&self.mps_control)
     }
 
+    /// Paths root would act on but someone else could change: `state_dir` and `run_dir`
+    /// (and the directories above them), `nvml_library` where it is a path, and the
+    /// `mps_control` program. Empty when all are safe.
+    pub fn unsafe_paths(&self) -> Vec<FsError> {
+        let mut results = vec![
+            crate::journal::check_state_dir(self).map_err(|e| match e {
+                crate::journal::JournalError::Dir(e) => e,
+                other => FsError::Io {
+                    what: "check",
+                    path: self.state_dir.clone(),
+                    source: std::io::Error::other(other.to_string()),
+                },
+            }),
+            crate::fs::check_dir_path(&self.run_dir),
+            self.check_nvml_library(),
+        ];
+        if let Some(p) = self.mps_control_path() {
+            results.push(crate::fs::open_trusted_file(&p).map(|_| ()));
+        }
+        results
+            .into_iter()
+            .filter_map(Result::err)
+            .filter(|e| match e {
+                FsError::Unsafe { .. } | FsError::WrongType { .. } => true,
+                // Missing (made later, or not installed here) or not readable by this
+                // user: nothing to say about its safety.
+                other => {
+                    log::debug!("{other}");
+                    false
+                }
+            })
+            .collect()
+    }
+
+    /// Check `nvml_library` where it is a path (a bare name is found by the dynamic
+    /// loader in the system's library directories): root loads it into the prolog.
+    ///
+    /// # Errors
+    /// [`FsError`] when someone other than root could change it.
+    pub fn check_nvml_library(&self) -> Result<(), FsError> {
+        if !self.nvml_library.contains('/') {
+            return Ok(());
+        }
+        match crate::fs::open_trusted_file(Path::new(&self.nvml_library)) {
+            Err(e) if !e.is_not_found() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Directory of per-job journals.
     pub fn jobs_dir(&self) -> PathBuf {
         self.state_dir.join("jobs")
@@ -254,6 +364,17 @@ pub fn resolve_program(name: &str) -> Option<PathBuf> {
         .iter()
         .map(|d| Path::new(d).join(name))
         .find(|p| p.is_file())
+}
+
+fn read_error(path: &Path, e: FsError) -> ConfigError {
+    let source = match e {
+        FsError::Io { source, .. } => source,
+        other => std::io::Error::other(other.reason()),
+    };
+    ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn one_line(e: &toml::de::Error) -> String {
@@ -324,6 +445,31 @@ allow_mig_mode_change = false
                 "invalid type",
             ),
             ("version = [", "invalid"),
+            (
+                "version = 1\nstate_dir = \"/var/lib/col\\u0000loc\"",
+                "state_dir contains a NUL character",
+            ),
+            (
+                "version = 1\nrun_dir = \"/run/../tmp\"",
+                "run_dir must be an absolute path without . or ..",
+            ),
+            ("version = 1\nrun_dir = \"/\"", "(and not /)"),
+            (
+                "version = 1\nrun_dir = \"/var/lib/colloc/run\"",
+                "must not lie inside one another",
+            ),
+            (
+                "version = 1\nmps_control = \"bin/nvidia-cuda-mps-control\"",
+                "a relative path would depend on the current directory",
+            ),
+            (
+                "version = 1\nnvml_library = \"./libnvidia-ml.so.1\"",
+                "a relative path would depend on the current directory",
+            ),
+            (
+                "version = 1\nnvml_library = \"lib\\u0000\"",
+                "nvml_library must be a file name",
+            ),
         ];
         for (text, want) in cases {
             let err = parse(text).expect_err(text).to_string();
@@ -331,6 +477,99 @@ allow_mig_mode_change = false
             assert!(!err.contains('\n'), "{text:?}: {err}");
             assert!(err.starts_with("test.toml: "), "{err}");
         }
+    }
+
+    #[test]
+    fn files_are_read_with_a_size_limit_and_never_block() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A character device that never ends, and a FIFO nobody writes to.
+        let err = Config::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        let fifo = tmp.path().join("fifo.toml");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = Config::load(&fifo).unwrap_err().to_string();
+        assert!(err.contains("a FIFO, not a regular file"), "{err}");
+        let big = tmp.path().join("big.toml");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(CONFIG_LIMIT + 1).unwrap();
+        let err = Config::load(&big).unwrap_err().to_string();
+        assert!(err.contains("larger than 16777216 bytes"), "{err}");
+        let ok = tmp.path().join("ok.toml");
+        std::fs::write(&ok, "version = 1\n").unwrap();
+        assert_eq!(Config::load(&ok).unwrap(), Config::default());
+        std::fs::write(&ok, b"version = 1\n\xff\n").unwrap();
+        assert!(Config::load(&ok)
+            .unwrap_err()
+            .to_string()
+            .contains("not UTF-8"));
+    }
+
+    #[test]
+    fn root_reads_only_a_config_no_one_else_can_change() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("colloc.toml");
+        std::fs::write(&p, "version = 1\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(Config::load_trusted(&p).unwrap(), Config::default());
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let err = Config::load_trusted(&p).unwrap_err();
+        assert!(matches!(err, ConfigError::Unsafe(_)), "{err}");
+        assert!(
+            err.to_string()
+                .contains("writable by group or others (mode 0666)"),
+            "{err}"
+        );
+        // The same file through a link in a directory others can write: refused too.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::os::unix::fs::symlink(&p, open.join("colloc.toml")).unwrap();
+        let err = Config::load_trusted(&open.join("colloc.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mode 0777"), "{err}");
+        // A missing file stays a read error the plugin can tell apart.
+        let err = Config::load_trusted(&tmp.path().join("missing.toml")).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unsafe_paths_are_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let lib = tmp.path().join("libfake.so");
+        std::fs::write(&lib, "").unwrap();
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let c = Config {
+            state_dir: tmp.path().join("state"),
+            run_dir: tmp.path().join("run"),
+            nvml_library: lib.display().to_string(),
+            mps_control: "/nonexistent/nvidia-cuda-mps-control".into(),
+            ..Config::default()
+        };
+        assert!(c.unsafe_paths().is_empty(), "{:?}", c.unsafe_paths());
+        let c = Config {
+            state_dir: open.join("state"),
+            run_dir: open.clone(),
+            nvml_library: open.join("lib.so").display().to_string(),
+            ..c
+        };
+        std::fs::write(open.join("lib.so"), "").unwrap();
+        let found: Vec<String> = c.unsafe_paths().iter().map(ToString::to_string).collect();
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found.iter().all(|f| f.contains("mode 0777")), "{found:?}");
     }
 
     #[test]

@@ -6,15 +6,23 @@
 //! records what the GPU looked like before and what colloc planned to make, so a restore
 //! can undo a prolog that died at any point: it destroys exactly the planned instances
 //! that exist and were not there before.
+//!
+//! Root acts on what a journal says, so journals are trusted only where only root can
+//! have written them: `state_dir` and every directory above it must be root's and
+//! writable by no one else (else nothing is read), and a journal is read only as a
+//! regular file (never through a link, never a FIFO) named `<job id>.json`, owned by
+//! root, at most [`JOURNAL_LIMIT`] bytes, whose `job` is that id and whose MPS paths lie
+//! in that job's directory under `run_dir`. Anything else in `jobs/` is reported, and
+//! `colloc restore --all` moves it to `state_dir/corrupt/`.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::path::{Component, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
+use crate::fs::{Dir, FsError};
 use crate::gpu::{GpuHold, Instance, MigMode};
 use crate::mig::PlannedInstance;
 use crate::mps::MpsDaemon;
@@ -23,6 +31,10 @@ use crate::mps::MpsDaemon;
 pub const JOURNAL_VERSION: u32 = 1;
 /// How long to wait for another colloc process to release a GPU lock.
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest journal colloc reads.
+pub const JOURNAL_LIMIT: u64 = 16 << 20;
+/// Where unreadable journals are moved, inside `state_dir`.
+pub const CORRUPT_DIR: &str = "corrupt";
 
 /// Errors reading or writing journals and locks.
 #[derive(Debug, thiserror::Error)]
@@ -37,12 +49,13 @@ pub enum JournalError {
         /// Why it failed.
         source: std::io::Error,
     },
-    /// A journal that cannot be parsed (corrupt, or from another version).
+    /// A journal that cannot be used: not parseable, from another version, misnamed, not
+    /// a plain root-owned file, or naming paths outside its job's directory.
     #[error("journal {path} is unreadable: {message}")]
     Corrupt {
         /// The file.
         path: PathBuf,
-        /// Parser message.
+        /// What is wrong with it.
         message: String,
     },
     /// Another process holds the GPU's lock for too long.
@@ -53,6 +66,19 @@ pub enum JournalError {
         /// How long we waited.
         secs: u64,
     },
+    /// `state_dir` (or a directory in it) is not safe, or cannot be made or read.
+    #[error(transparent)]
+    Dir(#[from] FsError),
+}
+
+impl JournalError {
+    /// Is `state_dir` itself unusable (not safe)? Then no journal can be trusted or written.
+    pub fn is_unsafe_state_dir(&self) -> bool {
+        matches!(
+            self,
+            JournalError::Dir(FsError::Unsafe { .. } | FsError::WrongType { .. })
+        )
+    }
 }
 
 /// How far a job's reconfiguration got.
@@ -190,116 +216,280 @@ impl Journal {
 
 /// The journal file of a job.
 pub fn path(cfg: &Config, job: u32) -> PathBuf {
-    cfg.jobs_dir().join(format!("{job}.json"))
+    cfg.jobs_dir().join(file_name(job))
 }
 
-fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> JournalError + 'a {
-    move |source| JournalError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
+/// A journal's file name: `<job id>.json`.
+pub fn file_name(job: u32) -> String {
+    format!("{job}.json")
+}
+
+/// The job id of a journal's file name: only the canonical `<digits>.json` (no sign, no
+/// leading zero) counts.
+pub fn job_of_file_name(name: &str) -> Option<u32> {
+    let job: u32 = name.strip_suffix(".json")?.parse().ok()?;
+    (file_name(job) == name).then_some(job)
+}
+
+/// A temporary file of [`write`] (`.<job>.json.tmp`), left by a crash: not a journal.
+fn is_temporary(name: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|n| n.strip_suffix(".tmp"))
+        .and_then(job_of_file_name)
+        .is_some()
+}
+
+/// `state_dir`, opened and checked (made, mode 0700, when `create`); `None` when it does
+/// not exist.
+fn state_dir(cfg: &Config, create: bool) -> Result<Option<Dir>, JournalError> {
+    if create {
+        return Ok(Some(Dir::create_trusted(&cfg.state_dir, 0o700)?));
+    }
+    match Dir::open_trusted(&cfg.state_dir) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
-/// Create `dir` (and parents) as a root-only directory.
-fn private_dir(dir: &Path) -> Result<(), JournalError> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io("cannot create", dir))
+/// A root-only directory in `state_dir` (`jobs`, `locks`, `corrupt`).
+fn sub_dir(cfg: &Config, name: &str, create: bool) -> Result<Option<Dir>, JournalError> {
+    let Some(state) = state_dir(cfg, create)? else {
+        return Ok(None);
+    };
+    let dir = match state.open_dir(name)? {
+        Some(d) => d,
+        None if create => match state.make_dir(name, 0o700) {
+            Ok(d) => d,
+            // Made by another colloc process just now.
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => match state.open_dir(name)? {
+                Some(d) => d,
+                None => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        },
+        None => return Ok(None),
+    };
+    dir.check_private()?;
+    Ok(Some(dir))
+}
+
+fn jobs(cfg: &Config, create: bool) -> Result<Option<Dir>, JournalError> {
+    sub_dir(cfg, "jobs", create)
+}
+
+/// Check `state_dir` (as far as it exists) and its `jobs` and `locks`: root's, writable
+/// by no one else, and so is every directory above.
+///
+/// # Errors
+/// [`JournalError::Dir`] naming the first directory that is not safe.
+pub fn check_state_dir(cfg: &Config) -> Result<(), JournalError> {
+    crate::fs::check_dir_path(&cfg.state_dir)?;
+    for name in ["jobs", "locks", CORRUPT_DIR] {
+        sub_dir(cfg, name, false)?;
+    }
+    Ok(())
+}
+
+/// Is there a file of root's at the job's journal path, looked at without trusting
+/// `state_dir` (no link followed, nothing opened)? For an epilog that cannot use an unsafe
+/// `state_dir`: the prolog then refused the job and wrote nothing, so only a journal of
+/// root's from before the directory was opened up can stand for GPUs colloc changed. A
+/// file someone else put there is theirs, not colloc's.
+pub fn roots_file_present(cfg: &Config, job: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path(cfg, job))
+        .is_ok_and(|m| m.is_file() && crate::fs::is_trusted_owner(m.uid()))
 }
 
 /// Write a journal atomically: temporary file, fsync, rename, fsync of the directory.
 ///
 /// # Errors
-/// [`JournalError::Io`].
+/// [`JournalError`]: `state_dir` is not safe or I/O failed (`ENOSPC`, …).
 pub fn write(cfg: &Config, j: &Journal) -> Result<(), JournalError> {
-    let dir = cfg.jobs_dir();
-    private_dir(&dir)?;
-    let target = path(cfg, j.job);
-    let tmp = dir.join(format!(".{}.json.tmp", j.job));
-    let body = serde_json::to_vec_pretty(j).expect("journal serializes");
-    {
-        let mut f = File::create(&tmp).map_err(io("cannot create", &tmp))?;
-        f.write_all(&body).map_err(io("cannot write", &tmp))?;
-        f.sync_all().map_err(io("cannot fsync", &tmp))?;
-    }
-    std::fs::rename(&tmp, &target).map_err(io("cannot rename into", &target))?;
-    File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("cannot fsync", &dir))?;
+    let dir = jobs(cfg, true)?.ok_or_else(|| JournalError::Io {
+        what: "cannot create",
+        path: cfg.jobs_dir(),
+        source: std::io::Error::from_raw_os_error(libc::ENOENT),
+    })?;
+    let body = serde_json::to_vec_pretty(j).map_err(|e| JournalError::Io {
+        what: "cannot serialize",
+        path: path(cfg, j.job),
+        source: std::io::Error::other(e),
+    })?;
+    dir.write_file(&file_name(j.job), &body)?;
     Ok(())
 }
 
 /// Read a job's journal; `None` if there is none.
 ///
 /// # Errors
-/// [`JournalError`] for I/O errors and unreadable journals.
+/// [`JournalError`] for an unsafe `state_dir`, I/O errors and unusable journals.
 pub fn load(cfg: &Config, job: u32) -> Result<Option<Journal>, JournalError> {
-    load_path(&path(cfg, job))
+    let Some(dir) = jobs(cfg, false)? else {
+        return Ok(None);
+    };
+    load_in(cfg, &dir, &file_name(job), job)
 }
 
-fn load_path(p: &Path) -> Result<Option<Journal>, JournalError> {
-    match std::fs::read(p) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| JournalError::Corrupt {
-                path: p.to_path_buf(),
-                message: e.to_string(),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io("cannot read", p)(e)),
+fn load_in(cfg: &Config, dir: &Dir, name: &str, job: u32) -> Result<Option<Journal>, JournalError> {
+    let path = dir.path().join(name);
+    let corrupt = |message: String| JournalError::Corrupt {
+        path: path.clone(),
+        message,
+    };
+    let bytes = match dir.read_file(name, JOURNAL_LIMIT) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
+        Err(
+            e @ (FsError::Unsafe { .. } | FsError::WrongType { .. } | FsError::TooLarge { .. }),
+        ) => return Err(corrupt(e.reason())),
+        Err(e) => return Err(e.into()),
+    };
+    let j: Journal = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    validate(cfg, &j, job).map_err(corrupt)?;
+    Ok(Some(j))
+}
+
+/// What a journal may say, given its file name and the node's `run_dir`.
+fn validate(cfg: &Config, j: &Journal, job: u32) -> Result<(), String> {
+    if j.job != job {
+        return Err(format!(
+            "it names job {} but is the file of job {job}",
+            j.job
+        ));
     }
+    let dir = crate::rundir::job_dir(cfg, job);
+    if let Some(d) = &j.job_dir {
+        if *d != dir {
+            return Err(format!(
+                "its job_dir {} is not {}",
+                d.display(),
+                dir.display()
+            ));
+        }
+    }
+    for d in &j.mps {
+        for p in [&d.pipe_dir, &d.log_dir] {
+            let clean = p
+                .components()
+                .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+            if !clean || !p.starts_with(&dir) {
+                return Err(format!(
+                    "its MPS directory {} is not inside {}",
+                    p.display(),
+                    dir.display()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Remove a job's journal (after a complete restore). Missing is fine.
 ///
 /// # Errors
-/// [`JournalError::Io`].
+/// [`JournalError`].
 pub fn remove(cfg: &Config, job: u32) -> Result<(), JournalError> {
-    let p = path(cfg, job);
-    match std::fs::remove_file(&p) {
-        Ok(()) => {
-            let _ = File::open(cfg.jobs_dir()).and_then(|d| d.sync_all());
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io("cannot remove", &p)(e)),
+    let Some(dir) = jobs(cfg, false)? else {
+        return Ok(());
+    };
+    if dir.unlink(&file_name(job))? {
+        let _ = dir.sync();
     }
+    Ok(())
 }
 
-/// All journals, ordered by job id. Unreadable ones are reported as errors in the list
-/// so a caller can show them rather than silently skip a GPU that may be reconfigured.
+/// One entry of `state_dir/jobs`, as [`scan`] found it.
+#[derive(Debug)]
+pub struct Scanned {
+    /// The file name.
+    pub name: String,
+    /// The journal, or why it cannot be used (misnamed, corrupt, not a plain file, …).
+    pub journal: Result<Journal, JournalError>,
+}
+
+/// Every entry of `state_dir/jobs` but colloc's own temporary files, journals first in
+/// job order, then the rest by name.
 ///
 /// # Errors
-/// [`JournalError::Io`] when the directory cannot be read.
-pub fn list(cfg: &Config) -> Result<Vec<Result<Journal, JournalError>>, JournalError> {
-    let dir = cfg.jobs_dir();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io("cannot read", &dir)(e)),
+/// [`JournalError`] when `state_dir` is not safe or cannot be read.
+pub fn scan(cfg: &Config) -> Result<Vec<Scanned>, JournalError> {
+    let Some(dir) = jobs(cfg, false)? else {
+        return Ok(Vec::new());
     };
-    let mut out: Vec<(u32, Result<Journal, JournalError>)> = Vec::new();
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(job) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".json"))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+    let mut out: Vec<(Option<u32>, Scanned)> = Vec::new();
+    for (raw, _) in dir.entries()? {
+        let name = raw.to_string_lossy().into_owned();
+        if is_temporary(&name) {
             continue;
+        }
+        let journal = match (raw.to_str(), job_of_file_name(&name)) {
+            (Some(_), Some(job)) => match load_in(cfg, &dir, &name, job) {
+                Ok(Some(j)) => Ok(j),
+                Ok(None) => continue, // removed meanwhile
+                Err(e) => Err(e),
+            },
+            _ => Err(JournalError::Corrupt {
+                path: dir.path().join(&name),
+                message: "not a journal's name (journals are named <job id>.json)".into(),
+            }),
         };
-        match load_path(&e.path()) {
-            Ok(Some(j)) => out.push((job, Ok(j))),
-            Ok(None) => {}
-            Err(err) => out.push((job, Err(err))),
+        out.push((job_of_file_name(&name), Scanned { name, journal }));
+    }
+    out.sort_by(|a, b| match (a.0, b.0) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.1.name.cmp(&b.1.name),
+    });
+    Ok(out.into_iter().map(|(_, s)| s).collect())
+}
+
+/// All journals, ordered by job id. Unusable ones (and anything else in `jobs/`) are
+/// reported as errors in the list so a caller can show them rather than silently skip a
+/// GPU that may be reconfigured.
+///
+/// # Errors
+/// [`JournalError`] when `state_dir` is not safe or cannot be read.
+pub fn list(cfg: &Config) -> Result<Vec<Result<Journal, JournalError>>, JournalError> {
+    Ok(scan(cfg)?.into_iter().map(|s| s.journal).collect())
+}
+
+/// Move the entry `name` of `state_dir/jobs` to `state_dir/corrupt/` (as `name`, or
+/// `name.N` when taken). Returns where it went.
+///
+/// # Errors
+/// [`JournalError`].
+pub fn quarantine(cfg: &Config, name: &str) -> Result<PathBuf, JournalError> {
+    let missing = || JournalError::Io {
+        what: "cannot find",
+        path: cfg.jobs_dir().join(name),
+        source: std::io::Error::from_raw_os_error(libc::ENOENT),
+    };
+    let from = jobs(cfg, false)?.ok_or_else(missing)?;
+    let to = sub_dir(cfg, CORRUPT_DIR, true)?.ok_or_else(missing)?;
+    for n in 0..1000 {
+        let target = if n == 0 {
+            name.to_string()
+        } else {
+            format!("{name}.{n}")
+        };
+        match from.move_to(name, &to, &target) {
+            Ok(()) => {
+                let _ = from.sync();
+                let _ = to.sync();
+                return Ok(to.path().join(target));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
-    out.sort_by_key(|(job, _)| *job);
-    Ok(out.into_iter().map(|(_, j)| j).collect())
+    Err(JournalError::Io {
+        what: "cannot move aside",
+        path: cfg.jobs_dir().join(name),
+        source: std::io::Error::from_raw_os_error(libc::EEXIST),
+    })
 }
 
 /// An exclusive lock on one GPU, held while colloc reads and changes it. Released on drop
@@ -327,8 +517,11 @@ impl GpuLock {
         uuid: &str,
         wait: Duration,
     ) -> Result<GpuLock, JournalError> {
-        let dir = cfg.locks_dir();
-        private_dir(&dir)?;
+        let dir = sub_dir(cfg, "locks", true)?.ok_or_else(|| JournalError::Io {
+            what: "cannot create",
+            path: cfg.locks_dir(),
+            source: std::io::Error::from_raw_os_error(libc::ENOENT),
+        })?;
         let safe: String = uuid
             .chars()
             .map(|c| {
@@ -339,13 +532,9 @@ impl GpuLock {
                 }
             })
             .collect();
-        let p = dir.join(format!("{safe}.lock"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&p)
-            .map_err(io("cannot open", &p))?;
+        let name = format!("{safe}.lock");
+        let p = dir.path().join(&name);
+        let file = dir.open_or_create_file(&name)?;
         let deadline = Instant::now() + wait;
         loop {
             match file.try_lock() {
@@ -359,7 +548,13 @@ impl GpuLock {
                         secs: wait.as_secs(),
                     })
                 }
-                Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock", &p)(e)),
+                Err(std::fs::TryLockError::Error(source)) => {
+                    return Err(JournalError::Io {
+                        what: "cannot lock",
+                        path: p,
+                        source,
+                    })
+                }
             }
         }
     }
@@ -368,12 +563,25 @@ impl GpuLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
 
     fn cfg(dir: &Path) -> Config {
         Config {
-            state_dir: dir.to_path_buf(),
+            state_dir: dir.join("state"),
+            run_dir: dir.join("run"),
             ..Config::default()
         }
+    }
+
+    fn names(c: &Config) -> Vec<String> {
+        let mut n: Vec<String> = std::fs::read_dir(c.jobs_dir())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
     }
 
     #[test]
@@ -407,19 +615,12 @@ mod tests {
         assert_eq!(all, vec![3, 7]);
         assert!(j.claims("GPU-a"));
         assert!(!j.claims("GPU-b"));
-        // No temporary files left behind; the directory is private.
-        let names: Vec<_> = std::fs::read_dir(c.jobs_dir())
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
-        assert_eq!(names.len(), 2, "{names:?}");
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(c.jobs_dir())
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o700);
+        // No temporary files left behind; the directories are private.
+        assert_eq!(names(&c), vec!["3.json", "7.json"]);
+        for d in [c.state_dir.clone(), c.jobs_dir()] {
+            let mode = std::fs::metadata(&d).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", d.display());
+        }
         remove(&c, 7).unwrap();
         remove(&c, 7).unwrap();
         assert!(load(&c, 7).unwrap().is_none());
@@ -429,11 +630,154 @@ mod tests {
     fn corrupt_journal_is_reported() {
         let tmp = tempfile::tempdir().unwrap();
         let c = cfg(tmp.path());
-        std::fs::create_dir_all(c.jobs_dir()).unwrap();
+        write(&c, &Journal::new(1, 0, 0, "mps".into())).unwrap();
         std::fs::write(path(&c, 9), b"{not json").unwrap();
         let err = load(&c, 9).unwrap_err().to_string();
         assert!(err.contains("9.json is unreadable"), "{err}");
-        assert!(list(&c).unwrap()[0].is_err());
+        assert!(list(&c).unwrap()[1].is_err());
+    }
+
+    #[test]
+    fn journals_are_known_by_their_file_names_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = cfg(tmp.path());
+        write(&c, &Journal::new(4, 0, 0, "naive".into())).unwrap();
+        let body = |job: u32| serde_json::to_vec(&Journal::new(job, 0, 0, "naive".into())).unwrap();
+        // A journal of job 6 in the file of job 5, a padded name, a stray file.
+        std::fs::write(path(&c, 5), body(6)).unwrap();
+        std::fs::write(c.jobs_dir().join("0120.json"), body(120)).unwrap();
+        std::fs::write(c.jobs_dir().join("notes.txt"), "x").unwrap();
+        // A crash's temporary file is colloc's own, not reported.
+        std::fs::write(c.jobs_dir().join(".8.json.tmp"), "{").unwrap();
+        let err = load(&c, 5).unwrap_err().to_string();
+        assert!(
+            err.contains("it names job 6 but is the file of job 5"),
+            "{err}"
+        );
+        assert!(
+            load(&c, 120).unwrap().is_none(),
+            "0120.json is not job 120's file"
+        );
+        let scanned = scan(&c).unwrap();
+        let seen: Vec<(&str, bool)> = scanned
+            .iter()
+            .map(|s| (s.name.as_str(), s.journal.is_ok()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("4.json", true),
+                ("5.json", false),
+                ("0120.json", false),
+                ("notes.txt", false)
+            ]
+        );
+        let misnamed = scanned[2].journal.as_ref().unwrap_err().to_string();
+        assert!(misnamed.contains("not a journal's name"), "{misnamed}");
+        assert_eq!(job_of_file_name("12.json"), Some(12));
+        for bad in [
+            "012.json",
+            "+1.json",
+            "1.json.bak",
+            ".json",
+            "4294967296.json",
+            "1 .json",
+        ] {
+            assert_eq!(job_of_file_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn links_fifos_and_forged_paths_are_unusable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = cfg(tmp.path());
+        write(&c, &Journal::new(1, 0, 0, "mps".into())).unwrap();
+        let victim = tmp.path().join("victim.json");
+        std::fs::write(
+            &victim,
+            serde_json::to_vec(&Journal::new(2, 0, 0, "mps".into())).unwrap(),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&victim, path(&c, 2)).unwrap();
+        let err = load(&c, 2).unwrap_err().to_string();
+        assert!(err.contains("a symbolic link, not a regular file"), "{err}");
+        let fifo =
+            std::ffi::CString::new(path(&c, 3).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let err = load(&c, 3).unwrap_err().to_string();
+        assert!(err.contains("a FIFO, not a regular file"), "{err}");
+        let mut j = Journal::new(4, 0, 0, "mps".into());
+        j.job_dir = Some(tmp.path().join("victim"));
+        std::fs::write(path(&c, 4), serde_json::to_vec(&j).unwrap()).unwrap();
+        let err = load(&c, 4).unwrap_err().to_string();
+        assert!(err.contains("its job_dir"), "{err}");
+        let mut j = Journal::new(5, 0, 0, "mps".into());
+        j.job_dir = Some(c.run_dir.join("job-5"));
+        j.mps = vec![MpsDaemon::in_dir(
+            &c.run_dir.join("job-5/gpu0/../../../victim"),
+            "GPU-a",
+        )];
+        std::fs::write(path(&c, 5), serde_json::to_vec(&j).unwrap()).unwrap();
+        let err = load(&c, 5).unwrap_err().to_string();
+        assert!(err.contains("is not inside"), "{err}");
+        let mut j = Journal::new(6, 0, 0, "mps".into());
+        j.job_dir = Some(c.run_dir.join("job-6"));
+        j.mps = vec![MpsDaemon::in_dir(&c.run_dir.join("job-6/gpu0"), "GPU-a")];
+        std::fs::write(path(&c, 6), serde_json::to_vec(&j).unwrap()).unwrap();
+        std::fs::set_permissions(path(&c, 6), std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            load(&c, 6).unwrap().unwrap(),
+            j,
+            "a journal as colloc writes it"
+        );
+        std::fs::set_permissions(path(&c, 6), std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(load(&c, 6).unwrap_err().to_string().contains("mode 0666"));
+    }
+
+    #[test]
+    fn an_unsafe_state_dir_is_not_read_or_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = cfg(tmp.path());
+        write(&c, &Journal::new(1, 0, 0, "mps".into())).unwrap();
+        std::fs::set_permissions(&c.state_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = load(&c, 1).unwrap_err();
+        assert!(err.is_unsafe_state_dir(), "{err}");
+        assert!(err.to_string().contains("mode 0777"), "{err}");
+        assert!(write(&c, &Journal::new(2, 0, 0, "mps".into())).is_err());
+        assert!(list(&c).is_err());
+        assert!(check_state_dir(&c).is_err());
+        assert!(GpuLock::acquire_within(&c, "GPU-a", Duration::ZERO).is_err());
+        assert!(roots_file_present(&c, 1));
+        assert!(!roots_file_present(&c, 2));
+        std::fs::set_permissions(&c.state_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        check_state_dir(&c).unwrap();
+        // The jobs directory itself opened up: the same.
+        std::fs::set_permissions(c.jobs_dir(), std::fs::Permissions::from_mode(0o733)).unwrap();
+        assert!(load(&c, 1).unwrap_err().is_unsafe_state_dir());
+    }
+
+    #[test]
+    fn unusable_entries_are_moved_aside_without_replacing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = cfg(tmp.path());
+        write(&c, &Journal::new(1, 0, 0, "mps".into())).unwrap();
+        std::fs::write(path(&c, 9), b"{").unwrap();
+        let to = quarantine(&c, "9.json").unwrap();
+        assert_eq!(to, c.state_dir.join("corrupt/9.json"));
+        std::fs::write(path(&c, 9), b"[").unwrap();
+        let to = quarantine(&c, "9.json").unwrap();
+        assert_eq!(to, c.state_dir.join("corrupt/9.json.1"));
+        assert_eq!(
+            std::fs::read(c.state_dir.join("corrupt/9.json")).unwrap(),
+            b"{"
+        );
+        assert_eq!(names(&c), vec!["1.json"]);
+        let mode = std::fs::metadata(c.state_dir.join("corrupt"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 
     #[test]

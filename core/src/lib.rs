@@ -8,9 +8,13 @@
 //! - [`journal`]: per-job journals and per-GPU locks.
 //! - [`reconfig`]: apply a mode to a job's GPUs and restore them.
 //! - [`mps`]: per-job MPS control daemons.
+//! - [`rundir`]: the per-job MPS directories under `run_dir`.
+//! - [`fs`]: root-side file system work that never follows a path a user can change.
+//! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod fs;
 pub mod gpu;
 pub mod holders;
 pub mod journal;
@@ -19,4 +23,5 @@ pub mod mode;
 pub mod mps;
 pub mod nvml;
 pub mod reconfig;
+pub mod rundir;
 pub mod sys;

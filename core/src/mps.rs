@@ -5,8 +5,14 @@
 //! control program's stdin, both with `CUDA_MPS_PIPE_DIRECTORY`/`CUDA_MPS_LOG_DIRECTORY`
 //! set. Whatever is still running afterwards is found by that environment variable in
 //! `/proc/<pid>/environ` and killed, so a daemon never outlives its job.
+//!
+//! Everything the control program and the daemon do runs as the job's user, who can stop,
+//! trace or replace them: every wait on them has a deadline, their output is read from an
+//! anonymous memory file with a size limit (root opens nothing in the user's
+//! directories), and only processes running wholly as that user are killed, through a
+//! pidfd, so a pid reused by someone else's process is never hit.
 
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,8 +20,18 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-/// How long the control program may take to answer one command.
-pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(15);
+use crate::sys::PidHandle;
+
+/// How long one job's daemons together may take to start (the prolog's share).
+pub const START_TIME: Duration = Duration::from_secs(20);
+/// How long the daemons of a job get to answer `quit` and exit, all at once.
+pub const QUIT_TIME: Duration = Duration::from_secs(10);
+/// How long processes killed after that get to disappear.
+pub const KILL_TIME: Duration = Duration::from_secs(5);
+/// Most bytes of the control program's output colloc reads.
+const OUTPUT_LIMIT: u64 = 4096;
+/// Most bytes of a process's environment read when looking for daemons.
+const ENVIRON_LIMIT: u64 = 1 << 20;
 
 /// Errors from starting or talking to an MPS daemon.
 #[derive(Debug, thiserror::Error)]
@@ -99,10 +115,14 @@ impl MpsDaemon {
 /// Who the daemon runs as: `None` for the calling user.
 pub type AsUser = Option<(u32, u32)>;
 
+/// Variables of colloc's own environment passed on to the control program: where the
+/// driver's libraries are, and the fake NVML's state for tests. The prolog's environment
+/// is slurmd's and `colloc apply`'s is the admin's: neither comes from a job. A user's
+/// `CUDA_*`, `LD_PRELOAD` and the like never reach the daemon.
+const PASSED_ON: &[&str] = &["LD_LIBRARY_PATH", "HOME", "COLLOC_FAKE_NVML_STATE"];
+
 fn control_command(program: &Path, d: &MpsDaemon, as_user: AsUser) -> Command {
     let mut cmd = Command::new(program);
-    // A clean environment: the prolog has almost none, and a user's stray CUDA_* must not
-    // leak into a daemon colloc starts on their behalf.
     cmd.env_clear()
         .env(
             "PATH",
@@ -111,7 +131,7 @@ fn control_command(program: &Path, d: &MpsDaemon, as_user: AsUser) -> Command {
         .env("CUDA_VISIBLE_DEVICES", &d.devices)
         .envs(d.env())
         .current_dir("/");
-    for key in ["LD_LIBRARY_PATH", "HOME", "COLLOC_FAKE_NVML_STATE"] {
+    for key in PASSED_ON {
         if let Some(v) = std::env::var_os(key) {
             cmd.env(key, v);
         }
@@ -120,57 +140,66 @@ fn control_command(program: &Path, d: &MpsDaemon, as_user: AsUser) -> Command {
         // std drops supplementary groups (setgroups(0)) when root changes uid.
         cmd.uid(uid).gid(gid);
     }
+    crate::sys::no_inherited_fds(&mut cmd);
     cmd
 }
 
-/// Run the control program with `args` and `input` on stdin; return its stdout.
+/// An anonymous file in memory: the control program's stdin, stdout and stderr. A daemon
+/// keeps its stdout and stderr open, so pipes would never reach end of file; a memory
+/// file lives in no directory a user can touch.
+fn memory_file(name: &std::ffi::CStr) -> std::io::Result<std::fs::File> {
+    let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// What the control program wrote, up to [`OUTPUT_LIMIT`] bytes. Read at offset 0 without
+/// moving the file offset, which a daemon still holding the file shares.
+fn written(f: &std::fs::File) -> String {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0u8; OUTPUT_LIMIT as usize];
+    let mut len = 0;
+    while len < bytes.len() {
+        match f.read_at(&mut bytes[len..], len as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    bytes.truncate(len);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Run the control program with `args` and `input` on stdin, until `deadline`; return its
+/// stdout.
 fn control(
     program: &Path,
     d: &MpsDaemon,
     as_user: AsUser,
     args: &[&str],
     input: &str,
+    deadline: Instant,
 ) -> Result<String, MpsError> {
     let what = if input.is_empty() {
         args.join(" ")
     } else {
         input.trim().to_string()
     };
-    let daemonize = args.contains(&"-d");
-    let mut cmd = control_command(program, d, as_user);
-    cmd.args(args).stdin(Stdio::piped());
-    // A daemon inherits our stdout/stderr: with pipes, reading them would wait for the
-    // daemon to exit. So `-d` writes to a file in its log directory instead.
-    let start_log = d.log_dir.join("colloc-control-start.log");
-    if daemonize {
-        let f = std::fs::File::create(&start_log).map_err(|source| MpsError::Dir {
-            path: start_log.clone(),
-            source,
-        })?;
-        if let Some((uid, gid)) = as_user {
-            let _ = std::os::unix::fs::chown(&start_log, Some(uid), Some(gid));
-        }
-        cmd.stdout(Stdio::from(f.try_clone().map_err(|source| {
-            MpsError::Dir {
-                path: start_log.clone(),
-                source,
-            }
-        })?))
-        .stderr(Stdio::from(f));
-    } else {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    }
-    let mut child = cmd.spawn().map_err(|source| MpsError::Spawn {
+    let spawn_err = |source| MpsError::Spawn {
         program: program.to_path_buf(),
         source,
-    })?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A control program that exits early closes its stdin; that shows in its status.
-        let _ = stdin.write_all(input.as_bytes());
-    }
-    // The daemonizing `-d` leaves a child holding our pipes only if it forgets to close
-    // them, so read with a deadline rather than to EOF.
-    let deadline = Instant::now() + CONTROL_TIMEOUT;
+    };
+    let mut stdin = memory_file(c"colloc-mps-in").map_err(spawn_err)?;
+    stdin
+        .write_all(input.as_bytes())
+        .and_then(|()| stdin.seek(std::io::SeekFrom::Start(0)).map(|_| ()))
+        .map_err(spawn_err)?;
+    let out = memory_file(c"colloc-mps-out").map_err(spawn_err)?;
+    let err = memory_file(c"colloc-mps-err").map_err(spawn_err)?;
+    let mut cmd = control_command(program, d, as_user);
+    cmd.args(args)
+        .stdin(Stdio::from(stdin))
+        .stdout(Stdio::from(out.try_clone().map_err(spawn_err)?))
+        .stderr(Stdio::from(err.try_clone().map_err(spawn_err)?));
+    let mut child = cmd.spawn().map_err(spawn_err)?;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -181,77 +210,40 @@ fn control(
                 return Err(MpsError::Timeout {
                     program: program.to_path_buf(),
                     what,
-                    secs: CONTROL_TIMEOUT.as_secs(),
+                    secs: deadline
+                        .saturating_duration_since(Instant::now())
+                        .as_secs()
+                        .max(1),
                 });
             }
         }
     };
-    let mut out = String::new();
-    let mut err = String::new();
-    if daemonize {
-        err = std::fs::read_to_string(&start_log).unwrap_or_default();
-    } else {
-        if let Some(mut s) = child.stdout.take() {
-            let _ = s.read_to_string(&mut out);
-        }
-        if let Some(mut s) = child.stderr.take() {
-            let _ = s.read_to_string(&mut err);
-        }
-    }
     if !status.success() {
         return Err(MpsError::Failed {
             program: program.to_path_buf(),
             what,
             status: status.to_string(),
-            stderr: err.trim().replace('\n', " "),
+            stderr: written(&err).trim().replace('\n', " "),
         });
     }
-    Ok(out)
+    Ok(written(&out))
 }
 
-fn make_dir(path: &Path, as_user: AsUser) -> Result<(), MpsError> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    let err = |source| MpsError::Dir {
-        path: path.to_path_buf(),
-        source,
-    };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
-    if let Some((uid, gid)) = as_user {
-        std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(err)?;
-    }
-    Ok(())
-}
-
-/// Create the daemon's directories (mode 0700, owned by `as_user`) and start it.
-/// `dir_owner_root`: an enclosing per-job directory to create with the same owner and mode.
+/// Start the daemon of `d` (its directories must exist and belong to `as_user`), waiting
+/// for the control program until `deadline`.
 ///
 /// # Errors
-/// [`MpsError`] when a directory cannot be made or the control program fails; nothing
-/// is left running then.
-pub fn start(
+/// [`MpsError`] when the control program fails or does not answer in time; whatever it
+/// started is killed then.
+pub fn start_daemon(
     program: &Path,
     d: &MpsDaemon,
-    job_dir: Option<&Path>,
     as_user: AsUser,
+    deadline: Instant,
 ) -> Result<(), MpsError> {
-    if let Some(dir) = job_dir {
-        make_dir(dir, as_user)?;
-    }
-    // Each level below the job directory belongs to the job's user too: a root-owned
-    // 0700 `gpuN` in between would lock the user out of their own pipe directory.
-    for dir in [&d.pipe_dir, &d.log_dir] {
-        if let Some(parent) = dir.parent() {
-            make_dir(parent, as_user)?;
-        }
-        make_dir(dir, as_user)?;
-    }
-    if let Err(e) = control(program, d, as_user, &["-d"], "") {
-        kill_remaining(d, Duration::ZERO);
+    if let Err(e) = control(program, d, as_user, &["-d"], "", deadline) {
+        let uid = as_user.map_or_else(crate::sys::euid, |(u, _)| u);
+        kill_daemon(d, uid, Instant::now() + KILL_TIME);
         return Err(e);
     }
     log::info!(
@@ -265,9 +257,11 @@ pub fn start(
 /// PIDs of MPS servers the daemon reports (`get_server_list`).
 ///
 /// # Errors
-/// [`MpsError`] when the control program fails (e.g. no daemon runs).
+/// [`MpsError`] when the control program fails (e.g. no daemon runs) or takes over
+/// [`QUIT_TIME`].
 pub fn server_list(program: &Path, d: &MpsDaemon, as_user: AsUser) -> Result<Vec<u32>, MpsError> {
-    let out = control(program, d, as_user, &[], "get_server_list\n")?;
+    let deadline = Instant::now() + QUIT_TIME;
+    let out = control(program, d, as_user, &[], "get_server_list\n", deadline)?;
     Ok(parse_server_list(&out))
 }
 
@@ -276,98 +270,177 @@ pub fn parse_server_list(out: &str) -> Vec<u32> {
     out.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
-/// What [`stop`] did.
+/// What [`stop_daemon`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct StopReport {
     /// The daemon answered `quit`.
     pub quit_ok: bool,
     /// Processes that had to be killed afterwards.
     pub killed: Vec<u32>,
+    /// Processes still there after SIGKILL and [`KILL_TIME`] (stuck in the kernel).
+    pub survived: Vec<u32>,
 }
 
-/// Stop a daemon: `quit`, wait up to `grace` for its processes to end, kill what remains,
-/// and remove its directories (and `job_dir` if given). Safe to call when no daemon runs.
-pub fn stop(
-    program: &Path,
+/// Stop a daemon: `quit` (through `program`; without one, straight to the kill) and wait
+/// for its processes to end until `quit_deadline`, then kill what remains and wait for it
+/// until `kill_deadline`. Safe to call when no daemon runs. Its directories are left to
+/// the caller.
+pub fn stop_daemon(
+    program: Option<&Path>,
     d: &MpsDaemon,
-    job_dir: Option<&Path>,
     as_user: AsUser,
-    grace: Duration,
+    quit_deadline: Instant,
+    kill_deadline: Instant,
 ) -> StopReport {
+    let uid = as_user.map_or_else(crate::sys::euid, |(u, _)| u);
     let mut report = StopReport::default();
-    if d.pipe_dir.exists() {
-        match control(program, d, as_user, &[], "quit\n") {
+    if let Some(program) = program {
+        match control(program, d, as_user, &[], "quit\n", quit_deadline) {
             Ok(_) => report.quit_ok = true,
             Err(e) => log::debug!("MPS quit for {}: {e}", d.pipe_dir.display()),
         }
     }
-    report.killed = kill_remaining(d, grace);
-    for dir in [
-        Some(d.pipe_dir.as_path()),
-        Some(d.log_dir.as_path()),
-        job_dir,
-    ]
-    .into_iter()
-    .flatten()
+    while program.is_some()
+        && Instant::now() < quit_deadline
+        && !daemon_processes(d, uid).is_empty()
     {
-        if let Err(e) = std::fs::remove_dir_all(dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                log::warn!("cannot remove {}: {e}", dir.display());
-            }
-        }
+        std::thread::sleep(Duration::from_millis(50));
     }
+    let (killed, survived) = kill_daemon(d, uid, kill_deadline);
+    report.killed = killed;
+    report.survived = survived;
     report
 }
 
-/// Processes whose environment names this daemon's pipe directory.
-pub fn daemon_processes(d: &MpsDaemon) -> Vec<u32> {
+/// Stop the daemons of one job all at once (one thread each), so the whole stop takes
+/// at most [`QUIT_TIME`] + [`KILL_TIME`] from `start` whatever the number of GPUs.
+pub fn stop_all(
+    program: Option<&Path>,
+    daemons: &[MpsDaemon],
+    as_user: AsUser,
+    start: Instant,
+) -> Vec<StopReport> {
+    let quit_deadline = start + QUIT_TIME;
+    let kill_deadline = quit_deadline + KILL_TIME;
+    let stop = |d: &MpsDaemon| stop_daemon(program, d, as_user, quit_deadline, kill_deadline);
+    std::thread::scope(|scope| {
+        let running: Vec<_> = daemons
+            .iter()
+            .map(|d| {
+                std::thread::Builder::new()
+                    .name("colloc-mps-stop".into())
+                    .spawn_scoped(scope, move || stop(d))
+                    .map_err(|e| (d, e))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|r| match r {
+                Ok(handle) => handle.join().unwrap_or_default(),
+                // No thread to be had: stop this one here, within what is left.
+                Err((d, e)) => {
+                    log::warn!(
+                        "no thread to stop {} ({e}); stopping it in turn",
+                        d.pipe_dir.display()
+                    );
+                    stop(d)
+                }
+            })
+            .collect()
+    })
+}
+
+/// Processes of this daemon: named `nvidia-cuda-mps…`, running wholly as `uid` (real,
+/// effective, saved and file system ids), with `CUDA_MPS_PIPE_DIRECTORY=<its pipe dir>` in
+/// their environment. Each is pinned (pidfd) before it is inspected and checked to be
+/// alive after, so what was read is that process's.
+pub fn daemon_processes(d: &MpsDaemon, uid: u32) -> Vec<PidHandle> {
     let needle = format!("CUDA_MPS_PIPE_DIRECTORY={}", d.pipe_dir.display());
     let me = std::process::id();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut pids = Vec::new();
+    let mut found = Vec::new();
     for e in entries.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        if pid == me {
+        if pid == me || !is_mps_process(pid) {
             continue;
         }
-        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+        let Some(handle) = PidHandle::open(pid) else {
             continue;
         };
-        if env.split(|&b| b == 0).any(|v| v == needle.as_bytes()) && is_mps_process(pid) {
-            pids.push(pid);
+        if !runs_wholly_as(pid, uid) || !environ_has(pid, needle.as_bytes()) {
+            continue;
+        }
+        if handle.signal(0) {
+            found.push(handle);
         }
     }
-    pids
+    found
 }
 
 /// Only MPS programs are killed by environment match: a job's own clients carry the same
 /// variable and are not ours to kill here.
 fn is_mps_process(pid: u32) -> bool {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    let comm = comm.trim();
     // comm is cut at 15 bytes: "nvidia-cuda-mps" covers -control and -server.
-    comm.starts_with("nvidia-cuda-mps")
+    comm.trim().starts_with("nvidia-cuda-mps")
 }
 
-fn kill_remaining(d: &MpsDaemon, grace: Duration) -> Vec<u32> {
-    let deadline = Instant::now() + grace;
+/// Are all four user ids of `pid` (`Uid:` in its status) `uid`? A set-uid program a user
+/// started is not: root never kills a process that holds anyone else's privileges.
+fn runs_wholly_as(pid: u32, uid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    parse_uid_line(&status).is_some_and(|ids| ids.iter().all(|&i| i == uid))
+}
+
+/// The four ids of the `Uid:` line of `/proc/<pid>/status`.
+fn parse_uid_line(status: &str) -> Option<[u32; 4]> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let ids: Vec<u32> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    ids.try_into().ok()
+}
+
+fn environ_has(pid: u32, needle: &[u8]) -> bool {
+    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let mut env = Vec::new();
+    if f.take(ENVIRON_LIMIT).read_to_end(&mut env).is_err() {
+        return false;
+    }
+    env.split(|&b| b == 0).any(|v| v == needle)
+}
+
+/// SIGKILL the daemon's processes and wait for them to go until `deadline`. Returns the
+/// killed pids and those still there at the deadline.
+fn kill_daemon(d: &MpsDaemon, uid: u32, deadline: Instant) -> (Vec<u32>, Vec<u32>) {
+    let procs = daemon_processes(d, uid);
+    for p in &procs {
+        log::warn!(
+            "killing MPS process {} of {}",
+            p.pid(),
+            d.pipe_dir.display()
+        );
+        p.signal(libc::SIGKILL);
+    }
+    let killed: Vec<u32> = procs.iter().map(PidHandle::pid).collect();
     loop {
-        let pids = daemon_processes(d);
-        if pids.is_empty() {
-            return Vec::new();
+        let left: Vec<u32> = procs
+            .iter()
+            .filter(|p| !p.gone())
+            .map(PidHandle::pid)
+            .collect();
+        if left.is_empty() || Instant::now() >= deadline {
+            return (killed, left);
         }
-        if Instant::now() >= deadline {
-            for &pid in &pids {
-                log::warn!("killing MPS process {pid} of {}", d.pipe_dir.display());
-                crate::sys::kill(pid, libc::SIGKILL);
-            }
-            return pids;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -390,6 +463,8 @@ impl PrivateDaemon {
         use std::os::unix::fs::DirBuilderExt;
         let base = std::env::temp_dir();
         let mut n = 0u32;
+        // A fresh directory (mkdir never follows a link that is already there), 0700: no
+        // one else can put anything inside.
         let dir = loop {
             let p = base.join(format!("{prefix}-{}-{n}", std::process::id()));
             match std::fs::DirBuilder::new().mode(0o700).create(&p) {
@@ -403,7 +478,21 @@ impl PrivateDaemon {
             daemon: MpsDaemon::in_dir(&dir, devices),
             dir,
         };
-        start(&guard.program, &guard.daemon, None, None)?;
+        for sub in [&guard.daemon.pipe_dir, &guard.daemon.log_dir] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(sub)
+                .map_err(|source| MpsError::Dir {
+                    path: sub.clone(),
+                    source,
+                })?;
+        }
+        start_daemon(
+            &guard.program,
+            &guard.daemon,
+            None,
+            Instant::now() + START_TIME,
+        )?;
         log::info!("started MPS daemon ({})", guard.dir.display());
         Ok(guard)
     }
@@ -416,17 +505,23 @@ impl PrivateDaemon {
 
 impl Drop for PrivateDaemon {
     fn drop(&mut self) {
-        let r = stop(
-            &self.program,
+        let quit = Instant::now() + QUIT_TIME;
+        let r = stop_daemon(
+            Some(&self.program),
             &self.daemon,
-            Some(&self.dir),
             None,
-            Duration::from_secs(5),
+            quit,
+            quit + KILL_TIME,
         );
         if r.killed.is_empty() {
             log::info!("stopped MPS daemon in {}", self.dir.display());
         } else {
             log::warn!("MPS daemon did not quit; killed {:?}", r.killed);
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!("cannot remove {}: {e}", self.dir.display());
+            }
         }
     }
 }
@@ -482,21 +577,153 @@ mod tests {
         assert!(parse_server_list("").is_empty());
     }
 
-    #[test]
-    fn start_and_stop_with_a_shell_stand_in() {
-        let tmp = tempfile::tempdir().unwrap();
-        // A stand-in control program: `-d` fails, so start must report it and leave
-        // nothing behind.
-        let prog = tmp.path().join("ctl");
-        std::fs::write(&prog, "#!/bin/sh\necho 'no GPU' >&2\nexit 3\n").unwrap();
+    fn stand_in(dir: &Path, body: &str) -> PathBuf {
+        let prog = dir.join("nvidia-cuda-mps-control");
+        std::fs::write(&prog, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
+        prog
+    }
+
+    #[test]
+    fn a_failing_start_is_reported_with_what_the_program_said() {
+        let tmp = tempfile::tempdir().unwrap();
+        // `-d` fails: start must report it (from the memory file, not from the user's log
+        // directory, which does not even exist here).
+        let prog = stand_in(tmp.path(), "echo 'no GPU' >&2\nexit 3");
         let d = MpsDaemon::in_dir(&tmp.path().join("job"), "GPU-x");
-        let err = start(&prog, &d, None, None).unwrap_err().to_string();
+        let soon = Instant::now() + Duration::from_secs(10);
+        let err = start_daemon(&prog, &d, None, soon).unwrap_err().to_string();
         assert!(err.contains("-d failed"), "{err}");
         assert!(err.contains("no GPU"), "{err}");
-        let report = stop(&prog, &d, None, None, Duration::ZERO);
+        let report = stop_daemon(Some(&prog), &d, None, soon, soon);
         assert!(!report.quit_ok);
-        assert!(!d.pipe_dir.exists());
+        assert!(report.killed.is_empty());
+    }
+
+    #[test]
+    fn output_is_read_up_to_a_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let prog = stand_in(
+            tmp.path(),
+            "head -c 100000 /dev/zero | tr '\\0' x >&2\nexit 1",
+        );
+        let d = MpsDaemon::in_dir(tmp.path(), "GPU-x");
+        let soon = Instant::now() + Duration::from_secs(10);
+        let err = control(&prog, &d, None, &[], "quit\n", soon)
+            .unwrap_err()
+            .to_string();
+        assert!(err.len() < 4096 + 200, "{} bytes", err.len());
+    }
+
+    #[test]
+    fn a_control_program_that_hangs_is_stopped_at_the_deadline() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Ignores stdin and never exits, like a client of a stopped daemon.
+        let prog = stand_in(tmp.path(), "exec sleep 60");
+        let d = MpsDaemon::in_dir(tmp.path(), "GPU-x");
+        let t = Instant::now();
+        let err = control(
+            &prog,
+            &d,
+            None,
+            &[],
+            "quit\n",
+            t + Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(matches!(err, MpsError::Timeout { .. }), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn uid_lines() {
+        let status = "Name:\tbash\nUid:\t1000\t1000\t0\t1000\nGid:\t1\t1\t1\t1\n";
+        assert_eq!(parse_uid_line(status), Some([1000, 1000, 0, 1000]));
+        assert_eq!(parse_uid_line("Name: x\n"), None);
+        assert_eq!(parse_uid_line("Uid:\t1\t2\n"), None);
+    }
+
+    #[test]
+    fn only_mps_processes_of_the_user_with_the_pipe_dir_are_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = MpsDaemon::in_dir(&tmp.path().join("gpu0"), "GPU-x");
+        // A process named like a daemon (the file name is the comm), with the pipe dir.
+        let fake = tmp.path().join("nvidia-cuda-mps-server");
+        std::fs::copy("/bin/sleep", &fake).unwrap();
+        let spawn = |pipe: &Path| {
+            Command::new(&fake)
+                .arg("30")
+                .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+                .spawn()
+                .unwrap()
+        };
+        let mut ours = spawn(&d.pipe_dir);
+        let mut other_dir = spawn(&tmp.path().join("gpu1/pipe"));
+        // A client of the daemon (not named nvidia-cuda-mps*) is not the daemon's.
+        let mut client = Command::new("sleep")
+            .arg("30")
+            .env("CUDA_MPS_PIPE_DIRECTORY", &d.pipe_dir)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let me = crate::sys::euid();
+        let found: Vec<u32> = daemon_processes(&d, me)
+            .iter()
+            .map(PidHandle::pid)
+            .collect();
+        assert_eq!(found, vec![ours.id()]);
+        // Another user's: none of this user's processes qualify.
+        assert!(daemon_processes(&d, me + 1).is_empty());
+        let (killed, survived) = kill_daemon(&d, me, Instant::now() + KILL_TIME);
+        assert_eq!(killed, vec![ours.id()]);
+        assert!(survived.is_empty());
+        assert!(ours.wait().is_ok());
+        for c in [&mut other_dir, &mut client] {
+            assert!(
+                c.try_wait().unwrap().is_none(),
+                "killed a process not of the daemon"
+            );
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    #[test]
+    fn stopped_daemons_of_many_gpus_are_stopped_within_one_budget() {
+        let tmp = tempfile::tempdir().unwrap();
+        // quit never answers (a daemon stopped with SIGSTOP); each "daemon" is a process
+        // named nvidia-cuda-mps-server that ignores SIGTERM.
+        let prog = stand_in(tmp.path(), "exec sleep 60");
+        let fake = tmp.path().join("nvidia-cuda-mps-server");
+        std::fs::copy("/bin/sleep", &fake).unwrap();
+        let daemons: Vec<MpsDaemon> = (0..6)
+            .map(|i| MpsDaemon::in_dir(&tmp.path().join(format!("gpu{i}")), "GPU-x"))
+            .collect();
+        let mut procs: Vec<_> = daemons
+            .iter()
+            .map(|d| {
+                let c = Command::new(&fake)
+                    .arg("60")
+                    .env("CUDA_MPS_PIPE_DIRECTORY", &d.pipe_dir)
+                    .spawn()
+                    .unwrap();
+                crate::sys::kill(c.id(), libc::SIGSTOP);
+                c
+            })
+            .collect();
+        let t = Instant::now();
+        // The budget starts in the past: only a fraction of QUIT_TIME is left.
+        let start = t - QUIT_TIME + Duration::from_millis(500);
+        let reports = stop_all(Some(&prog), &daemons, None, start);
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(500) + KILL_TIME, "{took:?}");
+        assert_eq!(reports.len(), 6);
+        for (r, p) in reports.iter().zip(&mut procs) {
+            assert_eq!(r.killed, vec![p.id()]);
+            assert!(r.survived.is_empty());
+            assert!(!r.quit_ok);
+            p.wait().unwrap();
+        }
     }
 }

@@ -9,9 +9,15 @@
 //!   reason. Only real node faults are errors ([`NodeFault`]), which fail the prolog.
 //! - All or nothing: a failure part way undoes what was made.
 //! - Restore is idempotent and undoes a prolog that died at any point.
+//! - A job's own files (its MPS directories under `run_dir`, its daemons) are not the
+//!   node's state: a failure to set them up refuses the job, a failure to remove them is
+//!   a warning. Every wait on something the job's user can stall has a deadline: the MPS
+//!   part of a restore takes at most [`MPS_RESTORE_BUDGET`] whatever the GPU count.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+use crate::rundir;
 
 use crate::config::Config;
 use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, HoldReason};
@@ -37,8 +43,12 @@ pub const MARKED_RETRY_BUDGET: Duration = Duration::from_secs(1);
 const RETRY_PAUSE_FIRST: Duration = Duration::from_millis(100);
 /// Longest pause between destroys answered IN_USE.
 const RETRY_PAUSE_MAX: Duration = Duration::from_secs(2);
-/// How long an MPS daemon gets to quit before it is killed.
-pub const MPS_GRACE: Duration = Duration::from_secs(5);
+/// The longest the MPS part of a restore takes, whatever the number of GPUs: all daemons
+/// are stopped at once ([`mps::QUIT_TIME`] to quit, [`mps::KILL_TIME`] for what is then
+/// killed to go), then the job's files are removed ([`rundir::CLEANUP_TIME`]).
+pub const MPS_RESTORE_BUDGET: Duration = mps::QUIT_TIME
+    .saturating_add(mps::KILL_TIME)
+    .saturating_add(rundir::CLEANUP_TIME);
 
 /// What a job asks for, from the job's environment (never from user input but the mode).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +109,24 @@ fn refuse(message: impl Into<String>, bad_request: bool) -> Outcome {
     })
 }
 
+/// Why a reconfiguration stopped part way.
+#[derive(Debug)]
+enum Failure {
+    /// The job cannot have it (its files, its daemon): refuse it once undone.
+    Refuse(String),
+    /// The node failed (NVML): a fault once undone.
+    Fault(NodeFault),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Refuse(m) => f.write_str(m),
+            Failure::Fault(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 /// Apply `spec.mode` to the job's GPUs. See the module docs for what is refused and what
 /// is a fault. Running it again for a job that is already applied returns the same
 /// environment; a journal left in `Applying` by a crash is restored first.
@@ -108,6 +136,13 @@ fn refuse(message: impl Into<String>, bad_request: bool) -> Outcome {
 pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outcome, NodeFault> {
     if spec.mode == Mode::Off {
         return Ok(Outcome::Off);
+    }
+    // Nothing in a state_dir someone else could change is trusted, and nothing can be
+    // recorded there: refuse, unrecorded (the job's tasks meet the same error when they
+    // look for the journal).
+    if let Err(e) = journal::check_state_dir(cfg) {
+        log::error!("job {}: refused: {e}", spec.job);
+        return Ok(refuse(e.to_string(), false));
     }
     // Journals of an earlier boot describe instances and daemons the reboot removed; they
     // must not hold GPUs (or answer for a requeued job with the same id): restore them.
@@ -214,6 +249,25 @@ fn refused(
     Ok(refuse(message, bad_request))
 }
 
+/// Refuse a job whose GPUs are as they were, recording why where the journal can be
+/// written (the job's tasks report it); where it cannot (a full or unsafe `state_dir`),
+/// the refusal is only logged and the tasks fail for want of a record. Never a fault.
+pub fn record_refusal(cfg: &Config, spec: &JobSpec, message: String) -> Outcome {
+    match refused(cfg, spec, message.clone(), false) {
+        Ok(o) => o,
+        Err(e) => {
+            log::error!(
+                "job {}: cannot record its refusal ({e}): {message}",
+                spec.job
+            );
+            if let Err(e) = journal::remove(cfg, spec.job) {
+                log::error!("job {}: {e}", spec.job);
+            }
+            refuse(message, false)
+        }
+    }
+}
+
 fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outcome, NodeFault> {
     if let Err(msg) = cfg.check_allowed(&spec.mode) {
         return refused(cfg, spec, msg, true);
@@ -255,7 +309,11 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
         return refused(
             cfg,
             spec,
-            format!("{e}; colloc changes no GPU until an admin runs `colloc restore --all` or removes it"),
+            format!(
+                "{e}; colloc changes no GPU until an admin runs `colloc restore --all` \
+                 (which moves it to {}) and checks the GPUs with `colloc status`",
+                cfg.state_dir.join(journal::CORRUPT_DIR).display()
+            ),
             false,
         );
     }
@@ -365,36 +423,55 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
         r.planned = p.clone();
     }
     j.gpus = records;
-    journal::write(cfg, &j)?;
+    if let Err(e) = journal::write(cfg, &j) {
+        // Nothing changed yet.
+        return Ok(record_refusal(
+            cfg,
+            spec,
+            format!("colloc cannot record the job's setup: {e}"),
+        ));
+    }
 
     let mut refusal = None;
     let result = match &spec.mode {
-        Mode::Mig(_) => make_instances(ctl, &mut j).map(|r| refusal = r),
+        Mode::Mig(_) => make_instances(ctl, &mut j)
+            .map(|r| refusal = r)
+            .map_err(Failure::Fault),
         Mode::Mps { .. } => start_mps(cfg, &mut j),
         Mode::Naive | Mode::Off => Ok(()),
-    };
-    if let Err(e) = result {
-        log::info!("job {}: reconfiguration failed, undoing it: {e}", spec.job);
-        if let Err(undo) = undo(cfg, ctl, &mut j) {
-            log::error!("job {}: undo failed too: {undo}", spec.job);
-            return Err(NodeFault::Restore(format!(
-                "{e}; undoing it failed: {undo}"
-            )));
-        }
-        return Err(e);
     }
-    if let Some(msg) = refusal {
-        // The GPU cannot take the layout now (its MIG mode stays pending): a known
-        // state, not a node fault. Undo, then record why for the job's tasks.
-        log::info!("job {}: {msg}; undoing", spec.job);
-        if undo(cfg, ctl, &mut j)? {
-            return Ok(refuse(msg, false));
+    .and_then(|()| match refusal.take() {
+        // The GPU cannot take the layout now (its MIG mode stays pending): a known state,
+        // not a node fault.
+        Some(msg) => Err(Failure::Refuse(msg)),
+        None => {
+            j.env = job_env(&j, &gpus, &spec.mode);
+            j.phase = Phase::Applied;
+            journal::write(cfg, &j)
+                .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))
         }
-        return refused(cfg, spec, msg, false);
+    });
+    if let Err(failure) = result {
+        log::info!(
+            "job {}: reconfiguration failed, undoing it: {failure}",
+            spec.job
+        );
+        let marked = match undo(cfg, ctl, &mut j) {
+            Ok(marked) => marked,
+            Err(undo) => {
+                log::error!("job {}: undo failed too: {undo}", spec.job);
+                return Err(NodeFault::Restore(format!(
+                    "{failure}; undoing it failed: {undo}"
+                )));
+            }
+        };
+        return match failure {
+            Failure::Fault(e) => Err(e),
+            // The journal stays, marked with what holds the GPU: it says why already.
+            Failure::Refuse(message) if marked => Ok(refuse(message, false)),
+            Failure::Refuse(message) => Ok(record_refusal(cfg, spec, message)),
+        };
     }
-    j.env = job_env(&j, &gpus, &spec.mode);
-    j.phase = Phase::Applied;
-    journal::write(cfg, &j)?;
     log::info!(
         "job {}: applied {} on GPU(s) {:?}",
         spec.job,
@@ -482,23 +559,43 @@ fn make_instances(ctl: &dyn GpuControl, j: &mut Journal) -> Result<Option<String
     Ok(None)
 }
 
-fn start_mps(cfg: &Config, j: &mut Journal) -> Result<(), NodeFault> {
+/// The MPS control program, if it is one root may run for a user: a regular file only
+/// root can change (else whoever can change it runs code as every MPS job's user).
+fn trusted_mps_control(cfg: &Config) -> Result<PathBuf, String> {
     let program = cfg.mps_control_path().ok_or_else(|| {
-        NodeFault::Restore(format!(
-            "MPS control program {} not found in {}",
+        format!(
+            "the MPS control program {} is not installed on this node (looked in {}); \
+             ask the admin",
             cfg.mps_control,
             crate::config::SYSTEM_BIN_DIRS.join(":")
-        ))
+        )
     })?;
-    let job_dir = cfg.run_dir.join(format!("job-{}", j.job));
-    j.job_dir = Some(job_dir.clone());
-    let user = Some((j.uid, j.gid));
-    for g in j.gpus.clone() {
-        let d = MpsDaemon::in_dir(&job_dir.join(format!("gpu{}", g.index)), &g.uuid);
-        // Record before starting, so a crash in between is cleaned up by restore.
-        j.mps.push(d.clone());
-        journal::write(cfg, j)?;
-        mps::start(&program, &d, Some(&job_dir), user)?;
+    crate::fs::open_trusted_file(&program)
+        .map(|_| program)
+        .map_err(|e| format!("the MPS control program: {e}"))
+}
+
+/// Start one MPS daemon per GPU, as the job's user, in `run_dir/job-<id>/gpu<K>`.
+/// Failures refuse the job: they concern its files and daemons, not the GPUs.
+fn start_mps(cfg: &Config, j: &mut Journal) -> Result<(), Failure> {
+    let program = trusted_mps_control(cfg).map_err(Failure::Refuse)?;
+    j.job_dir = Some(rundir::job_dir(cfg, j.job));
+    j.mps = j
+        .gpus
+        .iter()
+        .map(|g| MpsDaemon::in_dir(&rundir::gpu_dir(cfg, j.job, g.index), &g.uuid))
+        .collect();
+    // Record before making anything, so a crash in between is cleaned up by restore.
+    journal::write(cfg, j)
+        .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))?;
+    let indexes: Vec<u32> = j.gpus.iter().map(|g| g.index).collect();
+    rundir::create(cfg, j.job, j.uid, j.gid, &indexes)
+        .map_err(|e| Failure::Refuse(format!("cannot set up the job's MPS directories: {e}")))?;
+    // One deadline for all of them: the prolog's time does not grow with the GPU count.
+    let deadline = Instant::now() + mps::START_TIME;
+    for d in &j.mps {
+        mps::start_daemon(&program, d, Some((j.uid, j.gid)), deadline)
+            .map_err(|e| Failure::Refuse(format!("the MPS daemon did not start: {e}")))?;
     }
     Ok(())
 }
@@ -582,6 +679,21 @@ pub struct RestoreReport {
     /// [`MIG_RESTORE_BUDGET`] because something outside colloc holds them. Their journal
     /// stays; the job is not in `jobs`.
     pub held: Vec<GpuHold>,
+    /// Unusable journals moved to `state_dir/corrupt/` (`restore --all`).
+    pub quarantined: Vec<Quarantined>,
+    /// What could not be cleaned up of the jobs' own files (logged; not a failure).
+    pub warnings: Vec<String>,
+}
+
+/// An unusable journal that `restore --all` moved aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// Where it was.
+    pub file: PathBuf,
+    /// Where it is now.
+    pub moved_to: PathBuf,
+    /// Why it could not be used.
+    pub why: String,
 }
 
 /// Restore the job's GPUs to what its journal recorded and remove the journal. No journal:
@@ -659,16 +771,41 @@ pub fn restore_within(
     Ok(report)
 }
 
-/// Restore every journal. Continues past failures and returns the first one.
+/// Restore every journal, going by the files in `state_dir/jobs`: each journal is
+/// restored; anything there that is not a usable journal (corrupt, misnamed, naming
+/// another job, not a plain root-owned file) is moved to `state_dir/corrupt/` and listed
+/// in the report, since the GPUs it may describe need an admin's look. Then what earlier
+/// restores had to move aside under `run_dir` is removed. Continues past failures and
+/// returns the first one.
 ///
 /// # Errors
 /// The first [`NodeFault`] met.
 pub fn restore_all(cfg: &Config, ctl: Option<&dyn GpuControl>) -> Result<RestoreReport, NodeFault> {
     let mut total = RestoreReport::default();
     let mut first_err = None;
-    for entry in journal::list(cfg)? {
-        let job = match entry {
+    for entry in journal::scan(cfg)? {
+        let job = match entry.journal {
             Ok(j) => j.job,
+            Err(JournalError::Corrupt { path, message }) => {
+                match journal::quarantine(cfg, &entry.name) {
+                    Ok(to) => {
+                        log::error!(
+                            "journal {} is unusable ({message}); moved it to {}",
+                            path.display(),
+                            to.display()
+                        );
+                        total.quarantined.push(Quarantined {
+                            file: path,
+                            moved_to: to,
+                            why: message,
+                        });
+                    }
+                    Err(e) => {
+                        first_err.get_or_insert(NodeFault::Journal(e));
+                    }
+                }
+                continue;
+            }
             Err(e) => {
                 first_err.get_or_insert(NodeFault::Journal(e));
                 continue;
@@ -681,12 +818,19 @@ pub fn restore_all(cfg: &Config, ctl: Option<&dyn GpuControl>) -> Result<Restore
                 total.mps_stopped += r.mps_stopped;
                 total.killed.extend(r.killed);
                 total.held.extend(r.held);
+                total.warnings.extend(r.warnings);
             }
             Err(e) => {
                 log::error!("job {job}: {e}");
                 first_err.get_or_insert(e);
             }
         }
+    }
+    for left in rundir::clear_leftovers(cfg, Instant::now() + rundir::CLEANUP_TIME) {
+        total.warnings.push(format!(
+            "{} could not be removed (see the log); remove it by hand",
+            left.display()
+        ));
     }
     match first_err {
         Some(e) => Err(e),
@@ -702,25 +846,7 @@ fn restore_locked(
 ) -> Result<RestoreReport, NodeFault> {
     let mut report = RestoreReport::default();
     if !j.mps.is_empty() || j.job_dir.is_some() {
-        let program = cfg
-            .mps_control_path()
-            .unwrap_or_else(|| PathBuf::from(&cfg.mps_control));
-        let user = Some((j.uid, j.gid));
-        for d in &j.mps {
-            let r = mps::stop(&program, d, None, user, MPS_GRACE);
-            report.killed.extend(r.killed);
-            report.mps_stopped += 1;
-        }
-        if let Some(dir) = &j.job_dir {
-            if let Err(e) = std::fs::remove_dir_all(dir) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    return Err(NodeFault::Restore(format!(
-                        "cannot remove {}: {e}",
-                        dir.display()
-                    )));
-                }
-            }
-        }
+        restore_mps(cfg, j, &mut report);
     }
     let has_mig = j
         .gpus
@@ -859,6 +985,51 @@ fn destroy_with_retries(
         );
         std::thread::sleep(pause);
         pause = (pause * 2).min(RETRY_PAUSE_MAX);
+    }
+}
+
+/// Stop the job's MPS daemons (all at once) and remove its directories, within
+/// [`MPS_RESTORE_BUDGET`]. Never a fault: what is left is reported as a warning.
+fn restore_mps(cfg: &Config, j: &Journal, report: &mut RestoreReport) {
+    let program = match trusted_mps_control(cfg) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            log::warn!(
+                "job {}: {e}; killing its daemons without asking them to quit",
+                j.job
+            );
+            None
+        }
+    };
+    let reports = mps::stop_all(
+        program.as_deref(),
+        &j.mps,
+        Some((j.uid, j.gid)),
+        Instant::now(),
+    );
+    for (d, r) in j.mps.iter().zip(&reports) {
+        report.killed.extend(&r.killed);
+        if !r.survived.is_empty() {
+            let w = format!(
+                "MPS processes {:?} of {} are still there after SIGKILL",
+                r.survived,
+                d.pipe_dir.display()
+            );
+            log::error!("job {}: {w}", j.job);
+            report.warnings.push(w);
+        }
+    }
+    report.mps_stopped += reports.len();
+    let cleanup = rundir::remove(cfg, j.job, Instant::now() + rundir::CLEANUP_TIME);
+    if let Some(problem) = cleanup.problem {
+        report.warnings.push(match cleanup.moved_aside {
+            Some(to) => format!(
+                "job {}: some of its files could not be removed ({problem}); moved to {}",
+                j.job,
+                to.display()
+            ),
+            None => format!("job {}: {problem}", j.job),
+        });
     }
 }
 

@@ -1,6 +1,9 @@
 //! The few libc calls colloc-core needs that std does not offer. All `unsafe` of the crate
 //! outside the NVML layer lives here.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
 /// Send `sig` to process `pid`. Returns false if the process does not exist (or is not
 /// ours to signal).
 pub fn kill(pid: u32, sig: i32) -> bool {
@@ -35,4 +38,316 @@ pub fn gid() -> u32 {
 pub fn uid() -> u32 {
     // SAFETY: getuid(2) cannot fail and touches no memory.
     unsafe { libc::getuid() }
+}
+
+/// One process, pinned by a pidfd where the kernel has them (Linux 5.3+): signals sent
+/// through it reach that process and never one that reused its pid after it exited.
+#[derive(Debug)]
+pub struct PidHandle {
+    pid: u32,
+    fd: Option<OwnedFd>,
+}
+
+impl PidHandle {
+    /// Pin process `pid`; `None` when there is no such process. On a kernel without
+    /// pidfds the handle falls back to the plain pid.
+    pub fn open(pid: u32) -> Option<PidHandle> {
+        let raw = libc::pid_t::try_from(pid).ok().filter(|p| *p > 0)?;
+        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+        if fd >= 0 {
+            let fd = i32::try_from(fd).ok()?;
+            // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            return Some(PidHandle { pid, fd: Some(fd) });
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => None,
+            _ => process_exists(pid).then_some(PidHandle { pid, fd: None }),
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Send `sig` (0: only check that the process still exists). False when it is gone.
+    pub fn signal(&self, sig: i32) -> bool {
+        match &self.fd {
+            Some(fd) => {
+                // SAFETY: pidfd_send_signal(2) with a pidfd we own, a null siginfo and no
+                // flags: plain integers, no memory of ours is read or written.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        fd.as_raw_fd(),
+                        sig,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    )
+                };
+                r == 0
+            }
+            None => kill(self.pid, sig),
+        }
+    }
+
+    /// Has the process exited (a zombie counts as exited)?
+    pub fn gone(&self) -> bool {
+        if !self.signal(0) {
+            return true;
+        }
+        // A zombie still accepts signal 0; its state says it has ended.
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|s| s == "Z" || s == "X")
+    }
+}
+
+/// How a forked child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildEnd {
+    /// It exited with this code.
+    Exited(i32),
+    /// A signal ended it.
+    Signaled(i32),
+    /// It was still running at the deadline and was killed.
+    TimedOut,
+    /// Someone else reaped it; how it ended is unknown.
+    Lost,
+}
+
+/// Exit code of a child whose change of credentials failed.
+pub const CHILD_CREDENTIALS_FAILED: i32 = 250;
+/// Exit code of a child whose parent died before it could start.
+pub const CHILD_ORPHANED: i32 = 251;
+
+/// Run `work` in a forked child that has become `uid`/`gid` (no supplementary groups, not
+/// dumpable, killed if we die), and wait for it until `deadline`, then kill it. `work`'s
+/// return value is the child's exit code.
+///
+/// `work` runs between fork and `_exit` in a copy of a process that may have other
+/// threads: it must not allocate, take locks or unwind. Only this crate's callers that
+/// make raw system calls on stack buffers (rustix) use it.
+///
+/// # Errors
+/// fork or waitpid failed.
+pub(crate) fn run_forked_as(
+    uid: u32,
+    gid: u32,
+    deadline: Instant,
+    work: &mut dyn FnMut() -> i32,
+) -> std::io::Result<ChildEnd> {
+    // SAFETY: getpid(2) cannot fail and touches no memory.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: fork(2) has no preconditions. The child runs only `child_body`, which makes
+    // raw system calls and runs `work` (held by its callers to raw system calls on stack
+    // buffers: no heap, no locks, no unwinding), and then _exits without running any
+    // destructor or atexit handler of the copied process.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = child_body(uid, gid, parent, work);
+        // SAFETY: _exit(2) ends the child at once; it never returns.
+        unsafe { libc::_exit(code) }
+    }
+    wait_child(pid, deadline)
+}
+
+fn child_body(uid: u32, gid: u32, parent: libc::pid_t, work: &mut dyn FnMut() -> i32) -> i32 {
+    // The copied process's signal handlers are the parent's (slurmstepd's, in the
+    // plugin): back to the defaults, so a signal from the user only stops or ends us.
+    for sig in 1..=64 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            // SAFETY: signal(2) with SIG_DFL installs no handler; a bad number only fails.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
+    }
+    // SAFETY: an all-zero sigset_t is a valid (empty) set once sigemptyset has run on it;
+    // sigprocmask(2) reads it and writes nothing (old set null).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+    if uid != euid() || gid != egid() {
+        // Raw system calls, not the libc wrappers: this child has one thread, and the
+        // wrappers' all-threads machinery is not for a forked copy.
+        // SAFETY: setgroups(2) with size 0 and a null list reads no memory.
+        let groups = unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()) };
+        // SAFETY: setresgid(2)/setresuid(2) take plain integers.
+        let g = unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) };
+        // SAFETY: as above.
+        let u = unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) };
+        if (groups != 0 && euid() == 0) || g != 0 || u != 0 || !is_exactly(uid, gid) {
+            return CHILD_CREDENTIALS_FAILED;
+        }
+    }
+    // SAFETY: prctl(2) with integer arguments only. Not dumpable: the user we became
+    // cannot ptrace this copy of a root process or read its memory; killed with the
+    // parent, so it never outlives the prolog or epilog that waits for it.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
+    // SAFETY: getppid(2) cannot fail and touches no memory.
+    if unsafe { libc::getppid() } != parent {
+        return CHILD_ORPHANED;
+    }
+    work()
+}
+
+fn egid() -> u32 {
+    // SAFETY: getegid(2) cannot fail and touches no memory.
+    unsafe { libc::getegid() }
+}
+
+/// Are real, effective and saved ids all exactly these?
+fn is_exactly(uid: u32, gid: u32) -> bool {
+    let (mut r, mut e, mut s) = (0u32, 0u32, 0u32);
+    // SAFETY: getresuid(2) writes three integers into the locals passed by pointer.
+    let u = unsafe { libc::getresuid(&mut r, &mut e, &mut s) };
+    let uid_ok = u == 0 && r == uid && e == uid && s == uid;
+    let (mut gr, mut ge, mut gs) = (0u32, 0u32, 0u32);
+    // SAFETY: getresgid(2) writes three integers into the locals passed by pointer.
+    let g = unsafe { libc::getresgid(&mut gr, &mut ge, &mut gs) };
+    uid_ok && g == 0 && gr == gid && ge == gid && gs == gid
+}
+
+fn wait_child(pid: libc::pid_t, deadline: Instant) -> std::io::Result<ChildEnd> {
+    let decode = |status: libc::c_int| {
+        if libc::WIFEXITED(status) {
+            ChildEnd::Exited(libc::WEXITSTATUS(status))
+        } else {
+            ChildEnd::Signaled(libc::WTERMSIG(status))
+        }
+    };
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid(2) writes the status into the local passed by pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return Ok(decode(status));
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => return Ok(ChildEnd::Lost),
+                _ => return Err(e),
+            }
+        }
+        if Instant::now() >= deadline {
+            // SAFETY: kill(2) of our own unreaped child: the pid cannot have been reused.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            loop {
+                // SAFETY: as above; blocking until the killed child is reaped.
+                let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+                if r == pid || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                    return Ok(ChildEnd::TimedOut);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Make every descriptor from `first` up close when the process execs. Runs in a
+/// `pre_exec` hook (after fork): only system calls.
+fn cloexec_from(first: i32) {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range(2) takes integers; with CLOSE_RANGE_CLOEXEC it closes nothing.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return;
+    }
+    // Kernels before 5.11: one fcntl per possible descriptor (EBADF where none is open).
+    // SAFETY: getrlimit(2) writes into the local passed by pointer.
+    let limit = unsafe {
+        let mut rl: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 {
+            rl.rlim_cur.min(1 << 20) as i32
+        } else {
+            4096
+        }
+    };
+    for fd in first..limit {
+        // SAFETY: fcntl(2) on a descriptor number; EBADF for numbers not in use.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
+/// Keep a child that root starts (as a user) from inheriting any descriptor of ours
+/// beyond its stdin, stdout and stderr: a root process's open files are not the user's.
+pub fn no_inherited_fds(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the child after fork and makes only system calls
+    // (close_range or fcntl, getrlimit): no allocation, no locks.
+    unsafe {
+        cmd.pre_exec(|| {
+            cloexec_from(3);
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forked_child_reports_its_code_and_is_killed_at_the_deadline() {
+        let far = Instant::now() + Duration::from_secs(30);
+        let end = run_forked_as(uid(), gid(), far, &mut || 7).unwrap();
+        assert_eq!(end, ChildEnd::Exited(7));
+        let t = Instant::now();
+        let soon = t + Duration::from_millis(200);
+        let end = run_forked_as(uid(), gid(), soon, &mut || {
+            // SAFETY: pause(2) waits for a signal; the parent's SIGKILL ends it.
+            unsafe { libc::pause() };
+            0
+        })
+        .unwrap();
+        assert_eq!(end, ChildEnd::TimedOut);
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn forked_child_drops_to_the_user() {
+        if euid() != 0 {
+            return; // only root can change credentials
+        }
+        let far = Instant::now() + Duration::from_secs(30);
+        let end = run_forked_as(65534, 65534, far, &mut || {
+            i32::from(!(super::is_exactly(65534, 65534) && euid() == 65534))
+        })
+        .unwrap();
+        assert_eq!(end, ChildEnd::Exited(0));
+    }
+
+    #[test]
+    fn pid_handles() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let h = PidHandle::open(child.id()).unwrap();
+        assert!(!h.gone());
+        assert!(h.signal(libc::SIGKILL));
+        child.wait().unwrap();
+        assert!(h.gone());
+        assert!(!h.signal(0), "a reaped process takes no signal");
+        assert!(PidHandle::open(0).is_none());
+    }
 }

@@ -10,7 +10,14 @@
 //!
 //! A user's mistake never fails the prolog (that drains the node): the prolog records it
 //! and the job's tasks fail in `task_init_privileged` with the reason on the job's stderr.
-//! Only real node faults (NVML, journal, MPS daemon trouble, a broken node config) fail it.
+//! Neither does trouble with one job's own files or daemons (a full `run_dir`, an MPS
+//! daemon that does not start), nor a `state_dir`, `run_dir` or `nvml_library` someone
+//! other than root could change: those refuse the job. Only real node faults (NVML, a GPU
+//! whose state is unknown, a broken or unsafe node config) fail it.
+//!
+//! In root's callbacks the config is read only if it, and every directory above it, is
+//! root's and writable by no one else (`Config::load_trusted`); whoever could change it
+//! could make root load any library.
 //!
 //! GPU indexes: the job's GPUs are read from `SLURM_JOB_GPUS` (else `CUDA_VISIBLE_DEVICES`)
 //! in the prolog's environment, set by Slurm, never by the user. They are taken to be
@@ -23,7 +30,7 @@ use std::sync::OnceLock;
 
 use colloc_core::config::{Config, ConfigError, DEFAULT_PATH};
 use colloc_core::gpu::GpuControl;
-use colloc_core::journal::Phase;
+use colloc_core::journal::{self, Phase};
 use colloc_core::mode::{Mode, VALID_MODES};
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, Outcome};
@@ -285,7 +292,7 @@ fn option_value(host: &dyn Host) -> Option<Vec<u8>> {
 /// nothing can have been applied), or the job asked for nothing (no `--colloc` other than
 /// `off`, no plugstack default) and the config cannot be used.
 fn job_config(args: &PluginArgs, asked: bool, missing_ok: bool) -> Result<Option<Config>, String> {
-    match Config::load(&args.config) {
+    match Config::load_trusted(&args.config) {
         Ok(c) => Ok(Some(c)),
         Err(ConfigError::Read { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound && missing_ok =>
@@ -383,6 +390,19 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         gpus,
         mode,
     };
+    // Nothing can be trusted in (or recorded into) a state_dir others can change: the
+    // job is refused, unrecorded; its tasks meet the same error reading its journal.
+    if let Err(e) = journal::check_state_dir(&cfg) {
+        log::error!("job {job}: refused: {e}");
+        return Ok(());
+    }
+    // Root loads this library: not one someone else could have replaced. Nothing has
+    // changed, so the job is refused, not the node.
+    if let Err(e) = cfg.check_nvml_library() {
+        log::error!("job {job}: refused: nvml_library: {e}");
+        reconfig::record_refusal(&cfg, &spec, format!("nvml_library: {e}"));
+        return Ok(());
+    }
     let ctl = NvmlGpus::open(&cfg.nvml_library).map_err(|e| format!("job {job}: {e}"))?;
     match reconfig::prolog(&cfg, &ctl, &spec) {
         Ok(Outcome::Applied(env)) => {
@@ -471,14 +491,31 @@ pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         return Ok(());
     };
     let job = job_id(host)?;
-    if reconfig::job_state(&cfg, job)
-        .map_err(|e| format!("job {job}: {e}"))?
-        .is_none()
-    {
-        return Ok(());
+    match reconfig::job_state(&cfg, job) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Ok(()),
+        // An unsafe state_dir: the prolog refused the job and wrote nothing. A journal of
+        // root's at its place may stand for GPUs colloc changed before the directory was
+        // opened up: their state is unknown. Anything else there is someone's forgery:
+        // ignored (a user must not be able to drain the node with it).
+        Err(e) if e.is_unsafe_state_dir() => {
+            if journal::roots_file_present(&cfg, job) {
+                return Err(format!(
+                    "job {job}: {e}; its journal there cannot be trusted, so the state of its \
+                     GPUs is unknown"
+                ));
+            }
+            log::error!("job {job}: {e}");
+            return Ok(());
+        }
+        Err(e) => return Err(format!("job {job}: {e}")),
     }
     // NVML is needed for MIG journals only; restore says so if it was needed and missing.
-    let ctl = match NvmlGpus::open(&cfg.nvml_library) {
+    let ctl = match cfg
+        .check_nvml_library()
+        .map_err(|e| e.to_string())
+        .and_then(|()| NvmlGpus::open(&cfg.nvml_library).map_err(|e| e.to_string()))
+    {
         Ok(c) => Some(c),
         Err(e) => {
             log::warn!("job {job}: {e}");
@@ -487,6 +524,9 @@ pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     };
     let report = reconfig::restore(&cfg, ctl.as_ref().map(|c| c as &dyn GpuControl), job)
         .map_err(|e| format!("job {job}: restore failed: {e}"))?;
+    for w in &report.warnings {
+        log::warn!("{w}");
+    }
     log::info!(
         "job {job}: restored ({} MIG instances destroyed, {} MPS daemons stopped, {} processes killed)",
         report.destroyed,
@@ -709,6 +749,70 @@ mod tests {
             e.starts_with("job 8 cannot run: --colloc: invalid mode"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_unsafe_state_dir_fails_the_job_not_the_node() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), "");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let mut h = FakeHost {
+            opt: Ok(Some(b"mps".to_vec())),
+            env: vec![
+                ("SLURM_JOB_ID", "12".into()),
+                ("SLURM_JOB_GPUS", "0".into()),
+                ("SLURM_JOB_UID", "0".into()),
+            ],
+            set: vec![],
+        };
+        job_prolog(&mut h, &[&cfg]).unwrap();
+        let e = task_init_privileged(&mut h, &[&cfg]).unwrap_err();
+        assert!(e.starts_with("job 12 cannot run: "), "{e}");
+        assert!(e.contains("mode 0777"), "{e}");
+        assert!(
+            h.set.is_empty(),
+            "a forged environment must not reach the task"
+        );
+        job_epilog(&mut h, &[&cfg]).unwrap();
+        // A file of someone else's at the journal's place: a forgery, ignored.
+        std::fs::create_dir(state.join("jobs")).unwrap();
+        std::fs::write(state.join("jobs/12.json"), "{}").unwrap();
+        if colloc_core::sys::euid() == 0 {
+            std::os::unix::fs::chown(state.join("jobs/12.json"), Some(65534), None).unwrap();
+            job_epilog(&mut h, &[&cfg]).unwrap();
+            std::os::unix::fs::chown(state.join("jobs/12.json"), Some(0), None).unwrap();
+        }
+        // A journal of root's there: its GPUs' state is unknown.
+        let e = job_epilog(&mut h, &[&cfg]).unwrap_err();
+        assert!(e.contains("cannot be trusted"), "{e}");
+    }
+
+    #[test]
+    fn an_unsafe_config_is_not_used_by_root() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), "");
+        let file = dir.path().join("colloc.toml");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let mut h = FakeHost {
+            opt: Ok(Some(b"mps".to_vec())),
+            env: vec![
+                ("SLURM_JOB_ID", "13".into()),
+                ("SLURM_JOB_GPUS", "0".into()),
+            ],
+            set: vec![],
+        };
+        let e = job_prolog(&mut h, &[&cfg]).unwrap_err();
+        assert!(e.contains("mode 0666"), "{e}");
+        let e = task_init_privileged(&mut h, &[&cfg]).unwrap_err();
+        assert!(e.contains("mode 0666"), "{e}");
+        // Jobs that asked for nothing are not held up by it.
+        h.opt = Ok(None);
+        job_prolog(&mut h, &[&cfg]).unwrap();
+        job_epilog(&mut h, &[&cfg]).unwrap();
     }
 
     #[test]

@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use anyhow::Context;
 use colloc_core::config::Config;
 use colloc_core::gpu::GpuControl;
+use colloc_core::journal::JournalError;
 use colloc_core::mig::{self, Catalog};
 use colloc_core::mode::Mode;
 use colloc_core::nvml::NvmlGpus;
-use colloc_core::reconfig::{self, JobSpec, Outcome};
+use colloc_core::reconfig::{self, JobSpec, NodeFault, Outcome};
 use colloc_core::{journal, mps};
 use serde_json::{json, Value};
 
@@ -103,6 +104,23 @@ fn config_or_default(g: &Global) -> anyhow::Result<Config> {
         return Ok(Config::default());
     }
     g.load_config()
+}
+
+/// The config for commands that act as root (`apply`, `restore`, `check-config`): read
+/// only if no one but root could have changed it (else exit 2, nothing done).
+fn trusted_config(g: &Global) -> anyhow::Result<Config> {
+    Config::load_trusted(&g.config_path()).map_err(|e| bad_input(e.to_string()))
+}
+
+/// `state_dir`, `run_dir`, `nvml_library`, `mps_control` must be root's alone: one line
+/// naming each that is not (exit 2).
+fn refuse_unsafe_paths(cfg: &Config) -> anyhow::Result<()> {
+    let problems: Vec<String> = cfg.unsafe_paths().iter().map(ToString::to_string).collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(bad_input(problems.join("; ")))
+    }
 }
 
 fn open_gpus(cfg: &Config) -> anyhow::Result<NvmlGpus> {
@@ -399,7 +417,10 @@ pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
                 }));
             }
             Err(e) => {
-                let _ = writeln!(text, "unreadable journal: {e}");
+                let _ = writeln!(
+                    text,
+                    "unreadable journal: {e} (`colloc restore --all` moves it aside)"
+                );
                 code = ExitCode::from(1);
             }
         }
@@ -458,7 +479,8 @@ pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
 /// `colloc apply`.
 pub fn apply(a: ApplyArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let mode = parse_mode(&a.mode)?;
-    let cfg = g.load_config()?;
+    let cfg = trusted_config(g)?;
+    refuse_unsafe_paths(&cfg)?;
     let ctl = open_gpus(&cfg)?;
     let spec = JobSpec {
         job: a.job,
@@ -492,7 +514,16 @@ pub fn apply(a: ApplyArgs, g: &Global) -> anyhow::Result<ExitCode> {
 
 /// `colloc restore`.
 pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
-    let cfg = g.load_config()?;
+    let cfg = trusted_config(g)?;
+    match journal::check_state_dir(&cfg) {
+        Err(e) if e.is_unsafe_state_dir() => {
+            return Err(bad_input(format!(
+                "{e}; no journal there can be trusted: make it root's alone, then restore"
+            )))
+        }
+        Err(e) => return Err(e.into()),
+        Ok(()) => {}
+    }
     // NVML is needed only for MIG journals; MPS/naive journals restore without it.
     let ctl = match open_gpus(&cfg) {
         Ok(c) => Some(c),
@@ -503,13 +534,17 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
     };
     let ctl_ref = ctl.as_ref().map(|c| c as &dyn GpuControl);
     let report = match (a.job, a.all) {
-        (Some(job), _) => reconfig::restore(&cfg, ctl_ref, job)?,
+        (Some(job), _) => reconfig::restore(&cfg, ctl_ref, job).map_err(|e| match e {
+            NodeFault::Journal(JournalError::Corrupt { .. }) => anyhow::anyhow!(
+                "{e}; `colloc restore --all` moves it to {}, then check the GPUs with `colloc status`",
+                cfg.state_dir.join(journal::CORRUPT_DIR).display()
+            ),
+            e => e.into(),
+        })?,
         (None, _) => reconfig::restore_all(&cfg, ctl_ref)?,
     };
-    if !report.held.is_empty() {
-        // Something outside colloc still holds instances: the journal stays. Core has
-        // said what holds which GPU (one warning line each); the exit code says it failed.
-        return Ok(ExitCode::from(1));
+    for w in &report.warnings {
+        errln!("colloc: warning: {w}");
     }
     if report.jobs.is_empty() {
         outln!("nothing to restore");
@@ -526,13 +561,30 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
             }
         );
     }
-    Ok(ExitCode::SUCCESS)
+    // Journals that could not be used: their GPUs may still be reconfigured.
+    for q in &report.quarantined {
+        errln!(
+            "colloc: journal {} was unusable ({}); moved it to {}. The GPUs it may describe \
+             were not restored: check them with `colloc status`",
+            q.file.display(),
+            q.why,
+            q.moved_to.display()
+        );
+    }
+    // Something outside colloc still holding instances keeps their journal: core has said
+    // what holds which GPU (one warning line each); the exit code says it is not done.
+    if report.quarantined.is_empty() && report.held.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(1))
+    }
 }
 
 /// `colloc check-config`.
 pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let path = a.file.unwrap_or_else(|| g.config_path());
-    let cfg = Config::load(&path).map_err(|e| bad_input(e.to_string()))?;
+    let cfg = Config::load_trusted(&path).map_err(|e| bad_input(e.to_string()))?;
+    refuse_unsafe_paths(&cfg)?;
     let mut notes = Vec::new();
     if cfg.mps_control_path().is_none_or(|p| !p.is_file()) {
         notes.push(format!(

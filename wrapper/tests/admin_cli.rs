@@ -456,3 +456,112 @@ fn status_and_restore_of_a_gpu_dcgm_holds() {
     assert!(!n.journal_exists(62));
     assert!(n.instances(0).is_empty());
 }
+
+fn chmod(p: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn check_config_refuses_paths_others_could_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    chmod(&open, 0o777);
+    let cfg = dir.path().join("colloc.toml");
+    for (body, want) in [
+        (
+            format!("version = 1\nstate_dir = \"{}/state\"\n", open.display()),
+            "open is not safe for colloc's root-side files: writable by group or others (mode 0777)",
+        ),
+        (
+            format!("version = 1\nrun_dir = \"{}\"\n", open.display()),
+            "(mode 0777)",
+        ),
+        (
+            "version = 1\nstate_dir = \"/var/lib/col\\u0000loc\"\n".to_string(),
+            "state_dir contains a NUL character",
+        ),
+        (
+            "version = 1\nmps_control = \"bin/mps\"\n".to_string(),
+            "a relative path would depend on the current directory",
+        ),
+    ] {
+        std::fs::write(&cfg, body).unwrap();
+        let err = one_line_error(&colloc(&["check-config", cfg.to_str().unwrap()]), 2);
+        assert!(err.contains(want), "{err}");
+    }
+    // The file itself writable by others: whoever can change it picks what root loads.
+    std::fs::write(&cfg, "version = 1\n").unwrap();
+    chmod(&cfg, 0o666);
+    let err = one_line_error(&colloc(&["check-config", cfg.to_str().unwrap()]), 2);
+    assert!(err.contains("(mode 0666)"), "{err}");
+    // Something that never ends, or never answers: refused at once.
+    let err = one_line_error(&colloc(&["check-config", "/dev/zero"]), 2);
+    assert!(err.contains("not a regular file"), "{err}");
+}
+
+#[test]
+fn apply_and_restore_refuse_an_unsafe_state_dir() {
+    let n = Node::new("A100-40GB");
+    let state = n.dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    chmod(&state, 0o777);
+    let err = one_line_error(
+        &n.colloc(&["apply", "mig:3g", "--gpu", "0", "--job", "7"]),
+        2,
+    );
+    assert!(err.contains("(mode 0777)"), "{err}");
+    assert!(n.instances(0).is_empty());
+    let err = one_line_error(&n.colloc(&["restore", "--all"]), 2);
+    assert!(err.contains("no journal there can be trusted"), "{err}");
+}
+
+#[test]
+fn restore_all_moves_unusable_journals_aside_and_says_to_check_the_gpus() {
+    let n = Node::new("A100-40GB");
+    let out = n.colloc(&["apply", "mig:3g", "--gpu", "0", "--job", "7"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let jobs = n.dir.path().join("state/jobs");
+    let seven = std::fs::read_to_string(jobs.join("7.json")).unwrap();
+    // The journal of job 7 under job 5's name, a padded name, a truncated one, one whose
+    // job_dir points elsewhere.
+    std::fs::write(jobs.join("5.json"), &seven).unwrap();
+    std::fs::write(jobs.join("0120.json"), &seven).unwrap();
+    std::fs::write(jobs.join("8.json"), &seven[..seven.len() / 2]).unwrap();
+    let forged = seven.replace("\"job\": 7", "\"job\": 9").replace(
+        "\"mode\"",
+        &format!("\"job_dir\": \"{}\",\n  \"mode\"", n.dir.path().display()),
+    );
+    std::fs::write(jobs.join("9.json"), forged).unwrap();
+    // By hand, one job: an error, and the file stays as it is (never renamed).
+    let err = one_line_error(&n.colloc(&["restore", "--job", "5"]), 1);
+    assert!(
+        err.contains("names job 7 but is the file of job 5"),
+        "{err}"
+    );
+    assert!(err.contains("colloc restore --all"), "{err}");
+    assert!(jobs.join("5.json").exists() && n.journal_exists(7));
+    let out = n.colloc(&["restore", "--all"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for name in ["5.json", "8.json", "9.json", "0120.json"] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(&format!("jobs/{name} was unusable")))
+            .unwrap_or_else(|| panic!("{name} not reported: {err}"));
+        assert!(line.contains(&format!("state/corrupt/{name}")), "{line}");
+        assert!(line.contains("colloc status"), "{line}");
+        assert!(n.dir.path().join("state/corrupt").join(name).exists());
+    }
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("restored job(s) [7]"),
+        "{}",
+        text(&out)
+    );
+    assert!(n.instances(0).is_empty());
+    assert_eq!(std::fs::read_dir(&jobs).unwrap().count(), 0);
+    let out = n.colloc(&["restore", "--all"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to restore"));
+}

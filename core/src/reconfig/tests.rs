@@ -638,3 +638,227 @@ fn a_mode_change_that_stays_pending_refuses_the_job_not_the_node() {
     assert_eq!(j.phase, Phase::Refused);
     restore(&c, Some(&g), 36).unwrap();
 }
+
+/// A stand-in MPS control program that starts nothing and answers everything.
+fn quiet_control(dir: &Path) -> Config {
+    let prog = dir.join("nvidia-cuda-mps-control");
+    std::fs::write(&prog, "#!/bin/sh\ncat >/dev/null\nexit 0\n").unwrap();
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    Config {
+        mps_control: prog.display().to_string(),
+        ..cfg(dir)
+    }
+}
+
+/// The job's user: nobody where the tests run as root, else the caller.
+fn user_spec(job: u32, gpus: &[u32], mode: &str) -> JobSpec {
+    let mut s = spec(job, gpus, mode);
+    if crate::sys::euid() == 0 {
+        (s.uid, s.gid) = (65534, 65534);
+    }
+    s
+}
+
+fn victim(dir: &Path) -> std::path::PathBuf {
+    let v = dir.join("victim");
+    std::fs::create_dir_all(v.join("pipe")).unwrap();
+    std::fs::create_dir_all(v.join("log")).unwrap();
+    std::fs::write(v.join("file"), "precious").unwrap();
+    v
+}
+
+fn assert_intact(v: &Path) {
+    assert!(
+        v.join("pipe").is_dir() && v.join("log").is_dir(),
+        "victim touched"
+    );
+    assert_eq!(std::fs::read_to_string(v.join("file")).unwrap(), "precious");
+}
+
+#[test]
+fn the_user_owns_only_the_leaves_of_the_mps_tree() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    let g = MemGpus::a100s(2);
+    let s = user_spec(40, &[0, 1], "mps");
+    env_of(&prolog(&c, &g, &s).unwrap());
+    let me = crate::sys::euid();
+    for (p, owner, mode) in [
+        ("run/job-40", me, 0o755),
+        ("run/job-40/gpu1", me, 0o755),
+        ("run/job-40/gpu1/pipe", s.uid, 0o700),
+        ("run/job-40/gpu0/log", s.uid, 0o700),
+    ] {
+        let m = std::fs::symlink_metadata(tmp.path().join(p)).unwrap();
+        assert_eq!(
+            (m.uid(), m.permissions().mode() & 0o7777),
+            (owner, mode),
+            "{p}"
+        );
+    }
+    restore(&c, None, 40).unwrap();
+    assert!(!tmp.path().join("run/job-40").exists());
+}
+
+#[test]
+fn a_link_swapped_in_before_the_restore_is_not_followed() {
+    // What a user could do to the old layout (job-N and gpuK were theirs); done here as
+    // root: the restore must not remove the victim's pipe and log through the link.
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    let v = victim(tmp.path());
+    let g = MemGpus::a100s(1);
+    env_of(&prolog(&c, &g, &user_spec(41, &[0], "mps")).unwrap());
+    let gpu0 = tmp.path().join("run/job-41/gpu0");
+    std::fs::rename(&gpu0, tmp.path().join("run/job-41/gpu0.old")).unwrap();
+    std::os::unix::fs::symlink(&v, &gpu0).unwrap();
+    std::os::unix::fs::symlink(&v, tmp.path().join("run/job-41/gpu0.old/pipe/evil")).unwrap();
+    restore(&c, None, 41).unwrap();
+    assert_intact(&v);
+    assert!(!tmp.path().join("run/job-41").exists());
+}
+
+#[test]
+fn a_job_dir_of_the_old_layout_owned_by_the_user_is_removed_as_the_user() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    let v = victim(tmp.path());
+    let g = MemGpus::a100s(1);
+    let s = user_spec(42, &[0], "mps");
+    env_of(&prolog(&c, &g, &s).unwrap());
+    // An earlier colloc gave the user job-N and gpuK as well.
+    let job = tmp.path().join("run/job-42");
+    for p in [job.clone(), job.join("gpu0")] {
+        std::os::unix::fs::chown(&p, Some(s.uid), Some(s.gid)).unwrap();
+    }
+    std::os::unix::fs::symlink(&v, job.join("gpu0/pipe/link")).unwrap();
+    restore(&c, None, 42).unwrap();
+    assert!(!job.exists());
+    assert_intact(&v);
+}
+
+#[test]
+fn an_mps_failure_refuses_the_job_and_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = tmp.path().join("nvidia-cuda-mps-control");
+    std::fs::write(&prog, "#!/bin/sh\necho 'cannot start: quota' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let c = Config {
+        mps_control: prog.display().to_string(),
+        ..cfg(tmp.path())
+    };
+    let g = MemGpus::a100s(1);
+    let out = prolog(&c, &g, &user_spec(43, &[0], "mps")).unwrap();
+    let r = refusal(&out);
+    assert!(!r.bad_request);
+    assert!(
+        r.message.contains("the MPS daemon did not start"),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("cannot start: quota"), "{}", r.message);
+    assert!(!tmp.path().join("run/job-43").exists());
+    let j = journal::load(&c, 43).unwrap().unwrap();
+    assert_eq!(j.phase, Phase::Refused, "the tasks are told why");
+    // No control program at all: the same, not a node fault.
+    let c = Config {
+        mps_control: "/nonexistent/nvidia-cuda-mps-control".into(),
+        ..cfg(tmp.path())
+    };
+    let out = prolog(&c, &g, &user_spec(44, &[0], "mps")).unwrap();
+    assert!(
+        refusal(&out).message.contains("MPS control program"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_run_dir_others_can_write_refuses_the_job_not_the_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    std::fs::create_dir(&c.run_dir).unwrap();
+    std::fs::set_permissions(
+        &c.run_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    let g = MemGpus::a100s(1);
+    let out = prolog(&c, &g, &user_spec(45, &[0], "mps")).unwrap();
+    let r = refusal(&out);
+    assert!(
+        r.message
+            .contains("cannot set up the job's MPS directories"),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("mode 1777"), "{}", r.message);
+    assert!(!c.run_dir.join("job-45").exists());
+    assert_eq!(
+        journal::load(&c, 45).unwrap().unwrap().phase,
+        Phase::Refused
+    );
+}
+
+#[test]
+fn a_state_dir_others_can_write_refuses_unrecorded_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    std::fs::create_dir(&c.state_dir).unwrap();
+    std::fs::set_permissions(
+        &c.state_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let g = MemGpus::a100s(1);
+    let out = prolog(&c, &g, &spec(46, &[0], "mig:3g")).unwrap();
+    let r = refusal(&out);
+    assert!(r.message.contains("state"), "{}", r.message);
+    assert!(r.message.contains("mode 0777"), "{}", r.message);
+    assert_eq!(g.count(0), 0);
+    assert!(!c.jobs_dir().exists(), "nothing written into it");
+    // The tasks find out the same way.
+    let err = job_state(&c, 46).unwrap_err();
+    assert!(err.is_unsafe_state_dir(), "{err}");
+}
+
+#[test]
+fn restore_all_goes_by_file_and_moves_unusable_journals_aside() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let g = MemGpus::a100s(1);
+    prolog(&c, &g, &spec(50, &[0], "mig:3g")).unwrap();
+    let body = |job: u32| serde_json::to_vec(&Journal::new(job, 0, 0, "naive".into())).unwrap();
+    std::fs::write(journal::path(&c, 5), body(6)).unwrap();
+    std::fs::write(c.jobs_dir().join("0120.json"), body(120)).unwrap();
+    std::fs::write(journal::path(&c, 7), b"{\"version\": 1, \"job\"").unwrap();
+    // By hand, one job: never renamed, never rewritten under another id.
+    let err = restore(&c, Some(&g), 5).unwrap_err().to_string();
+    assert!(err.contains("names job 6"), "{err}");
+    assert!(journal::path(&c, 5).exists());
+    assert!(!journal::path(&c, 6).exists());
+    let r = restore_all(&c, Some(&g)).unwrap();
+    assert_eq!(r.jobs, vec![50]);
+    assert_eq!(g.count(0), 0);
+    let moved: Vec<String> = r
+        .quarantined
+        .iter()
+        .map(|q| {
+            q.moved_to
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(moved, vec!["5.json", "7.json", "0120.json"]);
+    assert!(
+        r.quarantined[1].why.contains("EOF"),
+        "{:?}",
+        r.quarantined[1]
+    );
+    assert!(journal::list(&c).unwrap().is_empty());
+    // Cleared: the next restore has nothing to do, and the GPUs can be used again.
+    assert_eq!(restore_all(&c, Some(&g)).unwrap(), RestoreReport::default());
+    env_of(&prolog(&c, &g, &spec(51, &[0], "mig:1g")).unwrap());
+}

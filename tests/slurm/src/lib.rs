@@ -446,6 +446,47 @@ impl Cluster {
         });
     }
 
+    /// slurmd's process id (the node's mount namespace is its).
+    pub fn slurmd_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.dir().join("slurm/slurmd.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// `program` run in the node's mount namespace, where the prolog, the epilog and the
+    /// jobs run (a mount made there is theirs alone).
+    pub fn node_command(&self, program: &str) -> Command {
+        match self.slurmd_pid() {
+            Some(pid) if !self.shares_default_state() => {
+                let mut c = Command::new("nsenter");
+                c.arg("-t")
+                    .arg(pid.to_string())
+                    .arg("-m")
+                    .arg("--")
+                    .arg(program);
+                c
+            }
+            _ => Command::new(program),
+        }
+    }
+
+    /// Where `path` is as the node sees it (through slurmd's root in /proc), for looking
+    /// at what lies on a file system mounted in the node's namespace only.
+    pub fn node_path(&self, path: &Path) -> PathBuf {
+        match self.slurmd_pid() {
+            Some(pid) if !self.shares_default_state() => {
+                let rel = path.strip_prefix("/").unwrap_or(path);
+                PathBuf::from(format!("/proc/{pid}/root")).join(rel)
+            }
+            _ => path.to_path_buf(),
+        }
+    }
+
+    /// colloc's state folder (journals, locks).
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir().join("state")
+    }
+
     /// Put a drained node back in service (after a failed test, so the next one runs).
     pub fn resume_node(&self) {
         let node = self.node_state();
@@ -515,6 +556,35 @@ pub fn processes_of_pipe_dir(dir: &str) -> Vec<u32> {
                 .unwrap_or(false)
         })
         .collect()
+}
+
+/// An unprivileged account for tests, made with `useradd` if missing (with a group of
+/// its own, no home directory). Returns its uid and gid.
+///
+/// # Panics
+/// When the account cannot be made.
+pub fn ensure_user(name: &str) -> (u32, u32) {
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").arg(flag).arg(name).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        text(&out.stdout).trim().parse().ok()
+    };
+    if id("-u").is_none() {
+        let out = run(Command::new("useradd")
+            .args(["--no-create-home", "--user-group", "--shell", "/bin/sh"])
+            .arg(name));
+        assert!(
+            out.status.success() || id("-u").is_some(),
+            "useradd {name}: {}",
+            text(&out.stderr).trim()
+        );
+    }
+    (
+        id("-u").unwrap_or_else(|| panic!("no uid for {name}")),
+        id("-g").unwrap_or_else(|| panic!("no gid for {name}")),
+    )
 }
 
 /// Is process `pid` alive? A zombie (exited, waiting to be reaped by init) is not.

@@ -1,0 +1,324 @@
+//! The per-job MPS tree under `run_dir`:
+//!
+//! ```text
+//! run_dir/            root, 0755 (it and the directories above: root's, writable only by root)
+//!   job-<id>/         root, 0755
+//!     gpu<K>/         root, 0755
+//!       pipe/  log/   the job's user, 0700: CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY
+//!   .leftovers/       root, 0700: what could not be removed, moved aside (made when needed)
+//! ```
+//!
+//! The user owns only the leaves, so no name root resolves can be swapped for a link.
+//! Root makes the tree relative to directory descriptors ([`crate::fs::Dir`]) and hands
+//! the leaves over with `fchown` on their open descriptors; the leaves' contents are
+//! removed by a child running as the user. A user's files that cannot be removed are moved
+//! aside and logged: cleaning up after a user never fails an epilog.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::fs::{Dir, FsError};
+
+/// How long removing a job's tree may take (its user's files are removed by a child that
+/// is killed then).
+pub const CLEANUP_TIME: Duration = Duration::from_secs(5);
+
+/// Where trees that could not be removed are moved, inside `run_dir`.
+pub const LEFTOVERS: &str = ".leftovers";
+
+/// The name of a job's directory in `run_dir`.
+pub fn job_dir_name(job: u32) -> String {
+    format!("job-{job}")
+}
+
+/// A job's directory.
+pub fn job_dir(cfg: &Config, job: u32) -> PathBuf {
+    cfg.run_dir.join(job_dir_name(job))
+}
+
+/// The directory of the daemon of GPU `index` (its `pipe` and `log` are inside).
+pub fn gpu_dir(cfg: &Config, job: u32, index: u32) -> PathBuf {
+    job_dir(cfg, job).join(format!("gpu{index}"))
+}
+
+/// Make `run_dir/job-<id>/gpu<K>/{pipe,log}` for each GPU index, the leaves owned by
+/// `uid`:`gid` with mode 0700. A tree left by an earlier job with this id is removed (or
+/// moved aside) first.
+///
+/// # Errors
+/// [`FsError`]: `run_dir` is not safe, or a directory cannot be made (`ENOSPC`,
+/// `EDQUOT`, …). The caller removes what was made ([`remove`]).
+pub fn create(cfg: &Config, job: u32, uid: u32, gid: u32, gpus: &[u32]) -> Result<(), FsError> {
+    let run = Dir::create_trusted(&cfg.run_dir, 0o755)?;
+    let name = job_dir_name(job);
+    if run.lstat(&name)?.is_some() {
+        log::warn!(
+            "job {job}: {} is left from an earlier job with this id; removing it",
+            run.path().join(&name).display()
+        );
+        clear(&run, &name, Instant::now() + CLEANUP_TIME)?;
+    }
+    let job_dir = run.make_dir(&name, 0o755)?;
+    for index in gpus {
+        let g = job_dir.make_dir(&format!("gpu{index}"), 0o755)?;
+        for leaf in ["pipe", "log"] {
+            g.make_dir(leaf, 0o700)?.chown(uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+/// What [`remove`] did about a job's tree.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Cleanup {
+    /// Where a tree that could not be removed went.
+    pub moved_aside: Option<PathBuf>,
+    /// Why the tree is not (wholly) gone; logged as a warning.
+    pub problem: Option<String>,
+}
+
+/// Remove a job's tree. Never fails: what cannot be removed by `deadline` is moved to
+/// `run_dir/.leftovers/`, and the reason is returned (and logged) as a warning.
+pub fn remove(cfg: &Config, job: u32, deadline: Instant) -> Cleanup {
+    let name = job_dir_name(job);
+    let run = match Dir::open_trusted(&cfg.run_dir) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return Cleanup::default(),
+        Err(e) => {
+            let problem = format!("not removing {}: {e}", job_dir(cfg, job).display());
+            log::warn!("job {job}: {problem}");
+            return Cleanup {
+                moved_aside: None,
+                problem: Some(problem),
+            };
+        }
+    };
+    match clear(&run, &name, deadline) {
+        Ok(None) => Cleanup::default(),
+        Ok(Some((to, why))) => {
+            log::warn!(
+                "job {job}: could not remove all its files ({why}); moved them to {}",
+                to.display()
+            );
+            Cleanup {
+                moved_aside: Some(to),
+                problem: Some(why),
+            }
+        }
+        Err(e) => {
+            let problem = e.to_string();
+            log::warn!("job {job}: {problem}");
+            Cleanup {
+                moved_aside: None,
+                problem: Some(problem),
+            }
+        }
+    }
+}
+
+/// Remove `name` from `run`; if that fails, move it to `.leftovers`. `Ok(None)`: removed;
+/// `Ok(Some((where, why)))`: moved aside.
+fn clear(run: &Dir, name: &str, deadline: Instant) -> Result<Option<(PathBuf, String)>, FsError> {
+    let why = match run.remove_tree(name, 2, deadline) {
+        Ok(()) => return Ok(None),
+        Err(e) => e.to_string(),
+    };
+    let leftovers = leftovers_dir(run)?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for n in 0..100 {
+        let new_name = format!("{name}.{stamp}.{n}");
+        match run.move_to(name, &leftovers, &new_name) {
+            Ok(()) => return Ok(Some((leftovers.path().join(new_name), why))),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(FsError::Io {
+        what: "move aside",
+        path: run.path().join(name),
+        source: std::io::Error::from_raw_os_error(libc::EEXIST),
+    })
+}
+
+fn leftovers_dir(run: &Dir) -> Result<Dir, FsError> {
+    let dir = match run.open_dir(LEFTOVERS)? {
+        Some(d) => d,
+        None => match run.make_dir(LEFTOVERS, 0o700) {
+            Ok(d) => d,
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                run.open_dir(LEFTOVERS)?.ok_or_else(|| FsError::Io {
+                    what: "open",
+                    path: run.path().join(LEFTOVERS),
+                    source: std::io::Error::from_raw_os_error(libc::ENOENT),
+                })?
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    let st = dir.stat()?;
+    if st.st_uid != crate::sys::euid() || st.st_mode & 0o077 != 0 {
+        return Err(FsError::Unsafe {
+            path: dir.path().to_path_buf(),
+            why: format!(
+                "owned by uid {} with mode {:04o} (colloc makes it root's, 0700)",
+                st.st_uid,
+                st.st_mode & 0o7777
+            ),
+        });
+    }
+    Ok(dir)
+}
+
+/// Try again to remove what was moved to `run_dir/.leftovers` (as each tree's owner).
+/// Returns the trees still there.
+pub fn clear_leftovers(cfg: &Config, deadline: Instant) -> Vec<PathBuf> {
+    let Ok(run) = Dir::open_trusted(&cfg.run_dir) else {
+        return Vec::new();
+    };
+    let Ok(Some(dir)) = run.open_dir(LEFTOVERS) else {
+        return Vec::new();
+    };
+    let mut left = Vec::new();
+    for (name, _) in dir.entries().unwrap_or_default() {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if let Err(e) = dir.remove_tree(name, 2, deadline) {
+            log::warn!("{}: {e}", dir.path().join(name).display());
+            left.push(dir.path().join(name));
+        }
+    }
+    if left.is_empty() {
+        let _ = run.rmdir(LEFTOVERS);
+    }
+    left
+}
+
+/// Is `path` where colloc puts job `job`'s tree (as a journal must say)?
+pub fn is_job_dir(cfg: &Config, job: u32, path: &Path) -> bool {
+    path == job_dir(cfg, job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    fn cfg(dir: &Path) -> Config {
+        Config {
+            state_dir: dir.join("state"),
+            run_dir: dir.join("run"),
+            ..Config::default()
+        }
+    }
+
+    /// A uid and gid that are not ours: nobody when we are root, else our own (the test
+    /// then checks less).
+    fn other_user() -> (u32, u32) {
+        if crate::sys::euid() == 0 {
+            (65534, 65534)
+        } else {
+            (crate::sys::euid(), crate::sys::gid())
+        }
+    }
+
+    #[test]
+    fn the_tree_is_roots_but_the_leaves() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = cfg(tmp.path());
+        let (uid, gid) = other_user();
+        create(&c, 5, uid, gid, &[0, 3]).unwrap();
+        let me = crate::sys::euid();
+        for (p, owner, mode) in [
+            (c.run_dir.clone(), me, 0o755),
+            (job_dir(&c, 5), me, 0o755),
+            (gpu_dir(&c, 5, 0), me, 0o755),
+            (gpu_dir(&c, 5, 3), me, 0o755),
+            (gpu_dir(&c, 5, 0).join("pipe"), uid, 0o700),
+            (gpu_dir(&c, 5, 3).join("log"), uid, 0o700),
+        ] {
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            assert!(m.is_dir(), "{}", p.display());
+            assert_eq!(m.uid(), owner, "{}", p.display());
+            assert_eq!(m.permissions().mode() & 0o7777, mode, "{}", p.display());
+        }
+        assert_eq!(
+            remove(&c, 5, Instant::now() + CLEANUP_TIME),
+            Cleanup::default()
+        );
+        assert!(!job_dir(&c, 5).exists());
+        assert_eq!(std::fs::read_dir(&c.run_dir).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_stale_tree_of_the_same_job_id_is_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = cfg(tmp.path());
+        let (uid, gid) = other_user();
+        create(&c, 6, uid, gid, &[0]).unwrap();
+        std::fs::write(gpu_dir(&c, 6, 0).join("log/old"), "x").unwrap();
+        create(&c, 6, uid, gid, &[1]).unwrap();
+        assert!(!gpu_dir(&c, 6, 0).exists());
+        assert!(gpu_dir(&c, 6, 1).join("pipe").is_dir());
+    }
+
+    #[test]
+    fn a_user_file_that_cannot_go_is_moved_aside_and_cleared_later() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = cfg(tmp.path());
+        let me = crate::sys::euid();
+        create(&c, 7, me, crate::sys::gid(), &[0]).unwrap();
+        // A directory inside the leaf that belongs to someone else: the leaf's owner
+        // cannot empty it (only testable as root, who can make such a thing).
+        if me != 0 {
+            return;
+        }
+        let log = gpu_dir(&c, 7, 0).join("log");
+        std::os::unix::fs::chown(&log, Some(65534), Some(65534)).unwrap();
+        let foreign = log.join("foreign");
+        std::fs::create_dir(&foreign).unwrap();
+        std::fs::write(foreign.join("f"), "x").unwrap();
+        // foreign/ is root's: nobody (the leaf's owner) cannot remove f from it.
+        let done = remove(&c, 7, Instant::now() + CLEANUP_TIME);
+        let moved = done.moved_aside.expect("moved aside");
+        assert!(
+            moved.starts_with(c.run_dir.join(LEFTOVERS)),
+            "{}",
+            moved.display()
+        );
+        assert!(done.problem.unwrap().contains("Permission denied"));
+        assert!(!job_dir(&c, 7).exists(), "the job's name is free again");
+        assert!(moved.join("gpu0/log/foreign/f").exists());
+        let leftovers = std::fs::symlink_metadata(c.run_dir.join(LEFTOVERS)).unwrap();
+        assert_eq!(leftovers.permissions().mode() & 0o777, 0o700);
+        // Once the obstacle is gone, a later sweep removes it all.
+        std::os::unix::fs::chown(moved.join("gpu0/log/foreign"), Some(65534), Some(65534)).unwrap();
+        assert!(clear_leftovers(&c, Instant::now() + CLEANUP_TIME).is_empty());
+        assert!(!c.run_dir.join(LEFTOVERS).exists());
+    }
+
+    #[test]
+    fn an_unsafe_run_dir_is_refused_and_left_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = cfg(tmp.path());
+        std::fs::create_dir(&c.run_dir).unwrap();
+        std::fs::set_permissions(&c.run_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = create(&c, 8, 0, 0, &[0]).unwrap_err().to_string();
+        assert!(
+            err.contains("writable by group or others (mode 0777)"),
+            "{err}"
+        );
+        assert!(!job_dir(&c, 8).exists());
+        std::fs::create_dir(job_dir(&c, 8)).unwrap();
+        let done = remove(&c, 8, Instant::now() + CLEANUP_TIME);
+        assert!(done.problem.unwrap().contains("not safe"));
+        assert!(
+            job_dir(&c, 8).exists(),
+            "nothing is removed through an unsafe run_dir"
+        );
+    }
+}
