@@ -181,8 +181,9 @@ struct StaticModel {
 // cannot answer (an A100 with MIG off answers profile queries NOT_SUPPORTED) and by
 // `colloc plan --gpu-model`. NVML profile indexes: 0 = 1 slice, 1 = 2 slices, 2 = 3,
 // 3 = 4, 4 = 7, 7 = 1 slice +me, 8 = 2 slices +me, 9 = 1 slice double memory. Only the
-// profiles every supported driver lists; R580's all-media profiles are read from the
-// driver. Sources (the same the fake driver's tables cite, where each figure is tied to
+// profiles every supported driver lists; all-media profiles (nvml.h API 13, indexes 15 and
+// 16; the H200 on R580.159 answers NOT_SUPPORTED for them) are read from the driver where
+// it lists them. Sources (the same the fake driver's tables cite, where each figure is tied to
 // its reading; core/tests/nvml_fake.rs holds the two to each other):
 // - A100 40GB: issue 16's `-lgip` (4.75/9.62/19.50/39.25 GiB) and nvidia-smi MIG device
 //   tables (4864/9856/19968 MiB); A100 80GB: nvidia-smi MIG device tables (9728/19968 MiB)

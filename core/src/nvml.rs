@@ -32,7 +32,8 @@ use crate::mig::{self, Catalog, Placement, Profile};
 /// GPU instance profile indexes colloc asks the driver about (`NVML_GPU_INSTANCE_PROFILE_*`):
 /// every index below this. The driver says which exist: NOT_SUPPORTED for a profile the
 /// GPU lacks, INVALID_ARGUMENT past its `NVML_GPU_INSTANCE_PROFILE_COUNT` (10 in R535, 17
-/// in R580, which added the all-media profiles 15 and 16). A fixed list would miss the
+/// in R580's nvml.h, which added the all-media profiles 15 and 16 — the H200 on 580.159
+/// answers NOT_SUPPORTED for those, other cards list them). A fixed list would miss the
 /// profiles of a newer driver, and with them instances colloc does not own.
 pub const GI_PROFILE_INDEX_LIMIT: u32 = 32;
 

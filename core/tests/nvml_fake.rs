@@ -207,10 +207,12 @@ fn catalog_read_through_nvml_matches_the_builtin_tables_on_every_model() {
 
 #[test]
 fn every_profile_the_driver_lists_counts_as_an_instance_colloc_does_not_own() {
-    // R580 lists the all-media profiles at indexes 15 and 16: colloc asked 0-14 only,
+    // A driver and card that list the all-media profiles at indexes 15 and 16 (nvml.h API
+    // 13; the lent H200 on R580 does not, but Blackwell cards do): colloc asked 0-14 only,
     // so another user's +me.all instance was invisible to the "not ours" check.
     let fake = Fake::with("H100-80GB", 580, true);
     fake.change(|st| {
+        st.all_media = true;
         let gi = st
             .create_gi(0, 65, Some((0, 1)))
             .map_err(|c| c.to_string())?;

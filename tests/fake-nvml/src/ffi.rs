@@ -217,6 +217,17 @@ fn require_privilege(st: &State) -> R<()> {
     }
 }
 
+/// The read calls (placements, capacities, instance listings) ask for privilege only
+/// where MIG is on: on the lent H200 with MIG off (driver 580.159.04) `nobody` got the same
+/// answers as root to every one of them (fixtures/h200-r580-mig-off.user.json).
+fn require_privilege_if_mig(st: &State, g: u32) -> R<()> {
+    if st.gpu(g)?.mig_current {
+        require_privilege(st)
+    } else {
+        Ok(())
+    }
+}
+
 fn gi_profile_info(p: &GiProfile) -> nvmlGpuInstanceProfileInfo_t {
     nvmlGpuInstanceProfileInfo_t {
         id: p.id,
@@ -698,7 +709,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
         }
         let g = phys(device)?;
         let list = nvml_call("nvmlDeviceGetGpuInstancePossiblePlacements_v2", |st| {
-            require_privilege(st)?;
+            require_privilege_if_mig(st, g)?;
             Ok(st.gi_profile_by_id(g, profile_id)?.placements())
         })?;
         let n = list.len() as u32;
@@ -738,7 +749,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
     api("nvmlDeviceGetGpuInstanceRemainingCapacity", || {
         let g = phys(device)?;
         let n = nvml_call("nvmlDeviceGetGpuInstanceRemainingCapacity", |st| {
-            require_privilege(st)?;
+            require_privilege_if_mig(st, g)?;
             let p = st.gi_profile_by_id(g, profile_id)?;
             Ok(st.gpu(g)?.remaining(p))
         })?;
@@ -818,11 +829,13 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstances(
         }
         let g = phys(device)?;
         let ids = nvml_call("nvmlDeviceGetGpuInstances", |st| {
-            require_privilege(st)?;
-            if !st.gpu(g)?.mig_current {
-                return Err(code::NOT_SUPPORTED);
-            }
             let p = st.gi_profile_by_id(g, profile_id)?;
+            // MIG off: SUCCESS with no instances, for root and for `nobody` alike (the lent
+            // H200, driver 580.159.04: fixtures/h200-r580-mig-off.*.json).
+            if !st.gpu(g)?.mig_current {
+                return Ok(Vec::new());
+            }
+            require_privilege(st)?;
             // Destroyed instances the driver still lists come too (go-nvml#146).
             let ids = st.list_gis(g, p.id)?;
             Ok(ids
@@ -849,12 +862,12 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceById(
     api("nvmlDeviceGetGpuInstanceById", || {
         let g = phys(device)?;
         nvml_call("nvmlDeviceGetGpuInstanceById", |st| {
-            require_privilege(st)?;
-            let gpu = st.gpu(g)?;
-            if !gpu.mig_current {
-                return Err(code::NOT_SUPPORTED);
+            // MIG off: NOT_FOUND, for root and `nobody` alike (the lent H200, R580).
+            if !st.gpu(g)?.mig_current {
+                return Err(code::NOT_FOUND);
             }
-            gpu.gi(id).map(|_| ())
+            require_privilege(st)?;
+            st.gpu(g)?.gi(id).map(|_| ())
         })?;
         // SAFETY: out-pointer per nvml.h.
         unsafe { put(gpu_instance, Handle::Gi(g, id).ptr()) }
@@ -1151,8 +1164,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
         let g = phys(device)?;
         let (gi, ci) = nvml_call("nvmlDeviceGetMigDeviceHandleByIndex", |st| {
             let gpu = st.gpu(g)?;
+            // MIG off: NOT_FOUND (the lent H200, driver 580.159.04).
             if !gpu.mig_current {
-                return Err(code::NOT_SUPPORTED);
+                return Err(code::NOT_FOUND);
             }
             if index >= gpu.model()?.compute_slices {
                 return Err(code::INVALID_ARGUMENT);

@@ -104,6 +104,13 @@ pub struct State {
     /// Every caller is unprivileged (else the caller's euid decides, as the driver does).
     #[serde(default)]
     pub unprivileged: bool,
+    /// List the all-media GPU instance profiles (indexes 15 and 16 of nvml.h API 13,
+    /// `+me.all`). Off by default: the lent H200 with driver 580.159.04 answered
+    /// NOT_SUPPORTED for both (fixtures/h200-r580-mig-off.root.json), so a Hopper card on
+    /// R580 does not list them; on is a driver and card that do (Blackwell's RTX PRO 6000
+    /// reports a `+me.all` profile), for testing that colloc sees every listed profile.
+    #[serde(default)]
+    pub all_media: bool,
     /// Timing quirks of real drivers, off unless asked for.
     #[serde(default)]
     pub quirks: Quirks,
@@ -427,6 +434,7 @@ impl State {
             gpus,
             driver: opts.driver,
             unprivileged: false,
+            all_media: false,
             quirks: Quirks::default(),
             faults: BTreeMap::new(),
             fired: Vec::new(),
@@ -511,6 +519,7 @@ impl State {
         }
         model
             .profile_by_id(id, self.driver)
+            .filter(|p| self.all_media || p.media != Media::All)
             .ok_or(code::INVALID_ARGUMENT)
     }
 
@@ -530,6 +539,7 @@ impl State {
         }
         model
             .profile_by_index(index, self.driver)
+            .filter(|p| self.all_media || p.media != Media::All)
             .ok_or(code::NOT_SUPPORTED)
     }
 
@@ -1351,6 +1361,10 @@ mod tests {
         let h = fresh("H200", 580, false);
         assert_eq!(h.gi_profile_by_index(0, 0).unwrap().name, "1g.18gb");
         assert_eq!(h.gi_profile_by_index(0, 13), Err(code::NOT_SUPPORTED));
+        // R580 on the H200 answers NOT_SUPPORTED for the all-media profiles (the probe).
+        assert_eq!(h.gi_profile_by_index(0, 15), Err(code::NOT_SUPPORTED));
+        let mut h = h;
+        h.all_media = true;
         assert_eq!(h.gi_profile_by_index(0, 15).unwrap().name, "1g.18gb+me.all");
         assert_eq!(h.gi_profile_by_index(0, 17), Err(code::INVALID_ARGUMENT));
         let old = fresh("H200", 535, false);
@@ -1361,12 +1375,14 @@ mod tests {
     #[test]
     fn an_all_media_instance_admits_no_other() {
         let mut s = fresh("H100-80GB", 580, true);
+        s.all_media = true;
         s.create_gi(0, 65, Some((0, 1))).unwrap();
         assert_eq!(
             s.create_gi(0, 19, Some((1, 1))),
             Err(code::INSUFFICIENT_RESOURCES)
         );
         let mut s = fresh("H100-80GB", 580, true);
+        s.all_media = true;
         s.create_gi(0, 19, Some((1, 1))).unwrap();
         assert_eq!(
             s.create_gi(0, 65, Some((0, 1))),

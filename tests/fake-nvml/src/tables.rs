@@ -142,10 +142,12 @@ const fn p(
     }
 }
 
-/// An all-media profile, listed from R580 on ([nvml.h] API 13 has
-/// NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME = 15, 2_SLICE_ALL_ME = 16; [issue16] says R580
-/// lists them). Whether a Hopper card answers them is what the H200 probe records; the
-/// ids are this fake's own (65 is what an RTX PRO 6000 reports for its `+me.all`).
+/// An all-media profile ([nvml.h] API 13 has NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME = 15,
+/// 2_SLICE_ALL_ME = 16; [issue16] said R580 lists them). The H200 probe refuted that for
+/// Hopper: driver 580.159.04 answered NOT_SUPPORTED for both indexes
+/// (fixtures/h200-r580-mig-off.root.json), so these are listed only when the state's
+/// `all_media` is on (a card and driver that offer them). The ids are this fake's own (65
+/// is what an RTX PRO 6000 reports for its `+me.all`).
 const fn all_me(base: GiProfile, index: u32, id: u32, name: &'static str) -> GiProfile {
     GiProfile {
         index,

@@ -129,6 +129,12 @@ enum Cmd {
         /// on or off
         mode: String,
     },
+    /// List the all-media GPU instance profiles (`+me.all`, indexes 15 and 16) as a driver
+    /// and card that offer them do (`on`), or not, as the H200 on R580 (`off`, the default).
+    AllMedia {
+        /// on or off
+        mode: String,
+    },
     /// Pass a GPU through to a VM: a mode change that needs a reset answers
     /// RESET_REQUIRED.
     Passthrough {
@@ -337,6 +343,14 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             let on = on_off("unprivileged", &mode)?;
             ctl_change(path, |st| {
                 st.unprivileged = on;
+                Ok(String::new())
+            })
+            .map_err(refused)
+        }
+        Cmd::AllMedia { mode } => {
+            let on = on_off("all-media", &mode)?;
+            ctl_change(path, |st| {
+                st.all_media = on;
                 Ok(String::new())
             })
             .map_err(refused)
