@@ -7,6 +7,7 @@
 //! - [`journal`]: per-job journals and per-GPU locks.
 //! - [`reconfig`]: apply a mode to a job's GPUs and restore them.
 //! - [`mps`]: per-job MPS control daemons.
+//! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
 #![deny(missing_docs)]
 
 pub mod config;
@@ -18,3 +19,4 @@ pub mod mps;
 pub mod nvml;
 pub mod reconfig;
 pub mod sys;
+pub mod telemetry;
