@@ -52,12 +52,12 @@ fn manifest_errors_say_where_and_start_nothing() {
         (
             "bad regex",
             format!("[defaults]\nmetric = 'img/s=([0-9.+'\n[[run]]\n{ok}\n"),
-            ":2: bad metric regex",
+            ":2: metric: bad regex",
         ),
         (
             "regex without a group",
             format!("[defaults]\nmetric = 'img/s'\n[[run]]\n{ok}\n"),
-            ":2: metric regex \"img/s\" has no capture group",
+            ":2: metric: regex \"img/s\" has no capture group",
         ),
         (
             "empty command",
