@@ -90,6 +90,34 @@ pub fn robust_top(values: &[f64], medians: &[f64]) -> f64 {
     }
 }
 
+/// Tick labels without needless decimals.
+fn tick(v: &f64) -> String {
+    let a = v.abs();
+    if a >= 10.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Names beside rows: right-aligned text left of the plot at each row's centre.
+fn row_labels<X: Ranged<ValueType = f64>, Y: Ranged<ValueType = f64>>(
+    root: &DrawingArea<BitMapBackend<'_>, Shift>,
+    chart: &ChartContext<'_, BitMapBackend<'_>, Cartesian2d<X, Y>>,
+    rows: &[(f64, String)],
+    x0: f64,
+) -> Result<(), String> {
+    for (y, name) in rows {
+        let (px, py) = chart.backend_coord(&(x0, *y));
+        let w = 7 * name.chars().count() as i32;
+        root.draw(&Text::new(name.clone(), (px - w - 8, py - 7), font(12)))
+            .map_err(|e| format!("labels: {e}"))?;
+    }
+    Ok(())
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -186,26 +214,25 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
         )
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(70)
+        .y_label_area_size(if row_h >= 12 { 70 } else { 10 })
         .build_cartesian_2d(0f64..x_max, 0f64..n)
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(slots.min(24))
-        .y_label_formatter(&|y| {
-            let k = n - y - 0.5;
-            if (k - k.round()).abs() < 0.01 && k >= 0.0 {
-                format!("slot {}", k.round() as usize)
-            } else {
-                String::new()
-            }
-        })
+        .y_labels(0)
+        .x_label_formatter(&tick)
         .x_desc("seconds since start")
         .label_style(font(13))
         .axis_desc_style(font(14))
         .draw()
         .map_err(|x| e(&x))?;
+    if row_h >= 12 {
+        let rows: Vec<(f64, String)> = (0..slots)
+            .map(|k| (n - k as f64 - 0.5, format!("slot {k}")))
+            .collect();
+        row_labels(&root, &chart, &rows, 0.0)?;
+    }
     let px_per_s = f64::from(W - LEGEND_W - 100) / x_max;
     for (r, a) in &attempts {
         let y = n - a.slot as f64 - 1.0;
@@ -254,7 +281,12 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
     Ok(true)
 }
 
-/// Each run's throughput as a bar, coloured by outcome, its solo figure as a tick.
+/// Runs whose throughput rests on fewer samples than this do not set the bar axis.
+const FEW_SAMPLES: u64 = 3;
+
+/// Each run's throughput as a bar, coloured by outcome, its solo figure as a tick. A run
+/// with fewer than three samples is drawn hollow and does not set the axis; a bar past the
+/// axis ends in a triangle with its value.
 pub fn runs(report: &Report, path: &Path) -> Result<bool, E> {
     let with: Vec<&RunRecord> = report
         .runs
@@ -272,16 +304,28 @@ pub fn runs(report: &Report, path: &Path) -> Result<bool, E> {
         .clone()
         .unwrap_or_else(|| "throughput".into());
     let n = with.len();
-    let h = (n as u32 * 22 + 150).clamp(300, 2400);
+    let h = (n as u32 * 24 + 150).clamp(300, 2400);
     let root = BitMapBackend::new(path, (W, h)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (plot, side) = root.split_horizontally(W - LEGEND_W);
-    let values: Vec<f64> = with
+    let solid = |r: &RunRecord| {
+        r.throughput
+            .as_ref()
+            .is_some_and(|t| t.count >= FEW_SAMPLES)
+    };
+    let mut values: Vec<f64> = with
         .iter()
+        .filter(|r| solid(r))
         .filter_map(|r| r.throughput.as_ref().map(|t| t.mean))
         .chain(with.iter().filter_map(|r| r.solo_throughput))
         .collect();
-    let top = values.iter().copied().fold(0.0, f64::max).max(1e-9) * 1.1;
+    if values.is_empty() {
+        values = with
+            .iter()
+            .filter_map(|r| r.throughput.as_ref().map(|t| t.mean))
+            .collect();
+    }
+    let top = values.iter().copied().fold(0.0, f64::max).max(1e-9) * 1.15;
     let name_w = with
         .iter()
         .map(|r| r.name.chars().count().min(30))
@@ -304,54 +348,74 @@ pub fn runs(report: &Report, path: &Path) -> Result<bool, E> {
         .caption(title, font(20))
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(name_w.min(240))
+        .y_label_area_size(name_w.min(230))
         .build_cartesian_2d(0f64..top, 0f64..nf)
         .map_err(|x| e(&x))?;
-    let names: Vec<String> = with
-        .iter()
-        .map(|r| r.name.chars().take(30).collect())
-        .collect();
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(n.min(80))
-        .y_label_formatter(&|y| {
-            let k = nf - y - 0.5;
-            if (k - k.round()).abs() < 0.01 && k >= 0.0 {
-                names.get(k.round() as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
+        .y_labels(0)
+        .x_label_formatter(&tick)
         .x_desc(format!("{unit} (work over sampled time)"))
         .label_style(font(12))
         .axis_desc_style(font(14))
         .draw()
         .map_err(|x| e(&x))?;
+    let rows: Vec<(f64, String)> = with
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (nf - i as f64 - 0.5, r.name.chars().take(30).collect()))
+        .collect();
+    row_labels(&root, &chart, &rows, 0.0)?;
     for (i, r) in with.iter().enumerate() {
         let y = nf - i as f64 - 1.0;
-        let v = r.throughput.as_ref().map_or(0.0, |t| t.mean);
+        let Some(t) = &r.throughput else { continue };
+        let v = t.mean;
         let c = outcome_color(r.state, r.attempts.last().is_some_and(|a| a.oom));
+        let rect = [(0.0, y + 0.15), (v.min(top), y + 0.85)];
+        let style = if solid(r) {
+            c.filled()
+        } else {
+            c.stroke_width(2)
+        };
         chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(0.0, y + 0.15), (v, y + 0.85)],
-                c.filled(),
-            )))
+            .draw_series(std::iter::once(Rectangle::new(rect, style)))
             .map_err(|x| e(&x))?;
+        if v > top {
+            chart
+                .draw_series(std::iter::once(TriangleMarker::new(
+                    (top, y + 0.5),
+                    7,
+                    c.filled(),
+                )))
+                .map_err(|x| e(&x))?;
+            let (px, py) = chart.backend_coord(&(top, y + 0.5));
+            root.draw(&Text::new(tick(&v), (px - 60, py - 20), font(11)))
+                .map_err(|x| e(&x))?;
+        }
         if let Some(s) = r.solo_throughput {
             chart
                 .draw_series(std::iter::once(PathElement::new(
-                    vec![(s, y + 0.05), (s, y + 0.95)],
+                    vec![(s.min(top), y + 0.05), (s.min(top), y + 0.95)],
                     BLACK.stroke_width(3),
                 )))
                 .map_err(|x| e(&x))?;
         }
     }
+    let bucket = |r: &RunRecord| {
+        (
+            r.state,
+            r.state == State::Failed && r.attempts.last().is_some_and(|a| a.oom),
+        )
+    };
     let mut entries: Vec<(String, RGBColor, bool)> = OUTCOMES
         .iter()
-        .filter(|(_, s, _)| with.iter().any(|r| r.state == *s))
+        .filter(|(_, s, oom)| with.iter().any(|r| bucket(r) == (*s, *oom)))
         .map(|(n, s, oom)| (n.to_string(), outcome_color(*s, *oom), true))
         .collect();
+    if with.iter().any(|r| !solid(r)) {
+        entries.push(("hollow: < 3 samples".into(), RGBColor(120, 120, 120), false));
+    }
     if with.iter().any(|r| r.solo_throughput.is_some()) {
         entries.push(("alone (solo)".into(), BLACK, false));
     }
@@ -385,7 +449,9 @@ fn aggregate_at(report: &Report, t: f64) -> f64 {
         .sum()
 }
 
-/// Aggregate throughput over time, and each run's line where few.
+/// Throughput over time in two panels on one time axis: all runs together on top, each
+/// run below (coloured and named when few enough to tell apart), each panel with its own
+/// y axis.
 pub fn throughput(report: &Report, path: &Path) -> Result<bool, E> {
     let series: Vec<(&str, &[(f64, f64)])> = report
         .runs
@@ -398,6 +464,13 @@ pub fn throughput(report: &Report, path: &Path) -> Result<bool, E> {
     if series.is_empty() {
         return Ok(false);
     }
+    // Each run's samples split where an attempt starts: no line across a restart.
+    let starts: Vec<Vec<f64>> = report
+        .runs
+        .iter()
+        .filter(|r| r.throughput.as_ref().is_some_and(|t| !t.samples.is_empty()))
+        .map(|r| r.attempts.iter().map(|a| a.start_s).collect())
+        .collect();
     let e = err(path);
     let unit = report
         .summary
@@ -413,73 +486,123 @@ pub fn throughput(report: &Report, path: &Path) -> Result<bool, E> {
         })
         .collect();
     let named = series.len() <= MAX_NAMED_LINES;
-    let all: Vec<f64> = series
+    let run_values: Vec<f64> = series
         .iter()
         .flat_map(|(_, s)| s.iter().map(|p| p.1))
-        .chain(agg.iter().map(|p| p.1))
         .collect();
+    // A run's typical level counts for the axis only when it rests on a few samples.
     let medians: Vec<f64> = series
         .iter()
+        .filter(|(_, s)| s.len() >= FEW_SAMPLES as usize)
         .map(|(_, s)| median(&s.iter().map(|p| p.1).collect::<Vec<_>>()))
-        .chain(std::iter::once(median(
-            &agg.iter()
-                .map(|p| p.1)
+        .collect();
+    let run_top = robust_top(&run_values, &medians);
+    let agg_values: Vec<f64> = agg.iter().map(|p| p.1).collect();
+    let agg_top = robust_top(
+        &agg_values,
+        &[median(
+            &agg_values
+                .iter()
+                .copied()
                 .filter(|v| *v > 0.0)
                 .collect::<Vec<_>>(),
-        )))
-        .collect();
-    let top = robust_top(&all, &medians);
-    let root = BitMapBackend::new(path, (W, 700)).into_drawing_area();
+        )],
+    )
+    .max(report.summary.aggregate_throughput.unwrap_or(0.0) * 1.15);
+    let root = BitMapBackend::new(path, (W, 900)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
-    let (plot, side) = root.split_horizontally(W - LEGEND_W);
-    let mut chart = ChartBuilder::on(&plot)
+    let (plots, side) = root.split_horizontally(W - LEGEND_W);
+    let (top, bottom) = plots.split_vertically(360);
+
+    let mut c = ChartBuilder::on(&top)
         .caption(
             format!("colloc: throughput over time ({})", report.mode),
             font(20),
         )
         .margin(12)
-        .x_label_area_size(40)
+        .x_label_area_size(30)
         .y_label_area_size(75)
-        .build_cartesian_2d(0f64..x_max, 0f64..top)
+        .build_cartesian_2d(0f64..x_max, 0f64..agg_top)
         .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds since start")
-        .y_desc(unit)
+    c.configure_mesh()
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
+        .y_desc(format!("all runs, {unit}"))
         .label_style(font(13))
         .axis_desc_style(font(14))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|x| e(&x))?;
-    let clip = |v: f64| v.min(top);
-    let mut entries: Vec<(String, RGBColor, bool)> = Vec::new();
+    c.draw_series(LineSeries::new(
+        agg.iter().map(|&(t, v)| (t, v.min(agg_top))),
+        BLACK.stroke_width(3),
+    ))
+    .map_err(|x| e(&x))?;
+    let mut entries: Vec<(String, RGBColor, bool)> =
+        vec![("all runs together".into(), BLACK, false)];
+    if let Some(a) = report.summary.aggregate_throughput {
+        c.draw_series(DashedLineSeries::new(
+            vec![(0.0, a.min(agg_top)), (x_max, a.min(agg_top))],
+            8,
+            5,
+            RGBColor(90, 90, 90).stroke_width(2),
+        ))
+        .map_err(|x| e(&x))?;
+        entries.push(("mean over makespan".into(), RGBColor(90, 90, 90), false));
+    }
+
+    let mut c = ChartBuilder::on(&bottom)
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(75)
+        .build_cartesian_2d(0f64..x_max, 0f64..run_top)
+        .map_err(|x| e(&x))?;
+    c.configure_mesh()
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
+        .x_desc("seconds since start")
+        .y_desc(format!("each run, {unit}"))
+        .label_style(font(13))
+        .axis_desc_style(font(14))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(|x| e(&x))?;
     for (i, (name, s)) in series.iter().enumerate() {
         let color = if named {
             PALETTE[i % PALETTE.len()]
         } else {
-            RGBColor(170, 170, 170)
+            RGBColor(150, 150, 150)
         };
-        let pts: Vec<(f64, f64)> = s.iter().map(|&(t, v)| (t, clip(v))).collect();
-        if pts.len() >= 2 {
-            chart
-                .draw_series(LineSeries::new(
+        let mut segments: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+        for &(t, v) in s.iter() {
+            let last = segments.last().and_then(|g| g.last()).map(|p| p.0);
+            if last.is_some_and(|l| starts[i].iter().any(|&a| a > l && a <= t)) {
+                segments.push(Vec::new());
+            }
+            if let Some(g) = segments.last_mut() {
+                g.push((t, v.min(run_top)));
+            }
+        }
+        for pts in segments.iter().filter(|g| !g.is_empty()) {
+            if pts.len() >= 2 {
+                c.draw_series(LineSeries::new(
                     pts.clone(),
                     color.stroke_width(if named { 2 } else { 1 }),
                 ))
                 .map_err(|x| e(&x))?;
-        } else {
-            // One sample: a dot, not nothing.
-            chart
-                .draw_series(pts.iter().map(|p| Circle::new(*p, 4, color.filled())))
-                .map_err(|x| e(&x))?;
+            } else {
+                // One sample: a dot, not nothing.
+                c.draw_series(pts.iter().map(|p| Circle::new(*p, 4, color.filled())))
+                    .map_err(|x| e(&x))?;
+            }
         }
-        chart
-            .draw_series(
-                s.iter()
-                    .filter(|p| p.1 > top)
-                    .map(|p| TriangleMarker::new((p.0, top), 6, color.filled())),
-            )
-            .map_err(|x| e(&x))?;
+        // Samples above the axis: a triangle on its top edge.
+        c.draw_series(
+            s.iter()
+                .filter(|p| p.1 > run_top)
+                .map(|p| TriangleMarker::new((p.0, run_top), 6, color.filled())),
+        )
+        .map_err(|x| e(&x))?;
         if named {
             entries.push((name.to_string(), color, false));
         }
@@ -487,27 +610,9 @@ pub fn throughput(report: &Report, path: &Path) -> Result<bool, E> {
     if !named {
         entries.push((
             format!("{} runs", series.len()),
-            RGBColor(170, 170, 170),
+            RGBColor(150, 150, 150),
             false,
         ));
-    }
-    chart
-        .draw_series(LineSeries::new(
-            agg.iter().map(|&(t, v)| (t, clip(v))),
-            BLACK.stroke_width(3),
-        ))
-        .map_err(|x| e(&x))?;
-    entries.push(("all runs together".into(), BLACK, false));
-    if let Some(a) = report.summary.aggregate_throughput {
-        chart
-            .draw_series(DashedLineSeries::new(
-                vec![(0.0, clip(a)), (x_max, clip(a))],
-                8,
-                5,
-                RGBColor(90, 90, 90).stroke_width(2),
-            ))
-            .map_err(|x| e(&x))?;
-        entries.push(("mean over makespan".into(), RGBColor(90, 90, 90), false));
     }
     legend(&side, "throughput", &entries)?;
     root.present().map_err(|x| e(&x))?;
@@ -550,6 +655,7 @@ pub fn bench(
         .y_desc(format!("aggregate {unit}"))
         .x_labels(max_n as usize + 1)
         .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&tick)
         .label_style(font(13))
         .axis_desc_style(font(14))
         .draw()

@@ -144,8 +144,9 @@ impl Env {
         format!("COLLOC_TEST_TAG={}", self.path().display())
     }
 
-    /// `colloc run ARGS` in the background, with the test's tag in the runs' environment.
-    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+    /// `colloc run ARGS` in the background, with the test's tag in the runs' environment;
+    /// killed if the test ends (or fails) before it does.
+    pub fn spawn(&self, args: &[&str]) -> Background {
         let (k, v) = self
             .tag()
             .split_once('=')
@@ -166,6 +167,7 @@ impl Env {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
+            .map(|c| Background(Some(c)))
             .unwrap()
     }
 
@@ -190,5 +192,29 @@ impl Env {
             .env("MARK", self.mark())
             .current_dir(self.dir.path());
         c
+    }
+}
+
+/// A colloc in the background that a failing test does not leave running.
+pub struct Background(Option<std::process::Child>);
+
+impl Background {
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// Wait for it to end.
+    pub fn wait_with_output(mut self) -> std::io::Result<std::process::Output> {
+        self.0.take().expect("running").wait_with_output()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
