@@ -928,7 +928,7 @@ mod tests {
             }],
             mig_used: vec![Some(4096), None],
         };
-        f.apply(1.0, &t, |p| Some(p));
+        f.apply(1.0, &t, Some);
         let a = f.end(1).unwrap();
         assert_eq!(a.peak_memory_bytes, Some(4096));
         assert_eq!(a.mean_util_percent, None);

@@ -3,6 +3,31 @@
 
 use std::path::PathBuf;
 
+/// `println!` that ignores a closed or broken stdout (a pipe to `head`, a hung-up
+/// terminal) instead of panicking half way through a pack of runs.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// `print!` that ignores a broken stdout.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that ignores a broken stderr.
+macro_rules! errln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
 /// Bad input: usage, mode, manifest or config. Exits with code 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

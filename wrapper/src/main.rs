@@ -2,42 +2,19 @@
 //! (`run`, `bench`), and plan, apply and undo collocation layouts (`plan`, `status`,
 //! `apply`, `restore`, `check-config`).
 //!
-//! Exit codes: 0 success; 1 a run or operation failed; 2 bad input (usage, mode,
-//! manifest, config). Errors are one line on stderr.
+//! This file only parses the command line and dispatches. Exit codes: 0 success; 1 a run
+//! or operation failed; 2 bad input (usage, mode, manifest, config). Errors are one line
+//! on stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// `println!` that ignores a closed or broken stdout (a pipe to `head`, a hung-up
-/// terminal) instead of panicking half way through a pack of runs.
-macro_rules! outln {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($t)*);
-    }};
-}
-
-/// `print!` that ignores a broken stdout.
-macro_rules! out {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stdout().lock(), $($t)*);
-    }};
-}
-
-/// `eprintln!` that ignores a broken stderr.
-macro_rules! errln {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($t)*);
-    }};
-}
-
+#[macro_use]
+mod cli;
 mod admin;
 mod bench;
-mod cli;
 mod engine;
 mod export;
 mod logger;

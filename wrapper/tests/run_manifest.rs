@@ -125,6 +125,21 @@ fn manifest_errors_say_where_and_start_nothing() {
     }
 }
 
+/// A manifest is read through a bounded reader: `/dev/zero` is refused, not read until the
+/// OOM killer ends colloc.
+#[test]
+fn a_manifest_larger_than_16_mib_is_refused() {
+    let env = Env::new();
+    let out = env.colloc().args(["-f", "/dev/zero"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/dev/zero: the run manifest is larger than 16 MiB"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let env = Env::new();

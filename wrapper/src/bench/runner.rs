@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use colloc_core::config::Config;
-use colloc_core::gpu::{GpuControl, GpuInfo};
+use colloc_core::gpu::GpuControl;
 use colloc_core::mode::{Mode, ModeKind};
 use colloc_core::mps;
 use colloc_core::nvml::NvmlGpus;
@@ -830,6 +830,7 @@ fn is_root() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use colloc_core::gpu::GpuInfo;
 
     fn gpu(mig: Option<bool>) -> BenchGpu {
         BenchGpu {

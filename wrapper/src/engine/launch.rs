@@ -29,7 +29,7 @@
 //! [`Launcher`] is the seam for other ways of starting runs (an `srun` step on another
 //! node): the engine needs a run's output and these messages.
 
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -498,6 +498,7 @@ fn launcher_main(sock: OwnedFd) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn protocol_lines_round_trip() {

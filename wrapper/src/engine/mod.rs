@@ -84,11 +84,6 @@ impl Clock {
         self.t0.elapsed().as_secs_f64()
     }
 
-    /// Seconds since time zero of an instant.
-    pub fn at(&self, i: Instant) -> f64 {
-        i.saturating_duration_since(self.t0).as_secs_f64()
-    }
-
     /// Unix seconds of a clock time: monotonic within one clock, comparable across runs.
     pub fn unix(&self, t: f64) -> f64 {
         self.unix0 + t

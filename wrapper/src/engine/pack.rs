@@ -109,11 +109,7 @@ pub struct Ended {
     pub id: AttemptId,
     /// The job it ran.
     pub job: Job,
-    /// Its slot.
-    pub slot: usize,
-    /// Start and end, on the engine's clock.
-    pub start: f64,
-    /// End.
+    /// Its end, on the engine's clock.
     pub end: f64,
     /// How its process ended.
     pub exit: Exit,
@@ -144,8 +140,6 @@ pub struct View<'a> {
     pub slot: usize,
     /// Its start, on the engine's clock.
     pub start: f64,
-    /// Its leader's pid, once started.
-    pub pid: Option<u32>,
     /// What its output showed so far.
     pub seen: &'a Seen,
 }
@@ -179,7 +173,6 @@ pub struct Options {
 }
 
 struct Running {
-    id: AttemptId,
     job: Job,
     slot: usize,
     start: f64,
@@ -219,7 +212,6 @@ impl Ctl<'_> {
             job: &r.job,
             slot: r.slot,
             start: r.start,
-            pid: r.pid,
             seen: &r.seen,
         })
     }
@@ -308,11 +300,6 @@ impl<'a> Engine<'a> {
             opts,
             clock,
         }
-    }
-
-    /// The clock times are measured on.
-    pub fn clock(&self) -> Clock {
-        self.clock
     }
 
     /// Run jobs until the driver has none left and every attempt has ended, or until
@@ -404,7 +391,6 @@ impl<'a> Engine<'a> {
                 job: &r.job,
                 slot,
                 start: r.start,
-                pid: None,
                 seen: &r.seen,
             };
             driver.started(&v);
@@ -427,7 +413,6 @@ impl<'a> Engine<'a> {
             }
         };
         let mut r = Running {
-            id,
             deadline: job.timeout.map(|t| Instant::now() + t),
             job,
             slot,
@@ -599,10 +584,8 @@ impl<'a> Engine<'a> {
                         // The run's processes are its session.
                         s.session(id, p);
                     }
-                    // A stop that came before the pid is honoured now.
-                    if r.term_at.is_some() {
-                        self.launcher.send(slot, id, Cmd::Signal(libc::SIGTERM));
-                    }
+                    // A signal sent before the pid was known reached the run anyway: the
+                    // supervisor takes requests in order, the start first.
                 }
                 Msg::Error(e) => {
                     note_in_log(r, &e);
@@ -692,8 +675,6 @@ impl<'a> Engine<'a> {
         let gpu = self.sampler.and_then(|s| s.end(id));
         Ended {
             id,
-            slot: r.slot,
-            start: r.start,
             end,
             exit,
             state,

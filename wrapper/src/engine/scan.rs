@@ -372,14 +372,6 @@ impl Best {
             Best::Max => a.max(b),
         }
     }
-
-    /// As written in manifests and reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Best::Min => "min",
-            Best::Max => "max",
-        }
-    }
 }
 
 /// A user metric: a name, its pattern, which value is best.

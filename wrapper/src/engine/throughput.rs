@@ -155,20 +155,6 @@ pub fn integrate(samples: &[Sample], from: f64, to: f64) -> f64 {
         .sum()
 }
 
-/// The summed rate of several runs at time `t` (each run's sample covering `t`).
-pub fn rate_at(runs: &[&[Sample]], t: f64) -> f64 {
-    runs.iter()
-        .map(|s| {
-            let i = s.partition_point(|x| x.t < t);
-            if i == 0 || i >= s.len() {
-                0.0
-            } else {
-                s[i].rate
-            }
-        })
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,7 +208,5 @@ mod tests {
         ];
         // (1,2] at 10/s, (2,3] at 20/s
         assert!((integrate(&s, 1.0, 3.0) - 30.0).abs() < 1e-9);
-        assert!((rate_at(&[&s, &s], 3.0) - 40.0).abs() < 1e-9);
-        assert_eq!(rate_at(&[&s], -1.0), 0.0);
     }
 }

@@ -159,7 +159,8 @@ pub fn run_charts(report: &Report, dir: &Path) -> Vec<PathBuf> {
     if !ready() {
         return out;
     }
-    let jobs: [(&str, fn(&Report, &Path) -> Result<bool, E>); 3] = [
+    type Draw = fn(&Report, &Path) -> Result<bool, E>;
+    let jobs: [(&str, Draw); 3] = [
         ("colloc-timeline.png", timeline),
         ("colloc-runs.png", runs),
         ("colloc-throughput.png", throughput),

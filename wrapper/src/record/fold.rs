@@ -107,7 +107,6 @@ struct RunSt {
 
 #[derive(Debug, Clone)]
 struct SoloFig {
-    run: String,
     throughput: f64,
     unit: String,
     source: String,
@@ -332,7 +331,6 @@ impl Fold {
             }
             Event::Solo {
                 key,
-                run,
                 throughput,
                 unit,
                 source,
@@ -341,7 +339,6 @@ impl Fold {
                 self.solos.insert(
                     key,
                     SoloFig {
-                        run,
                         throughput,
                         unit,
                         source,

@@ -1,9 +1,10 @@
 //! `colloc run`'s side of the durable record: every event goes to the event log (flushed
 //! as it happens) and into a [`Fold`] of the same events, from which the report is
 //! rendered. `colloc-report.json` and `colloc-runs.csv` are rewritten atomically by a
-//! background writer after finished runs (no more often than [`MIN_GAP`], or ten times the
-//! last write's duration, so a pack of 2,000 short runs does not spend its time rewriting)
-//! and at least every [`MAX_GAP`] while runs go on; at the end once more, and the charts.
+//! background writer after an attempt ends or a signal comes (no more often than
+//! [`MIN_GAP`], or ten times the last write's duration, so a pack of 2,000 short runs does
+//! not spend its time rewriting) and, for the progress of running attempts, every
+//! [`MAX_GAP`]; at the end once more, and the charts.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -145,6 +146,7 @@ pub struct Recorder {
     writer: Writer,
     last_write: Instant,
     dirty: bool,
+    urgent: bool,
 }
 
 impl Recorder {
@@ -164,6 +166,7 @@ impl Recorder {
             writer: Writer::start(dir.to_path_buf()),
             last_write: Instant::now(),
             dirty: false,
+            urgent: false,
         })
     }
 
@@ -195,6 +198,8 @@ impl Recorder {
     /// Record an event.
     pub fn emit(&mut self, ev: Event) {
         self.log.append(&ev);
+        // An end, a signal, a stop: the report should show it soon.
+        self.urgent |= !matches!(ev, Event::Progress { .. } | Event::Gpus { .. });
         self.fold.apply(ev);
         self.dirty = true;
     }
@@ -204,13 +209,12 @@ impl Recorder {
         self.fold.report(self.now(), Some(self.session))
     }
 
-    /// Rewrite the report if it changed and the last write is long enough ago; `soon`:
-    /// something finished, so do not wait for [`MAX_GAP`].
-    pub fn maybe_write(&mut self, soon: bool) {
+    /// Rewrite the report if it changed and the last write is long enough ago.
+    pub fn maybe_write(&mut self) {
         if !self.dirty {
             return;
         }
-        let gap = if soon {
+        let gap = if self.urgent {
             MIN_GAP.max(self.writer.last_took() * 10)
         } else {
             MAX_GAP
@@ -222,6 +226,7 @@ impl Recorder {
         if self.writer.submit(r) {
             self.last_write = Instant::now();
             self.dirty = false;
+            self.urgent = false;
         }
     }
 

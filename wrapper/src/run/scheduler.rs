@@ -4,7 +4,7 @@
 //! end into events of the record.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::args::{Options, RetryOn};
@@ -85,9 +85,12 @@ fn end_event(rec: &Recorder, e: &mut Ended, kind: Kind, names: &[String]) -> Eve
             Some("its supervisor vanished; how it ended is unknown".to_string()),
         ),
     };
-    let error = error.or_else(|| {
-        (e.left > 0).then(|| format!("{} process(es) of it would not exit after SIGKILL", e.left))
-    });
+    let error = error
+        .or_else(|| {
+            (e.left > 0)
+                .then(|| format!("{} process(es) of it would not exit after SIGKILL", e.left))
+        })
+        .or_else(|| e.log_error.clone());
     Event::End {
         ts: rec.ts(e.end),
         run: e.job.label.clone(),
@@ -218,7 +221,7 @@ impl<'a> Common<'a> {
             };
             self.rec.emit(ev);
         }
-        self.rec.maybe_write(false);
+        self.rec.maybe_write();
     }
 
     fn ended(&mut self, e: &mut Ended, kind: Kind) {
@@ -237,7 +240,7 @@ impl<'a> Common<'a> {
                 .collect(),
         };
         self.rec.emit(ev);
-        self.rec.maybe_write(true);
+        self.rec.maybe_write();
     }
 
     fn stopping(&mut self, reason: &str) {
@@ -377,7 +380,7 @@ impl Driver for Calibrate<'_> {
                 describe(&e.exit)
             ),
         }
-        self.common.rec.maybe_write(true);
+        self.common.rec.maybe_write();
     }
 
     fn tick(&mut self, ctl: &mut Ctl<'_>) {
@@ -571,12 +574,12 @@ impl Driver for Pack<'_> {
                 self.common.stopping(&reason);
             }
         }
-        self.common.rec.maybe_write(true);
+        self.common.rec.maybe_write();
     }
 
     fn tick(&mut self, ctl: &mut Ctl<'_>) {
         self.common.progress(ctl);
-        self.common.rec.maybe_write(true);
+        self.common.rec.maybe_write();
         self.status_line(ctl);
     }
 
@@ -587,9 +590,4 @@ impl Driver for Pack<'_> {
     fn stopping(&mut self, reason: &str) {
         self.common.stopping(reason);
     }
-}
-
-/// Where logs of a report directory go.
-pub fn logs_dir(dir: &Path) -> PathBuf {
-    dir.join(LOGS_DIR)
 }
