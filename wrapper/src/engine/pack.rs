@@ -310,6 +310,8 @@ impl<'a> Engine<'a> {
         let mut max_concurrent = 0;
         let mut next_tick = Instant::now() + self.opts.tick;
         loop {
+            // A signal that came before (while colloc set up) counts before anything starts.
+            self.handle_signals(driver, &mut running, &mut stop);
             if stop.is_none() {
                 self.start_jobs(driver, &mut running);
                 max_concurrent = max_concurrent.max(running.len());

@@ -60,7 +60,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let signals = Signals::install().context("cannot install signal handlers")?;
-    let gpus = setup::gpus(&args, config.as_ref())?;
+    let mut gpus = setup::gpus(&args, config.as_ref())?;
     let specs = setup::specs(&args, gpus.layout.slots.len())?;
     let ids = setup::identities(&specs);
     let restarted = setup::restart_count().is_some_and(|n| n > 0);
@@ -68,6 +68,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     if let Some(note) = &gpus.nvml_note {
         log::warn!("{note}");
     }
+    gpus.start(config.as_ref())?;
     std::fs::create_dir_all(dir.join(scheduler::LOGS_DIR))
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let Some(_lock) =
@@ -146,7 +147,14 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     let mut stopped_by = None;
     let mut max_concurrent = 0;
     if args.solo_baseline {
-        let mut cal = scheduler::Calibrate::new(&specs, &ids, &mut rec, devices.clone(), &opts);
+        let mut cal = scheduler::Calibrate::new(
+            &specs,
+            &ids,
+            &mut rec,
+            devices.clone(),
+            sampler.as_ref(),
+            &opts,
+        );
         let mut engine = Engine::new(
             &mut launcher,
             gpus.slots[..1].to_vec(),
@@ -167,7 +175,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         stopped_by = out.stopped_by;
     }
     if stopped_by.is_none() {
-        let mut pack = scheduler::Pack::new(&specs, &mut rec, devices, &opts);
+        let mut pack = scheduler::Pack::new(&specs, &mut rec, devices, sampler.as_ref(), &opts);
         let mut engine = Engine::new(
             &mut launcher,
             gpus.slots.clone(),

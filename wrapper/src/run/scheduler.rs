@@ -14,9 +14,12 @@ use crate::engine::launch::LaunchSpec;
 use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, Seen, View};
 use crate::engine::{duration, signal_name, State};
 use crate::record::events::{Escaped, Event, Kind, MetricValue, Progress, RunIdentity};
+use colloc_core::telemetry::Sampler;
 
 /// How often running attempts' new output facts go to the record.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// How often the GPUs' figures so far go to the record (so a killed colloc loses little).
+const GPUS_EVERY: Duration = Duration::from_secs(30);
 
 /// Sub-directory of the report dir with one log per attempt.
 pub const LOGS_DIR: &str = "logs";
@@ -133,10 +136,17 @@ struct Common<'a> {
     live: HashMap<AttemptId, (usize, Kind)>,
     last_progress: Instant,
     metric_names: Vec<Vec<String>>,
+    sampler: Option<&'a Sampler>,
+    last_gpus: Instant,
 }
 
 impl<'a> Common<'a> {
-    fn new(specs: &'a [RunSpec], rec: &'a mut Recorder, devices: Vec<Option<String>>) -> Self {
+    fn new(
+        specs: &'a [RunSpec],
+        rec: &'a mut Recorder,
+        devices: Vec<Option<String>>,
+        sampler: Option<&'a Sampler>,
+    ) -> Self {
         Common {
             metric_names: specs
                 .iter()
@@ -148,6 +158,8 @@ impl<'a> Common<'a> {
             node: node_name(),
             live: HashMap::new(),
             last_progress: Instant::now(),
+            sampler,
+            last_gpus: Instant::now(),
         }
     }
 
@@ -221,6 +233,18 @@ impl<'a> Common<'a> {
             };
             self.rec.emit(ev);
         }
+        if let Some(s) = self
+            .sampler
+            .filter(|_| self.last_gpus.elapsed() >= GPUS_EVERY)
+        {
+            self.last_gpus = Instant::now();
+            let ev = Event::Gpus {
+                ts: self.rec.now(),
+                session: self.rec.session(),
+                gpus: s.totals().0,
+            };
+            self.rec.emit(ev);
+        }
         self.rec.maybe_write();
     }
 
@@ -276,6 +300,7 @@ impl<'a> Calibrate<'a> {
         ids: &[RunIdentity],
         rec: &'a mut Recorder,
         devices: Vec<Option<String>>,
+        sampler: Option<&'a Sampler>,
         opts: &Options,
     ) -> Calibrate<'a> {
         let mut seen = HashSet::new();
@@ -293,7 +318,7 @@ impl<'a> Calibrate<'a> {
         }
         let logs = rec.dir().join(LOGS_DIR).join("solo");
         Calibrate {
-            common: Common::new(specs, rec, devices),
+            common: Common::new(specs, rec, devices, sampler),
             queue,
             window: opts.solo_window,
             budget: opts.solo_budget,
@@ -413,6 +438,7 @@ impl<'a> Pack<'a> {
         specs: &'a [RunSpec],
         rec: &'a mut Recorder,
         devices: Vec<Option<String>>,
+        sampler: Option<&'a Sampler>,
         opts: &'a Options,
     ) -> Pack<'a> {
         let mut queue = VecDeque::new();
@@ -441,7 +467,7 @@ impl<'a> Pack<'a> {
         }
         let logs = rec.dir().join(LOGS_DIR);
         Pack {
-            common: Common::new(specs, rec, devices),
+            common: Common::new(specs, rec, devices, sampler),
             queue,
             attempts,
             opts,

@@ -307,7 +307,7 @@ fn parse_mps_pipes(v: &str) -> Vec<(String, PathBuf)> {
 pub struct Gpus {
     /// The layout.
     pub layout: Layout,
-    /// Each slot's environment.
+    /// Each slot's environment (once started).
     pub slots: Vec<Slot>,
     /// colloc's own MPS daemon, stopped when dropped.
     pub own_mps: Option<mps::PrivateDaemon>,
@@ -317,11 +317,11 @@ pub struct Gpus {
     pub nvml_note: Option<String>,
 }
 
-/// Work out the slots from the job environment or `--mode`/`-j`, start colloc's own MPS
-/// daemon where it needs one, and give each slot its environment.
+/// Work out the slots from the job environment or `--mode`/`-j` and the GPUs behind them
+/// (nothing is started yet: see [`Gpus::start`]).
 ///
 /// # Errors
-/// Bad input (a mode or slot count that does not fit), or the MPS daemon not starting.
+/// Bad input: a mode or slot count that does not fit.
 pub fn gpus(a: &RunArgs, config: Option<&colloc_core::config::Config>) -> anyhow::Result<Gpus> {
     let nvml_lib = config
         .map(|c| c.nvml_library.clone())
@@ -372,69 +372,82 @@ pub fn gpus(a: &RunArgs, config: Option<&colloc_core::config::Config>) -> anyhow
             m.slot_device = layout.slots.clone();
         }
     }
-    let own_mps = match (&layout.mode, &layout.source) {
-        (Mode::Mps { .. }, Source::Own) => {
-            let program = mps_control_program(config)?;
-            Some(
-                mps::PrivateDaemon::start(&program, "colloc-mps", &layout.devices.join(","))
-                    .context("cannot start the MPS daemon")?,
-            )
-        }
-        _ => None,
-    };
-    let job_pipes = match (&layout.mode, &layout.source) {
-        (Mode::Mps { .. }, Source::Job) => {
-            parse_mps_pipes(&std::env::var("COLLOC_MPS_PIPES").unwrap_or_default())
-        }
-        _ => Vec::new(),
-    };
-    let slots = layout
-        .slots
-        .iter()
-        .enumerate()
-        .map(|(si, dev)| {
-            let mut e = Vec::new();
-            if let Some(d) = dev {
-                e.push(("CUDA_VISIBLE_DEVICES".to_string(), d.clone()));
-            }
-            if let Some(m) = &own_mps {
-                e.extend(m.daemon().env());
-            } else if let Some((_, pipe)) = dev
-                .as_deref()
-                .and_then(|d| job_pipes.iter().find(|(uuid, _)| uuid == d))
-            {
-                // A job with several GPUs has one MPS daemon per GPU; the job-wide
-                // CUDA_MPS_PIPE_DIRECTORY names the first. Each run talks to its GPU's.
-                e.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
-                if let Some(dir) = pipe.parent() {
-                    e.push((
-                        "CUDA_MPS_LOG_DIRECTORY".into(),
-                        dir.join("log").display().to_string(),
-                    ));
-                }
-            }
-            if let Mode::Mps { clients: Some(n) } = layout.mode {
-                let mem: Vec<u64> = map
-                    .as_ref()
-                    .and_then(|m| m.slot_memory_mib.get(si).copied().flatten())
-                    .into_iter()
-                    .collect();
-                e.extend(mps::client_limits(n, &mem));
-            }
-            Slot { env: e }
-        })
-        .collect();
     let nvml = match (nvml, map) {
         (Some(n), Some(m)) if !m.gpus.is_empty() => Some((n, m)),
         _ => None,
     };
     Ok(Gpus {
         layout,
-        slots,
-        own_mps,
+        slots: Vec::new(),
+        own_mps: None,
         nvml,
         nvml_note,
     })
+}
+
+impl Gpus {
+    /// Start colloc's own MPS daemon where the layout needs one, and give each slot its
+    /// environment.
+    ///
+    /// # Errors
+    /// The MPS daemon does not start.
+    pub fn start(&mut self, config: Option<&colloc_core::config::Config>) -> anyhow::Result<()> {
+        let layout = &self.layout;
+        let own_mps = match (&layout.mode, &layout.source) {
+            (Mode::Mps { .. }, Source::Own) => {
+                let program = mps_control_program(config)?;
+                Some(
+                    mps::PrivateDaemon::start(&program, "colloc-mps", &layout.devices.join(","))
+                        .context("cannot start the MPS daemon")?,
+                )
+            }
+            _ => None,
+        };
+        let job_pipes = match (&layout.mode, &layout.source) {
+            (Mode::Mps { .. }, Source::Job) => {
+                parse_mps_pipes(&std::env::var("COLLOC_MPS_PIPES").unwrap_or_default())
+            }
+            _ => Vec::new(),
+        };
+        let map = self.nvml.as_ref().map(|(_, m)| m);
+        self.slots = layout
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(si, dev)| {
+                let mut e = Vec::new();
+                if let Some(d) = dev {
+                    e.push(("CUDA_VISIBLE_DEVICES".to_string(), d.clone()));
+                }
+                if let Some(m) = &own_mps {
+                    e.extend(m.daemon().env());
+                } else if let Some((_, pipe)) = dev
+                    .as_deref()
+                    .and_then(|d| job_pipes.iter().find(|(uuid, _)| uuid == d))
+                {
+                    // A job with several GPUs has one MPS daemon per GPU; the job-wide
+                    // CUDA_MPS_PIPE_DIRECTORY names the first. Each run talks to its GPU's.
+                    e.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
+                    if let Some(dir) = pipe.parent() {
+                        e.push((
+                            "CUDA_MPS_LOG_DIRECTORY".into(),
+                            dir.join("log").display().to_string(),
+                        ));
+                    }
+                }
+                if let Mode::Mps { clients: Some(n) } = layout.mode {
+                    let mem: Vec<u64> = map
+                        .and_then(|m| m.slot_memory_mib.get(si).copied().flatten())
+                        .into_iter()
+                        .collect();
+                    e.extend(mps::client_limits(n, &mem));
+                }
+                Slot { env: e }
+            })
+            .collect();
+        self.own_mps = own_mps;
+        Ok(())
+    }
 }
 
 /// Start the GPU sampler over the slots' GPUs.
