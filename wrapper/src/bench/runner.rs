@@ -4,7 +4,7 @@
 //! ([`crate::engine::window`]), and the reports written.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,20 +21,19 @@ use colloc_core::telemetry::{GpuId, NvmlProbe, Reading, Sampler, SamplerConfig, 
 use super::analysis::{self, Candidate};
 use super::args::{BenchMode, GpuSel, Spec};
 use super::report::{self, BenchGpu, ConfigResult, RecommendationOut, Report, Status, SCHEMA};
+use crate::engine::copies::{self, Window};
 use crate::engine::launch::{LaunchSpec, LocalLauncher};
-use crate::engine::pack::{Ctl, Driver, Ended, Engine, Exit, Job, Options, Slot};
+use crate::engine::pack::{Job, Slot};
 use crate::engine::scan::Scanner;
 use crate::engine::signals::{Signals, STOP};
 use crate::engine::throughput::Sample;
 use crate::engine::window::Measured;
-use crate::engine::{signal_name, Clock, State};
+use crate::engine::{signal_name, Clock};
 use crate::export::chart;
 use crate::record::store::write_atomic;
 
 /// How long copies get to stop on SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
-/// How often the measurement window is checked.
-const TICK: Duration = Duration::from_millis(50);
 /// GPU memory and energy sampling interval.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
@@ -280,123 +279,6 @@ pub fn lines(report: &Report) -> Vec<(String, Vec<(f64, f64)>)> {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
     out
-}
-
-/// The last lines of a log, for an error message.
-fn log_tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let tail: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let from = tail.len().saturating_sub(lines);
-    tail[from..].join(" | ")
-}
-
-/// N copies of the workload, one per slot, until their common window is complete.
-struct Copies<'a> {
-    ctx_spec: &'a Spec,
-    mode: &'a str,
-    jobs: Vec<Option<Job>>,
-    samples: Vec<Vec<Sample>>,
-    first: Vec<Option<f64>>,
-    unit: Option<String>,
-    launch_t: f64,
-    stop_at: Option<f64>,
-    stop_t: Option<f64>,
-    failure: Option<String>,
-    signal: Option<i32>,
-}
-
-impl Copies<'_> {
-    fn stop(&mut self, ctl: &mut Ctl<'_>, reason: &str) {
-        if !ctl.stopping() {
-            self.stop_t = Some(ctl.now());
-            ctl.stop_all(reason, libc::SIGTERM);
-        }
-    }
-}
-
-impl Driver for Copies<'_> {
-    fn next_job(&mut self, slot: usize) -> Option<Job> {
-        self.jobs.get_mut(slot)?.take()
-    }
-
-    fn ended(&mut self, e: Ended, ctl: &mut Ctl<'_>) {
-        let i = e.job.run;
-        self.samples[i] = e.seen.series.as_samples();
-        self.first[i] = e.seen.series.stats.first_t;
-        if self.unit.is_none() {
-            self.unit = e.seen.series.unit.clone();
-        }
-        if ctl.stopping() {
-            return;
-        }
-        let after = e.end - self.launch_t;
-        if e.state != State::Succeeded {
-            let status = match &e.exit {
-                Exit::Code(c) => format!("exit status: {c}"),
-                Exit::Signal(s) => format!("killed by {}", signal_name(*s)),
-                Exit::NotStarted(m) => m.clone(),
-                Exit::Lost => "status unknown".into(),
-            };
-            self.failure = Some(format!(
-                "copy {i} exited ({status}) after {after:.1} s: {}",
-                log_tail(&e.job.log, 2)
-            ));
-            self.stop(ctl, "a copy failed");
-        } else {
-            // A clean exit ends the common window; the analysis decides whether enough
-            // of it was measured.
-            log::info!("copy {i} finished on its own");
-            self.stop(ctl, "a copy finished");
-        }
-    }
-
-    fn tick(&mut self, ctl: &mut Ctl<'_>) {
-        if ctl.stopping() {
-            return;
-        }
-        for v in ctl.running() {
-            if let Some(f) = v.seen.series.stats.first_t {
-                self.first[v.job.run] = Some(f);
-            }
-        }
-        let now = ctl.now();
-        if self.stop_at.is_none() && self.first.iter().all(Option::is_some) {
-            let ready = self
-                .first
-                .iter()
-                .flatten()
-                .fold(f64::NEG_INFINITY, |a, &b| a.max(b));
-            self.stop_at = Some(
-                ready + self.ctx_spec.warmup.as_secs_f64() + self.ctx_spec.duration.as_secs_f64(),
-            );
-        }
-        match self.stop_at {
-            Some(at) if now >= at => self.stop(ctl, "measurement window complete"),
-            Some(_) => {}
-            None if now - self.launch_t > self.ctx_spec.startup_timeout.as_secs_f64() => {
-                let slow = self.first.iter().position(Option::is_none).unwrap_or(0);
-                let log = ctl
-                    .running()
-                    .find(|v| v.job.run == slow)
-                    .map(|v| v.job.log.display().to_string())
-                    .unwrap_or_default();
-                self.failure = Some(format!(
-                    "copy {slow} printed no throughput line within {:.0} s ({}); see {log}",
-                    self.ctx_spec.startup_timeout.as_secs_f64(),
-                    self.ctx_spec.throughput.describe()
-                ));
-                self.stop(ctl, "a copy printed no throughput");
-            }
-            None => {}
-        }
-        let _ = self.mode;
-    }
-
-    fn signal(&mut self, sig: i32, _to: &[(usize, u32)]) {
-        if STOP.contains(&sig) {
-            self.signal.get_or_insert(sig);
-        }
-    }
 }
 
 impl Ctx<'_> {
@@ -670,7 +552,7 @@ impl Ctx<'_> {
             let mut env = vec![("CUDA_VISIBLE_DEVICES".to_string(), dev)];
             env.extend(extra_env.iter().cloned());
             slots.push(Slot { env });
-            jobs.push(Some(Job {
+            jobs.push(Job {
                 run: i,
                 attempt: 1,
                 label: format!("{mode}-n{n}-{i}"),
@@ -686,45 +568,33 @@ impl Ctx<'_> {
                 scanner: Arc::clone(&self.scanner),
                 timeout: None,
                 log,
-            }));
+            });
         }
-        let launch_t = self.clock.now();
-        let mut copies = Copies {
-            ctx_spec: self.spec,
-            mode,
-            jobs,
-            samples: vec![Vec::new(); n],
-            first: vec![None; n],
-            unit: None,
-            launch_t,
-            stop_at: None,
-            stop_t: None,
-            failure: None,
-            signal: None,
-        };
-        let mut engine = Engine::new(
+        let out = copies::run(
             self.launcher,
-            slots,
-            None,
             self.signals,
-            Options {
-                grace: STOP_GRACE,
-                tick: TICK,
-                live_view: false,
-            },
             self.clock,
+            slots,
+            jobs,
+            &Window {
+                warmup: self.spec.warmup,
+                duration: self.spec.duration,
+                startup_timeout: self.spec.startup_timeout,
+                grace: STOP_GRACE,
+                what: self.spec.throughput.describe(),
+            },
         );
-        engine.run(&mut copies);
-        if let Some(sig) = copies.signal {
+        if let Some(sig) = out.signal {
             return Err(Interrupted(sig).into());
         }
-        let stop_t = copies.stop_t.unwrap_or_else(|| self.clock.now());
+        let (launch_t, stop_t) = (out.launch_t, out.stop_t);
         // Lines after the stop (a copy's shutdown) do not count.
-        let samples: Vec<Vec<Sample>> = copies
+        let samples: Vec<Vec<Sample>> = out
             .samples
             .iter()
             .map(|s| s.iter().copied().filter(|x| x.t <= stop_t).collect())
             .collect();
+        let copies = out;
         let unit = copies.unit.clone();
         if let Some(why) = copies.failure {
             errln!("colloc bench: {mode} with {n}: failed: {why}");

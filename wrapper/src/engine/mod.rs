@@ -10,8 +10,11 @@
 //! - [`scan`]: what a line of output says (throughput, user metrics, epochs, OOM).
 //! - [`throughput`]: the one throughput estimator and its window rule.
 //! - [`window`]: the common-window analysis of copies running side by side.
+//! - [`copies`]: N copies of one command on N slots until their measurement window is
+//!   complete (the engine call under `colloc bench`).
 //! - [`duration`]: durations as users write them.
 
+pub mod copies;
 pub mod duration;
 pub mod launch;
 pub mod pack;
