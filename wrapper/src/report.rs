@@ -122,7 +122,7 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(e) = failed {
-        errln!("colloc: error: {e}");
+        errln!("colloc: error: {e} (--out DIR writes elsewhere, --no-write only prints)");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

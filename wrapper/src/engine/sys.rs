@@ -17,13 +17,14 @@ pub fn thread_count() -> Option<usize> {
 
 /// Fork this process. `Ok(None)` in the child, `Ok(Some(pid))` in the parent.
 ///
-/// Refused unless the process has exactly one thread: only then may the child go on
-/// running ordinary Rust code (its heap and locks are consistent).
+/// Refused when the process has more than one thread: only with one may the child go on
+/// running ordinary Rust code (its heap and locks are consistent). Callers fork before
+/// they start threads; the count is a check of that (where `/proc` tells it).
 ///
 /// # Errors
 /// More than one thread, or `fork` failed.
 pub fn fork_single_threaded() -> io::Result<Option<u32>> {
-    if thread_count() != Some(1) {
+    if thread_count().is_some_and(|n| n > 1) {
         return Err(io::Error::other(
             "internal: fork asked for in a process with more than one thread",
         ));
