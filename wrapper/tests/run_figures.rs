@@ -27,8 +27,8 @@ fn csv_rows(env: &Env) -> Vec<std::collections::BTreeMap<String, String>> {
 }
 
 /// A sweep of two batch sizes whose rates alone are 100 and 50 img/s, and half that when
-/// both run. Each solo figure must be its own command's, and the speed-up (1.0x here:
-/// two runs at half speed) must not exceed what is possible.
+/// both run. Each solo figure must be its own command's, the speed-up must be made of
+/// them (about 1.0x here: two runs at half speed), and never exceed what 2 slots can give.
 #[test]
 fn solo_baseline_measures_each_sweep_point_and_the_speedup_says_what_it_covers() {
     let env = Env::new();
@@ -55,8 +55,24 @@ fn solo_baseline_measures_each_sweep_point_and_the_speedup_says_what_it_covers()
     assert!(close(solo32, 100.0, 0.05), "bs32 alone: {solo32}");
     assert!(close(solo64, 50.0, 0.05), "bs64 alone: {solo64}");
     let s = &rep["summary"];
+    // One after another, each run's work at its own true solo rate plus its start-up:
+    // what the speed-up must be made of, whatever the timing on a busy machine.
+    let mut seq = 0.0;
+    for (name, solo) in [("bs32", 100.0), ("bs64", 50.0)] {
+        let r = run(&rep, name);
+        let t = &r["throughput"];
+        let first = t["samples"][0][0].as_f64().unwrap();
+        let startup = first - r["start_s"].as_f64().unwrap();
+        seq += t["work"].as_f64().unwrap() / solo + startup;
+    }
+    let reported = s["sequential_s"].as_f64().unwrap();
+    assert!(
+        close(reported, seq, 0.05),
+        "one after another: {reported} s vs {seq} s"
+    );
     let x = s["speedup"].as_f64().unwrap();
-    assert!(close(x, 1.0, 0.2), "two runs at half speed: {x}x\n{stdout}");
+    let makespan = s["makespan_s"].as_f64().unwrap();
+    assert!(close(x, seq / makespan, 0.05), "{x}x\n{stdout}");
     assert!(x <= 2.0, "more than 2 slots can give: {x}");
     assert_eq!(
         (s["speedup_runs"].as_u64(), s["speedup_of"].as_u64()),
@@ -199,7 +215,7 @@ fn epoch_times_come_from_the_output_and_never_from_the_exit() {
     assert_eq!(numbered.len(), 2, "epoch 3 has no end: {numbered:?}");
     for e in &numbered {
         let s = e["seconds"].as_f64().unwrap();
-        assert!((0.25..1.5).contains(&s), "{e}");
+        assert!((0.25..5.0).contains(&s), "{e}");
     }
 }
 
