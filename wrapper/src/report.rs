@@ -57,7 +57,7 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
             dir.display(),
             store::EVENTS_DIR,
             if old {
-                "; its report was made by a colloc before 0.2, which kept none"
+                "; its report was made by a colloc that kept no event log (schema 1)"
             } else {
                 "; give a report directory of colloc run"
             }

@@ -1,7 +1,7 @@
 //! What a benchmark found: per-configuration results, the recommendation, and their
 //! table, JSON (`bench.json`, `"schema": 2`) and CSV (`bench.csv`) forms.
 //!
-//! Schema 2 (colloc 0.2): `gpu` is colloc-core's GPU record (`mig_mode` replaces
+//! Schema 2 (since the shared engine): `gpu` is colloc-core's GPU record (`mig_mode` replaces
 //! `mig_enabled`) with `driver`; `unit` names the throughput's unit (from the workload's
 //! line or `--metric`/`--unit`), used for every figure; `energy_per_sample_j` is per unit of
 //! work (per image for img/s).

@@ -3,8 +3,8 @@
 //!
 //! - `colloc-timeline.png`: which run held which slot when, coloured by outcome;
 //! - `colloc-runs.png`: each run's throughput (bars by outcome, its solo figure marked);
-//! - `colloc-throughput.png`: aggregate throughput over time, with each run's line when
-//!   there are few enough to tell apart;
+//! - `colloc-throughput.png`: throughput over time, all runs together on top and each run
+//!   below (coloured and named when few enough to tell apart);
 //! - `bench.png`: aggregate throughput against copies at once, one line per mode.
 //!
 //! Legends sit beside the plot, never on the data. The y axis is robust to a lone outlier:

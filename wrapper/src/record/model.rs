@@ -2,7 +2,7 @@
 //! attempt, and the figures of the whole pack. Built from the event log by
 //! [`super::fold`]; `colloc-runs.csv`, the table and the charts are views of it.
 //!
-//! Schema 2 (colloc 0.2) differs from 1: `attempts` is a list of attempt records (was a
+//! Schema 2 differs from 1 (the colloc before the event log): `attempts` is a list of attempt records (was a
 //! count), every attempt counts in `wall_s` and the makespan, runs carry `env`, `workdir`,
 //! `grid` and `metrics`, GPU energy per run is its time share of the GPU's measured energy
 //! (`gpu.energy_j`, was `gpu.gpu_energy_j`, the whole GPU's), figures NVML cannot give are
