@@ -147,8 +147,21 @@ fn record_in(dir: &Path) -> anyhow::Result<Option<Fold>> {
     Ok((f.sessions() > 0).then_some(f))
 }
 
+/// Does `dir` hold anything but colloc's own empty scaffolding (the lock, empty `logs/`
+/// and `events/` left by a colloc run that stopped before its first run)?
 fn non_empty(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        let name = e.file_name();
+        let empty_dir = |p: &Path| std::fs::read_dir(p).is_ok_and(|mut d| d.next().is_none());
+        match name.to_str() {
+            Some(store::LOCK_FILE) => false,
+            Some(super::scheduler::LOGS_DIR) | Some(store::EVENTS_DIR) => !empty_dir(&e.path()),
+            _ => true,
+        }
+    })
 }
 
 /// `SLURM_RESTART_COUNT` when above 0: this job was requeued.
@@ -552,6 +565,16 @@ mod tests {
             ["b's command changed", "d is new", "c is gone"]
         );
         assert!(differences(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn colloc_scaffolding_alone_is_an_empty_directory() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("logs")).unwrap();
+        std::fs::write(d.path().join(store::LOCK_FILE), "").unwrap();
+        assert!(!non_empty(d.path()));
+        std::fs::write(d.path().join("logs/a.log"), "x").unwrap();
+        assert!(non_empty(d.path()));
     }
 
     #[test]
