@@ -456,5 +456,32 @@ fn a_full_disk_keeps_the_previous_report_prints_the_table_and_exits_1() {
     let kept: Value = serde_json::from_str(&std::fs::read_to_string(&after).unwrap()).unwrap();
     assert_eq!(run(&kept, "a")["state"], "succeeded");
     assert_ne!(run(&kept, "b")["state"], "succeeded");
-    let _ = Duration::ZERO;
+}
+
+/// A resume (or a requeued job) that finds another colloc still writing the directory
+/// (the job's previous start shutting down) waits for it, then reads the whole record.
+#[test]
+fn a_resume_waits_for_the_colloc_that_still_writes_the_record() {
+    let env = Env::new();
+    let m = sweep(&env, 2, 1);
+    let m = m.to_str().unwrap().to_string();
+    let first = env.spawn(&["-j", "2", "-q", "-f", &m]);
+    wait_for("r1 in the report", || {
+        env.try_report().is_some_and(|r| succeeded(&r) == 1)
+    });
+    let second = env.spawn(&["-j", "2", "-q", "--resume", "-f", &m]);
+    std::thread::sleep(Duration::from_millis(800));
+    std::fs::write(env.mark().join("go"), "").unwrap();
+    assert!(first.wait_with_output().unwrap().status.success());
+    let out = second.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("waiting for the colloc run that still writes"),
+        "{stderr}"
+    );
+    assert!(count(&env).values().all(|&n| n == 1), "{:?}", count(&env));
+    let rep = env.report();
+    assert_eq!(succeeded(&rep), 2);
+    assert_eq!(rep["sessions"].as_array().unwrap().len(), 2);
 }

@@ -21,7 +21,6 @@ use crate::engine::Clock;
 use crate::export::runs;
 use crate::record::events::{Event, SlotRecord, EVENTS_VERSION};
 use crate::record::fold::Fold;
-use crate::record::store::DirLock;
 
 pub mod args;
 pub mod manifest;
@@ -64,21 +63,13 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     let specs = setup::specs(&args, gpus.layout.slots.len())?;
     let ids = setup::identities(&specs);
     let restarted = setup::restart_count().is_some_and(|n| n > 0);
-    let (dir, start) = setup::report_dir(&args, &ids, restarted)?;
+    let (dir, start, _lock) = setup::report_dir(&args, &ids, restarted)?;
     if let Some(note) = &gpus.nvml_note {
         log::warn!("{note}");
     }
     gpus.start(config.as_ref())?;
     std::fs::create_dir_all(dir.join(scheduler::LOGS_DIR))
         .with_context(|| format!("cannot create {}", dir.display()))?;
-    let Some(_lock) =
-        DirLock::take(&dir).with_context(|| format!("cannot lock {}", dir.display()))?
-    else {
-        return Err(bad_input(format!(
-            "another colloc run is writing {}; give another --report-dir",
-            dir.display()
-        )));
-    };
     let fold = match start {
         Start::Fresh => Fold::new(),
         Start::Resume(f) => *f,

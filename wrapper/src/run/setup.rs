@@ -184,7 +184,44 @@ fn default_base() -> PathBuf {
     PathBuf::from(format!("colloc-{stamp}"))
 }
 
-/// Where the record goes and how it starts.
+/// Longest wait for the lock of a report directory that another colloc still holds,
+/// in a requeued job or with `--resume` (the job's previous start shutting down).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Lock `dir` for this pack (creating it); with `wait`, wait up to [`LOCK_WAIT`] for a
+/// colloc that still writes it to end.
+///
+/// # Errors
+/// Bad input: another colloc writes it (and did not end in time); or the lock file
+/// cannot be made.
+fn lock(dir: &Path, wait: bool) -> anyhow::Result<store::DirLock> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    let mut said = false;
+    loop {
+        if let Some(l) =
+            store::DirLock::take(dir).with_context(|| format!("cannot lock {}", dir.display()))?
+        {
+            return Ok(l);
+        }
+        if !wait || Instant::now() >= deadline {
+            return Err(bad_input(format!(
+                "another colloc run is writing {}; give another --report-dir",
+                dir.display()
+            )));
+        }
+        if !said {
+            log::warn!(
+                "waiting for the colloc run that still writes {} to end (the job's previous start?)",
+                dir.display()
+            );
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Where the record goes and how it starts (the directory locked for this pack).
 ///
 /// - `--report-dir DIR`: a new or empty DIR starts fresh. A DIR with a record is resumed
 ///   with `--resume`, or by itself in a requeued job (`SLURM_RESTART_COUNT` > 0) when it
@@ -199,7 +236,8 @@ pub fn report_dir(
     a: &RunArgs,
     ids: &[RunIdentity],
     restarted: bool,
-) -> anyhow::Result<(PathBuf, Start)> {
+) -> anyhow::Result<(PathBuf, Start, store::DirLock)> {
+    let wait = a.resume || restarted;
     if let Some(dir) = &a.report_dir {
         if !dir.exists() || !non_empty(dir) {
             if a.resume {
@@ -208,8 +246,17 @@ pub fn report_dir(
                     dir.display()
                 );
             }
-            return Ok((dir.clone(), Start::Fresh));
+            let l = lock(dir, false)?;
+            return Ok((dir.clone(), Start::Fresh, l));
         }
+        if !dir.join(store::EVENTS_DIR).is_dir() {
+            return Err(bad_input(format!(
+                "{} is not empty and holds no colloc record; give a new or empty --report-dir",
+                dir.display()
+            )));
+        }
+        // Read the record only once nobody writes it any more.
+        let l = lock(dir, wait)?;
         let Some(fold) = record_in(dir)? else {
             return Err(bad_input(format!(
                 "{} is not empty and holds no colloc record; give a new or empty --report-dir",
@@ -225,14 +272,14 @@ pub fn report_dir(
                     listed(&diff)
                 )));
             }
-            return Ok((dir.clone(), Start::Resume(Box::new(fold))));
+            return Ok((dir.clone(), Start::Resume(Box::new(fold)), l));
         }
         if restarted && diff.is_empty() {
             log::warn!(
                 "requeued job (SLURM_RESTART_COUNT > 0): resuming the record in {}",
                 dir.display()
             );
-            return Ok((dir.clone(), Start::Resume(Box::new(fold))));
+            return Ok((dir.clone(), Start::Resume(Box::new(fold)), l));
         }
         let (done, all) = {
             let r = fold.report(0.0, None);
@@ -263,13 +310,15 @@ pub fn report_dir(
                     base.display()
                 )));
             }
-            return Ok((p, Start::Fresh));
+            let l = lock(&p, false)?;
+            return Ok((p, Start::Fresh, l));
         }
-        if a.resume || restarted {
+        if wait && p.join(store::EVENTS_DIR).is_dir() {
+            let l = lock(&p, true)?;
             if let Some(fold) = record_in(&p)? {
                 if differences(&fold.identities(), ids).is_empty() {
                     log::info!("resuming the record in {}", p.display());
-                    return Ok((p, Start::Resume(Box::new(fold))));
+                    return Ok((p, Start::Resume(Box::new(fold)), l));
                 }
             }
         }
