@@ -788,7 +788,10 @@ mod tests {
         let err = GpuLock::acquire_within(&c, "GPU-1/../x", Duration::from_millis(50)).unwrap_err();
         assert!(matches!(err, JournalError::LockTimeout { .. }), "{err}");
         drop(held);
-        GpuLock::acquire_within(&c, "GPU-1/../x", Duration::from_millis(50)).unwrap();
+        // Free again once dropped. Not at once, always: another test of this process may
+        // have forked a child (run_forked_as) that holds a copy of the descriptor, and with
+        // it the flock, until that child exits.
+        GpuLock::acquire_within(&c, "GPU-1/../x", Duration::from_secs(10)).unwrap();
         // The UUID cannot escape the locks directory.
         assert!(c.locks_dir().join("GPU-1____x.lock").exists());
     }

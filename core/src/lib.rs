@@ -11,6 +11,7 @@
 //! - [`rundir`]: the per-job MPS directories under `run_dir`.
 //! - [`fs`]: root-side file system work that never follows a path a user can change.
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
+//! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
 #![deny(missing_docs)]
 
 pub mod config;
@@ -25,3 +26,4 @@ pub mod nvml;
 pub mod reconfig;
 pub mod rundir;
 pub mod sys;
+pub mod telemetry;

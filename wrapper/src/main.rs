@@ -2,54 +2,27 @@
 //! (`run`, `bench`), and plan, apply and undo collocation layouts (`plan`, `status`,
 //! `apply`, `restore`, `check-config`).
 //!
-//! Exit codes: 0 success; 1 a run or operation failed; 2 bad input (usage, mode,
-//! manifest, config). Errors are one line on stderr.
+//! This file only parses the command line and dispatches. Exit codes: 0 success; 1 a run
+//! or operation failed; 2 bad input (usage, mode, manifest, config). Errors are one line
+//! on stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// `println!` that ignores a closed or broken stdout (a pipe to `head`, a hung-up
-/// terminal) instead of panicking half way through a pack of runs.
-macro_rules! outln {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($t)*);
-    }};
-}
-
-/// `print!` that ignores a broken stdout.
-macro_rules! out {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stdout().lock(), $($t)*);
-    }};
-}
-
-/// `eprintln!` that ignores a broken stderr.
-macro_rules! errln {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($t)*);
-    }};
-}
-
+#[macro_use]
+mod cli;
 mod admin;
 mod bench;
-mod font;
+mod engine;
+mod export;
 mod logger;
+mod record;
+mod report;
 mod run;
 
-/// Bad input: usage, mode, manifest or config. Exits with code 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
-
-/// Shorthand: an `anyhow::Error` that exits with code 2.
-pub fn bad_input(msg: impl Into<String>) -> anyhow::Error {
-    BadInput(msg.into()).into()
-}
+pub use cli::{bad_input, BadInput, Global};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -76,6 +49,9 @@ enum Command {
     Run(run::RunArgs),
     /// Measure collocation on your own workload: solo, then N copies under each mode.
     Bench(bench::BenchArgs),
+    /// Show the report of a `colloc run` directory, rebuilt from its record (also while
+    /// its pack runs, or after colloc was killed).
+    Report(report::ReportArgs),
     /// Show the MIG layout or MPS split a mode would make (read-only, no root needed).
     Plan(admin::PlanArgs),
     /// Show GPUs, MIG mode, instances, MPS daemons and journals colloc owns.
@@ -86,27 +62,6 @@ enum Command {
     Restore(admin::RestoreArgs),
     /// Validate a node configuration file.
     CheckConfig(admin::CheckConfigArgs),
-}
-
-/// Options every subcommand can read.
-pub struct Global {
-    /// `--config`, if given.
-    pub config: Option<PathBuf>,
-}
-
-impl Global {
-    /// The configuration file to use: `--config`, `$COLLOC_CONFIG`, the default.
-    pub fn config_path(&self) -> PathBuf {
-        self.config
-            .clone()
-            .or_else(|| std::env::var_os("COLLOC_CONFIG").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(colloc_core::config::DEFAULT_PATH))
-    }
-
-    /// Load the node configuration; a bad file is bad input (exit 2).
-    pub fn load_config(&self) -> anyhow::Result<colloc_core::config::Config> {
-        colloc_core::config::Config::load(&self.config_path()).map_err(|e| bad_input(e.to_string()))
-    }
 }
 
 fn main() -> ExitCode {
@@ -133,6 +88,7 @@ fn main() -> ExitCode {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match cli.command {
         Command::Run(a) => run::main(a, &global),
         Command::Bench(a) => bench::main(a, &global),
+        Command::Report(a) => report::main(a),
         Command::Plan(a) => admin::plan(a, &global),
         Command::Status(a) => admin::status(a, &global),
         Command::Apply(a) => admin::apply(a, &global),

@@ -116,7 +116,7 @@ fn collocation_that_pays_gives_the_right_ratios_and_recommendation() {
         String::from_utf8_lossy(&out.stderr)
     );
     let j = b.json();
-    assert_eq!(j["schema"], 1);
+    assert_eq!(j["schema"], 2);
     let solo = j["solo"].as_f64().unwrap();
     assert!(close(solo, 100.0), "solo {solo}");
     for (n, ratio, slowdown) in [(2, 1.6, 1.25), (3, 1.8, 1.0 / 0.6)] {
@@ -321,7 +321,7 @@ fn a_signal_stops_every_copy() {
     assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
     assert_eq!(live_copies(&b.shared), 0);
     // What was measured before the signal is still reported.
-    assert_eq!(b.json()["schema"], 1);
+    assert_eq!(b.json()["schema"], 2);
 }
 
 #[test]
@@ -512,7 +512,7 @@ fn bad_arguments_exit_2_with_one_line() {
         (&["--counts", "1,x", "--", "true"], "not a number"),
         (&["--modes", "gpu", "--", "true"], "valid: naive, mps, mig"),
         (&["--duration", "soon", "--", "true"], "--duration"),
-        (&["--duration", "0s", "--", "true"], "more than 0"),
+        (&["--duration", "0s", "--", "true"], "is zero"),
         (&["--metric", "img/s=", "--", "true"], "capture group"),
         (&["--min-gain", "0", "--", "true"], "--min-gain"),
         (&["--gpu", "MIG-x", "--", "true"], "--gpu"),
@@ -531,5 +531,121 @@ fn bad_arguments_exit_2_with_one_line() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.contains(want), "{args:?}: {stderr}");
         assert!(stderr.starts_with("colloc: error: "), "{args:?}: {stderr}");
+    }
+}
+
+/// The same throughput patterns and unit as colloc run: tqdm's `it/s` is read, and named.
+#[test]
+fn builtin_patterns_and_units_are_colloc_runs() {
+    let b = Bench::new();
+    let out = Command::cargo_bin("colloc")
+        .unwrap()
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("COLLOC_CONFIG")
+        .arg("--config")
+        .arg(config(b.tmp.path(), ""))
+        .args(["bench", "--report-dir"])
+        .arg(&b.report)
+        .args([
+            "--modes",
+            "naive",
+            "--counts",
+            "2",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 40 ]; do echo \"step $i 100.0it/s\"; sleep 0.1; i=$((i+1)); done",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = b.json();
+    assert_eq!(j["unit"], "it/s");
+    assert!(close(j["solo"].as_f64().unwrap(), 100.0), "{}", j["solo"]);
+    assert!(stdout.contains("aggregate it/s"), "{stdout}");
+    let csv = std::fs::read_to_string(b.report.join("bench.csv")).unwrap();
+    assert!(csv.lines().nth(1).unwrap().contains(",it/s,"), "{csv}");
+}
+
+/// Durations are colloc run's: `1h30m` is a duration, not bad input (the workload here
+/// fails at once, so the bench ends with exit 1, not 2).
+#[test]
+fn bench_takes_the_durations_colloc_run_takes() {
+    let b = Bench::new();
+    let out = Command::cargo_bin("colloc")
+        .unwrap()
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("COLLOC_CONFIG")
+        .arg("--config")
+        .arg(config(b.tmp.path(), ""))
+        .args(["bench", "--report-dir"])
+        .arg(&b.report)
+        .args([
+            "--modes",
+            "naive",
+            "--counts",
+            "1",
+            "--duration",
+            "1h30m",
+            "--",
+            "false",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the workload failed when run alone"),
+        "{stderr}"
+    );
+    assert_eq!(b.json()["duration_s"], 5400.0);
+}
+
+/// A copy that ends by itself leaves nothing behind: its process group and every
+/// descendant are killed when its leader exits.
+#[test]
+fn nothing_of_a_copy_outlives_its_leader() {
+    let b = Bench::new();
+    let tag = format!("COLLOC_TEST_TAG={}", b.tmp.path().display());
+    let out = Command::cargo_bin("colloc")
+        .unwrap()
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("COLLOC_CONFIG")
+        .env("COLLOC_TEST_TAG", b.tmp.path())
+        .arg("--config")
+        .arg(config(b.tmp.path(), ""))
+        .args(["bench", "--report-dir"])
+        .arg(&b.report)
+        .args(["--modes", "naive", "--counts", "2", "--duration", "1s", "--warmup", "0s", "--"])
+        .args([
+            "sh",
+            "-c",
+            "sleep 300 & setsid sleep 300 & i=0; while [ $i -lt 15 ]; do echo img/s=10; sleep 0.1; i=$((i+1)); done",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_with_env(&tag) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "processes of the copies outlived them"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

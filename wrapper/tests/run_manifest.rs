@@ -52,12 +52,12 @@ fn manifest_errors_say_where_and_start_nothing() {
         (
             "bad regex",
             format!("[defaults]\nmetric = 'img/s=([0-9.+'\n[[run]]\n{ok}\n"),
-            ":2: bad metric regex",
+            ":2: metric: bad regex",
         ),
         (
             "regex without a group",
             format!("[defaults]\nmetric = 'img/s'\n[[run]]\n{ok}\n"),
-            ":2: metric regex \"img/s\" has no capture group",
+            ":2: metric: regex \"img/s\" has no capture group",
         ),
         (
             "empty command",
@@ -123,6 +123,21 @@ fn manifest_errors_say_where_and_start_nothing() {
         );
         assert!(!env.report_dir().exists(), "{what}: a report dir was made");
     }
+}
+
+/// A manifest is read through a bounded reader: `/dev/zero` is refused, not read until the
+/// OOM killer ends colloc.
+#[test]
+fn a_manifest_larger_than_16_mib_is_refused() {
+    let env = Env::new();
+    let out = env.colloc().args(["-f", "/dev/zero"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/dev/zero: the run manifest is larger than 16 MiB"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
 #[test]

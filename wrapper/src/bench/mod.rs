@@ -1,23 +1,25 @@
 //! `colloc bench`: measure collocation on the user's own workload.
 //!
-//! Runs the command alone, then N copies at once under each mode the node allows, and
-//! compares aggregate throughput over a common steady-state window (see [`analysis`]).
-//! Every copy and daemon it starts is stopped before it returns, also on SIGINT, SIGTERM
-//! and SIGHUP.
+//! A client of the pack engine ([`crate::engine`]): it runs the command alone, then N
+//! copies on N slots under each mode the node allows, and compares aggregate throughput
+//! over the copies' common steady-state window. The same throughput patterns, process
+//! supervision, GPU sampler, durations and CSV writer as `colloc run`. Every copy and
+//! daemon it starts is stopped before it returns, also on SIGINT, SIGTERM and SIGHUP.
 
 mod analysis;
-mod gpu;
-mod metric;
-mod plot;
-mod proc;
+mod args;
 mod report;
 mod runner;
-mod spec;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-pub use spec::BenchArgs;
+use anyhow::Context;
+
+pub use args::BenchArgs;
+
+use crate::engine::launch::LocalLauncher;
+use crate::engine::signals::Signals;
 
 /// Entry point of `colloc bench`.
 ///
@@ -25,9 +27,12 @@ pub use spec::BenchArgs;
 /// Bad arguments or configuration (exit 2); the solo run failing, a signal, or reports
 /// that cannot be written (exit 1).
 pub fn main(args: BenchArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
-    let spec = spec::Spec::from_args(args)?;
+    // Before any thread exists: the launcher is forked from this process.
+    let mut launcher = LocalLauncher::start().context("cannot start the run launcher")?;
+    let spec = args::Spec::from_args(args)?;
     let config = load_config(g)?;
-    runner::run(&spec, &config)
+    let signals = Signals::install().context("cannot install signal handlers")?;
+    runner::run(&spec, &config, &mut launcher, &signals)
 }
 
 /// The node configuration: as given (`--config`, `$COLLOC_CONFIG`) or at the default

@@ -1,12 +1,29 @@
 //! What a benchmark found: per-configuration results, the recommendation, and their
-//! table, JSON (`bench.json`, `"schema": 1`) and CSV (`bench.csv`) forms.
+//! table, JSON (`bench.json`, `"schema": 2`) and CSV (`bench.csv`) forms.
+//!
+//! Schema 2 (since the shared engine): `gpu` is colloc-core's GPU record (`mig_mode` replaces
+//! `mig_enabled`) with `driver`; `unit` names the throughput's unit (from the workload's
+//! line or `--metric`/`--unit`), used for every figure; `energy_per_sample_j` is per unit of
+//! work (per image for img/s).
 
-use std::fmt::Write as _;
-
+use colloc_core::gpu::GpuInfo;
 use serde::Serialize;
 
 use super::analysis::{gib, Recommendation};
-use super::gpu::GpuInfo;
+use crate::export::table::Table;
+
+/// Report format version of `bench.json`.
+pub const SCHEMA: u32 = 2;
+
+/// The GPU under test.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BenchGpu {
+    /// What NVML says about it.
+    #[serde(flatten)]
+    pub info: GpuInfo,
+    /// Driver version.
+    pub driver: Option<String>,
+}
 
 /// Outcome of one configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -35,9 +52,9 @@ pub struct ConfigResult {
     pub layout: Option<String>,
     /// Common steady-state window, seconds since the benchmark began.
     pub window: Option<[f64; 2]>,
-    /// Samples per second of all copies together in the window.
+    /// Throughput of all copies together in the window (work over window length).
     pub aggregate: Option<f64>,
-    /// Each copy's samples per second in the window.
+    /// Each copy's throughput in the window.
     pub per_copy: Vec<f64>,
     /// Aggregate throughput relative to solo.
     pub vs_solo: Option<f64>,
@@ -49,7 +66,7 @@ pub struct ConfigResult {
     pub peak_memory_bytes: Option<u64>,
     /// GPU energy in the window, joules.
     pub energy_j: Option<f64>,
-    /// GPU energy per sample in the window, joules.
+    /// GPU energy per unit of work in the window, joules.
     pub energy_per_sample_j: Option<f64>,
     /// The copies' log files.
     pub logs: Vec<String>,
@@ -114,15 +131,17 @@ pub struct Report {
     /// The workload.
     pub command: Vec<String>,
     /// The GPU, when NVML could be read.
-    pub gpu: Option<GpuInfo>,
+    pub gpu: Option<BenchGpu>,
     /// Why there is no GPU information.
     pub gpu_note: Option<String>,
     /// Measurement seconds per configuration after warm-up.
     pub duration_s: f64,
     /// Warm-up seconds.
     pub warmup_s: f64,
-    /// Throughput pattern.
+    /// What was read as throughput.
     pub metric: String,
+    /// Its unit.
+    pub unit: String,
     /// Solo aggregate throughput.
     pub solo: Option<f64>,
     /// Every configuration, solo first.
@@ -134,10 +153,10 @@ pub struct Report {
 }
 
 /// The recommendation sentence.
-pub fn recommendation_text(r: &Recommendation, min_gain: f64) -> String {
+pub fn recommendation_text(r: &Recommendation, min_gain: f64, unit: &str) -> String {
     if r.pays {
         format!(
-            "recommendation: run {} copies under {}: {:.2}x the solo aggregate throughput ({:.1} samples/s)",
+            "recommendation: run {} copies under {}: {:.2}x the solo aggregate throughput ({:.1} {unit})",
             r.best.n, r.best.mode, r.speedup, r.best.aggregate
         )
     } else if r.best.n > 1 {
@@ -171,16 +190,20 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 
 /// The table printed at the end.
 pub fn table(report: &Report) -> String {
-    let mut rows: Vec<[String; 8]> = vec![[
-        "mode".into(),
-        "N".into(),
-        "aggregate/s".into(),
-        "vs solo".into(),
-        "slowdown mean/max".into(),
-        "peak memory".into(),
-        "J/sample".into(),
-        "note".into(),
-    ]];
+    let mut t = Table::new(
+        [
+            "mode".to_string(),
+            "N".into(),
+            format!("aggregate {}", report.unit),
+            "vs solo".into(),
+            "slowdown mean/max".into(),
+            "peak memory".into(),
+            "J/unit".into(),
+            "note".into(),
+        ]
+        .to_vec(),
+        vec![false, false, true, true, true, true, true, false],
+    );
     let mut previous: Option<(&str, &str)> = None;
     for r in &report.results {
         let same = matches!(
@@ -196,7 +219,7 @@ pub fn table(report: &Report) -> String {
             (Status::Failed, Some(why), _) => format!("failed: {why}"),
             (s, None, _) => format!("{s:?}").to_lowercase(),
         };
-        rows.push([
+        t.row(vec![
             r.mode.clone(),
             r.n.to_string(),
             opt(r.aggregate, |v| format!("{v:.1}")),
@@ -210,24 +233,7 @@ pub fn table(report: &Report) -> String {
             note,
         ]);
     }
-    let widths: Vec<usize> = (0..8)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            if c == 7 {
-                line.push_str(cell);
-            } else if c <= 1 {
-                let _ = write!(line, "{cell:<w$}  ", w = widths[c]);
-            } else {
-                let _ = write!(line, "{cell:>w$}  ", w = widths[c]);
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = t.render();
     if let Some(r) = &report.recommendation {
         out.push_str(&r.text);
         out.push('\n');
@@ -236,19 +242,36 @@ pub fn table(report: &Report) -> String {
 }
 
 /// One CSV row per configuration.
-pub fn csv(report: &Report) -> String {
-    let mut out = String::from(
-        "mode,n,status,aggregate,vs_solo,slowdown_mean,slowdown_max,peak_memory_bytes,energy_j,energy_per_sample_j,window_start,window_end,layout,reason\n",
-    );
+///
+/// # Errors
+/// The CSV writer failed.
+pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "mode",
+        "n",
+        "status",
+        "aggregate",
+        "unit",
+        "vs_solo",
+        "slowdown_mean",
+        "slowdown_max",
+        "peak_memory_bytes",
+        "energy_j",
+        "energy_per_sample_j",
+        "window_start",
+        "window_end",
+        "layout",
+        "reason",
+    ])?;
     let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
     for r in &report.results {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            quote(&r.mode),
-            r.n,
+        w.write_record([
+            r.mode.clone(),
+            r.n.to_string(),
             format!("{:?}", r.status).to_lowercase(),
             f(r.aggregate),
+            report.unit.clone(),
             f(r.vs_solo),
             f(r.slowdown_mean),
             f(r.slowdown_max),
@@ -257,19 +280,11 @@ pub fn csv(report: &Report) -> String {
             f(r.energy_per_sample_j),
             f(r.window.map(|w| w[0])),
             f(r.window.map(|w| w[1])),
-            quote(r.layout.as_deref().unwrap_or("")),
-            quote(r.reason.as_deref().unwrap_or("")),
-        );
+            r.layout.clone().unwrap_or_default(),
+            r.reason.clone().unwrap_or_default(),
+        ])?;
     }
-    out
-}
-
-fn quote(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\"").replace('\n', " "))
-    } else {
-        s.to_string()
-    }
+    w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }
 
 #[cfg(test)]
@@ -283,13 +298,14 @@ mod tests {
         solo.aggregate = Some(100.0);
         solo.vs_solo = Some(1.0);
         Report {
-            schema: 1,
+            schema: SCHEMA,
             command: vec!["w".into()],
             gpu: None,
             gpu_note: None,
             duration_s: 1.0,
             warmup_s: 0.0,
             metric: "m".into(),
+            unit: "img/s".into(),
             solo: Some(100.0),
             results: vec![
                 solo,
@@ -313,7 +329,7 @@ mod tests {
 
     #[test]
     fn csv_quotes_commas() {
-        let c = csv(&report());
+        let c = String::from_utf8(csv(&report()).unwrap()).unwrap();
         assert_eq!(c.lines().count(), 4);
         assert!(
             c.lines()
@@ -336,7 +352,7 @@ mod tests {
             speedup: 1.0970,
             pays: false,
         };
-        let t = recommendation_text(&r, 1.1);
+        let t = recommendation_text(&r, 1.1, "img/s");
         assert!(t.contains("gives only 1.097x solo (< 1.10x)"), "{t}");
         assert_eq!(below(1.0999999, 1.1), "1.0999999");
         assert_eq!(below(0.9, 1.1), "0.90");

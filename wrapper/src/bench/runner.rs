@@ -1,62 +1,109 @@
-//! Running the configurations: solo, then each mode at each count, with the MPS daemon
-//! and MIG layout a mode needs, and writing the reports.
+//! Running the configurations of `colloc bench` through the pack engine: solo, then each
+//! mode at each count as N copies of the workload on N slots, with the MPS daemon and MIG
+//! layout a mode needs; each configuration measured over the copies' common window
+//! ([`crate::engine::window`]), and the reports written.
 
-use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use colloc_core::config::Config;
+use colloc_core::gpu::GpuControl;
 use colloc_core::mode::{Mode, ModeKind};
 use colloc_core::mps;
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, Outcome};
+use colloc_core::telemetry::{GpuId, NvmlProbe, Reading, Sampler, SamplerConfig, SlotMap};
 
-use super::analysis::{self, Candidate, Sample, Throughput};
-use super::gpu::{GpuInfo, Monitor};
-use super::metric::Metric;
-use super::plot;
-use super::proc::{self, Copy, Event, StopFlag};
-use super::report::{self, ConfigResult, RecommendationOut, Report, Status};
-use super::spec::{BenchMode, Spec};
+use super::analysis::{self, Candidate};
+use super::args::{BenchMode, GpuSel, Spec};
+use super::report::{self, BenchGpu, ConfigResult, RecommendationOut, Report, Status, SCHEMA};
+use crate::engine::copies::{self, Window};
+use crate::engine::launch::{LaunchSpec, LocalLauncher};
+use crate::engine::pack::{Job, Slot};
+use crate::engine::scan::Scanner;
+use crate::engine::signals::{Signals, STOP};
+use crate::engine::throughput::Sample;
+use crate::engine::window::Measured;
+use crate::engine::{signal_name, Clock};
+use crate::export::chart;
+use crate::record::store::write_atomic;
 
 /// How long copies get to stop on SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
-/// Poll interval of the main loop.
-const TICK: Duration = Duration::from_millis(50);
+/// GPU memory and energy sampling interval.
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 /// A signal asked colloc to stop.
 #[derive(Debug, thiserror::Error)]
-#[error("interrupted by {}; all copies and daemons colloc started were stopped", proc::signal_name(*.0))]
+#[error("interrupted by {}; all copies and daemons colloc started were stopped", signal_name(*.0))]
 pub struct Interrupted(pub i32);
 
 struct Ctx<'a> {
     spec: &'a Spec,
-    clock: Instant,
-    stop: StopFlag,
-    monitor: Option<Monitor>,
-    gpu: Option<GpuInfo>,
+    clock: Clock,
+    launcher: &'a mut LocalLauncher,
+    signals: &'a Signals,
+    sampler: Option<Sampler>,
+    gpu: Option<BenchGpu>,
     /// `CUDA_VISIBLE_DEVICES` for copies: the GPU's UUID, or the selector as given.
     device: String,
     logs: PathBuf,
-    metric: Arc<Metric>,
+    scanner: Arc<Scanner>,
+}
+
+/// The GPU under test through NVML, and a sampler of its memory and energy.
+fn open_gpu(spec: &Spec, config: &Config, clock: Clock) -> Result<(BenchGpu, Sampler), String> {
+    let nvml = NvmlGpus::open(&config.nvml_library).map_err(|e| e.to_string())?;
+    let all = nvml.gpus().map_err(|e| e.to_string())?;
+    let info = all
+        .into_iter()
+        .find(|g| match &spec.gpu {
+            GpuSel::Index(i) => g.index == *i,
+            GpuSel::Uuid(u) => &g.uuid == u,
+        })
+        .ok_or_else(|| format!("no GPU {} in NVML", spec.gpu))?;
+    let driver = nvml.driver_version().ok();
+    let map = SlotMap {
+        gpus: vec![GpuId {
+            index: info.index,
+            uuid: info.uuid.clone(),
+            name: info.name.clone(),
+        }],
+        ..SlotMap::default()
+    };
+    let nvml = Arc::new(nvml);
+    let probe = NvmlProbe::new(Arc::clone(&nvml), &map);
+    let sampler = Sampler::start(
+        Box::new(probe),
+        map,
+        SamplerConfig {
+            interval: SAMPLE_EVERY,
+            process_util: false,
+            base: clock.t0,
+        },
+    );
+    Ok((BenchGpu { info, driver }, sampler))
 }
 
 /// Run the benchmark and write its reports.
 ///
 /// # Errors
 /// A signal ([`Interrupted`]), the solo run failing, or reports that cannot be written.
-pub fn run(spec: &Spec, config: &Config) -> anyhow::Result<ExitCode> {
-    let clock = Instant::now();
-    let stop = StopFlag::install()?;
+pub fn run(
+    spec: &Spec,
+    config: &Config,
+    launcher: &mut LocalLauncher,
+    signals: &Signals,
+) -> anyhow::Result<ExitCode> {
+    let clock = Clock::start();
     let logs = spec.report_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let (gpu, monitor, gpu_note) = match Monitor::start(&config.nvml_library, &spec.gpu, clock) {
-        Ok((info, m)) => (Some(info), Some(m), None),
+    let (gpu, sampler, gpu_note) = match open_gpu(spec, config, clock) {
+        Ok((g, s)) => (Some(g), Some(s), None),
         Err(why) => {
             log::warn!("no GPU figures (memory, energy): {why}");
             (None, None, Some(why))
@@ -64,33 +111,45 @@ pub fn run(spec: &Spec, config: &Config) -> anyhow::Result<ExitCode> {
     };
     let device = gpu
         .as_ref()
-        .map_or_else(|| spec.gpu.to_string(), |g| g.uuid.clone());
-    let ctx = Ctx {
+        .map_or_else(|| spec.gpu.to_string(), |g| g.info.uuid.clone());
+    let unit = match &spec.throughput {
+        crate::engine::scan::Throughput::Custom { unit, .. } => unit.clone(),
+        crate::engine::scan::Throughput::Builtin => String::new(),
+    };
+    let mut ctx = Ctx {
         spec,
         clock,
-        stop,
-        monitor,
+        launcher,
+        signals,
+        sampler,
         gpu,
         device,
         logs,
-        metric: Arc::new(spec.metric.clone()),
+        scanner: Arc::new(Scanner {
+            throughput: spec.throughput.clone(),
+            metrics: Vec::new(),
+        }),
     };
     let mut report = Report {
-        schema: 1,
+        schema: SCHEMA,
         command: spec.cmd.clone(),
         gpu: ctx.gpu.clone(),
         gpu_note,
         duration_s: spec.duration.as_secs_f64(),
         warmup_s: spec.warmup.as_secs_f64(),
-        metric: spec.metric_pattern.clone(),
+        metric: spec.throughput.describe(),
+        unit,
         solo: None,
         results: vec![],
         recommendation: None,
         wall_s: 0.0,
     };
 
-    let outcome = measure_all(&ctx, config, &mut report);
+    let outcome = measure_all(&mut ctx, config, &mut report);
     // Interrupted or not, what was measured is reported.
+    if let Some(s) = ctx.sampler.take() {
+        s.finish();
+    }
     finish(&ctx, &mut report)?;
     outcome?;
     let solo_ok = report
@@ -108,8 +167,11 @@ pub fn run(spec: &Spec, config: &Config) -> anyhow::Result<ExitCode> {
 }
 
 /// Solo, then every mode; stops early on a signal or when solo fails.
-fn measure_all(ctx: &Ctx<'_>, config: &Config, report: &mut Report) -> anyhow::Result<()> {
-    let solo = ctx.measure("solo", 1, &[], None)?;
+fn measure_all(ctx: &mut Ctx<'_>, config: &Config, report: &mut Report) -> anyhow::Result<()> {
+    let (solo, unit) = ctx.measure("solo", 1, &[], None, None)?;
+    if report.unit.is_empty() {
+        report.unit = unit.unwrap_or_else(|| crate::engine::scan::FALLBACK_UNIT.into());
+    }
     report.solo = solo.aggregate;
     let solo_ok = solo.status == Status::Measured;
     let solo_peak = solo.peak_memory_bytes;
@@ -153,41 +215,89 @@ fn finish(ctx: &Ctx<'_>, report: &mut Report) -> anyhow::Result<()> {
                 aggregate: rec.best.aggregate,
                 vs_solo: rec.speedup,
                 pays: rec.pays,
-                text: report::recommendation_text(&rec, ctx.spec.min_gain),
+                text: report::recommendation_text(&rec, ctx.spec.min_gain, &report.unit),
             });
         }
     }
-    report.wall_s = ctx.clock.elapsed().as_secs_f64();
+    report.wall_s = ctx.clock.now();
     out!("{}", report::table(report));
     let dir = &ctx.spec.report_dir;
-    let write = |name: &str, text: &str| -> anyhow::Result<()> {
+    let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
         let p = dir.join(name);
-        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))
+        write_atomic(&p, bytes).with_context(|| format!("cannot write {}", p.display()))
     };
     write(
         "bench.json",
-        &(serde_json::to_string_pretty(report)? + "\n"),
+        (serde_json::to_string_pretty(report)? + "\n").as_bytes(),
     )?;
-    write("bench.csv", &report::csv(report))?;
+    write("bench.csv", &report::csv(report)?)?;
     let png = dir.join("bench.png");
-    if let Err(e) = plot::draw(report, &png) {
+    let title = format!(
+        "colloc bench: {}",
+        report
+            .gpu
+            .as_ref()
+            .map_or("aggregate throughput", |g| g.info.name.as_str())
+    );
+    let max_n = report.results.iter().map(|r| r.n).max().unwrap_or(1);
+    if let Err(e) = chart::bench(
+        &lines(report),
+        report.solo,
+        max_n,
+        &title,
+        &report.unit,
+        &png,
+    ) {
         log::warn!("no plot: {e}");
     }
     errln!("colloc bench: reports in {}", dir.display());
     Ok(())
 }
 
+/// Lines of the plot: each mode's measured (N, aggregate) points, naive with solo as
+/// N = 1.
+pub fn lines(report: &Report) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut out: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for r in &report.results {
+        if r.status != Status::Measured || r.mode == "solo" {
+            continue;
+        }
+        let Some(a) = r.aggregate else { continue };
+        match out.iter_mut().find(|(m, _)| *m == r.mode) {
+            Some((_, pts)) => pts.push((r.n as f64, a)),
+            None => out.push((r.mode.clone(), vec![(r.n as f64, a)])),
+        }
+    }
+    if let Some(solo) = report.solo {
+        match out.iter_mut().find(|(m, _)| m == "naive") {
+            Some((_, pts)) if !pts.iter().any(|p| p.0 == 1.0) => pts.push((1.0, solo)),
+            Some(_) => {}
+            None => out.insert(0, ("naive".into(), vec![(1.0, solo)])),
+        }
+    }
+    for (_, pts) in &mut out {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
 impl Ctx<'_> {
     fn check_signal(&self) -> Result<(), Interrupted> {
-        match self.stop.signal() {
-            Some(sig) => Err(Interrupted(sig)),
-            None => Ok(()),
+        for sig in self.signals.take() {
+            if STOP.contains(&sig) {
+                return Err(Interrupted(sig));
+            }
+            log::warn!(
+                "colloc bench received {}; no copies run now",
+                signal_name(sig)
+            );
         }
+        Ok(())
     }
 
     /// Every count of one mode, or one skip row per count with the reason.
     fn run_mode(
-        &self,
+        &mut self,
         mode: BenchMode,
         config: &Config,
         solo_peak: Option<u64>,
@@ -242,7 +352,7 @@ impl Ctx<'_> {
             }
         }
         let mut stopped: Option<String> = None;
-        let total = self.gpu.as_ref().map(|g| g.memory_total);
+        let total = self.gpu.as_ref().map(|g| g.info.memory_total);
         for n in counts {
             if let Some(why) = &stopped {
                 out.push(ConfigResult::skipped(name, n, why.clone()));
@@ -253,7 +363,7 @@ impl Ctx<'_> {
                 stopped = Some(why);
                 continue;
             }
-            let r = self.measure(name, n, &env, solo)?;
+            let (r, _) = self.measure(name, n, &env, None, solo)?;
             if r.status == Status::Failed {
                 stopped = Some(format!("not tried: {name} with {n} copies failed"));
             }
@@ -265,7 +375,7 @@ impl Ctx<'_> {
     /// MIG: for each count, the largest layout of that many equal instances, made and
     /// undone through colloc's journaled apply/restore, one copy per instance.
     fn run_mig(
-        &self,
+        &mut self,
         config: &Config,
         counts: &[usize],
         solo_peak: Option<u64>,
@@ -273,7 +383,7 @@ impl Ctx<'_> {
         out: &mut Vec<ConfigResult>,
     ) -> anyhow::Result<()> {
         let name = "mig";
-        let Some(gpu) = &self.gpu else {
+        let Some(gpu) = self.gpu.clone() else {
             return Ok(());
         };
         let ctl = match NvmlGpus::open(&config.nvml_library) {
@@ -298,7 +408,7 @@ impl Ctx<'_> {
                 out.push(ConfigResult::skipped(name, n, why.clone()));
                 continue;
             }
-            if let Err(why) = analysis::memory_fits(solo_peak, Some(gpu.memory_total), n) {
+            if let Err(why) = analysis::memory_fits(solo_peak, Some(gpu.info.memory_total), n) {
                 out.push(ConfigResult::skipped(name, n, why.clone()));
                 stopped = Some(why);
                 continue;
@@ -313,7 +423,7 @@ impl Ctx<'_> {
                     job,
                     uid,
                     gid,
-                    gpus: vec![gpu.index],
+                    gpus: vec![gpu.info.index],
                     mode,
                 };
                 match reconfig::prolog(config, &ctl, &spec) {
@@ -346,7 +456,10 @@ impl Ctx<'_> {
             }
             let Some((layout, devices)) = applied else {
                 let why = refused.unwrap_or_else(|| {
-                    format!("no layout of {n} equal MIG instances fits {}", gpu.name)
+                    format!(
+                        "no layout of {n} equal MIG instances fits {}",
+                        gpu.info.name
+                    )
                 });
                 out.push(ConfigResult::skipped(name, n, why.clone()));
                 stopped = Some(why);
@@ -354,7 +467,8 @@ impl Ctx<'_> {
             };
             errln!("colloc bench: made MIG layout {layout}");
             let measured = if devices.len() == n {
-                self.measure_on(name, n, &[], Some(&devices), solo)
+                self.measure(name, n, &[], Some(&devices), solo)
+                    .map(|x| x.0)
             } else {
                 Ok(ConfigResult::failed(
                     name,
@@ -367,7 +481,7 @@ impl Ctx<'_> {
             reconfig::restore(config, Some(&ctl), job).map_err(|e| {
                 anyhow::anyhow!(
                     "cannot restore GPU {} after MIG layout {layout}: {e}",
-                    gpu.index
+                    gpu.info.index
                 )
             })?;
             let mut r = measured?;
@@ -400,217 +514,147 @@ impl Ctx<'_> {
         Ok(guard)
     }
 
-    /// Run `n` copies at once and measure them.
+    /// Run `n` copies at once and measure them (copy `i` on `devices[i]` where given:
+    /// MIG instances). The result, and the unit the copies' lines had.
     fn measure(
-        &self,
-        mode: &str,
-        n: usize,
-        extra_env: &[(String, String)],
-        solo: Option<f64>,
-    ) -> anyhow::Result<ConfigResult> {
-        self.measure_on(mode, n, extra_env, None, solo)
-    }
-
-    /// As [`Ctx::measure`], copy `i` on `devices[i]` where given (MIG instances).
-    fn measure_on(
-        &self,
+        &mut self,
         mode: &str,
         n: usize,
         extra_env: &[(String, String)],
         devices: Option<&[String]>,
         solo: Option<f64>,
-    ) -> anyhow::Result<ConfigResult> {
+    ) -> anyhow::Result<(ConfigResult, Option<String>)> {
         self.check_signal()?;
         errln!(
             "colloc bench: {mode} with {n} cop{} ...",
             if n == 1 { "y" } else { "ies" }
         );
-        let baseline = self.monitor.as_ref().and_then(Monitor::latest);
-        let (tx, rx) = mpsc::channel();
-        let launch_t = self.clock.elapsed().as_secs_f64();
-        let mut copies: Vec<Copy> = Vec::with_capacity(n);
+        let readings = |s: &Option<Sampler>| -> Vec<Reading> {
+            s.as_ref()
+                .map(|s| s.totals().1.into_iter().next().unwrap_or_default())
+                .unwrap_or_default()
+        };
+        let baseline = readings(&self.sampler)
+            .iter()
+            .rev()
+            .find_map(|r| r.used_bytes)
+            .unwrap_or(0);
         let mut logs = Vec::with_capacity(n);
+        let mut slots = Vec::with_capacity(n);
+        let mut jobs = Vec::with_capacity(n);
         for i in 0..n {
             let log = self.logs.join(format!("{mode}-n{n}-{i}.log"));
             logs.push(log.display().to_string());
-            let mut env: Vec<(String, String)> = vec![
-                ("COLLOC_RUN_INDEX".into(), i.to_string()),
-                ("COLLOC_RUN_NAME".into(), format!("bench-{mode}-n{n}-{i}")),
-                (
-                    "CUDA_VISIBLE_DEVICES".into(),
-                    devices
-                        .and_then(|d| d.get(i))
-                        .unwrap_or(&self.device)
-                        .clone(),
-                ),
-                ("PYTHONUNBUFFERED".into(), "1".into()),
-            ];
+            let dev = devices
+                .and_then(|d| d.get(i))
+                .unwrap_or(&self.device)
+                .clone();
+            let mut env = vec![("CUDA_VISIBLE_DEVICES".to_string(), dev)];
             env.extend(extra_env.iter().cloned());
-            match proc::spawn(i, &self.spec.cmd, &env, &log, &self.metric, self.clock, &tx) {
-                Ok(c) => copies.push(c),
-                Err(e) => {
-                    proc::stop_all(&mut copies, STOP_GRACE);
-                    return Ok(ConfigResult::failed(mode, n, format!("{e:#}"), logs));
-                }
-            }
+            slots.push(Slot { env });
+            jobs.push(Job {
+                run: i,
+                attempt: 1,
+                label: format!("{mode}-n{n}-{i}"),
+                spec: LaunchSpec {
+                    argv: self.spec.cmd.clone(),
+                    env: vec![
+                        ("COLLOC_RUN_INDEX".into(), i.to_string()),
+                        ("COLLOC_RUN_NAME".into(), format!("bench-{mode}-n{n}-{i}")),
+                        ("PYTHONUNBUFFERED".into(), "1".into()),
+                    ],
+                    cwd: None,
+                },
+                scanner: Arc::clone(&self.scanner),
+                timeout: None,
+                log,
+            });
         }
-        drop(tx);
-        let outcome = self.watch(&mut copies, &rx, launch_t);
-        let stop_t = self.clock.elapsed().as_secs_f64();
-        proc::stop_all(&mut copies, STOP_GRACE);
-        let (mut samples, failure) = outcome?;
-        // Lines still in flight from before the stop count; those after do not.
-        while let Ok(ev) = rx.recv_timeout(Duration::from_millis(200)) {
-            if let Event::Rate { copy, t, rate } = ev {
-                if t <= stop_t {
-                    samples[copy].push(Sample { t, rate });
-                }
-            }
+        let out = copies::run(
+            self.launcher,
+            self.signals,
+            self.clock,
+            slots,
+            jobs,
+            &Window {
+                warmup: self.spec.warmup,
+                duration: self.spec.duration,
+                startup_timeout: self.spec.startup_timeout,
+                grace: STOP_GRACE,
+                what: self.spec.throughput.describe(),
+            },
+        );
+        if let Some(sig) = out.signal {
+            return Err(Interrupted(sig).into());
         }
-        for s in &mut samples {
-            s.sort_by(|a, b| a.t.total_cmp(&b.t));
-        }
-        if let Some(why) = failure {
+        let (launch_t, stop_t) = (out.launch_t, out.stop_t);
+        // Lines after the stop (a copy's shutdown) do not count.
+        let samples: Vec<Vec<Sample>> = out
+            .samples
+            .iter()
+            .map(|s| s.iter().copied().filter(|x| x.t <= stop_t).collect())
+            .collect();
+        let copies = out;
+        let unit = copies.unit.clone();
+        if let Some(why) = copies.failure {
             errln!("colloc bench: {mode} with {n}: failed: {why}");
-            return Ok(ConfigResult::failed(mode, n, why, logs));
+            return Ok((ConfigResult::failed(mode, n, why, logs), unit));
         }
         let min_len = (self.spec.duration.as_secs_f64() * 0.5).max(0.2);
-        let tp = match Throughput::measure(&samples, self.spec.warmup.as_secs_f64(), min_len) {
-            Ok(tp) => tp,
+        let m = match Measured::over(&samples, self.spec.warmup.as_secs_f64(), min_len) {
+            Ok(m) => m,
             Err(e) => {
                 let why = e.to_string();
                 errln!("colloc bench: {mode} with {n}: failed: {why}");
-                return Ok(ConfigResult::failed(mode, n, why, logs));
+                return Ok((ConfigResult::failed(mode, n, why, logs), unit));
             }
         };
         let mut r = ConfigResult::skipped(mode, n, "");
         r.status = Status::Measured;
         r.reason = None;
         r.logs = logs;
-        r.window = Some([tp.window.start, tp.window.end]);
-        r.aggregate = Some(tp.aggregate());
-        r.per_copy = tp.per_copy();
-        if let Some(m) = &self.monitor {
-            let readings = m.readings(launch_t, stop_t);
-            let peak = readings.iter().map(|x| x.used).max();
-            r.peak_memory_bytes = peak.map(|p| p.saturating_sub(baseline.map_or(0, |b| b.used)));
-            let energy: Vec<(f64, u64)> = m
-                .readings(tp.window.start - 1.0, tp.window.end + 1.0)
-                .iter()
-                .filter_map(|x| x.energy_mj.map(|e| (x.t, e)))
-                .collect();
-            r.energy_j = analysis::energy_in(&energy, tp.window);
-            if tp.total() > 0.0 {
-                r.energy_per_sample_j = r.energy_j.map(|j| j / tp.total());
+        r.window = Some([m.window.start, m.window.end]);
+        r.aggregate = Some(m.aggregate());
+        r.per_copy = m.per_copy();
+        if self.sampler.is_some() {
+            let readings = readings(&self.sampler);
+            r.peak_memory_bytes = analysis::peak_memory(&readings, launch_t, stop_t, baseline);
+            r.energy_j = analysis::energy_in(&readings, m.window);
+            if m.total() > 0.0 {
+                r.energy_per_sample_j = r.energy_j.map(|j| j / m.total());
             }
         }
         let vs = solo.map_or_else(String::new, |s| {
-            format!(" ({:.2}x solo)", tp.aggregate() / s)
+            format!(" ({:.2}x solo)", m.aggregate() / s)
         });
         errln!(
-            "colloc bench: {mode} with {n}: {:.1} samples/s over {:.1} s{vs}",
-            tp.aggregate(),
-            tp.window.len()
+            "colloc bench: {mode} with {n}: {:.1} {} over {:.1} s{vs}",
+            m.aggregate(),
+            unit.as_deref()
+                .unwrap_or(crate::engine::scan::FALLBACK_UNIT),
+            m.window.len()
         );
-        Ok(r)
-    }
-
-    /// Collect throughput lines until the measurement ends: `duration` after every copy
-    /// is past its warm-up, or a copy exits. Returns the lines and, for a failed run,
-    /// why.
-    #[allow(clippy::type_complexity)]
-    fn watch(
-        &self,
-        copies: &mut [Copy],
-        rx: &mpsc::Receiver<Event>,
-        launch_t: f64,
-    ) -> Result<(Vec<Vec<Sample>>, Option<String>), Interrupted> {
-        let n = copies.len();
-        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); n];
-        let mut stop_at: Option<f64> = None;
-        let warmup = self.spec.warmup.as_secs_f64();
-        let startup = self.spec.startup_timeout.as_secs_f64();
-        let mut seen_exit: HashSet<usize> = HashSet::new();
-        loop {
-            self.check_signal()?;
-            match rx.recv_timeout(TICK) {
-                Ok(Event::Rate { copy, t, rate }) => samples[copy].push(Sample { t, rate }),
-                Ok(Event::Closed { .. }) | Err(mpsc::RecvTimeoutError::Timeout) => {}
-                // Every copy closed its output: nothing will arrive, so do not spin.
-                Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(TICK),
-            }
-            while let Ok(ev) = rx.try_recv() {
-                if let Event::Rate { copy, t, rate } = ev {
-                    samples[copy].push(Sample { t, rate });
-                }
-            }
-            let now = self.clock.elapsed().as_secs_f64();
-            if stop_at.is_none() && samples.iter().all(|s| !s.is_empty()) {
-                let ready = samples
-                    .iter()
-                    .filter_map(|s| s.first().map(|x| x.t))
-                    .fold(f64::NEG_INFINITY, f64::max);
-                stop_at = Some(ready + warmup + self.spec.duration.as_secs_f64());
-            }
-            if let Some(at) = stop_at {
-                if now >= at {
-                    return Ok((samples, None));
-                }
-            } else if now - launch_t > startup {
-                let slow = samples.iter().position(|s| s.is_empty()).unwrap_or(0);
-                return Ok((
-                    samples,
-                    Some(format!(
-                        "copy {slow} printed no throughput line within {startup:.0} s (--metric {:?}); see {}",
-                        self.spec.metric_pattern,
-                        copies[slow].log.display()
-                    )),
-                ));
-            }
-            for c in copies.iter_mut() {
-                if seen_exit.contains(&c.index) {
-                    continue;
-                }
-                if let Some(status) = c.poll() {
-                    seen_exit.insert(c.index);
-                    if !status.success() {
-                        return Ok((
-                            samples,
-                            Some(format!(
-                                "copy {} exited ({status}) after {:.1} s: {}",
-                                c.index,
-                                now - launch_t,
-                                c.log_tail(2)
-                            )),
-                        ));
-                    }
-                    // A clean exit ends the common window; the analysis decides whether
-                    // enough of it was measured.
-                    log::info!("copy {} finished on its own", c.index);
-                    return Ok((samples, None));
-                }
-            }
-        }
+        Ok((r, unit))
     }
 }
 
 /// Why the MIG mode cannot run here, or `None` where colloc may reconfigure the GPU.
 /// colloc bench never changes MIG mode itself.
-fn mig_unavailable(gpu: Option<&GpuInfo>, config: &Config) -> Option<String> {
+fn mig_unavailable(gpu: Option<&BenchGpu>, config: &Config) -> Option<String> {
     let Some(g) = gpu else {
         return Some(
             "needs NVML to plan and create MIG instances, and NVML is not available".into(),
         );
     };
-    match g.mig_enabled {
-        None => Some(format!("{} does not support MIG", g.name)),
+    match g.info.mig_mode.map(|m| m.current) {
+        None => Some(format!("{} does not support MIG", g.info.name)),
         Some(false) if !config.allow_mig_mode_change => Some(format!(
             "MIG mode is off on GPU {} and the node config does not let colloc switch it (allow_mig_mode_change = false)",
-            g.index
+            g.info.index
         )),
         Some(false) => Some(format!(
             "MIG mode is off on GPU {}; colloc bench does not switch it (a switch may need a GPU reset): enable it first",
-            g.index
+            g.info.index
         )),
         Some(true) if !is_root() => Some(
             "creating MIG instances needs root (run on a node where colloc may reconfigure the GPU)".into(),
@@ -656,15 +700,21 @@ fn is_root() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use colloc_core::gpu::GpuInfo;
 
-    fn gpu(mig: Option<bool>) -> GpuInfo {
-        GpuInfo {
-            index: 0,
-            name: "NVIDIA H200".into(),
-            uuid: "GPU-x".into(),
-            memory_total: 1,
+    fn gpu(mig: Option<bool>) -> BenchGpu {
+        BenchGpu {
+            info: GpuInfo {
+                index: 0,
+                name: "NVIDIA H200".into(),
+                uuid: "GPU-x".into(),
+                memory_total: 1,
+                mig_mode: mig.map(|m| colloc_core::gpu::MigMode {
+                    current: m,
+                    pending: m,
+                }),
+            },
             driver: None,
-            mig_enabled: mig,
         }
     }
 

@@ -3,7 +3,8 @@
 //!
 //! Every error names the file and line and says what is wrong. Placeholders `{key}` in a
 //! sweep's name, command, env values and workdir are its grid keys; `{{` and `}}` are
-//! literal braces there.
+//! literal braces there. A manifest is read through a bounded reader: at most
+//! [`MAX_MANIFEST_BYTES`].
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -11,9 +12,18 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use regex::Regex;
+use std::io::Read;
+use std::sync::Arc;
+
 use serde::Deserialize;
 use toml::Spanned;
+
+use crate::engine::duration;
+use crate::engine::scan::{Best, Pattern, Scanner, Throughput, UserMetric};
+
+/// Largest manifest colloc reads (16 MiB): a sweep of 100,000 runs fits many times over;
+/// `/dev/zero` or a wrong file does not.
+pub const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
 
 /// One run to start, fully resolved.
 #[derive(Debug, Clone)]
@@ -26,10 +36,28 @@ pub struct RunSpec {
     pub env: Vec<(String, String)>,
     /// Working directory (`None`: colloc's own).
     pub workdir: Option<PathBuf>,
-    /// Throughput regex (named group `value`, else group 1); `None`: built-in patterns.
-    pub metric: Option<Regex>,
+    /// What its output is scanned for: throughput (its `metric` regex and `unit`, else
+    /// the built-in patterns) and its `metrics`.
+    pub scanner: Arc<Scanner>,
     /// Per-run time limit.
     pub timeout: Option<Duration>,
+    /// The grid values of its sweep point (`None` for a `[[run]]`).
+    pub grid: Option<BTreeMap<String, String>>,
+}
+
+impl RunSpec {
+    /// A run of `command` with the built-in throughput patterns and nothing else.
+    pub fn plain(name: String, command: Vec<String>) -> RunSpec {
+        RunSpec {
+            name,
+            command,
+            env: Vec::new(),
+            workdir: None,
+            scanner: Arc::new(Scanner::default()),
+            timeout: None,
+            grid: None,
+        }
+    }
 }
 
 /// A manifest error: file, line and what is wrong.
@@ -106,11 +134,30 @@ struct RawManifest {
     sweep: Vec<RawSweep>,
 }
 
+/// A user metric: a regex, or a table with the regex and which value is best.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawMetric {
+    Regex(String),
+    Table(RawMetricTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetricTable {
+    regex: String,
+    best: Option<String>,
+}
+
+type Metrics = Spanned<BTreeMap<String, Spanned<RawMetric>>>;
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawDefaults {
     workdir: Option<Spanned<String>>,
     metric: Option<Spanned<String>>,
+    unit: Option<Spanned<String>>,
+    metrics: Option<Metrics>,
     env: Option<Env>,
     timeout: Option<Spanned<String>>,
 }
@@ -123,6 +170,8 @@ struct RawRun {
     env: Option<Env>,
     workdir: Option<Spanned<String>>,
     metric: Option<Spanned<String>>,
+    unit: Option<Spanned<String>>,
+    metrics: Option<Metrics>,
     timeout: Option<Spanned<String>>,
 }
 
@@ -135,6 +184,8 @@ struct RawSweep {
     env: Option<Env>,
     workdir: Option<Spanned<String>>,
     metric: Option<Spanned<String>>,
+    unit: Option<Spanned<String>>,
+    metrics: Option<Metrics>,
     timeout: Option<Spanned<String>>,
 }
 
@@ -156,29 +207,76 @@ impl Ctx<'_> {
         }
     }
 
-    fn regex(&self, s: &Spanned<String>) -> Result<Regex, ManifestError> {
-        let re = Regex::new(s.get_ref()).map_err(|e| {
-            let why = e.to_string();
-            let why = why.lines().last().unwrap_or("invalid").trim();
-            self.err(
-                Some(s.span()),
-                format!("bad metric regex {:?}: {why}", s.get_ref()),
-            )
-        })?;
-        if re.captures_len() < 2 {
-            return Err(self.err(
-                Some(s.span()),
-                format!(
-                    "metric regex {:?} has no capture group; mark the number with (?P<value>...)",
-                    s.get_ref()
-                ),
-            ));
+    /// The throughput pattern of a table: its own `metric`/`unit`, else the defaults'.
+    fn throughput(
+        &self,
+        metric: Option<&Spanned<String>>,
+        unit: Option<&Spanned<String>>,
+        d: &RawDefaults,
+    ) -> Result<Throughput, ManifestError> {
+        let metric = metric.or(d.metric.as_ref());
+        let unit = unit.or(d.unit.as_ref());
+        match (metric, unit) {
+            (Some(m), u) => Throughput::custom(m.get_ref(), u.map(|u| u.get_ref().as_str()))
+                .map_err(|e| self.err(Some(m.span()), format!("metric: {e}"))),
+            (None, Some(u)) => Err(self.err(
+                Some(u.span()),
+                "unit without a metric regex: the built-in patterns name their own units",
+            )),
+            (None, None) => Ok(Throughput::Builtin),
         }
-        Ok(re)
+    }
+
+    /// The user metrics of a table over the defaults' (a table's own win by name).
+    fn metrics(
+        &self,
+        own: Option<&Metrics>,
+        d: &RawDefaults,
+    ) -> Result<Vec<UserMetric>, ManifestError> {
+        let mut out: Vec<UserMetric> = Vec::new();
+        for table in [d.metrics.as_ref(), own].into_iter().flatten() {
+            for (name, m) in table.get_ref() {
+                let ok = !name.is_empty()
+                    && name.len() <= 40
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !ok {
+                    return Err(self.err(
+                        Some(table.span()),
+                        format!(
+                            "metric name {name:?} is not valid: use 1-40 letters, digits and _"
+                        ),
+                    ));
+                }
+                let (regex, best) = match m.get_ref() {
+                    RawMetric::Regex(r) => (r.as_str(), None),
+                    RawMetric::Table(t) => (t.regex.as_str(), t.best.as_deref()),
+                };
+                let pattern = Pattern::new(regex)
+                    .map_err(|e| self.err(Some(m.span()), format!("metrics.{name}: {e}")))?;
+                let best = match best {
+                    None => Best::for_name(name),
+                    Some("min") => Best::Min,
+                    Some("max") => Best::Max,
+                    Some(other) => {
+                        return Err(self.err(
+                            Some(m.span()),
+                            format!("metrics.{name}: best = {other:?}; valid: \"min\" or \"max\""),
+                        ))
+                    }
+                };
+                out.retain(|u| u.name != *name);
+                out.push(UserMetric {
+                    name: name.clone(),
+                    pattern,
+                    best,
+                });
+            }
+        }
+        Ok(out)
     }
 
     fn timeout(&self, s: &Spanned<String>) -> Result<Duration, ManifestError> {
-        parse_duration(s.get_ref()).map_err(|e| self.err(Some(s.span()), e))
+        duration::parse(s.get_ref(), false).map_err(|e| self.err(Some(s.span()), e))
     }
 
     fn workdir(&self, dir: &str, span: Range<usize>) -> Result<PathBuf, ManifestError> {
@@ -190,28 +288,6 @@ impl Ctx<'_> {
             ));
         }
         Ok(p)
-    }
-}
-
-/// Parse a duration such as `90s`, `30m`, `2h`, `1h30m` or plain seconds.
-/// Longest duration colloc accepts (a year): longer ones overflow deadline arithmetic.
-pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
-
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let d = match t.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs > 0.0 => {
-            Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
-        }
-        _ => humantime::parse_duration(t).ok().filter(|d| !d.is_zero()),
-    };
-    match d {
-        Some(d) if d <= MAX_DURATION => Ok(d),
-        Some(_) => Err(format!("duration {s:?} is longer than a year")),
-        None => Err(format!(
-            "invalid duration {:?}: use e.g. 90s, 30m, 2h, 1h30m or a number of seconds (> 0)",
-            s
-        )),
     }
 }
 
@@ -316,11 +392,25 @@ fn fill(t: &str, vals: &BTreeMap<&str, &str>) -> String {
 /// Parse a manifest file.
 pub fn load(path: &Path) -> Result<Vec<RunSpec>, ManifestError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
+    let err = |msg: String| ManifestError {
         path: shown.clone(),
         line: None,
-        msg: format!("cannot read the run manifest: {e}"),
-    })?;
+        msg,
+    };
+    let file =
+        std::fs::File::open(path).map_err(|e| err(format!("cannot read the run manifest: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| err(format!("cannot read the run manifest: {e}")))?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(err(format!(
+            "the run manifest is larger than {} MiB; a manifest is at most that big",
+            MAX_MANIFEST_BYTES / (1024 * 1024)
+        )));
+    }
+    let text =
+        String::from_utf8(bytes).map_err(|_| err("the run manifest is not UTF-8 text".into()))?;
     let base = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -341,7 +431,10 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
         cx.err(e.span(), msg)
     })?;
     let d = raw.defaults.unwrap_or_default();
-    let d_metric = d.metric.as_ref().map(|m| cx.regex(m)).transpose()?;
+    let d_scanner = Arc::new(Scanner {
+        throughput: cx.throughput(None, None, &d)?,
+        metrics: cx.metrics(None, &d)?,
+    });
     let d_timeout = d.timeout.as_ref().map(|t| cx.timeout(t)).transpose()?;
     let d_workdir = d
         .workdir
@@ -372,14 +465,19 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
                     Some(w) => Some(cx.workdir(w.get_ref(), w.span())?),
                     None => d_workdir.clone(),
                 },
-                metric: match &r.metric {
-                    Some(m) => Some(cx.regex(m)?),
-                    None => d_metric.clone(),
-                },
+                scanner: scanner_for(
+                    &cx,
+                    &d,
+                    &d_scanner,
+                    r.metric.as_ref(),
+                    r.unit.as_ref(),
+                    r.metrics.as_ref(),
+                )?,
                 timeout: match &r.timeout {
                     Some(t) => Some(cx.timeout(t)?),
                     None => d_timeout,
                 },
+                grid: None,
             },
             span,
         ));
@@ -443,10 +541,14 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
         if let Some(w) = &s.workdir {
             tcheck(w.get_ref(), w.span())?;
         }
-        let metric = match &s.metric {
-            Some(m) => Some(cx.regex(m)?),
-            None => d_metric.clone(),
-        };
+        let scanner = scanner_for(
+            &cx,
+            &d,
+            &d_scanner,
+            s.metric.as_ref(),
+            s.unit.as_ref(),
+            s.metrics.as_ref(),
+        )?;
         let timeout = match &s.timeout {
             Some(t) => Some(cx.timeout(t)?),
             None => d_timeout,
@@ -466,8 +568,14 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
                     command: argv_t.iter().map(|a| fill(a, &combo)).collect(),
                     env,
                     workdir,
-                    metric: metric.clone(),
+                    scanner: Arc::clone(&scanner),
                     timeout,
+                    grid: Some(
+                        combo
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                    ),
                 },
                 name_span.clone(),
             ));
@@ -487,6 +595,24 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
         }
     }
     Ok(runs.into_iter().map(|(r, _)| r).collect())
+}
+
+/// The scanner of a table: the defaults' when it sets nothing of its own.
+fn scanner_for(
+    cx: &Ctx<'_>,
+    d: &RawDefaults,
+    d_scanner: &Arc<Scanner>,
+    metric: Option<&Spanned<String>>,
+    unit: Option<&Spanned<String>>,
+    metrics: Option<&Metrics>,
+) -> Result<Arc<Scanner>, ManifestError> {
+    if metric.is_none() && unit.is_none() && metrics.is_none() {
+        return Ok(Arc::clone(d_scanner));
+    }
+    Ok(Arc::new(Scanner {
+        throughput: cx.throughput(metric, unit, d)?,
+        metrics: cx.metrics(metrics, d)?,
+    }))
 }
 
 fn check_command(cx: &Ctx<'_>, argv: &[String], span: Range<usize>) -> Result<(), ManifestError> {
@@ -584,7 +710,9 @@ grid = { bs = ["64", "128"], lr = ["0.1", "0.01"] }
         );
         assert_eq!(runs[0].env, [("SEED".to_string(), "1".to_string())]);
         assert_eq!(runs[3].command[3], "128");
-        assert!(runs[4].metric.is_some());
+        assert!(runs[4].scanner.throughput.is_custom());
+        assert_eq!(runs[4].grid.as_ref().unwrap()["bs"], "128");
+        assert!(runs[0].grid.is_none());
     }
 
     #[test]
@@ -607,7 +735,7 @@ grid = { bs = ["64", "128"], lr = ["0.1", "0.01"] }
 
         let e = p("[[run]]\ncommand = ['a']\nmetric = '([0-9'\n").unwrap_err();
         assert_eq!(e.line, Some(3));
-        assert!(e.msg.contains("bad metric regex"), "{e}");
+        assert!(e.msg.contains("metric: bad regex"), "{e}");
 
         let e = p("[[sweep]]\nname = 'x{lr}-{bs}'\ncommand = ['a']\ngrid = { lr = ['1'] }\n")
             .unwrap_err();
@@ -636,11 +764,49 @@ grid = { bs = ["64", "128"], lr = ["0.1", "0.01"] }
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        assert!(parse_duration("0").is_err());
-        assert!(parse_duration("soon").is_err());
+    fn units_and_user_metrics() {
+        let runs = p(r#"
+[defaults]
+metric = 'tput (?P<value>[0-9.]+)'
+unit = 'seq/s'
+metrics = { loss = 'loss=(?P<value>[0-9.]+)' }
+[[run]]
+name = 'a'
+command = ['x']
+metrics = { acc = { regex = 'acc=([0-9.]+)' }, loss = { regex = 'L=([0-9.]+)', best = 'max' } }
+[[run]]
+name = 'b'
+command = ['x']
+"#)
+        .unwrap();
+        let a = &runs[0].scanner;
+        match &a.throughput {
+            Throughput::Custom { unit, .. } => assert_eq!(unit, "seq/s"),
+            t => panic!("{t:?}"),
+        }
+        let names: Vec<(&str, Best)> = a
+            .metrics
+            .iter()
+            .map(|m| (m.name.as_str(), m.best))
+            .collect();
+        assert_eq!(names, [("acc", Best::Max), ("loss", Best::Max)]);
+        assert_eq!(runs[1].scanner.metrics.len(), 1);
+        assert_eq!(runs[1].scanner.metrics[0].best, Best::Min);
+        let e = p("[[run]]\ncommand = ['x']\nunit = 'img/s'\n").unwrap_err();
+        assert!(e.msg.contains("unit without a metric regex"), "{e}");
+        let e = p("[[run]]\ncommand = ['x']\nmetrics = { 'a-b' = 'x=(\\d+)' }\n").unwrap_err();
+        assert!(e.msg.contains("metric name \"a-b\""), "{e}");
+        let e = p(
+            "[[run]]\ncommand = ['x']\nmetrics = { acc = { regex = 'x=(\\d+)', best = 'up' } }\n",
+        )
+        .unwrap_err();
+        assert!(e.msg.contains("valid: \"min\" or \"max\""), "{e}");
+    }
+
+    #[test]
+    fn manifests_are_read_through_a_bounded_reader() {
+        let e = load(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.msg.contains("larger than 16 MiB"), "{e}");
     }
 
     #[test]

@@ -46,6 +46,7 @@ impl Env {
             "COLLOC_SLOTS",
             "CUDA_VISIBLE_DEVICES",
             "SLURM_JOB_ID",
+            "SLURM_RESTART_COUNT",
             "CUDA_MPS_PIPE_DIRECTORY",
             "CUDA_MPS_LOG_DIRECTORY",
             "COLLOC_MPS_PIPES",
@@ -94,4 +95,126 @@ pub fn run<'a>(report: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|r| r["name"] == name)
         .unwrap_or_else(|| panic!("no run {name} in the report"))
+}
+
+/// Wait until `cond` holds (a cap of 60 s only guards against a hang).
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let cap = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < cap,
+            "gave up waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Send a signal to a process.
+pub fn kill(pid: u32, sig: i32) {
+    // SAFETY: kill takes plain integers; the pid is the test's own child.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(rc, 0, "kill {pid} {sig}");
+}
+
+/// Processes whose environment holds `entry` (`NAME=value`): every process a run started,
+/// grandchildren included, inherits the tag the test gave the runs.
+pub fn processes_with_env(entry: &str) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next())
+                .is_some_and(|s| s == "Z");
+            !zombie
+                && std::fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|&b| b == 0).any(|kv| kv == entry.as_bytes()))
+                    .unwrap_or(false)
+        })
+        .collect()
+}
+
+impl Env {
+    /// The tag every run of this test gets in its environment (see [`processes_with_env`]).
+    pub fn tag(&self) -> String {
+        format!("COLLOC_TEST_TAG={}", self.path().display())
+    }
+
+    /// `colloc run ARGS` in the background, with the test's tag in the runs' environment;
+    /// killed if the test ends (or fails) before it does.
+    pub fn spawn(&self, args: &[&str]) -> Background {
+        let (k, v) = self
+            .tag()
+            .split_once('=')
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .unwrap();
+        let c = self.colloc();
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"))
+            .args(c.get_args())
+            .args(args)
+            .current_dir(self.path())
+            .env("COLLOC_CONFIG", self.path().join("no-config.toml"))
+            .env("MARK", self.mark())
+            .env(k, v)
+            .env_remove("COLLOC_MODE")
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("SLURM_JOB_ID")
+            .env_remove("SLURM_RESTART_COUNT")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map(|c| Background(Some(c)))
+            .unwrap()
+    }
+
+    /// The report if it exists and is whole JSON.
+    pub fn try_report(&self) -> Option<Value> {
+        let text = std::fs::read_to_string(self.report_dir().join("colloc-report.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+/// Does the test run as root?
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+impl Env {
+    /// The colloc binary with a clean environment (no subcommand).
+    pub fn colloc_bin(&self) -> Command {
+        let mut c = Command::cargo_bin("colloc").unwrap();
+        c.env("COLLOC_CONFIG", self.dir.path().join("no-config.toml"))
+            .env("MARK", self.mark())
+            .current_dir(self.dir.path());
+        c
+    }
+}
+
+/// A colloc in the background that a failing test does not leave running.
+pub struct Background(Option<std::process::Child>);
+
+impl Background {
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// Wait for it to end.
+    pub fn wait_with_output(mut self) -> std::io::Result<std::process::Output> {
+        self.0.take().expect("running").wait_with_output()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }

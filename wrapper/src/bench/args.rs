@@ -4,14 +4,33 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::gpu::GpuSel;
-use super::metric::{Metric, DEFAULT_METRIC};
 use crate::bad_input;
+use crate::engine::duration;
+use crate::engine::scan::Throughput;
+
+/// Which GPU: an NVML index or a UUID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuSel {
+    /// NVML index.
+    Index(u32),
+    /// `GPU-…` UUID.
+    Uuid(String),
+}
+
+impl std::fmt::Display for GpuSel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuSel::Index(i) => write!(f, "{i}"),
+            GpuSel::Uuid(u) => f.write_str(u),
+        }
+    }
+}
 
 /// Arguments of `colloc bench`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
-The workload prints its throughput at intervals, e.g. `img/s=1234.5` (see --metric).
+The workload prints its throughput at intervals, e.g. `img/s=1234.5`, `100.0it/s`, timm's
+`Rate: N/s` (the same built-in patterns as colloc run; or --metric).
 colloc runs it alone, then N copies at once under each mode, and compares aggregate
 throughput over a window in which all copies run past --warmup. Each copy gets
 COLLOC_RUN_INDEX, COLLOC_RUN_NAME and CUDA_VISIBLE_DEVICES.
@@ -24,7 +43,7 @@ pub struct BenchArgs {
     /// Numbers of copies to run at once, comma-separated.
     #[arg(long, default_value = "1,2,3,7", value_name = "LIST")]
     counts: String,
-    /// Measured time per configuration after warm-up (e.g. 60s, 2m, 500ms).
+    /// Measured time per configuration after warm-up (e.g. 60s, 2m, 1h30m, 500ms).
     #[arg(long, default_value = "60s", value_name = "TIME")]
     duration: String,
     /// Time after every copy's first throughput line before measuring.
@@ -36,9 +55,13 @@ pub struct BenchArgs {
     /// Where to write bench.json, bench.csv, bench.png and the copies' logs.
     #[arg(long, default_value = "colloc-bench", value_name = "DIR")]
     report_dir: PathBuf,
-    /// Regex for throughput lines; the number is group `value` or the first group.
+    /// Regex for throughput lines; the number is group `value` or the first group
+    /// (default: colloc run's built-in patterns).
     #[arg(long, value_name = "REGEX")]
     metric: Option<String>,
+    /// The unit of --metric (default: read from the regex).
+    #[arg(long, value_name = "UNIT", requires = "metric")]
+    unit: Option<String>,
     /// GPU to use: NVML index or GPU UUID (default: the first of CUDA_VISIBLE_DEVICES, else 0).
     #[arg(long, value_name = "GPU")]
     gpu: Option<String>,
@@ -87,10 +110,8 @@ pub struct Spec {
     pub startup_timeout: Duration,
     /// Output directory.
     pub report_dir: PathBuf,
-    /// Pattern as given (or the default).
-    pub metric_pattern: String,
-    /// Compiled pattern.
-    pub metric: Metric,
+    /// What is read as throughput, and its unit.
+    pub throughput: Throughput,
     /// GPU.
     pub gpu: GpuSel,
     /// Least gain.
@@ -115,16 +136,17 @@ impl Spec {
         }
         let modes = parse_modes(&a.modes).map_err(bad_input)?;
         let counts = parse_counts(&a.counts).map_err(bad_input)?;
-        let duration =
-            parse_duration(&a.duration).map_err(|e| bad_input(format!("--duration: {e}")))?;
-        if duration.is_zero() {
-            return Err(bad_input("--duration must be more than 0"));
-        }
-        let warmup = parse_duration(&a.warmup).map_err(|e| bad_input(format!("--warmup: {e}")))?;
-        let startup_timeout = parse_duration(&a.startup_timeout)
+        let duration = duration::parse(&a.duration, false)
+            .map_err(|e| bad_input(format!("--duration: {e}")))?;
+        let warmup =
+            duration::parse(&a.warmup, true).map_err(|e| bad_input(format!("--warmup: {e}")))?;
+        let startup_timeout = duration::parse(&a.startup_timeout, false)
             .map_err(|e| bad_input(format!("--startup-timeout: {e}")))?;
-        let metric_pattern = a.metric.unwrap_or_else(|| DEFAULT_METRIC.to_string());
-        let metric = Metric::new(&metric_pattern).map_err(bad_input)?;
+        let throughput = match &a.metric {
+            Some(m) => Throughput::custom(m, a.unit.as_deref())
+                .map_err(|e| bad_input(format!("--metric: {e}")))?,
+            None => Throughput::Builtin,
+        };
         let min_gain: f64 = a
             .min_gain
             .trim()
@@ -155,8 +177,7 @@ impl Spec {
             warmup,
             startup_timeout,
             report_dir: a.report_dir,
-            metric_pattern,
-            metric,
+            throughput,
             gpu,
             min_gain,
             cmd: a.cmd,
@@ -213,43 +234,17 @@ pub fn parse_counts(s: &str) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
-/// `60s`, `2m`, `1.5h`, `500ms`, or a plain number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let scale = match unit {
-        "" | "s" => 1.0,
-        "ms" => 0.001,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        _ => f64::NAN,
-    };
-    let v: f64 = num.parse().unwrap_or(f64::NAN);
-    let secs = v * scale;
-    if !(0.0..=7.0 * 86400.0).contains(&secs) {
-        return Err(format!(
-            "expected a time such as 60s, 2m, 500ms or 1h (at most a week), got {s:?}"
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("60s").unwrap(), Duration::from_secs(60));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        for bad in ["", "s", "10x", "-1s", "1e3s", "9999h"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
+    fn durations_are_the_same_as_colloc_runs() {
+        let parse = |s: &str| duration::parse(s, false);
+        assert_eq!(parse("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(duration::parse("0s", true).is_ok());
     }
 
     #[test]

@@ -1,0 +1,60 @@
+//! What every subcommand shares: bad-input errors (exit 2), the node configuration's
+//! path, and output macros that ignore a closed stdout or stderr.
+
+use std::path::PathBuf;
+
+/// `println!` that ignores a closed or broken stdout (a pipe to `head`, a hung-up
+/// terminal) instead of panicking half way through a pack of runs.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// `print!` that ignores a broken stdout.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that ignores a broken stderr.
+macro_rules! errln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
+/// Bad input: usage, mode, manifest or config. Exits with code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// Shorthand: an `anyhow::Error` that exits with code 2.
+pub fn bad_input(msg: impl Into<String>) -> anyhow::Error {
+    BadInput(msg.into()).into()
+}
+
+/// Options every subcommand can read.
+pub struct Global {
+    /// `--config`, if given.
+    pub config: Option<PathBuf>,
+}
+
+impl Global {
+    /// The configuration file to use: `--config`, `$COLLOC_CONFIG`, the default.
+    pub fn config_path(&self) -> PathBuf {
+        self.config
+            .clone()
+            .or_else(|| std::env::var_os("COLLOC_CONFIG").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(colloc_core::config::DEFAULT_PATH))
+    }
+
+    /// Load the node configuration; a bad file is bad input (exit 2).
+    pub fn load_config(&self) -> anyhow::Result<colloc_core::config::Config> {
+        colloc_core::config::Config::load(&self.config_path()).map_err(|e| bad_input(e.to_string()))
+    }
+}

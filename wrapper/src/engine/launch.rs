@@ -1,0 +1,572 @@
+//! Starting runs so that nothing of them outlives colloc, even `kill -9` of colloc.
+//!
+//! Every slot gets its own small **supervisor** process, which starts the slot's runs one
+//! after another:
+//!
+//! ```text
+//! colloc ──socket──> launcher (forked at start, single-threaded)
+//!    │                  └─ fork ─> supervisor of slot k (subreaper) ─ spawn ─> run (own session)
+//!    └──── control socket of slot k ────┘            output pipe per run ─────────┘ ──> colloc
+//! ```
+//!
+//! - The **launcher** is forked from colloc before colloc starts any thread, so forking it
+//!   again is cheap and safe: colloc itself never forks (a fork of a process with many
+//!   threads costs page-table copies and TLB shootdowns on every CPU).
+//! - A **supervisor** is a child subreaper: every process of its run that loses its parent
+//!   (a grandchild whose shell exited, one that left the run's session with `setsid`) is
+//!   re-parented to it, so it can find and kill all of them. As it runs one attempt at a
+//!   time, whatever comes back to it belongs to the attempt it runs. It ignores the signals
+//!   Slurm sends to a whole job step, and forwards what colloc asks (`sig`) to the run's
+//!   process group.
+//! - When a run's leader exits, the supervisor reports its status, kills what is left of
+//!   its group and every descendant (naming those outside the run's session as escaped),
+//!   and reports `done` once nothing is left (or after [`GROUP_EXIT_WAIT`]).
+//! - When colloc dies, for any reason, the kernel closes its end of the control socket;
+//!   the supervisor reads end-of-file, kills everything of its run, and exits.
+//!
+//! colloc → supervisor: framed JSON requests ([`Request`]), a new run's output pipe
+//! attached. Supervisor → colloc: one text line per message, `ID WHAT ...` ([`Msg`]). A
+//! [`Launcher`] is the seam for other ways of starting runs (an `srun` step on another
+//! node): the engine needs a run's output and these messages.
+
+use std::io::{self, IoSlice, IoSliceMut, Read};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rustix::net::{
+    recvmsg, sendmsg, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+};
+use serde::{Deserialize, Serialize};
+
+use super::supervisor;
+use super::sys;
+
+/// How long a finished run's leftover processes get to disappear (after SIGKILL) before
+/// its supervisor gives up on them and its slot is handed on.
+pub const GROUP_EXIT_WAIT: Duration = Duration::from_secs(3);
+
+/// Largest request accepted on a control socket.
+const MAX_REQUEST: usize = 64 << 20;
+
+/// What to start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Environment changes, applied in order over colloc's own environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory (`None`: colloc's).
+    pub cwd: Option<PathBuf>,
+}
+
+/// What colloc asks a supervisor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Start attempt `id` (its output pipe's write end is attached).
+    Run {
+        /// Attempt id.
+        id: u64,
+        /// What to start.
+        spec: LaunchSpec,
+    },
+    /// Send `sig` to attempt `id`'s process group (while its leader lives).
+    Signal {
+        /// Attempt id.
+        id: u64,
+        /// Signal number.
+        sig: i32,
+    },
+    /// Kill attempt `id`'s process group and every descendant now.
+    Kill {
+        /// Attempt id.
+        id: u64,
+    },
+}
+
+/// What colloc asks about a running attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmd {
+    /// Send this signal to its process group.
+    Signal(i32),
+    /// Kill its process group and every descendant now.
+    Kill,
+}
+
+/// What a supervisor tells colloc about an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Msg {
+    /// The run's leader started with this pid (its session and process group id).
+    Pid(u32),
+    /// The program could not be started.
+    Error(String),
+    /// The leader exited with this code.
+    Exit(i32),
+    /// The leader was killed by this signal.
+    Signaled(i32),
+    /// A process of the run had left its session; it was killed.
+    Escaped {
+        /// Its pid.
+        pid: u32,
+        /// Its command name.
+        comm: String,
+    },
+    /// Nothing of the run is left (`left` processes could not be made to exit in time).
+    Done {
+        /// Processes still there when the supervisor gave up.
+        left: u32,
+    },
+}
+
+impl Msg {
+    /// The protocol line for attempt `id`.
+    pub fn line(&self, id: u64) -> String {
+        let one = |s: &str| s.replace(['\n', '\r'], " ");
+        match self {
+            Msg::Pid(p) => format!("{id} pid {p}\n"),
+            Msg::Error(e) => format!("{id} error {}\n", one(e)),
+            Msg::Exit(c) => format!("{id} exit {c}\n"),
+            Msg::Signaled(s) => format!("{id} signal {s}\n"),
+            Msg::Escaped { pid, comm } => format!("{id} escaped {pid} {}\n", one(comm)),
+            Msg::Done { left } => format!("{id} done {left}\n"),
+        }
+    }
+
+    /// Parse a protocol line: attempt id and message.
+    pub fn parse(line: &str) -> Option<(u64, Msg)> {
+        let (id, rest) = line.split_once(' ')?;
+        let id: u64 = id.parse().ok()?;
+        let (k, v) = rest.split_once(' ').unwrap_or((rest, ""));
+        let uint = || v.trim().parse::<u32>().ok();
+        let int = || v.trim().parse::<i32>().ok();
+        let m = match k {
+            "pid" => uint().map(Msg::Pid),
+            "error" => Some(Msg::Error(v.to_string())),
+            "exit" => int().map(Msg::Exit),
+            "signal" => int().map(Msg::Signaled),
+            "escaped" => {
+                let (p, c) = v.split_once(' ').unwrap_or((v, "?"));
+                Some(Msg::Escaped {
+                    pid: p.parse().ok()?,
+                    comm: c.to_string(),
+                })
+            }
+            "done" => uint().map(|left| Msg::Done { left }),
+            _ => None,
+        }?;
+        Some((id, m))
+    }
+}
+
+/// Split complete lines off a buffer; the rest stays.
+fn take_lines(buf: &mut Vec<u8>) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(i) = buf.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = buf.drain(..=i).collect();
+        out.push(String::from_utf8_lossy(&line[..i]).into_owned());
+    }
+    out
+}
+
+/// Send one framed request, with `fd` attached when given.
+pub fn send_request(sock: &impl AsFd, req: &Request, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    let payload = serde_json::to_vec(req).map_err(io::Error::other)?;
+    let header = u32::try_from(payload.len())
+        .map_err(|_| io::Error::other("request too large"))?
+        .to_le_bytes();
+    let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() {
+        cmsg.push(SendAncillaryMessage::ScmRights(&fds));
+    }
+    let mut bytes = header.to_vec();
+    bytes.extend_from_slice(&payload);
+    // The descriptor goes with the first byte; the rest follows as plain data.
+    let mut sent = loop {
+        match sendmsg(
+            sock,
+            &[IoSlice::new(&bytes)],
+            &mut cmsg,
+            SendFlags::NOSIGNAL,
+        ) {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    while sent < bytes.len() {
+        match rustix::net::send(sock, &bytes[sent..], SendFlags::NOSIGNAL) {
+            Ok(n) => sent += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Read one framed request and the descriptor attached to it, if any. `Ok(None)` at end
+/// of file.
+pub fn recv_request(sock: &OwnedFd) -> io::Result<Option<(Request, Option<OwnedFd>)>> {
+    let mut header = [0u8; 4];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+    let got = loop {
+        match recvmsg(
+            sock,
+            &mut [IoSliceMut::new(&mut header)],
+            &mut cmsg,
+            RecvFlags::CMSG_CLOEXEC | RecvFlags::WAITALL,
+        ) {
+            Ok(r) => break r.bytes,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if got == 0 {
+        return Ok(None);
+    }
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for m in cmsg.drain() {
+        if let RecvAncillaryMessage::ScmRights(it) = m {
+            fds.extend(it);
+        }
+    }
+    if got != 4 {
+        return Err(io::Error::other("malformed request"));
+    }
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_REQUEST {
+        return Err(io::Error::other("request too large"));
+    }
+    let mut payload = vec![0u8; len];
+    let mut s = UnixStream::from(sock.try_clone()?);
+    s.read_exact(&mut payload)?;
+    let req: Request = serde_json::from_slice(&payload).map_err(io::Error::other)?;
+    Ok(Some((req, fds.pop())))
+}
+
+/// colloc's end of one slot's supervisor.
+#[derive(Debug)]
+struct Sup {
+    sock: OwnedFd,
+    inbuf: Vec<u8>,
+}
+
+/// A way of starting runs.
+pub trait Launcher {
+    /// Start attempt `id` of `spec` on `slot`; the read end of its output (stdout and
+    /// stderr).
+    ///
+    /// # Errors
+    /// The run could not be handed to a supervisor (a failure to start the program itself
+    /// comes later, as [`Msg::Error`]).
+    fn launch(&mut self, slot: usize, id: u64, spec: &LaunchSpec) -> io::Result<OwnedFd>;
+
+    /// Ask `slot`'s supervisor something about attempt `id`; false when it is gone.
+    fn send(&mut self, slot: usize, id: u64, cmd: Cmd) -> bool;
+
+    /// What to poll for messages: (slot, descriptor).
+    fn fds(&self) -> Vec<(usize, BorrowedFd<'_>)>;
+
+    /// Messages that arrived from `slot`'s supervisor, and whether it is gone (then the
+    /// next launch on the slot starts a new one).
+    fn read(&mut self, slot: usize) -> (Vec<(u64, Msg)>, bool);
+}
+
+/// Runs on this machine, through a launcher process forked at start.
+#[derive(Debug)]
+pub struct LocalLauncher {
+    sock: Option<OwnedFd>,
+    pid: u32,
+    sups: Vec<Option<Sup>>,
+}
+
+/// Raise the soft limit of open files to the hard limit: each running run holds a few
+/// descriptors in colloc (output, log, its slot's socket).
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, l) {
+            log::debug!("cannot raise the open-file limit: {e}");
+        }
+    }
+}
+
+impl LocalLauncher {
+    /// Fork the launcher process. Must be called while colloc has a single thread (before
+    /// NVML, signal threads or the GPU sampler start).
+    ///
+    /// # Errors
+    /// The process has threads already, or the fork or socket failed.
+    pub fn start() -> io::Result<LocalLauncher> {
+        raise_fd_limit();
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        match sys::fork_single_threaded()? {
+            None => {
+                drop(ours);
+                // If colloc dies the socket closes and this process ends by itself; the
+                // parent-death signal is only a second line.
+                let _ = rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ));
+                launcher_main(theirs)
+            }
+            Some(pid) => {
+                drop(theirs);
+                Ok(LocalLauncher {
+                    sock: Some(ours),
+                    pid,
+                    sups: Vec::new(),
+                })
+            }
+        }
+    }
+
+    /// A new supervisor for `slot`, forked by the launcher process.
+    fn new_supervisor(&mut self) -> io::Result<Sup> {
+        let sock = self
+            .sock
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the launcher process is gone"))?;
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        // The launcher takes one byte and a descriptor: fork a supervisor on it.
+        let fds = [theirs.as_fd()];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut cmsg = SendAncillaryBuffer::new(&mut space);
+        cmsg.push(SendAncillaryMessage::ScmRights(&fds));
+        if let Err(e) = sendmsg(sock, &[IoSlice::new(b"S")], &mut cmsg, SendFlags::NOSIGNAL) {
+            self.sock = None;
+            return Err(io::Error::other(format!(
+                "the launcher process is gone ({e})"
+            )));
+        }
+        drop(theirs);
+        Ok(Sup {
+            sock: ours,
+            inbuf: Vec::new(),
+        })
+    }
+}
+
+impl Launcher for LocalLauncher {
+    fn launch(&mut self, slot: usize, id: u64, spec: &LaunchSpec) -> io::Result<OwnedFd> {
+        if self.sups.len() <= slot {
+            self.sups.resize_with(slot + 1, || None);
+        }
+        if self.sups[slot].is_none() {
+            self.sups[slot] = Some(self.new_supervisor()?);
+        }
+        let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let req = Request::Run {
+            id,
+            spec: spec.clone(),
+        };
+        let sent = match &self.sups[slot] {
+            Some(s) => send_request(&s.sock, &req, Some(out_w.as_fd())),
+            None => Err(io::Error::other("no supervisor")),
+        };
+        if let Err(e) = sent {
+            // A dead supervisor: the next launch on this slot starts a new one.
+            self.sups[slot] = None;
+            return Err(e);
+        }
+        drop(out_w);
+        rustix::io::ioctl_fionbio(&out_r, true)?;
+        Ok(out_r)
+    }
+
+    fn send(&mut self, slot: usize, id: u64, cmd: Cmd) -> bool {
+        let Some(Some(s)) = self.sups.get(slot) else {
+            return false;
+        };
+        let req = match cmd {
+            Cmd::Signal(sig) => Request::Signal { id, sig },
+            Cmd::Kill => Request::Kill { id },
+        };
+        send_request(&s.sock, &req, None).is_ok()
+    }
+
+    fn fds(&self) -> Vec<(usize, BorrowedFd<'_>)> {
+        self.sups
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s.sock.as_fd())))
+            .collect()
+    }
+
+    fn read(&mut self, slot: usize) -> (Vec<(u64, Msg)>, bool) {
+        let Some(Some(s)) = self.sups.get_mut(slot) else {
+            return (Vec::new(), true);
+        };
+        let mut buf = [0u8; 4096];
+        let mut eof = false;
+        loop {
+            match rustix::net::recv(&s.sock, &mut buf, rustix::net::RecvFlags::DONTWAIT) {
+                Ok((0, _)) => {
+                    eof = true;
+                    break;
+                }
+                Ok((n, _)) => s.inbuf.extend_from_slice(&buf[..n]),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => break,
+                Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        let msgs = take_lines(&mut s.inbuf)
+            .iter()
+            .filter_map(|l| Msg::parse(l))
+            .collect();
+        if eof {
+            self.sups[slot] = None;
+        }
+        (msgs, eof)
+    }
+}
+
+impl Drop for LocalLauncher {
+    fn drop(&mut self) {
+        // End of file makes the supervisors and the launcher exit; reap the launcher.
+        self.sups.clear();
+        self.sock = None;
+        if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+        }
+    }
+}
+
+/// The launcher process: fork one supervisor per request until colloc closes the socket.
+fn launcher_main(sock: OwnedFd) -> ! {
+    // Supervisors are reaped by the kernel: nobody waits for them here.
+    sys::ignore_signals(&[libc::SIGCHLD]);
+    sys::ignore_signals(&sys::SUPERVISOR_IGNORES);
+    loop {
+        let mut byte = [0u8; 1];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+        let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+        let got = match recvmsg(
+            &sock,
+            &mut [IoSliceMut::new(&mut byte)],
+            &mut cmsg,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Ok(r) => r.bytes,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => sys::exit_now(0),
+        };
+        if got == 0 {
+            sys::exit_now(0);
+        }
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for m in cmsg.drain() {
+            if let RecvAncillaryMessage::ScmRights(it) = m {
+                fds.extend(it);
+            }
+        }
+        let Some(ctl) = fds.pop() else { continue };
+        match sys::fork_single_threaded() {
+            Ok(None) => {
+                drop(sock);
+                supervisor::serve(ctl)
+            }
+            Ok(Some(_)) => {}
+            Err(e) => log::debug!("cannot fork a supervisor: {e}"),
+        }
+        // ctl closes here: only the supervisor holds it now.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn protocol_lines_round_trip() {
+        for m in [
+            Msg::Pid(12),
+            Msg::Error("cannot start \"x\": No such file".into()),
+            Msg::Exit(3),
+            Msg::Signaled(15),
+            Msg::Escaped {
+                pid: 9,
+                comm: "sleep".into(),
+            },
+            Msg::Done { left: 0 },
+        ] {
+            let l = m.line(7);
+            assert!(l.ends_with('\n'));
+            assert_eq!(Msg::parse(l.trim_end_matches('\n')), Some((7, m)));
+        }
+        assert_eq!(Msg::parse("nonsense"), None);
+        assert_eq!(Msg::parse("x pid 1"), None);
+        assert_eq!(
+            Msg::Error("two\nlines".into()).line(1),
+            "1 error two lines\n"
+        );
+    }
+
+    #[test]
+    fn lines_are_split_off_and_the_rest_kept() {
+        let mut b = b"1 pid 1\n1 exit 0\n1 do".to_vec();
+        assert_eq!(take_lines(&mut b), vec!["1 pid 1", "1 exit 0"]);
+        assert_eq!(b, b"1 do");
+    }
+
+    #[test]
+    fn requests_travel_with_their_descriptor() {
+        let (a, b) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        let req = Request::Run {
+            id: 3,
+            spec: LaunchSpec {
+                argv: vec!["true".into()],
+                env: vec![("A".into(), "b".into())],
+                cwd: None,
+            },
+        };
+        send_request(&a, &req, Some(w.as_fd())).unwrap();
+        send_request(&a, &Request::Kill { id: 3 }, None).unwrap();
+        drop(w);
+        let (got, fd) = recv_request(&b).unwrap().unwrap();
+        assert_eq!(got, req);
+        let fd = fd.expect("the pipe came along");
+        // It is the same pipe: what is written to it comes out of r.
+        let mut f = std::fs::File::from(fd);
+        f.write_all(b"hi").unwrap();
+        drop(f);
+        let mut s = String::new();
+        std::fs::File::from(r).read_to_string(&mut s).unwrap();
+        assert_eq!(s, "hi");
+        let (got, fd) = recv_request(&b).unwrap().unwrap();
+        assert_eq!(got, Request::Kill { id: 3 });
+        assert!(fd.is_none());
+        drop(a);
+        assert!(recv_request(&b).unwrap().is_none());
+    }
+}

@@ -1,0 +1,797 @@
+//! The pack engine: jobs on slots, at most one per slot at a time, in one event loop over
+//! every running attempt's output and supervisor, colloc's signals, timeouts and grace
+//! periods. What to run next and what an end means is the caller's ([`Driver`]): `colloc
+//! run` hands out its manifest's runs and retries, `colloc bench` N copies of one command
+//! and stops them when its measurement window is complete.
+//!
+//! An attempt ends when its supervisor reports that nothing of it is left (so its slot's
+//! GPU is free for the next) and its output is read to the end.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use colloc_core::telemetry::{AttemptGpu, Sampler};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+use super::launch::{Cmd, LaunchSpec, Launcher, Msg};
+use super::scan::{Epochs, Scanner};
+use super::signals::{Signals, FORWARD};
+use super::throughput::Series;
+use super::{signal_name, Clock, State};
+
+/// Carriage-return progress lines (tqdm) reach the live view at most this often.
+const CR_LINE_EVERY: Duration = Duration::from_secs(2);
+/// How long the output may stay open after the supervisor is done (an unkillable process
+/// may hold it) before colloc stops reading it.
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
+/// Longest line kept whole; longer ones are cut.
+const MAX_LINE: usize = 64 * 1024;
+
+/// Number of an attempt, unique within the process (engines run one after another share
+/// the launcher's supervisors).
+pub type AttemptId = u64;
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// One thing to run.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The caller's run index.
+    pub run: usize,
+    /// The caller's attempt number (1-based).
+    pub attempt: u32,
+    /// Prefix of its lines in the live view.
+    pub label: String,
+    /// What to start; the slot's environment goes before `spec.env`.
+    pub spec: LaunchSpec,
+    /// What its lines are scanned for.
+    pub scanner: Arc<Scanner>,
+    /// Its time limit.
+    pub timeout: Option<Duration>,
+    /// Its log file (created, or truncated).
+    pub log: PathBuf,
+}
+
+/// A slot: where one attempt at a time runs.
+#[derive(Debug, Clone, Default)]
+pub struct Slot {
+    /// Environment every attempt on it gets (`CUDA_VISIBLE_DEVICES`, MPS pipes).
+    pub env: Vec<(String, String)>,
+}
+
+/// Last and best value of a user metric.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct MetricAcc {
+    /// Latest value.
+    pub last: Option<f64>,
+    /// Best value so far.
+    pub best: Option<f64>,
+    /// Values seen.
+    pub count: u64,
+}
+
+/// What an attempt's output showed.
+#[derive(Debug, Default, Clone)]
+pub struct Seen {
+    /// Throughput samples.
+    pub series: Series,
+    /// Epochs.
+    pub epochs: Epochs,
+    /// A CUDA out-of-memory message appeared.
+    pub oom: bool,
+    /// User metrics, in the scanner's order.
+    pub metrics: Vec<MetricAcc>,
+    /// Lines read.
+    pub lines: u64,
+}
+
+/// How an attempt's process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+    /// Never ran: why.
+    NotStarted(String),
+    /// Its supervisor vanished; how it ended is unknown.
+    Lost,
+}
+
+/// An attempt that ended.
+#[derive(Debug)]
+pub struct Ended {
+    /// Engine id.
+    pub id: AttemptId,
+    /// The job it ran.
+    pub job: Job,
+    /// Its end, on the engine's clock.
+    pub end: f64,
+    /// How its process ended.
+    pub exit: Exit,
+    /// What that means.
+    pub state: State,
+    /// Its leader's pid.
+    pub pid: Option<u32>,
+    /// What its output showed.
+    pub seen: Seen,
+    /// Processes that had left its session (killed): (pid, command name).
+    pub escaped: Vec<(u32, String)>,
+    /// Processes that would not go away in time.
+    pub left: u32,
+    /// GPU figures, where sampled.
+    pub gpu: Option<AttemptGpu>,
+    /// The log could not be written (from this point on).
+    pub log_error: Option<String>,
+}
+
+/// A running attempt, as the driver sees it.
+#[derive(Debug)]
+pub struct View<'a> {
+    /// Engine id.
+    pub id: AttemptId,
+    /// Its job.
+    pub job: &'a Job,
+    /// Its slot.
+    pub slot: usize,
+    /// Its start, on the engine's clock.
+    pub start: f64,
+    /// What its output showed so far.
+    pub seen: &'a Seen,
+}
+
+/// What the engine asks of its caller.
+pub trait Driver {
+    /// The next job for free slot `slot`, or `None` when nothing waits now. Not asked
+    /// while the engine is stopping.
+    fn next_job(&mut self, slot: usize) -> Option<Job>;
+    /// An attempt was handed to its supervisor.
+    fn started(&mut self, _v: &View<'_>) {}
+    /// An attempt ended.
+    fn ended(&mut self, e: Ended, ctl: &mut Ctl<'_>);
+    /// Called every tick, with the running attempts.
+    fn tick(&mut self, _ctl: &mut Ctl<'_>) {}
+    /// colloc received `sig` and forwarded it to these running attempts (run, attempt).
+    fn signal(&mut self, _sig: i32, _to: &[(usize, u32)]) {}
+    /// The engine began stopping everything.
+    fn stopping(&mut self, _reason: &str) {}
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Time between SIGTERM and SIGKILL when attempts are stopped.
+    pub grace: Duration,
+    /// How often [`Driver::tick`] is called.
+    pub tick: Duration,
+    /// Echo output lines to stdout with their label.
+    pub live_view: bool,
+}
+
+struct Running {
+    job: Job,
+    slot: usize,
+    start: f64,
+    out: Option<File>,
+    /// Its supervisor still reports on it (until `done`).
+    sup_open: bool,
+    pending: Vec<u8>,
+    last_cr: Option<Instant>,
+    log: Option<File>,
+    log_error: Option<String>,
+    seen: Seen,
+    pid: Option<u32>,
+    exit: Option<Exit>,
+    done_at: Option<Instant>,
+    left: u32,
+    escaped: Vec<(u32, String)>,
+    deadline: Option<Instant>,
+    term_at: Option<Instant>,
+    killed: bool,
+    timed_out: bool,
+    interrupted: bool,
+}
+
+/// What the driver may do during a call.
+pub struct Ctl<'e> {
+    running: &'e mut BTreeMap<AttemptId, Running>,
+    stop: &'e mut Option<String>,
+    launcher: &'e mut dyn Launcher,
+    clock: Clock,
+}
+
+impl Ctl<'_> {
+    /// The running attempts.
+    pub fn running(&self) -> impl Iterator<Item = View<'_>> {
+        self.running.iter().map(|(id, r)| View {
+            id: *id,
+            job: &r.job,
+            slot: r.slot,
+            start: r.start,
+            seen: &r.seen,
+        })
+    }
+
+    /// The output facts of a running attempt, to take fresh samples from.
+    pub fn seen_mut(&mut self, id: AttemptId) -> Option<&mut Seen> {
+        self.running.get_mut(&id).map(|r| &mut r.seen)
+    }
+
+    /// Seconds on the engine's clock.
+    pub fn now(&self) -> f64 {
+        self.clock.now()
+    }
+
+    /// Is the engine stopping?
+    pub fn stopping(&self) -> bool {
+        self.stop.is_some()
+    }
+
+    /// Stop everything: send `sig` to every running attempt (SIGKILL after the grace
+    /// period) and start nothing more.
+    pub fn stop_all(&mut self, reason: &str, sig: i32) {
+        begin_stop(self.running, self.stop, self.launcher, reason, sig);
+    }
+}
+
+fn begin_stop(
+    running: &mut BTreeMap<AttemptId, Running>,
+    stop: &mut Option<String>,
+    launcher: &mut dyn Launcher,
+    reason: &str,
+    sig: i32,
+) -> bool {
+    if stop.is_some() {
+        return false;
+    }
+    if !running.is_empty() {
+        log::info!("{reason}: stopping {} running run(s)", running.len());
+    }
+    let now = Instant::now();
+    for (id, r) in running.iter_mut() {
+        r.interrupted = true;
+        r.term_at.get_or_insert(now);
+        if r.sup_open {
+            launcher.send(r.slot, *id, Cmd::Signal(sig));
+        }
+    }
+    *stop = Some(reason.to_string());
+    true
+}
+
+/// How a pack ended.
+#[derive(Debug, Default, Clone)]
+pub struct Outcome {
+    /// Why it stopped early, if it did.
+    pub stopped_by: Option<String>,
+    /// Most attempts that ran at once.
+    pub max_concurrent: usize,
+}
+
+/// The pack engine.
+pub struct Engine<'a> {
+    launcher: &'a mut dyn Launcher,
+    slots: Vec<Slot>,
+    sampler: Option<&'a Sampler>,
+    signals: &'a Signals,
+    opts: Options,
+    clock: Clock,
+}
+
+impl<'a> Engine<'a> {
+    /// An engine over `slots`.
+    pub fn new(
+        launcher: &'a mut dyn Launcher,
+        slots: Vec<Slot>,
+        sampler: Option<&'a Sampler>,
+        signals: &'a Signals,
+        opts: Options,
+        clock: Clock,
+    ) -> Engine<'a> {
+        Engine {
+            launcher,
+            slots,
+            sampler,
+            signals,
+            opts,
+            clock,
+        }
+    }
+
+    /// Run jobs until the driver has none left and every attempt has ended, or until
+    /// stopped and every attempt has ended.
+    pub fn run(&mut self, driver: &mut dyn Driver) -> Outcome {
+        let mut running: BTreeMap<AttemptId, Running> = BTreeMap::new();
+        let mut stop: Option<String> = None;
+        let mut max_concurrent = 0;
+        let mut next_tick = Instant::now() + self.opts.tick;
+        loop {
+            // A signal that came before (while colloc set up) counts before anything starts.
+            self.handle_signals(driver, &mut running, &mut stop);
+            if stop.is_none() {
+                self.start_jobs(driver, &mut running);
+                max_concurrent = max_concurrent.max(running.len());
+            }
+            if running.is_empty() {
+                break;
+            }
+            let (outputs, slots) = self.wait(&running, next_tick);
+            self.handle_signals(driver, &mut running, &mut stop);
+            for id in outputs {
+                if let Some(r) = running.get_mut(&id) {
+                    read_output(r, self.opts.live_view, &self.clock);
+                }
+            }
+            for slot in slots {
+                self.read_control(slot, &mut running);
+            }
+            let now = Instant::now();
+            for (id, r) in running.iter_mut() {
+                self.timers(*id, r, now);
+            }
+            let ended: Vec<AttemptId> = running
+                .iter()
+                .filter(|(_, r)| is_over(r, now))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in ended {
+                if let Some(r) = running.remove(&id) {
+                    let e = self.finish(id, r);
+                    let mut ctl = Ctl {
+                        running: &mut running,
+                        stop: &mut stop,
+                        launcher: &mut *self.launcher,
+                        clock: self.clock,
+                    };
+                    driver.ended(e, &mut ctl);
+                }
+            }
+            if Instant::now() >= next_tick {
+                next_tick = Instant::now() + self.opts.tick;
+                let mut ctl = Ctl {
+                    running: &mut running,
+                    stop: &mut stop,
+                    launcher: &mut *self.launcher,
+                    clock: self.clock,
+                };
+                let was = ctl.stopping();
+                driver.tick(&mut ctl);
+                if !was {
+                    if let Some(reason) = stop.clone() {
+                        driver.stopping(&reason);
+                    }
+                }
+            }
+        }
+        Outcome {
+            stopped_by: stop,
+            max_concurrent,
+        }
+    }
+
+    fn free_slots(&self, running: &BTreeMap<AttemptId, Running>) -> Vec<usize> {
+        let mut busy = vec![false; self.slots.len()];
+        for r in running.values() {
+            busy[r.slot] = true;
+        }
+        (0..self.slots.len()).filter(|&s| !busy[s]).collect()
+    }
+
+    fn start_jobs(&mut self, driver: &mut dyn Driver, running: &mut BTreeMap<AttemptId, Running>) {
+        for slot in self.free_slots(running) {
+            let Some(job) = driver.next_job(slot) else {
+                return;
+            };
+            let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let r = self.launch(id, job, slot);
+            let v = View {
+                id,
+                job: &r.job,
+                slot,
+                start: r.start,
+                seen: &r.seen,
+            };
+            driver.started(&v);
+            running.insert(id, r);
+        }
+    }
+
+    fn launch(&mut self, id: AttemptId, job: Job, slot: usize) -> Running {
+        let start = self.clock.now();
+        let mut spec = job.spec.clone();
+        let mut env = self.slots[slot].env.clone();
+        env.append(&mut spec.env);
+        spec.env = env;
+        let (log, log_error) = match File::create(&job.log) {
+            Ok(f) => (Some(f), None),
+            Err(e) => {
+                let msg = format!("cannot write its log {}: {e}", job.log.display());
+                log::warn!("{}: {msg}", job.label);
+                (None, Some(msg))
+            }
+        };
+        let mut r = Running {
+            deadline: job.timeout.map(|t| Instant::now() + t),
+            job,
+            slot,
+            start,
+            out: None,
+            sup_open: false,
+            pending: Vec::new(),
+            last_cr: None,
+            log,
+            log_error,
+            seen: Seen::default(),
+            pid: None,
+            exit: None,
+            done_at: None,
+            left: 0,
+            escaped: Vec::new(),
+            term_at: None,
+            killed: false,
+            timed_out: false,
+            interrupted: false,
+        };
+        r.seen.metrics = vec![MetricAcc::default(); r.job.scanner.metrics.len()];
+        if let Some(s) = self.sampler {
+            s.begin(id, slot);
+        }
+        match self.launcher.launch(slot, id, &spec) {
+            Ok(out) => {
+                r.out = Some(File::from(out));
+                r.sup_open = true;
+            }
+            Err(e) => {
+                let msg = format!("cannot start: {e}");
+                note_in_log(&mut r, &msg);
+                r.exit = Some(Exit::NotStarted(msg));
+                r.done_at = Some(Instant::now());
+            }
+        }
+        log::debug!("started {} on slot {slot}", r.job.label);
+        r
+    }
+
+    /// Wait for input or the next deadline; the attempts whose output and the slots whose
+    /// supervisor have something to read.
+    fn wait(
+        &self,
+        running: &BTreeMap<AttemptId, Running>,
+        next_tick: Instant,
+    ) -> (Vec<AttemptId>, Vec<usize>) {
+        let now = Instant::now();
+        let mut wake = next_tick;
+        for r in running.values() {
+            if let Some(d) = r.deadline.filter(|_| r.term_at.is_none()) {
+                wake = wake.min(d);
+            }
+            if let Some(t) = r.term_at.filter(|_| !r.killed) {
+                wake = wake.min(t + self.opts.grace);
+            }
+            if let Some(d) = r.done_at {
+                wake = wake.min(if r.out.is_none() { now } else { d + DRAIN_WAIT });
+            }
+        }
+        let sig_fds = self.signals.fds();
+        let sup_fds = self.launcher.fds();
+        let mut fds: Vec<PollFd<'_>> = sig_fds
+            .iter()
+            .map(|f| PollFd::new(f, PollFlags::IN))
+            .collect();
+        let n_sig = fds.len();
+        fds.extend(
+            sup_fds
+                .iter()
+                .map(|(_, f)| PollFd::from_borrowed_fd(*f, PollFlags::IN)),
+        );
+        let n_sup = fds.len();
+        let mut out_ids = Vec::new();
+        for (id, r) in running {
+            if let Some(o) = &r.out {
+                fds.push(PollFd::new(o, PollFlags::IN));
+                out_ids.push(*id);
+            }
+        }
+        let d = wake.saturating_duration_since(now);
+        let ts = Timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: i64::from(d.subsec_nanos()),
+        };
+        if let Err(e) = poll(&mut fds, Some(&ts)) {
+            if e != rustix::io::Errno::INTR {
+                log::debug!("poll: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let ready = |f: &PollFd<'_>| !f.revents().is_empty();
+        let slots = sup_fds
+            .iter()
+            .zip(&fds[n_sig..n_sup])
+            .filter(|(_, f)| ready(f))
+            .map(|((slot, _), _)| *slot)
+            .collect();
+        let outputs = out_ids
+            .into_iter()
+            .zip(&fds[n_sup..])
+            .filter(|(_, f)| ready(f))
+            .map(|(id, _)| id)
+            .collect();
+        (outputs, slots)
+    }
+
+    fn handle_signals(
+        &mut self,
+        driver: &mut dyn Driver,
+        running: &mut BTreeMap<AttemptId, Running>,
+        stop: &mut Option<String>,
+    ) {
+        for sig in self.signals.take() {
+            let name = signal_name(sig);
+            let targets: Vec<(usize, u32)> = running
+                .values()
+                .map(|r| (r.job.run, r.job.attempt))
+                .collect();
+            if FORWARD.contains(&sig) {
+                log::warn!(
+                    "colloc received {name}: forwarding it to {} running run(s)",
+                    running.len()
+                );
+                for (id, r) in running.iter() {
+                    if r.sup_open {
+                        self.launcher.send(r.slot, *id, Cmd::Signal(sig));
+                    }
+                }
+                driver.signal(sig, &targets);
+                continue;
+            }
+            if stop.is_some() {
+                log::warn!("{name} again: killing all runs now");
+                for (id, r) in running.iter_mut() {
+                    if r.sup_open {
+                        self.launcher.send(r.slot, *id, Cmd::Kill);
+                    }
+                    r.killed = true;
+                }
+                driver.signal(sig, &targets);
+                continue;
+            }
+            // SIGHUP (a lost terminal) is forwarded as SIGTERM.
+            let fwd = if sig == libc::SIGHUP {
+                libc::SIGTERM
+            } else {
+                sig
+            };
+            let reason = format!("colloc received {name}");
+            log::warn!("{reason}: stopping {} running run(s)", running.len());
+            begin_stop(running, stop, &mut *self.launcher, &reason, fwd);
+            driver.signal(sig, &targets);
+            driver.stopping(&reason);
+        }
+    }
+
+    fn read_control(&mut self, slot: usize, running: &mut BTreeMap<AttemptId, Running>) {
+        let (msgs, gone) = self.launcher.read(slot);
+        for (id, m) in msgs {
+            let Some(r) = running.get_mut(&id) else {
+                continue;
+            };
+            match m {
+                Msg::Pid(p) => {
+                    r.pid = Some(p);
+                    if let Some(s) = self.sampler {
+                        // The run's processes are its session.
+                        s.session(id, p);
+                    }
+                    // A signal sent before the pid was known reached the run anyway: the
+                    // supervisor takes requests in order, the start first.
+                }
+                Msg::Error(e) => {
+                    note_in_log(r, &e);
+                    r.exit = Some(Exit::NotStarted(e));
+                }
+                Msg::Exit(c) => r.exit = Some(Exit::Code(c)),
+                Msg::Signaled(s) => r.exit = Some(Exit::Signal(s)),
+                Msg::Escaped { pid, comm } => {
+                    log::warn!(
+                        "{}: process {pid} ({comm}) had left the run's session (setsid); it was killed",
+                        r.job.label
+                    );
+                    r.escaped.push((pid, comm));
+                }
+                Msg::Done { left } => {
+                    r.left = left;
+                    r.sup_open = false;
+                    r.done_at.get_or_insert(Instant::now());
+                    if left > 0 {
+                        log::warn!(
+                            "{}: {left} process(es) of the run would not exit after SIGKILL",
+                            r.job.label
+                        );
+                    }
+                }
+            }
+        }
+        if gone {
+            for r in running
+                .values_mut()
+                .filter(|r| r.slot == slot && r.sup_open)
+            {
+                r.sup_open = false;
+                // The supervisor vanished: kill what may be left of the group.
+                if let Some(p) = r.pid {
+                    super::sys::kill_group(p, libc::SIGKILL);
+                }
+                log::warn!("{}: its supervisor ended unexpectedly", r.job.label);
+                r.done_at.get_or_insert(Instant::now());
+                if r.exit.is_none() {
+                    r.exit = Some(Exit::Lost);
+                }
+            }
+        }
+    }
+
+    fn timers(&mut self, id: AttemptId, r: &mut Running, now: Instant) {
+        if r.exit.is_some() || !r.sup_open {
+            return;
+        }
+        if r.term_at.is_none() && r.deadline.is_some_and(|d| now >= d) {
+            log::warn!("{}: timed out; sending SIGTERM", r.job.label);
+            r.timed_out = true;
+            r.term_at = Some(now);
+            self.launcher.send(r.slot, id, Cmd::Signal(libc::SIGTERM));
+        }
+        if !r.killed && r.term_at.is_some_and(|t| now >= t + self.opts.grace) {
+            log::warn!(
+                "{}: still running {} after SIGTERM; killing it",
+                r.job.label,
+                super::duration::show(self.opts.grace)
+            );
+            self.launcher.send(r.slot, id, Cmd::Kill);
+            r.killed = true;
+        }
+    }
+
+    fn finish(&mut self, id: AttemptId, mut r: Running) -> Ended {
+        if let Some(rest) = (!r.pending.is_empty()).then(|| std::mem::take(&mut r.pending)) {
+            line(&mut r, &rest, false, self.opts.live_view, &self.clock);
+        }
+        if r.out.is_some() {
+            log::warn!(
+                "{}: its output is still held open by a process colloc could not end; no longer reading it",
+                r.job.label
+            );
+        }
+        let end = self.clock.now();
+        let exit = r.exit.clone().unwrap_or(Exit::Lost);
+        let state = match &exit {
+            Exit::NotStarted(_) => State::Failed,
+            _ if r.timed_out => State::TimedOut,
+            _ if r.interrupted => State::Interrupted,
+            Exit::Code(0) => State::Succeeded,
+            _ => State::Failed,
+        };
+        let gpu = self.sampler.and_then(|s| s.end(id));
+        Ended {
+            id,
+            end,
+            exit,
+            state,
+            pid: r.pid,
+            seen: r.seen,
+            escaped: r.escaped,
+            left: r.left,
+            gpu,
+            log_error: r.log_error,
+            job: r.job,
+        }
+    }
+}
+
+fn is_over(r: &Running, now: Instant) -> bool {
+    let Some(done) = r.done_at else { return false };
+    !r.sup_open && (r.out.is_none() || now >= done + DRAIN_WAIT)
+}
+
+fn note_in_log(r: &mut Running, msg: &str) {
+    if let Some(f) = r.log.as_mut() {
+        let _ = writeln!(f, "colloc: {msg}");
+    }
+}
+
+/// Read what the attempt printed: into its log, the scanner and the live view.
+fn read_output(r: &mut Running, live_view: bool, clock: &Clock) {
+    let mut buf = [0u8; 64 * 1024];
+    let mut budget = 16; // at most 1 MiB per round, so other runs get their turn
+    loop {
+        let Some(out) = r.out.as_mut() else { return };
+        let n = match out.read(&mut buf) {
+            Ok(0) => {
+                r.out = None;
+                break;
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(_) => {
+                r.out = None;
+                break;
+            }
+        };
+        if let Some(f) = r.log.as_mut() {
+            if let Err(e) = f.write_all(&buf[..n]) {
+                let msg = format!("cannot write its log {} any more: {e}", r.job.log.display());
+                log::warn!("{}: {msg}", r.job.label);
+                r.log_error = Some(msg);
+                r.log = None;
+            }
+        }
+        r.pending.extend_from_slice(&buf[..n]);
+        let mut start = 0;
+        let pending = std::mem::take(&mut r.pending);
+        while let Some(off) = pending[start..]
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+        {
+            let end = start + off;
+            let cr = pending[end] == b'\r';
+            line(r, &pending[start..end], cr, live_view, clock);
+            start = end + 1;
+        }
+        r.pending = pending[start..].to_vec();
+        if r.pending.len() > MAX_LINE {
+            let long = std::mem::take(&mut r.pending);
+            line(r, &long, false, live_view, clock);
+        }
+        budget -= 1;
+        if budget == 0 {
+            break;
+        }
+    }
+}
+
+fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock: &Clock) {
+    if raw.is_empty() {
+        return;
+    }
+    let text = String::from_utf8_lossy(raw);
+    r.seen.lines += 1;
+    let scanner = Arc::clone(&r.job.scanner);
+    let facts = scanner.scan(&text);
+    let t = clock.now();
+    if let Some((v, unit)) = facts.throughput {
+        r.seen.series.push(t, v, unit);
+    }
+    if facts.epoch.is_some() || facts.epoch_time.is_some() {
+        r.seen.epochs.see(facts.epoch, facts.epoch_time, t);
+    }
+    r.seen.oom |= facts.oom;
+    for (i, v) in facts.metrics {
+        if let (Some(m), Some(um)) = (r.seen.metrics.get_mut(i), scanner.metrics.get(i)) {
+            m.last = Some(v);
+            m.best = Some(m.best.map_or(v, |b| um.best.better(b, v)));
+            m.count += 1;
+        }
+    }
+    if live_view {
+        if cr {
+            let now = Instant::now();
+            if r.last_cr
+                .is_some_and(|l| now.duration_since(l) < CR_LINE_EVERY)
+            {
+                return;
+            }
+            r.last_cr = Some(now);
+        }
+        let mut out = io::stdout().lock();
+        let _ = out
+            .write_all(b"[")
+            .and_then(|_| out.write_all(r.job.label.as_bytes()))
+            .and_then(|_| out.write_all(b"] "))
+            .and_then(|_| out.write_all(text.as_bytes()))
+            .and_then(|_| out.write_all(b"\n"));
+    }
+}

@@ -1,0 +1,65 @@
+//! The signals colloc handles while it packs runs, each as a pollable self-pipe, so the
+//! pack engine's event loop sees them like any other input. Installed once per command
+//! and kept until it ends: a signal between two engine runs (colloc bench's
+//! configurations) waits in its pipe instead of killing colloc.
+//!
+//! SIGTERM, SIGINT, SIGHUP: stop every run (forwarded, then SIGKILL after a grace
+//! period); a second one kills them at once. SIGUSR1, SIGUSR2: forwarded to every run
+//! and recorded, never fatal to colloc (`#SBATCH --signal=B:USR1@300` asks for one
+//! before a job's time limit, so runs can checkpoint).
+
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+
+/// Signals that stop a pack.
+pub const STOP: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+/// Signals forwarded to every run.
+pub const FORWARD: [i32; 2] = [libc::SIGUSR1, libc::SIGUSR2];
+
+/// Handlers for [`STOP`] and [`FORWARD`], one pipe each.
+#[derive(Debug)]
+pub struct Signals {
+    pipes: Vec<(i32, UnixStream)>,
+}
+
+impl Signals {
+    /// Install the handlers.
+    ///
+    /// # Errors
+    /// A pipe or handler could not be made.
+    pub fn install() -> io::Result<Signals> {
+        let mut pipes = Vec::new();
+        for sig in STOP.into_iter().chain(FORWARD) {
+            let (r, w) = UnixStream::pair()?;
+            r.set_nonblocking(true)?;
+            w.set_nonblocking(true)?;
+            signal_hook::low_level::pipe::register(sig, w)?;
+            pipes.push((sig, r));
+        }
+        Ok(Signals { pipes })
+    }
+
+    /// The descriptors to poll.
+    pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.pipes.iter().map(|(_, p)| p.as_fd()).collect()
+    }
+
+    /// Signals received since the last call, in a fixed order (stop signals first).
+    pub fn take(&self) -> Vec<i32> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 64];
+        for (sig, p) in &self.pipes {
+            let mut n_got = 0;
+            while let Ok(n) = (&*p).read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                n_got += n;
+            }
+            // Several deliveries of one signal between two reads count once each.
+            out.extend(std::iter::repeat_n(*sig, n_got));
+        }
+        out
+    }
+}

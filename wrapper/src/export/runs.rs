@@ -1,0 +1,321 @@
+//! Views of a run report: `colloc-runs.csv` (through the `csv` crate), the summary table,
+//! and the one-line summary of `-q`. A figure NVML cannot give for a run (per-process
+//! utilization under MPS or MIG) is empty in the CSV and `n/a` in the table; a run
+//! without GPU figures at all (no NVML) shows `-`.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use super::table::Table;
+use crate::engine::State;
+use crate::record::model::{Report, RunRecord};
+
+fn f3(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.3}")).unwrap_or_default()
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+fn mean_epoch(r: &RunRecord) -> Option<f64> {
+    (!r.epochs.is_empty())
+        .then(|| r.epochs.iter().map(|e| e.seconds).sum::<f64>() / r.epochs.len() as f64)
+}
+
+/// Grid keys and metric names of all runs, sorted.
+fn columns(report: &Report) -> (Vec<String>, Vec<String>) {
+    let grid: BTreeSet<String> = report
+        .runs
+        .iter()
+        .flat_map(|r| r.grid.iter().flat_map(|g| g.keys().cloned()))
+        .collect();
+    let metrics: BTreeSet<String> = report
+        .runs
+        .iter()
+        .flat_map(|r| r.metrics.keys().cloned())
+        .collect();
+    (grid.into_iter().collect(), metrics.into_iter().collect())
+}
+
+/// `colloc-runs.csv`: one row per run; its grid values as `grid_KEY` columns and its
+/// metrics as `NAME_last` and `NAME_best`.
+///
+/// # Errors
+/// The CSV writer failed (out of memory).
+pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
+    let (grid, metrics) = columns(report);
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut header: Vec<String> = [
+        "name",
+        "index",
+        "state",
+        "exit_code",
+        "signal",
+        "attempts",
+        "oom_attempts",
+        "slot",
+        "device",
+        "start",
+        "end",
+        "wall_s",
+        "throughput",
+        "throughput_unit",
+        "samples",
+        "work",
+        "solo_throughput",
+        "epochs",
+        "mean_epoch_s",
+        "peak_gpu_memory_mib",
+        "mean_util_percent",
+        "mean_gpu_util_percent",
+        "energy_j",
+        "escaped",
+        "log",
+        "error",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    header.extend(grid.iter().map(|k| format!("grid_{k}")));
+    for m in &metrics {
+        header.push(format!("{m}_last"));
+        header.push(format!("{m}_best"));
+    }
+    w.write_record(&header)?;
+    for r in &report.runs {
+        let tp = r.throughput.as_ref();
+        let gpu = r.gpu.as_ref();
+        let mut row = vec![
+            r.name.clone(),
+            r.index.to_string(),
+            r.state.as_str().to_string(),
+            opt(r.exit_code),
+            opt(r.signal),
+            r.attempts.len().to_string(),
+            r.attempts.iter().filter(|a| a.oom).count().to_string(),
+            opt(r.slot),
+            opt(r.device.clone()),
+            opt(r.start.clone()),
+            opt(r.end.clone()),
+            f3(r.wall_s),
+            f3(tp.map(|t| t.mean)),
+            opt(tp.map(|t| t.unit.clone())),
+            opt(tp.map(|t| t.count)),
+            f3(tp.map(|t| t.work)),
+            f3(r.solo_throughput),
+            r.epochs.len().to_string(),
+            f3(mean_epoch(r)),
+            opt(gpu
+                .and_then(|g| g.peak_memory_bytes)
+                .map(|b| b / (1024 * 1024))),
+            f3(gpu.and_then(|g| g.mean_util_percent)),
+            f3(gpu.and_then(|g| g.mean_gpu_util_percent)),
+            f3(gpu.and_then(|g| g.energy_j)),
+            r.escaped
+                .iter()
+                .map(|e| format!("{} ({})", e.pid, e.command))
+                .collect::<Vec<_>>()
+                .join(" "),
+            opt(r.log.clone()),
+            opt(r.error.clone()),
+        ];
+        for k in &grid {
+            row.push(
+                r.grid
+                    .as_ref()
+                    .and_then(|g| g.get(k).cloned())
+                    .unwrap_or_default(),
+            );
+        }
+        for m in &metrics {
+            let v = r.metrics.get(m);
+            row.push(f3(v.and_then(|v| v.last)));
+            row.push(f3(v.and_then(|v| v.best)));
+        }
+        w.write_record(&row)?;
+    }
+    w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+}
+
+/// A run's state with what happened on the way: `failed (OOM)`, `succeeded after 1 OOM`.
+pub fn state_text(r: &RunRecord) -> String {
+    let ooms = r.attempts.iter().filter(|a| a.oom).count();
+    let s = r.state.as_str();
+    match (r.state, ooms, r.attempts.last().is_some_and(|a| a.oom)) {
+        (_, 0, _) => s.to_string(),
+        (State::Failed, _, true) => format!("{s} (OOM)"),
+        (_, n, _) => format!("{s} after {n} OOM"),
+    }
+}
+
+fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".into())
+}
+
+/// The summary table printed at the end.
+pub fn table(report: &Report) -> String {
+    let s = &report.summary;
+    let unit = s
+        .throughput_unit
+        .clone()
+        .unwrap_or_else(|| "throughput".into());
+    let (_, metrics) = columns(report);
+    let mut headers: Vec<String> = [
+        "run", "state", "exit", "tries", "slot", "wall s", &unit, "solo", "epoch s", "peak MiB",
+        "util %", "energy J",
+    ]
+    .iter()
+    .map(|h| h.to_string())
+    .collect();
+    headers.extend(metrics.iter().map(|m| format!("{m} best")));
+    let mut right = vec![false, false];
+    right.resize(headers.len(), true);
+    let mut t = Table::new(headers, right);
+    for r in &report.runs {
+        let gpu = r.gpu.as_ref();
+        let tp = r.throughput.as_ref();
+        // NVML read this run, but cannot give this figure (MPS, MIG): n/a, not 0.
+        let gpu_fig = |f: Option<f64>, fmt: &dyn Fn(f64) -> String| match (gpu, f) {
+            (None, _) => "-".to_string(),
+            (Some(_), None) => "n/a".to_string(),
+            (Some(_), Some(v)) => fmt(v),
+        };
+        let mut row = vec![
+            r.name.clone(),
+            state_text(r),
+            match (r.exit_code, r.signal) {
+                (Some(c), _) => c.to_string(),
+                (None, Some(sig)) => format!("sig{sig}"),
+                _ => "-".into(),
+            },
+            r.attempts.len().to_string(),
+            or_dash(r.slot.map(|s| s.to_string())),
+            or_dash(r.wall_s.map(|w| format!("{w:.1}"))),
+            or_dash(tp.map(|t| {
+                if t.unit == unit {
+                    format!("{:.1}", t.mean)
+                } else {
+                    format!("{:.1} {}", t.mean, t.unit)
+                }
+            })),
+            or_dash(r.solo_throughput.map(|v| format!("{v:.1}"))),
+            or_dash(mean_epoch(r).map(|v| format!("{v:.1}"))),
+            gpu_fig(
+                gpu.and_then(|g| g.peak_memory_bytes).map(|b| b as f64),
+                &|b| format!("{}", b as u64 / (1024 * 1024)),
+            ),
+            gpu_fig(gpu.and_then(|g| g.mean_util_percent), &|v| {
+                format!("{v:.0}")
+            }),
+            gpu_fig(gpu.and_then(|g| g.energy_j), &|v| format!("{v:.0}")),
+        ];
+        for m in &metrics {
+            row.push(or_dash(
+                r.metrics
+                    .get(m)
+                    .and_then(|v| v.best)
+                    .map(|v| format!("{v:.4}")),
+            ));
+        }
+        t.row(row);
+    }
+    let mut out = t.render();
+    let _ = writeln!(
+        out,
+        "{} runs: {} succeeded, {} failed, {} timed out, {} interrupted, {} not started{}; {} slots ({}), at most {} at once; {} attempts{}",
+        s.runs,
+        s.succeeded,
+        s.failed,
+        s.timed_out,
+        s.interrupted,
+        s.not_started,
+        if s.running > 0 { format!(", {} running", s.running) } else { String::new() },
+        report.slots.len(),
+        report.mode,
+        s.max_concurrent,
+        s.attempts,
+        if s.oom_attempts > 0 { format!(" ({} with CUDA out of memory)", s.oom_attempts) } else { String::new() },
+    );
+    let _ = write!(out, "makespan {:.1} s", s.makespan_s);
+    if report.sessions.len() > 1 {
+        let _ = write!(out, " (over {} sessions)", report.sessions.len());
+    }
+    match (s.aggregate_throughput, &s.throughput_unit) {
+        (Some(a), Some(u)) => {
+            let _ = write!(out, "; aggregate throughput {a:.1} {u}");
+        }
+        _ => out.push_str("; aggregate throughput unknown (no run printed a throughput we read)"),
+    }
+    match (s.speedup, s.sequential_s, s.speedup_runs, s.speedup_of) {
+        (Some(x), Some(seq), Some(k), Some(n)) if k == n => {
+            let _ = write!(
+                out,
+                "; speed-up {x:.2}x against one after another (est. {seq:.1} s; solo figures of all {n} runs from {})",
+                s.solo_source.as_deref().unwrap_or("?")
+            );
+        }
+        (Some(x), Some(seq), Some(k), Some(n)) => {
+            let _ = write!(
+                out,
+                "; speed-up at least {x:.2}x against one after another (est. {seq:.1} s for the {k} of {n} runs with a solo figure, from {}; the others counted as no work)",
+                s.solo_source.as_deref().unwrap_or("?")
+            );
+        }
+        _ => out.push_str(
+            "; speed-up unknown (no solo figures: use --solo-baseline or --baseline REPORT)",
+        ),
+    }
+    out.push('\n');
+    if let Some(gpus) = &report.gpus {
+        for g in gpus {
+            let j = |v: Option<f64>| v.map_or("n/a".to_string(), |e| format!("{e:.0} J"));
+            let _ = writeln!(
+                out,
+                "GPU {} ({}): energy {} ({} shared out to runs by time share, {} idle), mean utilization {}",
+                g.id.uuid,
+                g.id.name,
+                j(g.energy_j),
+                j(g.runs_energy_j),
+                j(g.idle_energy_j),
+                g.mean_util_percent
+                    .map_or("n/a".to_string(), |u| format!("{u:.0} %")),
+            );
+        }
+    }
+    out
+}
+
+/// The one line of `-q`.
+pub fn one_line(report: &Report, where_: &str) -> String {
+    let s = &report.summary;
+    let mut parts = vec![format!("{} runs", s.runs)];
+    let mut states = Vec::new();
+    for (n, what) in [
+        (s.succeeded, "succeeded"),
+        (s.failed, "failed"),
+        (s.timed_out, "timed out"),
+        (s.interrupted, "interrupted"),
+        (s.not_started, "not started"),
+        (s.running, "running"),
+    ] {
+        if n > 0 {
+            states.push(format!("{n} {what}"));
+        }
+    }
+    parts[0] = format!("{}: {}", parts[0], states.join(", "));
+    parts.push(format!("makespan {:.1} s", s.makespan_s));
+    if let (Some(a), Some(u)) = (s.aggregate_throughput, &s.throughput_unit) {
+        parts.push(format!("aggregate {a:.1} {u}"));
+    }
+    if let Some(x) = s.speedup {
+        let lb = if s.speedup_runs < s.speedup_of {
+            "≥"
+        } else {
+            ""
+        };
+        parts.push(format!("speed-up {lb}{x:.2}x"));
+    }
+    parts.push(format!("report {where_}"));
+    format!("colloc: {}", parts.join("; "))
+}

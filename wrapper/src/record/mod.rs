@@ -1,0 +1,8 @@
+//! The durable record of a pack: an append-only event log ([`events`], [`store`]), the
+//! report rebuilt from it ([`fold`], [`model`]), and the files of a report directory
+//! written atomically ([`store`]).
+
+pub mod events;
+pub mod fold;
+pub mod model;
+pub mod store;

@@ -1,0 +1,177 @@
+//! `colloc run` arguments: taken as text by clap, then checked into [`Options`] so every
+//! mistake is one line and exit code 2 before anything starts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::manifest::MAX_RUNS;
+use super::slots::MAX_SLOTS;
+use crate::bad_input;
+use crate::engine::duration;
+
+/// Arguments of `colloc run`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  colloc run -f runs.toml                      inside an sbatch --colloc=... job
+  colloc run --mode mps -j 4 -f runs.toml      outside Slurm: colloc starts its own MPS daemon
+  colloc run -j 4 -- python train.py --seed 1  4 copies of one command (COLLOC_RUN_INDEX differs)
+  colloc run --resume --report-dir DIR -f runs.toml   finish what an earlier pack left
+
+Writes DIR/events/ (the record, as it happens), DIR/colloc-report.json, DIR/colloc-runs.csv,
+DIR/colloc-timeline.png, DIR/colloc-runs.png, DIR/colloc-throughput.png and DIR/logs/.
+`colloc report DIR` shows it at any time. Exit status: 0 all runs succeeded, 1 a run failed,
+timed out or was stopped, or the report could not be written, 2 bad input.")]
+pub struct RunArgs {
+    /// Runs at once (default: COLLOC_SLOTS; else one per MIG instance, N per GPU for mps:N,
+    /// 2 per GPU for naive/mps, the CPU count without a GPU).
+    #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_SLOTS as i64))]
+    pub jobs: Option<u32>,
+    /// naive, mps or mps:N, outside a colloc job (inside one the job's mode applies).
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
+    /// Where the record, report and logs go (default: ./colloc-<job id or time>).
+    #[arg(long, value_name = "DIR")]
+    pub report_dir: Option<PathBuf>,
+    /// Continue the record in the report directory: skip runs that succeeded, run the
+    /// rest again (automatic in a requeued Slurm job whose directory holds this manifest's
+    /// record).
+    #[arg(long)]
+    pub resume: bool,
+    /// Run manifest (runs.toml).
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "FILE",
+        conflicts_with = "command"
+    )]
+    pub file: Option<PathBuf>,
+    /// Stop everything when one run fails (after its retries).
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// Start a failed run again, up to N more times (see --retry-on).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub retries: u32,
+    /// Which failures --retries covers: oom (a CUDA out-of-memory message) or any (any
+    /// failure or timeout).
+    #[arg(long, value_name = "WHAT", default_value = "oom")]
+    pub retry_on: String,
+    /// Time limit per run (e.g. 90m) for runs whose manifest entry sets none.
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
+    /// GPU sampling interval.
+    #[arg(long, value_name = "DUR", default_value = "1s")]
+    pub interval: String,
+    /// Before the pack, run each distinct command (each sweep point) alone for
+    /// --solo-window to measure its solo throughput, within --solo-budget.
+    #[arg(long, conflicts_with = "baseline")]
+    pub solo_baseline: bool,
+    /// Length of each --solo-baseline measurement.
+    #[arg(long, value_name = "DUR", default_value = "60s")]
+    pub solo_window: String,
+    /// Most time all --solo-baseline measurements together may take.
+    #[arg(long, value_name = "DUR", default_value = "10m")]
+    pub solo_budget: String,
+    /// Take solo throughput figures from an earlier colloc-report.json (runs with the same
+    /// command, environment and working directory).
+    #[arg(long, value_name = "REPORT")]
+    pub baseline: Option<PathBuf>,
+    /// Time between SIGTERM and SIGKILL when runs are stopped.
+    #[arg(long, value_name = "DUR", default_value = "10s")]
+    pub grace: String,
+    /// How often to print the one-line progress status.
+    #[arg(long, value_name = "DUR", default_value = "30s")]
+    pub status_every: String,
+    /// With `-- CMD`: how many copies to run (default: one per slot).
+    #[arg(short = 'n', long = "count", value_name = "N", requires = "command", value_parser = clap::value_parser!(u32).range(1..=MAX_RUNS as i64))]
+    pub count: Option<u32>,
+    /// With `-- CMD`: throughput regex (named group `value`, else the first group).
+    #[arg(long, value_name = "REGEX", requires = "command")]
+    pub metric: Option<String>,
+    /// With `-- CMD --metric`: the throughput's unit (default: read from the regex).
+    #[arg(long, value_name = "UNIT", requires = "metric")]
+    pub unit: Option<String>,
+    /// Print only the one-line summary at the end (warnings still go to stderr); the
+    /// runs' output still goes to their logs.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// The command to run, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Which failures are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOn {
+    /// Failures whose output showed a CUDA out-of-memory error.
+    Oom,
+    /// Any failure or timeout.
+    Any,
+}
+
+/// Checked options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Time between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// GPU sampling interval.
+    pub interval: Duration,
+    /// Progress status interval.
+    pub status_every: Duration,
+    /// Each solo measurement.
+    pub solo_window: Duration,
+    /// All solo measurements.
+    pub solo_budget: Duration,
+    /// Default per-run time limit.
+    pub timeout: Option<Duration>,
+    /// Extra attempts.
+    pub retries: u32,
+    /// Which failures they cover.
+    pub retry_on: RetryOn,
+    /// Only the one-line summary.
+    pub quiet: bool,
+    /// Stop at the first failure.
+    pub fail_fast: bool,
+}
+
+fn dur(flag: &str, v: &str) -> anyhow::Result<Duration> {
+    duration::parse(v, false).map_err(|e| bad_input(format!("{flag}: {e}")))
+}
+
+impl Options {
+    /// Check the arguments.
+    ///
+    /// # Errors
+    /// One line per mistake, as bad input.
+    pub fn from(a: &RunArgs) -> anyhow::Result<Options> {
+        let interval = dur("--interval", &a.interval)?;
+        if interval < Duration::from_millis(50) {
+            return Err(bad_input("--interval must be at least 50ms"));
+        }
+        let retry_on = match a.retry_on.trim() {
+            "oom" => RetryOn::Oom,
+            "any" => RetryOn::Any,
+            other => {
+                return Err(bad_input(format!(
+                    "--retry-on: {other:?} is not valid; use oom (CUDA out of memory) or any"
+                )))
+            }
+        };
+        Ok(Options {
+            grace: dur("--grace", &a.grace)?,
+            interval,
+            status_every: dur("--status-every", &a.status_every)?,
+            solo_window: dur("--solo-window", &a.solo_window)?,
+            solo_budget: dur("--solo-budget", &a.solo_budget)?,
+            timeout: a
+                .timeout
+                .as_deref()
+                .map(|t| dur("--timeout", t))
+                .transpose()?,
+            retries: a.retries,
+            retry_on,
+            quiet: a.quiet,
+            fail_fast: a.fail_fast,
+        })
+    }
+}

@@ -1,0 +1,251 @@
+//! `colloc run`'s side of the durable record: every event goes to the event log (flushed
+//! as it happens) and into a [`Fold`] of the same events, from which the report is
+//! rendered. `colloc-report.json` and `colloc-runs.csv` are rewritten atomically by a
+//! background writer after an attempt ends or a signal comes (no more often than
+//! [`MIN_GAP`], or ten times the last write's duration, so a pack of 2,000 short runs does
+//! not spend its time rewriting) and, for the progress of running attempts, every
+//! [`MAX_GAP`]; at the end once more, and the charts.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::engine::Clock;
+use crate::export::{chart, runs};
+use crate::record::events::Event;
+use crate::record::fold::Fold;
+use crate::record::model::Report;
+use crate::record::store::{self, EventLog};
+
+/// Least time between two report rewrites after finished runs.
+pub const MIN_GAP: Duration = Duration::from_millis(250);
+/// Most time between two report rewrites while runs go on.
+pub const MAX_GAP: Duration = Duration::from_secs(30);
+
+/// The report files.
+pub const REPORT_JSON: &str = "colloc-report.json";
+/// The CSV.
+pub const REPORT_CSV: &str = "colloc-runs.csv";
+
+/// Write the report's JSON and CSV into `dir`, each atomically.
+///
+/// # Errors
+/// What failed, naming the file.
+pub fn write_report(dir: &Path, report: &Report) -> Result<(), String> {
+    let json_path = dir.join(REPORT_JSON);
+    let mut json =
+        serde_json::to_vec_pretty(report).map_err(|e| format!("cannot encode the report: {e}"))?;
+    json.push(b'\n');
+    store::write_atomic(&json_path, &json)
+        .map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
+    let csv_path = dir.join(REPORT_CSV);
+    let csv = runs::csv(report).map_err(|e| format!("cannot encode the CSV: {e}"))?;
+    store::write_atomic(&csv_path, &csv)
+        .map_err(|e| format!("cannot write {}: {e}", csv_path.display()))
+}
+
+#[derive(Default)]
+struct Shared {
+    next: Option<Report>,
+    stop: bool,
+    busy: bool,
+    last_took: Duration,
+    error: Option<String>,
+    warned: bool,
+}
+
+/// Writes report snapshots on its own thread; the latest snapshot wins.
+struct Writer {
+    shared: Arc<(Mutex<Shared>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Writer {
+    fn start(dir: PathBuf) -> Writer {
+        let shared: Arc<(Mutex<Shared>, Condvar)> = Arc::default();
+        let s = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("report-writer".into())
+            .spawn(move || loop {
+                let report = {
+                    let (m, cv) = &*s;
+                    let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+                    while g.next.is_none() && !g.stop {
+                        g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+                    }
+                    match g.next.take() {
+                        Some(r) => {
+                            g.busy = true;
+                            r
+                        }
+                        None => return,
+                    }
+                };
+                let t = Instant::now();
+                let result = write_report(&dir, &report);
+                let (m, cv) = &*s;
+                let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+                g.busy = false;
+                g.last_took = t.elapsed();
+                match result {
+                    Ok(()) => g.error = None,
+                    Err(e) => {
+                        if !g.warned {
+                            log::warn!("{e}; the previous report is kept (colloc report DIR rebuilds it from the event log)");
+                            g.warned = true;
+                        }
+                        g.error = Some(e);
+                    }
+                }
+                cv.notify_all();
+            })
+            .map_err(|e| log::warn!("cannot start the report writer ({e}); the report is written at the end"))
+            .ok();
+        Writer { shared, thread }
+    }
+
+    fn submit(&self, r: Report) -> bool {
+        if self.thread.is_none() {
+            return false;
+        }
+        let (m, cv) = &*self.shared;
+        let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+        g.next = Some(r);
+        cv.notify_all();
+        true
+    }
+
+    fn last_took(&self) -> Duration {
+        let (m, _) = &*self.shared;
+        m.lock().unwrap_or_else(|p| p.into_inner()).last_took
+    }
+
+    /// Wait until the queue is empty, then stop the thread.
+    fn close(&mut self) {
+        let (m, cv) = &*self.shared;
+        {
+            let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+            g.next = None;
+            g.stop = true;
+            cv.notify_all();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The record of one `colloc run` session.
+pub struct Recorder {
+    dir: PathBuf,
+    session: u32,
+    clock: Clock,
+    log: EventLog,
+    fold: Fold,
+    writer: Writer,
+    last_write: Instant,
+    dirty: bool,
+    urgent: bool,
+}
+
+impl Recorder {
+    /// Open the event file of `session` in `dir`, over `fold` (the record resumed, or
+    /// empty).
+    ///
+    /// # Errors
+    /// The event file cannot be created.
+    pub fn open(dir: &Path, session: u32, clock: Clock, fold: Fold) -> std::io::Result<Recorder> {
+        let log = EventLog::open(&store::event_file(dir, session, "main"))?;
+        Ok(Recorder {
+            dir: dir.to_path_buf(),
+            session,
+            clock,
+            log,
+            fold,
+            writer: Writer::start(dir.to_path_buf()),
+            last_write: Instant::now(),
+            dirty: false,
+            urgent: false,
+        })
+    }
+
+    /// This session's number.
+    pub fn session(&self) -> u32 {
+        self.session
+    }
+
+    /// The report directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Unix seconds of an engine time.
+    pub fn ts(&self, t: f64) -> f64 {
+        self.clock.unix(t)
+    }
+
+    /// Unix seconds now.
+    pub fn now(&self) -> f64 {
+        self.clock.unix(self.clock.now())
+    }
+
+    /// The record so far.
+    pub fn fold(&self) -> &Fold {
+        &self.fold
+    }
+
+    /// Record an event.
+    pub fn emit(&mut self, ev: Event) {
+        self.log.append(&ev);
+        // An end, a signal, a stop: the report should show it soon.
+        self.urgent |= !matches!(ev, Event::Progress { .. } | Event::Gpus { .. });
+        self.fold.apply(ev);
+        self.dirty = true;
+    }
+
+    /// The report now, this session running.
+    pub fn report(&self) -> Report {
+        self.fold.report(self.now(), Some(self.session))
+    }
+
+    /// Rewrite the report if it changed and the last write is long enough ago.
+    pub fn maybe_write(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        let gap = if self.urgent {
+            MIN_GAP.max(self.writer.last_took() * 10)
+        } else {
+            MAX_GAP
+        };
+        if self.last_write.elapsed() < gap {
+            return;
+        }
+        let r = self.report();
+        if self.writer.submit(r) {
+            self.last_write = Instant::now();
+            self.dirty = false;
+            self.urgent = false;
+        }
+    }
+
+    /// End the session: stop the background writer, write the final report and charts.
+    /// The report, and what could not be written.
+    pub fn finish(mut self) -> (Report, Option<String>, Vec<PathBuf>) {
+        self.writer.close();
+        let report = self.fold.report(self.now(), None);
+        let mut error = write_report(&self.dir, &report).err();
+        if error.is_none() {
+            if let Some(e) = &self.log.error {
+                error = Some(format!("cannot append to the event log: {e}"));
+            }
+        }
+        let charts = if error.is_none() {
+            chart::run_charts(&report, &self.dir)
+        } else {
+            Vec::new()
+        };
+        (report, error, charts)
+    }
+}

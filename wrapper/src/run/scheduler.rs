@@ -1,0 +1,619 @@
+//! What `colloc run` hands the pack engine, and what it makes of what comes back: the
+//! solo calibrations of `--solo-baseline` ([`Calibrate`]), then the manifest's runs in
+//! order with retries and `--fail-fast` ([`Pack`]). Both turn every start, progress and
+//! end into events of the record.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::args::{Options, RetryOn};
+use super::manifest::RunSpec;
+use super::record::Recorder;
+use crate::engine::launch::LaunchSpec;
+use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, Seen, View};
+use crate::engine::{duration, signal_name, State};
+use crate::record::events::{Escaped, Event, Kind, MetricValue, Progress, RunIdentity};
+use colloc_core::telemetry::Sampler;
+
+/// How often running attempts' new output facts go to the record.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// How often the GPUs' figures so far go to the record (so a killed colloc loses little).
+const GPUS_EVERY: Duration = Duration::from_secs(30);
+
+/// Sub-directory of the report dir with one log per attempt.
+pub const LOGS_DIR: &str = "logs";
+
+/// Node name for the record: Slurm's, else the host's.
+pub fn node_name() -> Option<String> {
+    std::env::var("SLURMD_NODENAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+}
+
+/// The output facts of an attempt since the last call, as a progress body.
+fn progress_of(seen: &mut Seen, metric_names: &[String]) -> Progress {
+    let samples = seen.series.take_fresh();
+    Progress {
+        unit: seen.series.unit.clone(),
+        samples,
+        stats: seen.series.stats,
+        metrics: seen
+            .metrics
+            .iter()
+            .zip(metric_names)
+            .filter(|(m, _)| m.count > 0)
+            .map(|(m, n)| {
+                (
+                    n.clone(),
+                    MetricValue {
+                        last: m.last,
+                        best: m.best,
+                        count: m.count,
+                    },
+                )
+            })
+            .collect(),
+        epochs: seen.epochs.take_fresh(),
+        oom: seen.oom,
+        lines: seen.lines,
+    }
+}
+
+/// A progress body with its times made Unix seconds.
+fn in_unix(mut p: Progress, rec: &Recorder) -> Progress {
+    for s in &mut p.samples {
+        s.0 = rec.ts(s.0);
+    }
+    p.stats.first_t = p.stats.first_t.map(|t| rec.ts(t));
+    p.stats.last_t = p.stats.last_t.map(|t| rec.ts(t));
+    p
+}
+
+/// What the engine reports about an attempt, as an `end` event.
+fn end_event(rec: &Recorder, e: &mut Ended, kind: Kind, names: &[String]) -> Event {
+    let progress = in_unix(progress_of(&mut e.seen, names), rec);
+    let (exit_code, signal, error) = match &e.exit {
+        Exit::Code(c) => (Some(*c), None, None),
+        Exit::Signal(s) => (None, Some(*s), None),
+        Exit::NotStarted(m) => (None, None, Some(m.clone())),
+        Exit::Lost => (
+            None,
+            None,
+            Some("its supervisor vanished; how it ended is unknown".to_string()),
+        ),
+    };
+    let error = error
+        .or_else(|| {
+            (e.left > 0)
+                .then(|| format!("{} process(es) of it would not exit after SIGKILL", e.left))
+        })
+        .or_else(|| e.log_error.clone());
+    Event::End {
+        ts: rec.ts(e.end),
+        run: e.job.label.clone(),
+        kind,
+        attempt: e.job.attempt,
+        state: e.state,
+        exit_code,
+        signal,
+        error,
+        pid: e.pid,
+        escaped: e
+            .escaped
+            .iter()
+            .map(|(pid, c)| Escaped {
+                pid: *pid,
+                command: c.clone(),
+            })
+            .collect(),
+        gpu: e.gpu.clone(),
+        progress,
+    }
+}
+
+fn describe(exit: &Exit) -> String {
+    match exit {
+        Exit::Code(c) => format!("exit code {c}"),
+        Exit::Signal(s) => format!("killed by {}", signal_name(*s)),
+        Exit::NotStarted(m) => m.clone(),
+        Exit::Lost => "status unknown".into(),
+    }
+}
+
+/// The common part of both drivers.
+struct Common<'a> {
+    specs: &'a [RunSpec],
+    rec: &'a mut Recorder,
+    devices: Vec<Option<String>>,
+    node: Option<String>,
+    /// Run index and kind of each running attempt.
+    live: HashMap<AttemptId, (usize, Kind)>,
+    last_progress: Instant,
+    metric_names: Vec<Vec<String>>,
+    sampler: Option<&'a Sampler>,
+    last_gpus: Instant,
+}
+
+impl<'a> Common<'a> {
+    fn new(
+        specs: &'a [RunSpec],
+        rec: &'a mut Recorder,
+        devices: Vec<Option<String>>,
+        sampler: Option<&'a Sampler>,
+    ) -> Self {
+        Common {
+            metric_names: specs
+                .iter()
+                .map(|s| s.scanner.metrics.iter().map(|m| m.name.clone()).collect())
+                .collect(),
+            specs,
+            rec,
+            devices,
+            node: node_name(),
+            live: HashMap::new(),
+            last_progress: Instant::now(),
+            sampler,
+            last_gpus: Instant::now(),
+        }
+    }
+
+    fn job(&self, idx: usize, attempt: u32, log: PathBuf, timeout: Option<Duration>) -> Job {
+        let spec = &self.specs[idx];
+        let mut env = vec![
+            ("COLLOC_RUN_NAME".to_string(), spec.name.clone()),
+            ("COLLOC_RUN_INDEX".to_string(), idx.to_string()),
+            ("COLLOC_RUN_ATTEMPT".to_string(), attempt.to_string()),
+        ];
+        env.extend(spec.env.iter().cloned());
+        Job {
+            run: idx,
+            attempt,
+            label: spec.name.clone(),
+            spec: LaunchSpec {
+                argv: spec.command.clone(),
+                env,
+                cwd: spec.workdir.clone(),
+            },
+            scanner: spec.scanner.clone(),
+            timeout,
+            log,
+        }
+    }
+
+    fn started(&mut self, v: &View<'_>, kind: Kind, log: &str) {
+        self.live.insert(v.id, (v.job.run, kind));
+        let ev = Event::Start {
+            ts: self.rec.ts(v.start),
+            run: v.job.label.clone(),
+            kind,
+            attempt: v.job.attempt,
+            session: self.rec.session(),
+            slot: v.slot,
+            device: self.devices.get(v.slot).cloned().flatten(),
+            node: self.node.clone(),
+            log: log.to_string(),
+        };
+        self.rec.emit(ev);
+    }
+
+    /// New output facts of running attempts go to the record every second.
+    fn progress(&mut self, ctl: &mut Ctl<'_>) {
+        if self.last_progress.elapsed() < PROGRESS_EVERY {
+            return;
+        }
+        self.last_progress = Instant::now();
+        let ids: Vec<(AttemptId, String, u32)> = ctl
+            .running()
+            .map(|v| (v.id, v.job.label.clone(), v.job.attempt))
+            .collect();
+        for (id, run, attempt) in ids {
+            let Some(&(idx, kind)) = self.live.get(&id) else {
+                continue;
+            };
+            let Some(seen) = ctl.seen_mut(id) else {
+                continue;
+            };
+            let p = progress_of(seen, &self.metric_names[idx]);
+            let changed = !p.samples.is_empty() || !p.epochs.is_empty() || !p.metrics.is_empty();
+            if !changed {
+                continue;
+            }
+            let ev = Event::Progress {
+                ts: self.rec.now(),
+                run,
+                kind,
+                attempt,
+                progress: in_unix(p, self.rec),
+            };
+            self.rec.emit(ev);
+        }
+        if let Some(s) = self
+            .sampler
+            .filter(|_| self.last_gpus.elapsed() >= GPUS_EVERY)
+        {
+            self.last_gpus = Instant::now();
+            let ev = Event::Gpus {
+                ts: self.rec.now(),
+                session: self.rec.session(),
+                gpus: s.totals().0,
+            };
+            self.rec.emit(ev);
+        }
+        self.rec.maybe_write();
+    }
+
+    fn ended(&mut self, e: &mut Ended, kind: Kind) {
+        self.live.remove(&e.id);
+        let ev = end_event(self.rec, e, kind, &self.metric_names[e.job.run]);
+        self.rec.emit(ev);
+    }
+
+    fn signal(&mut self, sig: i32, to: &[(usize, u32)]) {
+        let ev = Event::Signal {
+            ts: self.rec.now(),
+            signal: signal_name(sig),
+            runs: to
+                .iter()
+                .map(|(i, _)| self.specs[*i].name.clone())
+                .collect(),
+        };
+        self.rec.emit(ev);
+        self.rec.maybe_write();
+    }
+
+    fn stopping(&mut self, reason: &str) {
+        let ev = Event::Stop {
+            ts: self.rec.now(),
+            reason: reason.to_string(),
+        };
+        self.rec.emit(ev);
+    }
+}
+
+/// `--solo-baseline`: each distinct command (a sweep point) alone on slot 0, for the
+/// solo window each, until the budget is spent. Runs with the same command, environment
+/// and working directory share one measurement.
+pub struct Calibrate<'a> {
+    common: Common<'a>,
+    queue: VecDeque<usize>,
+    window: Duration,
+    budget: Duration,
+    started: Instant,
+    quiet: bool,
+    /// Distinct commands and how many were measured.
+    pub total: usize,
+    /// Measured so far (this session).
+    pub measured: usize,
+    logs: PathBuf,
+}
+
+impl<'a> Calibrate<'a> {
+    /// The calibrations still to do: one per solo key without a figure in the record.
+    pub fn new(
+        specs: &'a [RunSpec],
+        ids: &[RunIdentity],
+        rec: &'a mut Recorder,
+        devices: Vec<Option<String>>,
+        sampler: Option<&'a Sampler>,
+        opts: &Options,
+    ) -> Calibrate<'a> {
+        let mut seen = HashSet::new();
+        let mut queue = VecDeque::new();
+        let mut total = 0;
+        for (i, id) in ids.iter().enumerate() {
+            let key = id.solo_key();
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            total += 1;
+            if rec.fold().solo(&key).is_none() {
+                queue.push_back(i);
+            }
+        }
+        let logs = rec.dir().join(LOGS_DIR).join("solo");
+        Calibrate {
+            common: Common::new(specs, rec, devices, sampler),
+            queue,
+            window: opts.solo_window,
+            budget: opts.solo_budget,
+            started: Instant::now(),
+            quiet: opts.quiet,
+            total,
+            measured: 0,
+            logs,
+        }
+    }
+
+    /// Calibrations left undone.
+    pub fn left(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+impl Driver for Calibrate<'_> {
+    fn next_job(&mut self, slot: usize) -> Option<Job> {
+        if slot != 0 {
+            return None;
+        }
+        let left = self.budget.saturating_sub(self.started.elapsed());
+        if left < self.window.min(Duration::from_secs(5)) {
+            return None;
+        }
+        let idx = self.queue.pop_front()?;
+        let window = self.window.min(left);
+        let name = &self.common.specs[idx].name;
+        if let Err(e) = std::fs::create_dir_all(&self.logs) {
+            log::warn!("cannot create {}: {e}", self.logs.display());
+        }
+        if !self.quiet {
+            outln!(
+                "colloc: measuring {name} alone for up to {} ({} of {} distinct commands)",
+                duration::show(window),
+                self.total - self.queue.len(),
+                self.total
+            );
+        }
+        let attempt = self.common.rec.fold().calibrations_of(name) + 1;
+        Some(self.common.job(
+            idx,
+            attempt,
+            self.logs.join(format!("{name}.log")),
+            Some(window),
+        ))
+    }
+
+    fn started(&mut self, v: &View<'_>) {
+        let log = format!("{LOGS_DIR}/solo/{}.log", v.job.label);
+        self.common.started(v, Kind::Solo, &log);
+    }
+
+    fn ended(&mut self, mut e: Ended, _ctl: &mut Ctl<'_>) {
+        // The end of the window is how a calibration ends; it is not a time-out.
+        if e.state == State::TimedOut {
+            e.state = State::Succeeded;
+        }
+        let stats = e.seen.series.stats;
+        let unit = e.seen.series.unit.clone();
+        self.common.ended(&mut e, Kind::Solo);
+        let name = e.job.label.clone();
+        match (stats.rate(), unit) {
+            (Some(rate), Some(unit)) if stats.count >= 2 => {
+                let key = self.common.rec.fold().identities()[e.job.run].solo_key();
+                let ev = Event::Solo {
+                    ts: self.common.rec.now(),
+                    key,
+                    run: name.clone(),
+                    throughput: rate,
+                    unit: unit.clone(),
+                    source: "--solo-baseline".into(),
+                };
+                self.common.rec.emit(ev);
+                self.measured += 1;
+                if !self.quiet {
+                    outln!("colloc: solo throughput of {name}: {rate:.1} {unit}");
+                }
+            }
+            _ => log::warn!(
+                "--solo-baseline: {name} printed {} throughput sample(s) alone ({}); its runs get no solo figure",
+                stats.count,
+                describe(&e.exit)
+            ),
+        }
+        self.common.rec.maybe_write();
+    }
+
+    fn tick(&mut self, ctl: &mut Ctl<'_>) {
+        self.common.progress(ctl);
+    }
+
+    fn signal(&mut self, sig: i32, to: &[(usize, u32)]) {
+        self.common.signal(sig, to);
+    }
+
+    fn stopping(&mut self, reason: &str) {
+        self.common.stopping(reason);
+    }
+}
+
+/// The manifest's runs on the slots, with retries.
+pub struct Pack<'a> {
+    common: Common<'a>,
+    queue: VecDeque<usize>,
+    attempts: Vec<u32>,
+    opts: &'a Options,
+    logs: PathBuf,
+    unmatched_warned: usize,
+    last_status: Instant,
+}
+
+impl<'a> Pack<'a> {
+    /// The runs still to do: every run whose last recorded attempt did not succeed.
+    pub fn new(
+        specs: &'a [RunSpec],
+        rec: &'a mut Recorder,
+        devices: Vec<Option<String>>,
+        sampler: Option<&'a Sampler>,
+        opts: &'a Options,
+    ) -> Pack<'a> {
+        let mut queue = VecDeque::new();
+        let mut attempts = Vec::with_capacity(specs.len());
+        let mut skipped = 0;
+        for (i, s) in specs.iter().enumerate() {
+            let (n, ok) = rec.fold().attempts_of(&s.name);
+            attempts.push(n);
+            if ok {
+                skipped += 1;
+            } else {
+                queue.push_back(i);
+            }
+        }
+        if skipped > 0 {
+            let msg = format!(
+                "resuming: {skipped} of {} runs succeeded before and are skipped; {} to run",
+                specs.len(),
+                queue.len()
+            );
+            if opts.quiet {
+                log::info!("{msg}");
+            } else {
+                outln!("colloc: {msg}");
+            }
+        }
+        let logs = rec.dir().join(LOGS_DIR);
+        Pack {
+            common: Common::new(specs, rec, devices, sampler),
+            queue,
+            attempts,
+            opts,
+            logs,
+            unmatched_warned: 0,
+            last_status: Instant::now(),
+        }
+    }
+
+    /// The log of a run's next attempt: `logs/NAME.log`; the previous attempt's log is
+    /// kept as `logs/NAME.K.log`.
+    fn log_for(&self, name: &str, attempt: u32) -> PathBuf {
+        let cur = self.logs.join(format!("{name}.log"));
+        if attempt > 1 && cur.exists() {
+            let prev = self.logs.join(format!("{name}.{}.log", attempt - 1));
+            if let Err(e) = std::fs::rename(&cur, &prev) {
+                log::warn!(
+                    "{name}: cannot keep the earlier attempt's log as {}: {e}",
+                    prev.display()
+                );
+            }
+        }
+        cur
+    }
+
+    fn status_line(&mut self, ctl: &Ctl<'_>) {
+        if self.opts.quiet || self.last_status.elapsed() < self.opts.status_every {
+            return;
+        }
+        self.last_status = Instant::now();
+        let r = self.common.rec.report();
+        let s = &r.summary;
+        let done = s.succeeded + s.failed + s.timed_out + s.interrupted;
+        let mut agg: BTreeMap<String, f64> = BTreeMap::new();
+        for v in ctl.running() {
+            if let (Some(u), Some(last)) = (&v.seen.series.unit, v.seen.series.stats.last) {
+                *agg.entry(u.clone()).or_default() += last;
+            }
+        }
+        let mut line = format!(
+            "colloc: {done}/{} done ({} not ok), {} running, {} queued, {:.0} s",
+            s.runs,
+            done - s.succeeded,
+            ctl.running().count(),
+            self.queue.len(),
+            ctl.now()
+        );
+        for (u, v) in agg {
+            line.push_str(&format!("; aggregate now {v:.1} {u}"));
+        }
+        outln!("{line}");
+    }
+
+    fn retry(&self, e: &Ended) -> bool {
+        let failed = match self.opts.retry_on {
+            RetryOn::Oom => e.state == State::Failed && e.seen.oom,
+            RetryOn::Any => matches!(e.state, State::Failed | State::TimedOut),
+        };
+        failed && self.attempts[e.job.run] <= self.opts.retries
+    }
+}
+
+impl Driver for Pack<'_> {
+    fn next_job(&mut self, _slot: usize) -> Option<Job> {
+        let idx = self.queue.pop_front()?;
+        self.attempts[idx] += 1;
+        let attempt = self.attempts[idx];
+        let spec = &self.common.specs[idx];
+        if let Err(e) = std::fs::create_dir_all(&self.logs) {
+            log::warn!("cannot create {}: {e}", self.logs.display());
+        }
+        let log = self.log_for(&spec.name, attempt);
+        let timeout = spec.timeout.or(self.opts.timeout);
+        Some(self.common.job(idx, attempt, log, timeout))
+    }
+
+    fn started(&mut self, v: &View<'_>) {
+        let log = format!("{LOGS_DIR}/{}.log", v.job.label);
+        self.common.started(v, Kind::Run, &log);
+    }
+
+    fn ended(&mut self, mut e: Ended, ctl: &mut Ctl<'_>) {
+        self.common.ended(&mut e, Kind::Run);
+        let name = e.job.label.clone();
+        let spec = &self.common.specs[e.job.run];
+        if spec.scanner.throughput.is_custom()
+            && e.seen.series.stats.count == 0
+            && e.state != State::Interrupted
+        {
+            self.unmatched_warned += 1;
+            if self.unmatched_warned <= 5 {
+                log::warn!(
+                    "{name}: no line of its output matched {} ({} lines read); its throughput is unknown",
+                    spec.scanner.throughput.describe(),
+                    e.seen.lines
+                );
+            } else if self.unmatched_warned == 6 {
+                log::warn!("more runs whose output matched no metric line (see the report)");
+            }
+        }
+        if !ctl.stopping() && self.retry(&e) {
+            let why = if e.seen.oom {
+                "CUDA out of memory".to_string()
+            } else {
+                format!("{} ({})", e.state.as_str(), describe(&e.exit))
+            };
+            log::warn!(
+                "{name}: {why}; retrying (attempt {} of {})",
+                self.attempts[e.job.run] + 1,
+                self.opts.retries + 1
+            );
+            self.queue.push_back(e.job.run);
+        } else {
+            match e.state {
+                State::Failed => log::warn!(
+                    "{name}: failed ({}){}",
+                    describe(&e.exit),
+                    if e.seen.oom {
+                        ", CUDA out of memory"
+                    } else {
+                        ""
+                    }
+                ),
+                State::TimedOut => log::warn!("{name}: timed out"),
+                s => log::info!("{name}: {}", s.as_str()),
+            }
+            if self.opts.fail_fast && matches!(e.state, State::Failed | State::TimedOut) {
+                let reason = format!("--fail-fast: {name} {}", e.state.as_str());
+                ctl.stop_all(&reason, libc::SIGTERM);
+                self.common.stopping(&reason);
+            }
+        }
+        self.common.rec.maybe_write();
+    }
+
+    fn tick(&mut self, ctl: &mut Ctl<'_>) {
+        self.common.progress(ctl);
+        self.common.rec.maybe_write();
+        self.status_line(ctl);
+    }
+
+    fn signal(&mut self, sig: i32, to: &[(usize, u32)]) {
+        self.common.signal(sig, to);
+    }
+
+    fn stopping(&mut self, reason: &str) {
+        self.common.stopping(reason);
+    }
+}

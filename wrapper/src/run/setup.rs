@@ -1,0 +1,636 @@
+//! Everything `colloc run` decides before the first run starts: the runs, the report
+//! directory (a fresh one, or the record it resumes), the slots and their environment,
+//! NVML, the MPS daemon, the GPU sampler and the solo figures of a baseline report.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use anyhow::Context;
+use colloc_core::mode::Mode;
+use colloc_core::mps;
+use colloc_core::nvml::NvmlGpus;
+use colloc_core::telemetry::{self, NvmlProbe, Sampler, SamplerConfig, SlotMap};
+
+use super::args::RunArgs;
+use super::manifest::{self, RunSpec};
+use super::slots::{self, Layout, Source};
+use crate::bad_input;
+use crate::engine::pack::Slot;
+use crate::engine::scan::{Scanner, Throughput};
+use crate::record::events::RunIdentity;
+use crate::record::fold::Fold;
+use crate::record::model::{Report, SCHEMA};
+use crate::record::store;
+
+/// Largest report read as a `--baseline`.
+const MAX_BASELINE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The runs of `-f FILE` or `-- CMD`.
+///
+/// # Errors
+/// Bad input: the manifest, the command, the metric regex.
+pub fn specs(a: &RunArgs, default_copies: usize) -> anyhow::Result<Vec<RunSpec>> {
+    if let Some(f) = &a.file {
+        return manifest::load(f).map_err(|e| bad_input(e.to_string()));
+    }
+    if a.command.first().is_none_or(|c| c.trim().is_empty()) {
+        return Err(bad_input(
+            "nothing to run: give -f runs.toml or -- CMD [ARGS...]",
+        ));
+    }
+    let copies = a.count.map_or(default_copies, |n| n as usize);
+    let throughput = match &a.metric {
+        Some(m) => Throughput::custom(m, a.unit.as_deref())
+            .map_err(|e| bad_input(format!("--metric: {e}")))?,
+        None => Throughput::Builtin,
+    };
+    let scanner = Arc::new(Scanner {
+        throughput,
+        metrics: Vec::new(),
+    });
+    Ok((0..copies)
+        .map(|i| {
+            let mut s = RunSpec::plain(format!("run{}", i + 1), a.command.clone());
+            s.scanner = Arc::clone(&scanner);
+            s
+        })
+        .collect())
+}
+
+/// The identity of each run, for the record and for resuming.
+pub fn identities(specs: &[RunSpec]) -> Vec<RunIdentity> {
+    specs
+        .iter()
+        .map(|s| RunIdentity {
+            name: s.name.clone(),
+            command: s.command.clone(),
+            env: s.env.clone(),
+            workdir: s.workdir.as_ref().map(|w| w.display().to_string()),
+            grid: s.grid.clone(),
+            metrics: s
+                .scanner
+                .metrics
+                .iter()
+                .map(|m| (m.name.clone(), m.best))
+                .collect(),
+            metric: match &s.scanner.throughput {
+                Throughput::Custom { pattern, .. } => Some(pattern.as_str().to_string()),
+                Throughput::Builtin => None,
+            },
+        })
+        .collect()
+}
+
+/// How the record starts.
+#[derive(Debug)]
+pub enum Start {
+    /// A new record.
+    Fresh,
+    /// The record already in the directory, folded.
+    Resume(Box<Fold>),
+}
+
+/// What differs between a recorded manifest and this one (empty: the same runs).
+pub fn differences(old: &[RunIdentity], new: &[RunIdentity]) -> Vec<String> {
+    let mut out = Vec::new();
+    for n in new {
+        match old.iter().find(|o| o.name == n.name) {
+            None => out.push(format!("{} is new", n.name)),
+            Some(o) if !o.same_run(n) => {
+                let what = if o.command != n.command {
+                    "command"
+                } else if o.env != n.env {
+                    "environment"
+                } else {
+                    "working directory"
+                };
+                out.push(format!("{}'s {what} changed", n.name))
+            }
+            Some(_) => {}
+        }
+    }
+    for o in old {
+        if !new.iter().any(|n| n.name == o.name) {
+            out.push(format!("{} is gone", o.name));
+        }
+    }
+    out
+}
+
+fn listed(items: &[String]) -> String {
+    let mut s = items.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > 5 {
+        s.push_str(&format!(" and {} more", items.len() - 5));
+    }
+    s
+}
+
+/// Does `dir` hold a colloc record? Its fold if so.
+fn record_in(dir: &Path) -> anyhow::Result<Option<Fold>> {
+    if !dir.join(store::EVENTS_DIR).is_dir() {
+        return Ok(None);
+    }
+    let (events, bad) = store::read_events(dir)
+        .with_context(|| format!("cannot read the record in {}", dir.display()))?;
+    if bad > 0 {
+        log::warn!(
+            "{}: {bad} line(s) of its event log could not be read (cut by a kill or a full disk); skipped",
+            dir.display()
+        );
+    }
+    let mut f = Fold::new();
+    for e in events {
+        f.apply(e);
+    }
+    Ok((f.sessions() > 0).then_some(f))
+}
+
+/// Does `dir` hold anything but colloc's own empty scaffolding (the lock, empty `logs/`
+/// and `events/` left by a colloc run that stopped before its first run)?
+fn non_empty(dir: &Path) -> bool {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        let name = e.file_name();
+        let empty_dir = |p: &Path| std::fs::read_dir(p).is_ok_and(|mut d| d.next().is_none());
+        match name.to_str() {
+            Some(store::LOCK_FILE) => false,
+            Some(super::scheduler::LOGS_DIR) | Some(store::EVENTS_DIR) => !empty_dir(&e.path()),
+            _ => true,
+        }
+    })
+}
+
+/// `SLURM_RESTART_COUNT` when above 0: this job was requeued.
+pub fn restart_count() -> Option<u32> {
+    std::env::var("SLURM_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn default_base() -> PathBuf {
+    let stamp = match std::env::var("SLURM_JOB_ID") {
+        Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
+        _ => humantime::format_rfc3339_seconds(SystemTime::now())
+            .to_string()
+            .replace(['-', ':'], "")
+            .replace('T', "-")
+            .trim_end_matches('Z')
+            .to_string(),
+    };
+    PathBuf::from(format!("colloc-{stamp}"))
+}
+
+/// Longest wait for the lock of a report directory that another colloc still holds,
+/// in a requeued job or with `--resume` (the job's previous start shutting down).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Lock `dir` for this pack (creating it); with `wait`, wait up to [`LOCK_WAIT`] for a
+/// colloc that still writes it to end.
+///
+/// # Errors
+/// Bad input: another colloc writes it (and did not end in time); or the lock file
+/// cannot be made.
+fn lock(dir: &Path, wait: bool) -> anyhow::Result<store::DirLock> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    let mut said = false;
+    loop {
+        if let Some(l) =
+            store::DirLock::take(dir).with_context(|| format!("cannot lock {}", dir.display()))?
+        {
+            return Ok(l);
+        }
+        if !wait || Instant::now() >= deadline {
+            return Err(bad_input(format!(
+                "another colloc run is writing {}; give another --report-dir",
+                dir.display()
+            )));
+        }
+        if !said {
+            log::warn!(
+                "waiting for the colloc run that still writes {} to end (the job's previous start?)",
+                dir.display()
+            );
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Where the record goes and how it starts (the directory locked for this pack).
+///
+/// - `--report-dir DIR`: a new or empty DIR starts fresh. A DIR with a record is resumed
+///   with `--resume`, or by itself in a requeued job (`SLURM_RESTART_COUNT` > 0) when it
+///   holds this manifest's record; otherwise it is refused, naming both ways out.
+/// - No `--report-dir`: `./colloc-<job id or time>`, or `-2`, `-3`, … when taken; the
+///   first of them holding this manifest's record is resumed with `--resume` or in a
+///   requeued job.
+///
+/// # Errors
+/// Bad input (exit 2), changing nothing.
+pub fn report_dir(
+    a: &RunArgs,
+    ids: &[RunIdentity],
+    restarted: bool,
+) -> anyhow::Result<(PathBuf, Start, store::DirLock)> {
+    let wait = a.resume || restarted;
+    if let Some(dir) = &a.report_dir {
+        if !dir.exists() || !non_empty(dir) {
+            if a.resume {
+                log::warn!(
+                    "--resume: {} holds no record yet; starting a new one",
+                    dir.display()
+                );
+            }
+            let l = lock(dir, false)?;
+            return Ok((dir.clone(), Start::Fresh, l));
+        }
+        if !dir.join(store::EVENTS_DIR).is_dir() {
+            return Err(bad_input(format!(
+                "{} is not empty and holds no colloc record; give a new or empty --report-dir",
+                dir.display()
+            )));
+        }
+        // Read the record only once nobody writes it any more.
+        let l = lock(dir, wait)?;
+        let Some(fold) = record_in(dir)? else {
+            return Err(bad_input(format!(
+                "{} is not empty and holds no colloc record; give a new or empty --report-dir",
+                dir.display()
+            )));
+        };
+        let diff = differences(&fold.identities(), ids);
+        if a.resume {
+            if !diff.is_empty() {
+                return Err(bad_input(format!(
+                    "--resume: the manifest differs from the one recorded in {} ({}); nothing was mixed or started: run it with another --report-dir",
+                    dir.display(),
+                    listed(&diff)
+                )));
+            }
+            return Ok((dir.clone(), Start::Resume(Box::new(fold)), l));
+        }
+        if restarted && diff.is_empty() {
+            log::warn!(
+                "requeued job (SLURM_RESTART_COUNT > 0): resuming the record in {}",
+                dir.display()
+            );
+            return Ok((dir.clone(), Start::Resume(Box::new(fold)), l));
+        }
+        let (done, all) = {
+            let r = fold.report(0.0, None);
+            (r.summary.succeeded, r.summary.runs)
+        };
+        let other = if diff.is_empty() {
+            String::new()
+        } else {
+            " of another manifest".to_string()
+        };
+        return Err(bad_input(format!(
+            "{} already holds a colloc record{other} ({done} of {all} runs succeeded): add --resume to continue it, or give another --report-dir",
+            dir.display()
+        )));
+    }
+    let base = default_base();
+    let mut k = 1;
+    loop {
+        let p = if k == 1 {
+            base.clone()
+        } else {
+            PathBuf::from(format!("{}-{k}", base.display()))
+        };
+        if !p.exists() || !non_empty(&p) {
+            if a.resume {
+                return Err(bad_input(format!(
+                    "--resume: no record of this manifest in {} (or its -2, -3, … siblings); give the directory with --report-dir",
+                    base.display()
+                )));
+            }
+            let l = lock(&p, false)?;
+            return Ok((p, Start::Fresh, l));
+        }
+        if wait && p.join(store::EVENTS_DIR).is_dir() {
+            let l = lock(&p, true)?;
+            if let Some(fold) = record_in(&p)? {
+                if differences(&fold.identities(), ids).is_empty() {
+                    log::info!("resuming the record in {}", p.display());
+                    return Ok((p, Start::Resume(Box::new(fold)), l));
+                }
+            }
+        }
+        k += 1;
+    }
+}
+
+/// The node configuration, if there is one.
+pub fn config(g: &crate::Global) -> Option<colloc_core::config::Config> {
+    match colloc_core::config::Config::load(&g.config_path()) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            log::debug!("no node configuration ({e}); using defaults");
+            None
+        }
+    }
+}
+
+/// The MPS control program: the node config's, else on PATH, else the system dirs.
+fn mps_control_program(config: Option<&colloc_core::config::Config>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = config.and_then(colloc_core::config::Config::mps_control_path) {
+        return Ok(p);
+    }
+    const NAME: &str = "nvidia-cuda-mps-control";
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(NAME))
+            .find(|p| p.is_file())
+    });
+    on_path
+        .or_else(|| colloc_core::config::resolve_program(NAME))
+        .ok_or_else(|| {
+            anyhow::anyhow!("--mode mps: {NAME} not found on PATH or in the system directories")
+        })
+}
+
+/// `COLLOC_MPS_PIPES` as the plugin sets it for mps jobs: `GPU-uuid=pipe_dir,...`, one
+/// daemon per GPU of the job.
+fn parse_mps_pipes(v: &str) -> Vec<(String, PathBuf)> {
+    v.split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, p)| !k.is_empty() && p.starts_with('/'))
+        .map(|(k, p)| (k.to_string(), PathBuf::from(p)))
+        .collect()
+}
+
+/// The GPUs, slots and the environment of each slot.
+pub struct Gpus {
+    /// The layout.
+    pub layout: Layout,
+    /// Each slot's environment (once started).
+    pub slots: Vec<Slot>,
+    /// colloc's own MPS daemon, stopped when dropped.
+    pub own_mps: Option<mps::PrivateDaemon>,
+    /// NVML and the slots' GPUs, where NVML answers.
+    pub nvml: Option<(Arc<NvmlGpus>, SlotMap)>,
+    /// Why there is no NVML (warned about once everything the user wrote is checked).
+    pub nvml_note: Option<String>,
+}
+
+/// Work out the slots from the job environment or `--mode`/`-j` and the GPUs behind them
+/// (nothing is started yet: see [`Gpus::start`]).
+///
+/// # Errors
+/// Bad input: a mode or slot count that does not fit.
+pub fn gpus(a: &RunArgs, config: Option<&colloc_core::config::Config>) -> anyhow::Result<Gpus> {
+    let nvml_lib = config
+        .map(|c| c.nvml_library.clone())
+        .unwrap_or_else(|| "libnvidia-ml.so.1".into());
+    let (nvml, nvml_note) = match NvmlGpus::open(&nvml_lib) {
+        Ok(n) => (Some(Arc::new(n)), None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "NVML unavailable ({e}); runs go on without GPU figures"
+            )),
+        ),
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let mut layout = slots::layout(&slots::Inputs {
+        job_mode: env("COLLOC_MODE"),
+        job_devices: env("COLLOC_DEVICES"),
+        job_slots: env("COLLOC_SLOTS"),
+        visible: env("CUDA_VISIBLE_DEVICES"),
+        mode: a.mode.clone(),
+        jobs: a.jobs.map(|j| j as usize),
+        nvml_gpus: nvml.as_ref().map(|n| {
+            let c = n.nvml().device_count().unwrap_or(0);
+            (0..c).map(|i| i.to_string()).collect()
+        }),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    })
+    .map_err(bad_input)?;
+    let mut map = nvml
+        .as_ref()
+        .map(|n| telemetry::resolve(n.nvml(), &layout.slots));
+    if let (Mode::Mps { .. }, Source::Own, Some(m)) = (&layout.mode, &layout.source, &map) {
+        // MPS clients number devices within the daemon's CUDA_VISIBLE_DEVICES, so an
+        // index such as "2" would name another GPU (or none) for them: use UUIDs.
+        for (slot, gi) in layout.slots.iter_mut().zip(&m.slot_gpu) {
+            if let Some(g) = gi.and_then(|gi| m.gpus.get(gi)) {
+                *slot = Some(g.uuid.clone());
+            }
+        }
+        let mut devices: Vec<String> = Vec::new();
+        for d in layout.slots.iter().flatten() {
+            if !devices.contains(d) {
+                devices.push(d.clone());
+            }
+        }
+        layout.devices = devices;
+        if let Some(m) = map.as_mut() {
+            m.slot_device = layout.slots.clone();
+        }
+    }
+    let nvml = match (nvml, map) {
+        (Some(n), Some(m)) if !m.gpus.is_empty() => Some((n, m)),
+        _ => None,
+    };
+    Ok(Gpus {
+        layout,
+        slots: Vec::new(),
+        own_mps: None,
+        nvml,
+        nvml_note,
+    })
+}
+
+impl Gpus {
+    /// Start colloc's own MPS daemon where the layout needs one, and give each slot its
+    /// environment.
+    ///
+    /// # Errors
+    /// The MPS daemon does not start.
+    pub fn start(&mut self, config: Option<&colloc_core::config::Config>) -> anyhow::Result<()> {
+        let layout = &self.layout;
+        let own_mps = match (&layout.mode, &layout.source) {
+            (Mode::Mps { .. }, Source::Own) => {
+                let program = mps_control_program(config)?;
+                Some(
+                    mps::PrivateDaemon::start(&program, "colloc-mps", &layout.devices.join(","))
+                        .context("cannot start the MPS daemon")?,
+                )
+            }
+            _ => None,
+        };
+        let job_pipes = match (&layout.mode, &layout.source) {
+            (Mode::Mps { .. }, Source::Job) => {
+                parse_mps_pipes(&std::env::var("COLLOC_MPS_PIPES").unwrap_or_default())
+            }
+            _ => Vec::new(),
+        };
+        let map = self.nvml.as_ref().map(|(_, m)| m);
+        self.slots = layout
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(si, dev)| {
+                let mut e = Vec::new();
+                if let Some(d) = dev {
+                    e.push(("CUDA_VISIBLE_DEVICES".to_string(), d.clone()));
+                }
+                if let Some(m) = &own_mps {
+                    e.extend(m.daemon().env());
+                } else if let Some((_, pipe)) = dev
+                    .as_deref()
+                    .and_then(|d| job_pipes.iter().find(|(uuid, _)| uuid == d))
+                {
+                    // A job with several GPUs has one MPS daemon per GPU; the job-wide
+                    // CUDA_MPS_PIPE_DIRECTORY names the first. Each run talks to its GPU's.
+                    e.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
+                    if let Some(dir) = pipe.parent() {
+                        e.push((
+                            "CUDA_MPS_LOG_DIRECTORY".into(),
+                            dir.join("log").display().to_string(),
+                        ));
+                    }
+                }
+                if let Mode::Mps { clients: Some(n) } = layout.mode {
+                    let mem: Vec<u64> = map
+                        .and_then(|m| m.slot_memory_mib.get(si).copied().flatten())
+                        .into_iter()
+                        .collect();
+                    e.extend(mps::client_limits(n, &mem));
+                }
+                Slot { env: e }
+            })
+            .collect();
+        self.own_mps = own_mps;
+        Ok(())
+    }
+}
+
+/// Start the GPU sampler over the slots' GPUs.
+pub fn sampler(g: &Gpus, interval: std::time::Duration, base: Instant) -> Option<Sampler> {
+    let (nvml, map) = g.nvml.as_ref()?;
+    let probe = NvmlProbe::new(Arc::clone(nvml), map);
+    Some(Sampler::start(
+        Box::new(probe),
+        map.clone(),
+        SamplerConfig {
+            interval,
+            // Under MPS NVML accounts every client's SM time to the MPS server.
+            process_util: !matches!(g.layout.mode, Mode::Mps { .. }),
+            base,
+        },
+    ))
+}
+
+/// Solo figures of an earlier report: its runs' `solo_throughput`, or their throughput
+/// when that report ran one run at a time; keyed by command, environment and working
+/// directory. (key, throughput, unit) triples.
+///
+/// # Errors
+/// A message: unreadable, too big, not a colloc report of this schema, no solo figures.
+pub fn baseline(path: &Path) -> Result<Vec<(String, f64, String)>, String> {
+    let shown = path.display();
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("cannot read baseline report {shown}: {e}"))?;
+    let mut text = String::new();
+    file.take(MAX_BASELINE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read baseline report {shown}: {e}"))?;
+    if text.len() as u64 > MAX_BASELINE_BYTES {
+        return Err(format!("baseline report {shown} is larger than 256 MiB"));
+    }
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("baseline report {shown} is not JSON: {e}"))?;
+    match v.get("schema").and_then(serde_json::Value::as_u64) {
+        Some(s) if s == u64::from(SCHEMA) => {}
+        Some(s) => {
+            return Err(format!(
+                "baseline report {shown} has \"schema\": {s}; this colloc reads {SCHEMA}: make it again with this colloc"
+            ))
+        }
+        None => return Err(format!("baseline report {shown} is not a colloc report")),
+    }
+    let r: Report =
+        serde_json::from_value(v).map_err(|e| format!("baseline report {shown}: {e}"))?;
+    let alone = r.summary.max_concurrent <= 1;
+    let mut out: Vec<(String, f64, String)> = Vec::new();
+    for run in &r.runs {
+        let Some(t) = &run.throughput else { continue };
+        let fig = run.solo_throughput.or(alone.then_some(t.mean));
+        let Some(f) = fig.filter(|f| *f > 0.0) else {
+            continue;
+        };
+        let id = RunIdentity {
+            name: run.name.clone(),
+            command: run.command.clone(),
+            env: run
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            workdir: run.workdir.clone(),
+            grid: None,
+            metrics: Vec::new(),
+            metric: None,
+        };
+        out.push((id.solo_key(), f, t.unit.clone()));
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "baseline report {shown} has no solo figures: make it with -j 1 or --solo-baseline"
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str, cmd: &str) -> RunIdentity {
+        RunIdentity {
+            name: name.into(),
+            command: vec![cmd.into()],
+            env: vec![],
+            workdir: None,
+            grid: None,
+            metrics: vec![],
+            metric: None,
+        }
+    }
+
+    #[test]
+    fn manifest_changes_are_named() {
+        let old = vec![id("a", "x"), id("b", "x"), id("c", "x")];
+        let new = vec![id("a", "x"), id("b", "y"), id("d", "x")];
+        assert_eq!(
+            differences(&old, &new),
+            ["b's command changed", "d is new", "c is gone"]
+        );
+        assert!(differences(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn colloc_scaffolding_alone_is_an_empty_directory() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("logs")).unwrap();
+        std::fs::write(d.path().join(store::LOCK_FILE), "").unwrap();
+        assert!(!non_empty(d.path()));
+        std::fs::write(d.path().join("logs/a.log"), "x").unwrap();
+        assert!(non_empty(d.path()));
+    }
+
+    #[test]
+    fn mps_pipes_parse() {
+        assert_eq!(
+            parse_mps_pipes("GPU-a=/r/a/pipe,bad,GPU-b=rel,=/x"),
+            vec![("GPU-a".to_string(), PathBuf::from("/r/a/pipe"))]
+        );
+    }
+}

@@ -1,0 +1,143 @@
+//! The PNG charts of a run report (issue 12): their text is drawn with the font inside
+//! colloc, so it shows on a node with no fonts at all (checked with every system font
+//! directory hidden behind an empty tmpfs in a private mount namespace: needs root), and
+//! one run's lone outlier does not squash the others' lines.
+
+mod run_support;
+
+use std::path::Path;
+
+use run_support::{is_root, Env};
+
+struct Image {
+    w: usize,
+    h: usize,
+    px: Vec<u8>,
+}
+
+impl Image {
+    fn open(p: &Path) -> Image {
+        let decoder = png::Decoder::new(std::fs::File::open(p).unwrap());
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb, "{}", p.display());
+        buf.truncate(info.buffer_size());
+        Image {
+            w: info.width as usize,
+            h: info.height as usize,
+            px: buf,
+        }
+    }
+
+    fn at(&self, x: usize, y: usize) -> (u8, u8, u8) {
+        let i = (y * self.w + x) * 3;
+        (self.px[i], self.px[i + 1], self.px[i + 2])
+    }
+
+    /// Pixels in the box that match `f`.
+    fn count(
+        &self,
+        x: std::ops::Range<usize>,
+        y: std::ops::Range<usize>,
+        f: impl Fn((u8, u8, u8)) -> bool,
+    ) -> usize {
+        let mut n = 0;
+        for yy in y.start..y.end.min(self.h) {
+            for xx in x.start..x.end.min(self.w) {
+                if f(self.at(xx, yy)) {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+}
+
+fn dark(p: (u8, u8, u8)) -> bool {
+    p.0 < 90 && p.1 < 90 && p.2 < 90
+}
+
+fn coloured(p: (u8, u8, u8)) -> bool {
+    let max = p.0.max(p.1).max(p.2);
+    let min = p.0.min(p.1).min(p.2);
+    max - min >= 80
+}
+
+#[test]
+fn charts_have_text_without_system_fonts_and_a_lone_outlier_does_not_squash_the_rest() {
+    if !is_root()
+        || std::process::Command::new("unshare")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        eprintln!("skipped: needs root and unshare");
+        return;
+    }
+    let env = Env::new();
+    // Nine runs at about 100 img/s, and one that printed 11,000 once and crashed.
+    let m = env.manifest(
+        "[[sweep]]\nname = 'r{i}'\ncommand = ['sh', '-c', 'j=0; while [ $j -lt 12 ]; do echo img/s=$((95 + I)); sleep 0.05; j=$((j+1)); done']\nenv = { I = '{i}' }\ngrid = { i = [1, 2, 3, 4, 5, 6, 7, 8, 9] }\n[[run]]\nname = 'crash'\ncommand = ['sh', '-c', 'echo img/s=11000; exit 1']\n",
+    );
+    let out = env
+        .colloc()
+        .args(["-j", "10", "-q", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let dir = env.report_dir();
+    for png in [
+        "colloc-timeline.png",
+        "colloc-runs.png",
+        "colloc-throughput.png",
+    ] {
+        std::fs::remove_file(dir.join(png)).unwrap();
+    }
+    let colloc = assert_cmd::cargo::cargo_bin("colloc");
+    let fonts = env.path().join("fonts-seen");
+    let script = format!(
+        "for d in /usr/share/fonts /usr/local/share/fonts; do [ -d $d ] && mount -t tmpfs tmpfs $d; done; find /usr/share/fonts /usr/local/share/fonts -type f 2>/dev/null | wc -l > {fonts}; exec {colloc} report -q {dir}",
+        fonts = fonts.display(),
+        colloc = colloc.display(),
+        dir = dir.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&fonts).unwrap().trim(),
+        "0",
+        "system fonts were still visible"
+    );
+    for png in [
+        "colloc-timeline.png",
+        "colloc-runs.png",
+        "colloc-throughput.png",
+    ] {
+        let img = Image::open(&dir.join(png));
+        // The title is the only thing in the top band of the plot side.
+        let ink = img.count(0..img.w - 240, 0..36, dark);
+        assert!(ink > 150, "{png}: no title text drawn ({ink} dark pixels)");
+        // The legend beside the plot has its text too.
+        let legend = img.count(img.w - 230..img.w, 0..200, dark);
+        assert!(legend > 100, "{png}: no legend text ({legend} dark pixels)");
+    }
+    // Throughput over time, lower panel (each run): the nine runs at ~100 are drawn in
+    // the upper part of the panel, not squashed to its bottom by the 11,000.
+    let img = Image::open(&dir.join("colloc-throughput.png"));
+    let (top, bottom) = (372, 848);
+    let band = (top + (bottom - top) / 12)..(top + (bottom - top) * 6 / 10);
+    let lines = img.count(100..940, band.clone(), coloured);
+    assert!(
+        lines > 300,
+        "run lines in rows {band:?}: {lines} coloured pixels (axis set by the outlier?)"
+    );
+}
