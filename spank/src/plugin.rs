@@ -412,10 +412,11 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     if let Err(e) = cfg.check_nvml_library() {
         log::error!("job {job}: refused: nvml_library: {e}");
         reconfig::record_refusal(&cfg, &spec, format!("nvml_library: {e}"));
+        publish(&cfg, job);
         return Ok(());
     }
     let ctl = NvmlGpus::open(&cfg.nvml_library).map_err(|e| format!("job {job}: {e}"))?;
-    match reconfig::prolog(&cfg, &ctl, &spec) {
+    let result = match reconfig::prolog(&cfg, &ctl, &spec) {
         Ok(Outcome::Applied(env)) => {
             log::info!("job {job}: applied {} on GPUs {:?}", spec.mode, spec.gpus);
             log::debug!("job {job}: task environment {env:?}");
@@ -425,8 +426,22 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             log::info!("job {job}: refused --colloc={}: {}", spec.mode, r.message);
             Ok(())
         }
-        Ok(Outcome::Off) => Ok(()),
+        Ok(Outcome::Off) => return Ok(()),
         Err(fault) => Err(format!("job {job}: {fault}")),
+    };
+    publish(&cfg, job);
+    result
+}
+
+/// Who publishes: this plugin's version, for `colloc status --cluster`.
+const PUBLISHER: &str = concat!("plugin/", env!("CARGO_PKG_VERSION"));
+
+/// Publish the node's colloc state in its Slurm node comment (`colloc status --cluster`).
+/// Best effort and bounded: a failure is logged, never the job's or the node's problem.
+fn publish(cfg: &Config, job: u32) {
+    let build = crate::ffi::own_build_id();
+    if let Err(e) = colloc_core::publish::publish(cfg, PUBLISHER, build.as_deref()) {
+        log::warn!("job {job}: node comment for `colloc status --cluster` not updated: {e}");
     }
 }
 
@@ -451,6 +466,24 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
         if let Err(e) = Mode::parse_bytes(raw) {
             return Err(refuse_task(job, &format!("--colloc: {e}")));
         }
+    }
+    if asked && !args.config.exists() {
+        // A node without colloc.toml does not offer colloc: its prolog changed nothing.
+        let node = host
+            .env("SLURMD_NODENAME")
+            .map_or_else(|| "this node".to_string(), |n| format!("node {n}"));
+        let mode = raw
+            .as_deref()
+            .and_then(|r| Mode::parse_bytes(r).ok())
+            .unwrap_or(Mode::Off);
+        return Err(refuse_task(
+            job,
+            &format!(
+                "--colloc={mode} is not offered on {node} (it has no {}); ask your admin \
+                 which nodes offer colloc",
+                args.config.display()
+            ),
+        ));
     }
     let Some(cfg) = job_config(&args, asked, false)? else {
         return Ok(());
@@ -534,7 +567,9 @@ pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         }
     };
     let report = reconfig::restore(&cfg, ctl.as_ref().map(|c| c as &dyn GpuControl), job)
-        .map_err(|e| format!("job {job}: restore failed: {e}"))?;
+        .map_err(|e| format!("job {job}: restore failed: {e}"));
+    publish(&cfg, job);
+    let report = report?;
     for w in &report.warnings {
         log::warn!("{w}");
     }
@@ -759,7 +794,7 @@ mod tests {
             &path,
             format!(
                 "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\n\
-                 nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n{extra}",
+                 nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\nnode_comment = false\n{extra}",
                 dir.display()
             ),
         )
@@ -797,7 +832,10 @@ mod tests {
         job_prolog(&mut h, &[&missing]).unwrap();
         job_epilog(&mut h, &[&missing]).unwrap();
         let e = task_init_privileged(&mut h, &[&missing]).unwrap_err();
-        assert!(e.contains("cannot read"), "{e}");
+        assert!(
+            e.starts_with("job 7 cannot run: --colloc=mps is not offered on this node (it has no "),
+            "{e}"
+        );
         // --colloc=off asks for nothing.
         h.opt = Ok(Some(b"off".to_vec()));
         job_prolog(&mut h, &[&broken]).unwrap();

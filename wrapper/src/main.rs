@@ -40,6 +40,8 @@ mod bench;
 mod font;
 mod logger;
 mod run;
+mod slurm;
+mod status;
 
 /// Bad input: usage, mode, manifest or config. Exits with code 2.
 #[derive(Debug, thiserror::Error)]
@@ -78,8 +80,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Show the MIG layout or MPS split a mode would make (read-only, no root needed).
     Plan(admin::PlanArgs),
-    /// Show GPUs, MIG mode, instances, MPS daemons and journals colloc owns.
-    Status(admin::StatusArgs),
+    /// Show GPUs, MIG mode, instances, MPS daemons and journals colloc owns (--cluster:
+    /// every node's).
+    Status(status::StatusArgs),
     /// Apply a mode to a GPU for a job, as the prolog does (root).
     Apply(admin::ApplyArgs),
     /// Restore GPUs from job journals, as the epilog does (root).
@@ -134,7 +137,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run::main(a, &global),
         Command::Bench(a) => bench::main(a, &global),
         Command::Plan(a) => admin::plan(a, &global),
-        Command::Status(a) => admin::status(a, &global),
+        Command::Status(a) => status::main(a, &global),
         Command::Apply(a) => admin::apply(a, &global),
         Command::Restore(a) => admin::restore(a, &global),
         Command::CheckConfig(a) => admin::check_config(a, &global),
