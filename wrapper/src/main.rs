@@ -89,6 +89,12 @@ enum Command {
     Restore(admin::RestoreArgs),
     /// Validate a node configuration file.
     CheckConfig(admin::CheckConfigArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell (the
+    /// packages install bash's, zsh's and fish's).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Options every subcommand can read.
@@ -141,6 +147,14 @@ fn main() -> ExitCode {
         Command::Apply(a) => admin::apply(a, &global),
         Command::Restore(a) => admin::restore(a, &global),
         Command::CheckConfig(a) => admin::check_config(a, &global),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            // Into memory first: clap_complete panics on a closed stdout (`| head`).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "colloc", &mut script);
+            out!("{}", String::from_utf8_lossy(&script));
+            Ok(ExitCode::SUCCESS)
+        }
     }));
     match result {
         Ok(Ok(code)) => code,
