@@ -101,7 +101,15 @@ pub(crate) fn config_or_default(g: &Global) -> anyhow::Result<Config> {
 /// The config for commands that act as root (`apply`, `restore`, `check-config`): read
 /// only if no one but root could have changed it (else exit 2, nothing done).
 fn trusted_config(g: &Global) -> anyhow::Result<Config> {
-    Config::load_trusted(&g.config_path()).map_err(|e| bad_input(e.to_string()))
+    load_trusted(&g.config_path())
+}
+
+/// [`Config::load_trusted`] of a path an admin typed, which may be relative to the
+/// current directory (`colloc check-config colloc.toml` in /etc/slurm).
+fn load_trusted(path: &std::path::Path) -> anyhow::Result<Config> {
+    let path = std::path::absolute(path)
+        .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
+    Config::load_trusted(&path).map_err(|e| bad_input(e.to_string()))
 }
 
 /// `state_dir`, `run_dir`, `nvml_library`, `mps_control` must be root's alone: one line
@@ -348,7 +356,7 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
 /// this host (a login node without the NVIDIA driver).
 pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let path = a.file.unwrap_or_else(|| g.config_path());
-    let cfg = Config::load_trusted(&path).map_err(|e| bad_input(e.to_string()))?;
+    let cfg = load_trusted(&path)?;
     refuse_unsafe_paths(&cfg)?;
     let warnings = config_warnings(&cfg)?;
     let allowed: Vec<&str> = cfg.allowed_modes.iter().map(|k| k.as_str()).collect();

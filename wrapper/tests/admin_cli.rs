@@ -257,6 +257,26 @@ fn check_config(body: &str) -> (Option<i32>, String, String) {
 }
 
 #[test]
+fn check_config_takes_a_path_relative_to_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("colloc.toml"),
+        "version = 1\nnode_comment = false\n",
+    )
+    .unwrap();
+    let out = Command::cargo_bin("colloc")
+        .unwrap()
+        .env_remove("COLLOC_CONFIG")
+        .current_dir(dir.path())
+        .args(["check-config", "colloc.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("colloc.toml: ok ("), "{stdout}");
+}
+
+#[test]
 fn check_config_says_where_as_line_and_column() {
     let (code, _, err) = check_config("allowed_modes = [\"mps\",\n  \"gpu\"]\n");
     assert_eq!(code, Some(2));
