@@ -9,7 +9,9 @@
 //! colloc holds on the node: each job's mode and GPUs, and GPUs left marked.
 //!
 //! Publishing is best effort: it never fails a prolog or epilog, and it is bounded by
-//! [`PUBLISH_TIMEOUT`]. A record can be stale (slurmctld was unreachable, a node died);
+//! [`PUBLISH_TIMEOUT`]. Root runs `scontrol` only from the system directories and only
+//! where it is root's alone, never through a shell, with an environment of its own; what
+//! it writes comes from root's journals. A record can be stale (slurmctld was unreachable, a node died);
 //! `colloc status --cluster` therefore shows when each was written and compares its jobs
 //! with what Slurm says runs.
 
@@ -84,6 +86,9 @@ pub enum PublishError {
     /// `scontrol` is not installed in the system directories.
     #[error("scontrol not found in {}", crate::config::SYSTEM_BIN_DIRS.join(", "))]
     NoScontrol,
+    /// It is not a file only root can change: root does not run it.
+    #[error("not running {0}")]
+    Untrusted(crate::fs::FsError),
     /// It could not be started or waited for.
     #[error("cannot run {program}: {source}")]
     Spawn {
@@ -247,6 +252,19 @@ pub fn set_comment(
     slurm_conf: Option<&std::ffi::OsStr>,
 ) -> Result<(), PublishError> {
     let program = crate::config::resolve_program("scontrol").ok_or(PublishError::NoScontrol)?;
+    run_scontrol(&program, node, text, timeout, slurm_conf)
+}
+
+fn run_scontrol(
+    program: &std::path::Path,
+    node: &str,
+    text: &str,
+    timeout: Duration,
+    slurm_conf: Option<&std::ffi::OsStr>,
+) -> Result<(), PublishError> {
+    // Root runs it: only if it and its directories are root's alone (as mps_control).
+    crate::fs::open_trusted_file(program).map_err(PublishError::Untrusted)?;
+    let program = program.to_path_buf();
     let mut cmd = Command::new(&program);
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
@@ -365,6 +383,26 @@ mod tests {
         let r = NodeRecord::from_journals(&cfg, "colloc restore 0.1.0", None).unwrap();
         assert_eq!(r.by, "colloc_restore_0.1.0");
         assert!(r.jobs.is_empty());
+    }
+
+    #[test]
+    fn an_scontrol_others_could_change_is_not_run() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let fake = dir.path().join("scontrol");
+        std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = run_scontrol(&fake, "n1", "{}", Duration::from_secs(3), None).unwrap_err();
+        assert!(matches!(e, PublishError::Untrusted(_)), "{e}");
+        assert!(e.to_string().contains("mode 0777"), "{e}");
+        assert!(!marker.exists(), "it ran");
+        // The same program, root's alone: run (where the test runs as root).
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if crate::sys::euid() == 0 && crate::fs::open_trusted_file(&fake).is_ok() {
+            run_scontrol(&fake, "n1", "{}", Duration::from_secs(3), None).unwrap();
+            assert!(marker.exists());
+        }
     }
 
     #[test]
