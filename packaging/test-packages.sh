@@ -112,12 +112,25 @@ for e in \
     "-rw-r--r-- usr/share/doc/colloc/changelog.gz" \
     "-rw-r--r-- usr/share/doc/colloc/changelog.Debian.gz" \
     "-rw-r--r-- usr/lib/tmpfiles.d/colloc.conf" \
-    "-rwxr-xr-x usr/libexec/colloc/colloc-pre-remove"; do
+    "-rwxr-xr-x usr/libexec/colloc/colloc-pre-remove" \
+    "-rw-r--r-- usr/share/bash-completion/completions/colloc" \
+    "-rw-r--r-- usr/share/zsh/vendor-completions/_colloc" \
+    "-rw-r--r-- usr/share/fish/vendor_completions.d/colloc.fish" \
+    "-rw-r--r-- usr/share/doc/colloc/SECURITY.md" \
+    "-rw-r--r-- usr/share/doc/colloc/design.md" \
+    "-rw-r--r-- usr/share/doc/colloc/examples/runs.toml" \
+    "-rw-r--r-- usr/share/doc/colloc/examples/mps-pack.sbatch" \
+    "-rw-r--r-- usr/share/doc/colloc/examples/slurm-conf/gres.conf" \
+    "-rw-r--r-- usr/share/doc/colloc/examples/slurm-conf/job_submit.lua"; do
     if has_entry "${e%% *}" "${e#* }"; then ok "dpkg-deb -c: ${e#* } (${e%% *} root/root)"; else not_ok "dpkg-deb -c: ${e#* } (${e%% *} root/root)" "$deb_list"; fi
 done
 if [ -f "$REPO/README.md" ]; then
     check "dpkg-deb -c: usr/share/doc/colloc/README.md" has_entry -rw-r--r-- usr/share/doc/colloc/README.md
 fi
+# Every user example of slurm-conf/examples/ ships in examples/.
+for f in "$REPO"/slurm-conf/examples/*; do
+    check "dpkg-deb -c: example $(basename "$f")" has_entry -rw-r--r-- "usr/share/doc/colloc/examples/$(basename "$f")"
+done
 check "conffiles: colloc.toml and plugstack fragment" bash -c \
     "dpkg-deb -I '$DEB' conffiles | grep -qx /etc/slurm/colloc.toml && dpkg-deb -I '$DEB' conffiles | grep -qx /etc/slurm/plugstack.conf.d/colloc.conf"
 slurm_version
@@ -131,6 +144,42 @@ if command -v lintian >/dev/null; then
     lintian_out=$(lintian --tag-display-limit 0 "$DEB" 2>&1 | grep -E '^E: ' || true)
     if [ -z "$lintian_out" ]; then ok "lintian: no errors"; else not_ok "lintian errors" "$lintian_out"; fi
 fi
+
+# ---------------------------------------------------------------- Slurm version check
+# The maintainer scripts that refuse a Slurm of another major.minor, with stand-in Slurm
+# commands on PATH: the .deb's preinst, and the RPM's %pre.
+SV=$WORK/slurm-version
+mkdir -p "$SV/bin"
+fake_slurm() { # fake_slurm VERSION|none
+    rm -f "$SV/bin/slurmd" "$SV/bin/sinfo" "$SV/bin/srun"
+    [ "$1" = none ] && return 0
+    printf '#!/bin/sh\necho "slurm %s"\n' "$1" >"$SV/bin/slurmd"
+    chmod +x "$SV/bin/slurmd"
+}
+dpkg-deb -I "$DEB" preinst >"$SV/preinst" && chmod +x "$SV/preinst"
+slurm_script_cases() { # slurm_script_cases NAME SCRIPT ARG
+    local name=$1 script=$2 arg=$3 path="$SV/bin:/usr/bin:/bin"
+    fake_slurm "$SLURM_MAJMIN.9"
+    check "$name: Slurm $SLURM_MAJMIN.9 installed: goes on" env PATH="$path" "$script" "$arg"
+    fake_slurm 99.11.0
+    if out=$(env PATH="$path" "$script" "$arg" 2>&1); then
+        not_ok "$name: Slurm 99.11 installed: refuses (it succeeded)" "$out"
+    elif grep -q "built for Slurm $SLURM_MAJMIN, but Slurm 99.11 is installed" <<<"$out"; then
+        ok "$name: Slurm 99.11 installed: refuses, naming both versions"
+    else
+        not_ok "$name: Slurm 99.11 installed: refuses, naming both versions" "$out"
+    fi
+    check "$name: COLLOC_IGNORE_SLURM_VERSION=1 installs anyway" \
+        env PATH="$path" COLLOC_IGNORE_SLURM_VERSION=1 "$script" "$arg"
+    fake_slurm none
+    if out=$(env PATH="$SV/bin:/nonexistent" "$script" "$arg" 2>&1) &&
+        grep -q "works only with Slurm $SLURM_MAJMIN" <<<"$out"; then
+        ok "$name: no Slurm command answers: a warning, goes on"
+    else
+        not_ok "$name: no Slurm command answers: a warning, goes on" "$out"
+    fi
+}
+slurm_script_cases "deb preinst install" "$SV/preinst" install
 
 # ---------------------------------------------------------------- .rpm contents
 if [ -n "${RPM:-}" ]; then
@@ -149,6 +198,17 @@ if [ -n "${RPM:-}" ]; then
         "rpm -qp --qf '[%{FILEMODES:perms} %{FILEUSERNAME} %{FILENAMES}\n]' '$RPM' | grep -qx 'drwx------ root /var/lib/colloc'"
     check "rpm: Requires slurm $SLURM_MAJMIN only" bash -c \
         "rpm -qp --requires '$RPM' | grep -qx 'slurm >= $SLURM_MAJMIN' && rpm -qp --requires '$RPM' | grep -qx 'slurm < $SLURM_NEXT'"
+    for f in /usr/share/bash-completion/completions/colloc /usr/share/zsh/site-functions/_colloc \
+        /usr/share/fish/vendor_completions.d/colloc.fish /usr/share/doc/colloc/SECURITY.md \
+        /usr/share/doc/colloc/design.md /usr/share/doc/colloc/examples/runs.toml \
+        /usr/share/doc/colloc/examples/mps-pack.sbatch /usr/share/doc/colloc/examples/slurm-conf/gres.conf; do
+        if printf '%s\n' "$rpm_list" | grep -qx "$f"; then ok "rpm -qlp: $f"; else not_ok "rpm -qlp: $f" "$rpm_list"; fi
+    done
+    # %pre as rpm runs it: the scriptlet text between "preinstall scriptlet" and the next.
+    rpm -qp --scripts "$RPM" 2>/dev/null |
+        awk '/^preinstall scriptlet/ { f = 1; next } /^[a-z]+ (scriptlet|program)/ { f = 0 } f' >"$SV/pre"
+    (echo '#!/bin/sh'; cat "$SV/pre") >"$SV/pre.sh" && chmod +x "$SV/pre.sh"
+    slurm_script_cases "rpm %pre" "$SV/pre.sh" 1
     check "rpm: %preun runs colloc-pre-remove on erase" bash -c \
         "rpm -qp --scripts '$RPM' | sed -n '/^preuninstall/,/^[a-z]*install/p' | grep -q colloc-pre-remove"
     check "src.rpm: BuildRequires slurm-devel, cargo, clang-devel" bash -c \
@@ -207,6 +267,12 @@ for e in "755 root:root /usr/bin/colloc" "644 root:root $PLUGIN" \
     if [ "$got" = "$want" ]; then ok "installed $f is $want"; else not_ok "installed $f is $want" "got: $got"; fi
 done
 check "installed plugin exports the SPANK symbols" check_plugin "$PLUGIN"
+# The installed completions load in their shells and complete colloc's commands.
+check "bash completion: installed, loads, completes subcommands" bash -c \
+    '. /usr/share/bash-completion/completions/colloc && complete -p colloc >/dev/null &&
+     COMP_WORDS=(colloc st) COMP_CWORD=1 && _colloc colloc st colloc && printf "%s\n" "${COMPREPLY[@]}" | grep -qx status'
+check "zsh completion: installed, defines _colloc" grep -q '^#compdef colloc' /usr/share/zsh/vendor-completions/_colloc
+check "fish completion: installed, completes check-config" grep -q 'check-config' /usr/share/fish/vendor_completions.d/colloc.fish
 check "Slurm's plugstack.conf includes plugstack.conf.d" \
     grep -Eq '^[[:space:]]*include[[:space:]]+/etc/slurm/plugstack.conf.d/\*\.conf' /etc/slurm/plugstack.conf
 

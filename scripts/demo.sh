@@ -5,7 +5,8 @@
 #      device for Slurm, libfake_nvml.so standing in for libnvidia-ml);
 #   3. shows that a bad --colloc value is refused before anything is queued;
 #   4. submits `sbatch --colloc=mig:3g --gres=gpu:1` of an example job that prints what
-#      it saw, waits, prints its output and `colloc status` showing the GPU restored;
+#      it saw, waits, prints its output, `colloc status` showing the GPU restored and
+#      `colloc status --cluster` (every node, from what its prolog and epilog published);
 #   5. stops the cluster.
 # Needs root (Slurm daemons, device files). Set COLLOC_DEMO_KEEP=1 to keep the cluster's
 # folder (logs, job output) afterwards.
@@ -73,6 +74,9 @@ cat "$dir/jobs/$job.out"
 
 say "after the job: colloc status"
 colloc status
+
+say "the whole cluster, from what each node's prolog and epilog published: colloc status --cluster"
+colloc status --cluster
 
 instances=$(fake-nvml-ctl show --json | grep -c '"profile_id"' || true)
 journals=$(find "$dir/state" -name '*.json' | wc -l)

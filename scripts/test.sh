@@ -22,6 +22,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "build (the fake libnvidia-ml and stand-ins the tests load)"
 cargo build --workspace --locked
+# The plugin with the test-only seam test_panic= (never packaged), for the real-Slurm
+# panic-containment test: target/test-seams/libcolloc_spank.so.
+cargo build --locked -p colloc-spank --features test-seams --profile test-seams
 
 step "unit and CLI tests"
 tally cargo test --workspace --locked --exclude colloc-slurm-tests

@@ -86,6 +86,14 @@ pub struct Config {
     /// May the prolog switch MIG mode on and off itself.
     #[serde(default)]
     pub allow_mig_mode_change: bool,
+    /// Publish the node's colloc state (jobs, modes, marked GPUs) in its Slurm node
+    /// `Comment` at every prolog and epilog, for `colloc status --cluster`.
+    #[serde(default = "default_true")]
+    pub node_comment: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_allowed() -> Vec<ModeKind> {
@@ -139,6 +147,7 @@ impl Default for Config {
             nvml_library: default_nvml(),
             mps_control: default_mps_control(),
             allow_mig_mode_change: false,
+            node_comment: true,
         }
     }
 }
@@ -191,7 +200,7 @@ impl Config {
         // complaint about a key this build does not know.
         let raw: toml::Table = text
             .parse()
-            .map_err(|e: toml::de::Error| parse_err(one_line(&e)))?;
+            .map_err(|e: toml::de::Error| parse_err(one_line(&e, text)))?;
         match raw.get("version") {
             None => {
                 return Err(parse_err(format!(
@@ -205,7 +214,7 @@ impl Config {
                 )))
             }
         }
-        let cfg: Config = toml::from_str(text).map_err(|e| parse_err(one_line(&e)))?;
+        let cfg: Config = toml::from_str(text).map_err(|e| parse_err(one_line(&e, text)))?;
         cfg.validate(path)?;
         Ok(cfg)
     }
@@ -377,13 +386,29 @@ fn read_error(path: &Path, e: FsError) -> ConfigError {
     }
 }
 
-fn one_line(e: &toml::de::Error) -> String {
-    // toml's messages span lines (source excerpt); keep "line N, column M" and the reason.
+/// toml's own message spans lines (a source excerpt): keep the reason, and say where as
+/// `line:column` (1-based; the column counts characters), the way compilers and editors do.
+fn one_line(e: &toml::de::Error, text: &str) -> String {
     let msg = e.message().trim().replace('\n', "; ");
     match e.span() {
-        Some(span) => format!("{msg} (at byte {})", span.start),
+        Some(span) => {
+            let (line, column) = line_column(text, span.start);
+            format!("{line}:{column}: {msg}")
+        }
         None => msg.to_string(),
     }
+}
+
+/// The 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
 }
 
 #[cfg(test)]
@@ -406,6 +431,7 @@ run_dir = "/run/colloc"
 nvml_library = "libnvidia-ml.so.1"
 mps_control = "nvidia-cuda-mps-control"
 allow_mig_mode_change = false
+node_comment = true
 "#,
         )
         .unwrap();
@@ -477,6 +503,35 @@ allow_mig_mode_change = false
             assert!(!err.contains('\n'), "{text:?}: {err}");
             assert!(err.starts_with("test.toml: "), "{err}");
         }
+    }
+
+    #[test]
+    fn errors_say_where_as_line_and_column() {
+        for (text, want) in [
+            (
+                "version = 1\nbogus = 3\n",
+                "test.toml: 2:1: unknown field `bogus`",
+            ),
+            (
+                "version = 1\nallowed_modes = [\"mps\", \"gpu\"]\n",
+                "test.toml: 2:17: allowed_modes: unknown mode \"gpu\"",
+            ),
+            ("version = 1\n# é\nrun_dir = @\n", "test.toml: 3:11: "),
+            (
+                "version = 1\nallow_mig_mode_change = \"yes\"",
+                "test.toml: 2:25: invalid type",
+            ),
+        ] {
+            let err = parse(text).expect_err(text).to_string();
+            assert!(err.starts_with(want), "{text:?}: {err}");
+            assert!(!err.contains("byte"), "{err}");
+        }
+        assert_eq!(line_column("ab\ncd", 0), (1, 1));
+        assert_eq!(line_column("ab\ncd", 4), (2, 2));
+        assert_eq!(line_column("é\nxé=", 6), (2, 3));
+        assert_eq!(line_column("é\nxé=", 5), (2, 2), "inside é: its start");
+        assert_eq!(line_column("é", 1), (1, 1), "inside a character: its start");
+        assert_eq!(line_column("ab", 99), (1, 3));
     }
 
     #[test]

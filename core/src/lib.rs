@@ -12,8 +12,11 @@
 //! - [`fs`]: root-side file system work that never follows a path a user can change.
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
 //! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
+//! - [`publish`]: the node's colloc state in its Slurm node comment, for the cluster view.
+//! - [`buildid`]: the GNU build id of an ELF file (which plugin build runs where).
 #![deny(missing_docs)]
 
+pub mod buildid;
 pub mod config;
 pub mod fs;
 pub mod gpu;
@@ -23,6 +26,7 @@ pub mod mig;
 pub mod mode;
 pub mod mps;
 pub mod nvml;
+pub mod publish;
 pub mod reconfig;
 pub mod rundir;
 pub mod sys;

@@ -1,7 +1,7 @@
 //! Apply a mode to a job's GPUs (the prolog, `colloc apply`) and restore them (the epilog,
 //! `colloc restore`).
 //!
-//! Rules (design.md, "GPU reconfiguration rules"):
+//! Rules (docs/design.md, "Reconfiguration: apply and restore"):
 //! - A journal is written before anything changes; per-GPU locks are held throughout.
 //! - A user's mistake (a layout that does not fit, a mode the node does not allow) and a
 //!   GPU colloc may not touch (processes, foreign instances, MIG off) change nothing and
@@ -600,7 +600,7 @@ fn start_mps(cfg: &Config, j: &mut Journal) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The environment of the job's tasks (design.md, "Environment the plugin sets").
+/// The environment of the job's tasks (docs/design.md, "The environment contract").
 fn job_env(j: &Journal, gpus: &[GpuInfo], mode: &Mode) -> Vec<(String, String)> {
     let mut env = Vec::new();
     match mode {

@@ -119,6 +119,24 @@ pub enum ChildEnd {
     Lost,
 }
 
+/// The name of user `uid` in the password database (`getpwuid_r`), `None` when it has
+/// none (or the database cannot be asked).
+pub fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: passwd is plain data; all-zero is a valid (empty) value to be filled in.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call and `buf` is as long as we say.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc != 0 || result.is_null() || pw.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points to a NUL-terminated string inside `buf`, which
+    // is still alive here.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 /// Exit code of a child whose change of credentials failed.
 pub const CHILD_CREDENTIALS_FAILED: i32 = 250;
 /// Exit code of a child whose parent died before it could start.
@@ -334,6 +352,12 @@ mod tests {
         })
         .unwrap();
         assert_eq!(end, ChildEnd::Exited(0));
+    }
+
+    #[test]
+    fn user_names() {
+        assert_eq!(user_name(0).as_deref(), Some("root"));
+        assert_eq!(user_name(4_000_000_000), None);
     }
 
     #[test]

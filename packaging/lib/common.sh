@@ -79,3 +79,13 @@ source_date_epoch() {
 }
 
 MAN_PAGES="colloc.1 colloc.toml.5 colloc-spank.8"
+
+# The examples both packages ship, into DIR: the user's job scripts and run manifest
+# (slurm-conf/examples/) in DIR, the admin's configuration files (slurm-conf/) in
+# DIR/slurm-conf.
+install_examples() {
+    local dir=$1
+    install -d -m 0755 "$dir" "$dir/slurm-conf"
+    find "$REPO/slurm-conf/examples" -maxdepth 1 -type f -exec install -m 0644 -t "$dir" {} +
+    find "$REPO/slurm-conf" -maxdepth 1 -type f -exec install -m 0644 -t "$dir/slurm-conf" {} +
+}

@@ -273,6 +273,60 @@ callback!(slurm_spank_job_prolog => plugin::job_prolog);
 callback!(slurm_spank_task_init_privileged => plugin::task_init_privileged);
 callback!(slurm_spank_job_epilog => plugin::job_epilog);
 
+/// The GNU build id of this plugin as loaded: the notes of the loaded object that holds
+/// [`plugin_name`]. Identifies the build exactly (the linker hashes the output), so
+/// `colloc status --cluster` can show which nodes run which build.
+pub fn own_build_id() -> Option<String> {
+    struct Search {
+        addr: usize,
+        found: Option<String>,
+    }
+    /// Called by `dl_iterate_phdr` for each loaded object; returns 1 to stop at ours.
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info for the call, and `data` is the
+        // `Search` own_build_id passed, alive and not otherwise borrowed during the walk.
+        let (info, search) = unsafe { (&*info, &mut *data.cast::<Search>()) };
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers of a loaded object.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into()) };
+        let base = info.dlpi_addr as usize;
+        let ours = phdrs.iter().any(|p| {
+            let start = base.wrapping_add(p.p_vaddr as usize);
+            p.p_type == libc::PT_LOAD
+                && (start..start.wrapping_add(p.p_memsz as usize)).contains(&search.addr)
+        });
+        if !ours {
+            return 0;
+        }
+        for p in phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE) {
+            let start = base.wrapping_add(p.p_vaddr as usize) as *const u8;
+            // SAFETY: a PT_NOTE segment of a loaded object is mapped readable, p_memsz
+            // bytes from its load address, for as long as the object stays loaded (it is
+            // us: during this call).
+            let notes = unsafe { std::slice::from_raw_parts(start, p.p_memsz as usize) };
+            if let Some(id) = colloc_core::buildid::from_notes(notes) {
+                search.found = Some(id);
+                break;
+            }
+        }
+        1
+    }
+    let mut search = Search {
+        addr: std::ptr::addr_of!(plugin_name) as usize,
+        found: None,
+    };
+    // SAFETY: `visit` matches dl_iterate_phdr's callback type and only reads what the
+    // loader hands it; `search` outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), std::ptr::addr_of_mut!(search).cast()) };
+    search.found
+}
+
 /// The primary group of a user, from the password database (for a prolog environment
 /// without `SLURM_JOB_GID`).
 pub fn primary_gid(uid: u32) -> Option<u32> {
@@ -314,6 +368,15 @@ mod tests {
         // SAFETY: both entries are valid C strings.
         let e = unsafe { args(2, v.as_mut_ptr()) }.unwrap_err();
         assert!(e.contains("not valid UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn the_build_id_read_in_memory_is_the_files() {
+        // In the unit tests `plugin_name` lives in the test executable: its build id as
+        // loaded must be the one in its file (and readelf's).
+        let exe = std::env::current_exe().unwrap();
+        let from_file = colloc_core::buildid::of_file(&exe).expect("a build id in the file");
+        assert_eq!(own_build_id(), Some(from_file));
     }
 
     #[test]

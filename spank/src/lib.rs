@@ -6,8 +6,9 @@
 //! - [`plugin`]: what each callback does, over the [`plugin::Host`] trait.
 //! - [`logger`]: `log` records to Slurm's logging.
 //!
-//! Enable it with a plugstack.conf line (see slurm-conf/plugstack.conf):
-//! `required /usr/lib/x86_64-linux-gnu/slurm-wlm/libcolloc_spank.so config=/etc/slurm/colloc.toml`
+//! Enable it with a plugstack.conf line (see slurm-conf/plugstack.conf and colloc-spank(8)):
+//! `optional /usr/lib/x86_64-linux-gnu/slurm-wlm/libcolloc_spank.so config=/etc/slurm/colloc.toml`
+//! (`required` once every host has it). How it works: docs/design.md.
 #![deny(missing_docs)]
 
 pub mod ffi;

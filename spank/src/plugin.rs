@@ -77,8 +77,9 @@ pub trait Host {
 /// Environment variable through which Slurm hands the option to prolog and epilog.
 pub const OPTION_ENV: &str = "SPANK__SLURM_SPANK_OPTION_colloc_colloc";
 
-/// The plugstack.conf arguments: `config=PATH`, `default=MODE`, and for tests of the
-/// plugin's panic containment `test_panic=option|task`.
+/// The plugstack.conf arguments: `config=PATH`, `default=MODE`, and, only in a plugin
+/// built with the `test-seams` feature (the test suite's, never a package's), the
+/// argument `test_panic=option|task` for tests of the plugin's panic containment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginArgs {
     /// The node configuration file.
@@ -87,9 +88,16 @@ pub struct PluginArgs {
     pub default: Option<Mode>,
     /// Panic on purpose in this callback (tests only): shows on a real cluster that a
     /// panic stays inside the plugin, fails that one submission or task with a message,
-    /// and takes down neither sbatch nor slurmstepd.
+    /// and takes down neither sbatch nor slurmstepd. Always `None` in a release plugin.
     pub test_panic: Option<TestPanic>,
 }
+
+/// The arguments a plugin accepts, for messages.
+#[cfg(feature = "test-seams")]
+const VALID_ARGS: &str = "config=PATH, default=MODE, test_panic=option|task";
+/// The arguments a plugin accepts, for messages.
+#[cfg(not(feature = "test-seams"))]
+const VALID_ARGS: &str = "config=PATH, default=MODE";
 
 /// Where `test_panic=` makes the plugin panic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,8 +139,11 @@ pub fn parse_args(args: &[&str]) -> Result<PluginArgs, String> {
                     "plugstack.conf: config={p} must be an absolute path"
                 ))
             }
+            #[cfg(feature = "test-seams")]
             Some(("test_panic", "option")) => out.test_panic = Some(TestPanic::Option),
+            #[cfg(feature = "test-seams")]
             Some(("test_panic", "task")) => out.test_panic = Some(TestPanic::Task),
+            #[cfg(feature = "test-seams")]
             Some(("test_panic", v)) => {
                 return Err(format!(
                     "plugstack.conf: test_panic={}: valid: option, task",
@@ -147,7 +158,7 @@ pub fn parse_args(args: &[&str]) -> Result<PluginArgs, String> {
             }
             _ => {
                 return Err(format!(
-                    "plugstack.conf: unknown argument {}; valid: config=PATH, default=MODE, test_panic=option|task",
+                    "plugstack.conf: unknown argument {}; valid: {VALID_ARGS}",
                     colloc_core::mode::show_input(arg)
                 ))
             }
@@ -401,10 +412,11 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     if let Err(e) = cfg.check_nvml_library() {
         log::error!("job {job}: refused: nvml_library: {e}");
         reconfig::record_refusal(&cfg, &spec, format!("nvml_library: {e}"));
+        publish(&cfg, job);
         return Ok(());
     }
     let ctl = NvmlGpus::open(&cfg.nvml_library).map_err(|e| format!("job {job}: {e}"))?;
-    match reconfig::prolog(&cfg, &ctl, &spec) {
+    let result = match reconfig::prolog(&cfg, &ctl, &spec) {
         Ok(Outcome::Applied(env)) => {
             log::info!("job {job}: applied {} on GPUs {:?}", spec.mode, spec.gpus);
             log::debug!("job {job}: task environment {env:?}");
@@ -414,8 +426,22 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             log::info!("job {job}: refused --colloc={}: {}", spec.mode, r.message);
             Ok(())
         }
-        Ok(Outcome::Off) => Ok(()),
+        Ok(Outcome::Off) => return Ok(()),
         Err(fault) => Err(format!("job {job}: {fault}")),
+    };
+    publish(&cfg, job);
+    result
+}
+
+/// Who publishes: this plugin's version, for `colloc status --cluster`.
+const PUBLISHER: &str = concat!("plugin/", env!("CARGO_PKG_VERSION"));
+
+/// Publish the node's colloc state in its Slurm node comment (`colloc status --cluster`).
+/// Best effort and bounded: a failure is logged, never the job's or the node's problem.
+fn publish(cfg: &Config, job: u32) {
+    let build = crate::ffi::own_build_id();
+    if let Err(e) = colloc_core::publish::publish(cfg, PUBLISHER, build.as_deref()) {
+        log::warn!("job {job}: node comment for `colloc status --cluster` not updated: {e}");
     }
 }
 
@@ -440,6 +466,24 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
         if let Err(e) = Mode::parse_bytes(raw) {
             return Err(refuse_task(job, &format!("--colloc: {e}")));
         }
+    }
+    if asked && !args.config.exists() {
+        // A node without colloc.toml does not offer colloc: its prolog changed nothing.
+        let node = host
+            .env("SLURMD_NODENAME")
+            .map_or_else(|| "this node".to_string(), |n| format!("node {n}"));
+        let mode = raw
+            .as_deref()
+            .and_then(|r| Mode::parse_bytes(r).ok())
+            .unwrap_or(Mode::Off);
+        return Err(refuse_task(
+            job,
+            &format!(
+                "--colloc={mode} is not offered on {node} (it has no {}); ask your admin \
+                 which nodes offer colloc",
+                args.config.display()
+            ),
+        ));
     }
     let Some(cfg) = job_config(&args, asked, false)? else {
         return Ok(());
@@ -523,17 +567,34 @@ pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         }
     };
     let report = reconfig::restore(&cfg, ctl.as_ref().map(|c| c as &dyn GpuControl), job)
-        .map_err(|e| format!("job {job}: restore failed: {e}"))?;
+        .map_err(|e| format!("job {job}: restore failed: {e}"));
+    publish(&cfg, job);
+    let report = report?;
     for w in &report.warnings {
         log::warn!("{w}");
     }
-    log::info!(
-        "job {job}: restored ({} MIG instances destroyed, {} MPS daemons stopped, {} processes killed)",
+    log::info!("{}", epilog_summary(job, &report));
+    Ok(())
+}
+
+/// The epilog's one log line: "restored" only when nothing is left; a GPU whose instances
+/// something still holds stays marked (journal kept), and the line says so.
+fn epilog_summary(job: u32, report: &reconfig::RestoreReport) -> String {
+    let counts = format!(
+        "{} MIG instances destroyed, {} MPS daemons stopped, {} processes killed",
         report.destroyed,
         report.mps_stopped,
         report.killed.len()
     );
-    Ok(())
+    if report.held.is_empty() {
+        return format!("job {job}: restored ({counts})");
+    }
+    let held: Vec<String> = report.held.iter().map(|h| h.describe()).collect();
+    format!(
+        "job {job}: not fully restored ({counts}); GPU(s) stay marked, their journal is kept \
+         and later colloc jobs are refused them until `colloc restore --job {job}` succeeds: {}",
+        held.join("; ")
+    )
 }
 
 #[cfg(test)]
@@ -549,13 +610,7 @@ mod tests {
         assert_eq!(a.config, PathBuf::from("/etc/x.toml"));
         assert_eq!(a.default, Some(Mode::Mps { clients: Some(2) }));
         assert_eq!(a.test_panic, None);
-        let a = parse_args(&["test_panic=task"]).unwrap();
-        assert_eq!(a.test_panic, Some(TestPanic::Task));
         for (bad, want) in [
-            (
-                &["test_panic=prolog"][..],
-                "test_panic=\"prolog\": valid: option, task",
-            ),
             (&["config=rel.toml"][..], "must be an absolute path"),
             (&["default=mig:"][..], "default=mig:: invalid mode"),
             (&["verbose"][..], "unknown argument \"verbose\""),
@@ -564,6 +619,59 @@ mod tests {
             let e = parse_args(bad).unwrap_err();
             assert!(e.contains(want), "{bad:?}: {e}");
         }
+    }
+
+    /// The panic seam exists only in the test suite's plugin (`--features test-seams`).
+    #[cfg(feature = "test-seams")]
+    #[test]
+    fn the_test_build_takes_test_panic() {
+        let a = parse_args(&["test_panic=task"]).unwrap();
+        assert_eq!(a.test_panic, Some(TestPanic::Task));
+        let e = parse_args(&["test_panic=prolog"]).unwrap_err();
+        assert!(
+            e.contains("test_panic=\"prolog\": valid: option, task"),
+            "{e}"
+        );
+    }
+
+    /// A release plugin refuses `test_panic=` like any unknown argument, and does not name
+    /// it among the valid ones.
+    #[cfg(not(feature = "test-seams"))]
+    #[test]
+    fn a_release_build_refuses_test_panic() {
+        for arg in ["test_panic=task", "test_panic=option"] {
+            let e = parse_args(&[arg]).unwrap_err();
+            assert!(e.contains("unknown argument \"test_panic="), "{e}");
+            assert!(e.ends_with("valid: config=PATH, default=MODE"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_epilog_says_restored_only_when_nothing_is_held() {
+        let mut report = reconfig::RestoreReport {
+            jobs: vec![5],
+            destroyed: 2,
+            ..Default::default()
+        };
+        let line = epilog_summary(5, &report);
+        assert!(
+            line.starts_with("job 5: restored (2 MIG instances"),
+            "{line}"
+        );
+        report.jobs.clear();
+        report.held.push(colloc_core::gpu::GpuHold {
+            index: 0,
+            uuid: "GPU-0".into(),
+            gi_ids: vec![1],
+            reason: colloc_core::gpu::HoldReason::InUse,
+            since: 0,
+        });
+        let line = epilog_summary(5, &report);
+        assert!(!line.starts_with("job 5: restored"), "{line}");
+        assert!(line.contains("not fully restored"), "{line}");
+        assert!(line.contains("stay marked"), "{line}");
+        assert!(line.contains("colloc restore --job 5"), "{line}");
+        assert!(line.contains("GPU 0: MIG instance(s) GI 1"), "{line}");
     }
 
     #[test]
@@ -686,7 +794,7 @@ mod tests {
             &path,
             format!(
                 "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\n\
-                 nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n{extra}",
+                 nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\nnode_comment = false\n{extra}",
                 dir.display()
             ),
         )
@@ -724,7 +832,10 @@ mod tests {
         job_prolog(&mut h, &[&missing]).unwrap();
         job_epilog(&mut h, &[&missing]).unwrap();
         let e = task_init_privileged(&mut h, &[&missing]).unwrap_err();
-        assert!(e.contains("cannot read"), "{e}");
+        assert!(
+            e.starts_with("job 7 cannot run: --colloc=mps is not offered on this node (it has no "),
+            "{e}"
+        );
         // --colloc=off asks for nothing.
         h.opt = Ok(Some(b"off".to_vec()));
         job_prolog(&mut h, &[&broken]).unwrap();

@@ -13,7 +13,7 @@ use colloc_core::mode::Mode;
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, NodeFault, Outcome};
 use colloc_core::{journal, mps};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::{bad_input, Global};
 
@@ -36,14 +36,6 @@ pub struct PlanArgs {
     /// Plan for this node's GPU (NVML index), using what the driver reports.
     #[arg(long, value_name = "INDEX")]
     gpu: Option<u32>,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-/// `colloc status [--json]`
-#[derive(clap::Args, Debug)]
-pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -98,7 +90,7 @@ fn parse_mode(s: &str) -> anyhow::Result<Mode> {
 
 /// The config for read-only commands: the file if it can be read, defaults if the
 /// default file is simply absent; a broken file is still an error.
-fn config_or_default(g: &Global) -> anyhow::Result<Config> {
+pub(crate) fn config_or_default(g: &Global) -> anyhow::Result<Config> {
     let path = g.config_path();
     if g.config.is_none() && std::env::var_os("COLLOC_CONFIG").is_none() && !path.exists() {
         return Ok(Config::default());
@@ -109,7 +101,15 @@ fn config_or_default(g: &Global) -> anyhow::Result<Config> {
 /// The config for commands that act as root (`apply`, `restore`, `check-config`): read
 /// only if no one but root could have changed it (else exit 2, nothing done).
 fn trusted_config(g: &Global) -> anyhow::Result<Config> {
-    Config::load_trusted(&g.config_path()).map_err(|e| bad_input(e.to_string()))
+    load_trusted(&g.config_path())
+}
+
+/// [`Config::load_trusted`] of a path an admin typed, which may be relative to the
+/// current directory (`colloc check-config colloc.toml` in /etc/slurm).
+fn load_trusted(path: &std::path::Path) -> anyhow::Result<Config> {
+    let path = std::path::absolute(path)
+        .map_err(|e| bad_input(format!("cannot read {}: {e}", path.display())))?;
+    Config::load_trusted(&path).map_err(|e| bad_input(e.to_string()))
 }
 
 /// `state_dir`, `run_dir`, `nvml_library`, `mps_control` must be root's alone: one line
@@ -234,246 +234,15 @@ pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `colloc status` could read about one GPU's MIG instances.
-enum InstanceView {
-    /// The instances (empty with MIG off).
-    Listed(Vec<colloc_core::gpu::Instance>),
-    /// Listing needs privilege (NVML_ERROR_NO_PERMISSION); the MIG devices anyone sees.
-    NeedsRoot(Vec<(u32, u32, String)>),
-    /// Another NVML failure.
-    Failed(String),
-}
-
-fn instance_view(ctl: &NvmlGpus, gpu: u32) -> InstanceView {
-    match ctl.instances(gpu) {
-        Ok(list) => InstanceView::Listed(list),
-        Err(e) if e.is_no_permission() => {
-            InstanceView::NeedsRoot(ctl.mig_device_list(gpu).unwrap_or_default())
-        }
-        Err(e) => InstanceView::Failed(e.to_string()),
-    }
-}
-
-const NEEDS_ROOT: &str = "needs root (NVML_ERROR_NO_PERMISSION)";
-
-/// `colloc status`.
-pub fn status(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
-    let cfg = config_or_default(g)?;
-    let mut code = ExitCode::SUCCESS;
-    let mut text = String::new();
-    let mut journals = Vec::new();
-    let mut journals_error = None;
-    match journal::list(&cfg) {
-        Ok(list) => journals = list,
-        Err(colloc_core::journal::JournalError::Io { source, path, .. })
-            if source.kind() == std::io::ErrorKind::PermissionDenied =>
-        {
-            journals_error = Some(format!("needs root to read {}", path.display()));
-        }
-        Err(e) => {
-            journals_error = Some(e.to_string());
-            code = ExitCode::from(1);
-        }
-    }
-    // GPUs a restore left marked, by UUID: the job and what holds them.
-    let marked: Vec<(u32, &colloc_core::gpu::GpuHold)> = journals
-        .iter()
-        .flatten()
-        .flat_map(|j| j.held.iter().map(move |h| (j.job, h)))
-        .collect();
-    let mut gpus_json = Vec::new();
-    match open_gpus(&cfg) {
-        Ok(ctl) => {
-            for gi in ctl.gpus()? {
-                let view = instance_view(&ctl, gi.index);
-                let processes = ctl.processes(gi.index).map(|p| p.len()).unwrap_or(0);
-                let mig_on = gi.mig_mode.is_some_and(|m| m.current);
-                let pending = gi.mig_mode.is_some_and(|m| m.pending != m.current);
-                let what = match &view {
-                    InstanceView::Listed(list) => format!("{} instance(s)", list.len()),
-                    InstanceView::NeedsRoot(devs) => format!(
-                        "instances: {NEEDS_ROOT}, {} MIG device(s) visible",
-                        devs.len()
-                    ),
-                    InstanceView::Failed(e) => format!("instances unreadable: {e}"),
-                };
-                let _ = writeln!(
-                    text,
-                    "GPU {} {} {}: MIG {}{}, {what}, {} process(es)",
-                    gi.index,
-                    gi.name,
-                    gi.uuid,
-                    match gi.mig_mode {
-                        None => "unsupported",
-                        Some(_) if mig_on => "on",
-                        Some(_) => "off",
-                    },
-                    if pending { " (change pending)" } else { "" },
-                    processes
-                );
-                let (instances_json, error_json, devices_json) = match &view {
-                    InstanceView::Listed(list) => {
-                        for i in list {
-                            let _ = writeln!(
-                                text,
-                                "  {:<12} start {} size {}  GI {}  {}",
-                                i.profile,
-                                i.placement.start,
-                                i.placement.size,
-                                i.gi_id,
-                                i.uuid.as_deref().unwrap_or("-")
-                            );
-                        }
-                        let v: Vec<_> = list
-                            .iter()
-                            .map(|i| {
-                                json!({
-                                    "profile": i.profile, "uuid": i.uuid,
-                                    "start": i.placement.start, "size": i.placement.size,
-                                    "gi_id": i.gi_id,
-                                })
-                            })
-                            .collect();
-                        (json!(v), None, None)
-                    }
-                    InstanceView::NeedsRoot(devs) => {
-                        for (gi_id, ci_id, uuid) in devs {
-                            let _ = writeln!(text, "  MIG device {uuid}  GI {gi_id} CI {ci_id}");
-                        }
-                        let d: Vec<_> = devs
-                            .iter()
-                            .map(|(g, c, u)| json!({"gi_id": g, "ci_id": c, "uuid": u}))
-                            .collect();
-                        (Value::Null, Some(NEEDS_ROOT.to_string()), Some(json!(d)))
-                    }
-                    InstanceView::Failed(e) => {
-                        code = ExitCode::from(1);
-                        (Value::Null, Some(e.clone()), None)
-                    }
-                };
-                let marked_by: Vec<u32> = marked
-                    .iter()
-                    .filter(|(_, h)| h.uuid == gi.uuid)
-                    .map(|(job, _)| *job)
-                    .collect();
-                for job in &marked_by {
-                    let _ = writeln!(
-                        text,
-                        "  MARKED by job {job}: later jobs are refused this GPU until \
-                         `colloc restore --job {job}` succeeds"
-                    );
-                }
-                let mut v = json!({
-                    "index": gi.index, "uuid": gi.uuid, "name": gi.name,
-                    "mig_mode": mig_on, "mig_mode_pending": gi.mig_mode.map(|m| m.pending),
-                    "instances": instances_json,
-                    "processes": processes,
-                    "marked_by": marked_by,
-                });
-                if let Some(e) = error_json {
-                    v["instances_error"] = json!(e);
-                }
-                if let Some(d) = devices_json {
-                    v["mig_devices"] = d;
-                }
-                gpus_json.push(v);
-            }
-        }
-        Err(e) => {
-            log::warn!("{e:#}");
-            let _ = writeln!(text, "GPUs: unavailable ({e})");
-            code = ExitCode::from(1);
-        }
-    }
-    let mut journals_json = Vec::new();
-    for j in &journals {
-        match j {
-            Ok(j) => {
-                let _ = writeln!(
-                    text,
-                    "job {}: {} on GPU(s) {:?}, {:?}{}",
-                    j.job,
-                    j.mode,
-                    j.gpu_indexes(),
-                    j.phase,
-                    j.mps
-                        .iter()
-                        .map(|d| format!(", MPS daemon in {}", d.pipe_dir.display()))
-                        .collect::<String>()
-                );
-                for h in &j.held {
-                    let _ = writeln!(
-                        text,
-                        "  MARKED: {}. Stop it, then run `colloc restore --job {}`.",
-                        h.describe(),
-                        j.job
-                    );
-                }
-                journals_json.push(json!({
-                    "job": j.job, "gpus": j.gpu_indexes(), "mode": j.mode,
-                    "phase": j.phase,
-                    "mps": j.mps.iter().map(|d| d.pipe_dir.display().to_string()).collect::<Vec<_>>(),
-                    "held": j.held,
-                }));
-            }
-            Err(e) => {
-                let _ = writeln!(
-                    text,
-                    "unreadable journal: {e} (`colloc restore --all` moves it aside)"
-                );
-                code = ExitCode::from(1);
-            }
-        }
-    }
-    match &journals_error {
-        Some(e) => {
-            let _ = writeln!(text, "journals: {e}");
-        }
-        None if journals_json.is_empty() => {
-            let _ = writeln!(text, "no colloc journals on this node");
-        }
-        None => {}
-    }
-    // Who may hold a marked GPU: processes with NVIDIA device files open (DCGM's
-    // nv-hostengine, dcgm-exporter, a process with a leftover NVML handle).
-    let users = if marked.is_empty() {
-        Vec::new()
-    } else {
-        colloc_core::holders::nvidia_device_users()
-    };
-
-    let in_use = marked
-        .iter()
-        .any(|(_, h)| h.reason == colloc_core::gpu::HoldReason::InUse);
-    if in_use {
-        let _ = writeln!(
-            text,
-            "may hold them: {}; processes with NVIDIA device files open: {}",
-            colloc_core::gpu::LIKELY_HOLDERS,
-            if users.is_empty() {
-                "none seen".to_string()
-            } else {
-                users
-                    .iter()
-                    .map(|u| format!("{} ({})", u.pid, u.name))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
+/// Publish the node's journals in its Slurm node comment, as the prolog and epilog do
+/// (for `colloc status --cluster`); a failure is a warning.
+fn publish(cfg: &Config) {
+    let by = concat!("colloc/", env!("CARGO_PKG_VERSION"));
+    if let Err(e) = colloc_core::publish::publish(cfg, by, None) {
+        errln!(
+            "colloc: warning: the node comment for `colloc status --cluster` was not updated: {e}"
         );
     }
-    if a.json {
-        let mut v = json!({"gpus": gpus_json, "journals": journals_json});
-        if let Some(e) = &journals_error {
-            v["journals_error"] = json!(e);
-        }
-        if !marked.is_empty() {
-            v["device_users"] = json!(users);
-        }
-        outln!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        out!("{text}");
-    }
-    Ok(code)
 }
 
 /// `colloc apply`.
@@ -495,6 +264,7 @@ pub fn apply(a: ApplyArgs, g: &Global) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Outcome::Applied(env) => {
+            publish(&cfg);
             for (k, v) in env {
                 outln!("{k}={v}");
             }
@@ -543,6 +313,7 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
         })?,
         (None, _) => reconfig::restore_all(&cfg, ctl_ref)?,
     };
+    publish(&cfg);
     for w in &report.warnings {
         errln!("colloc: warning: {w}");
     }
@@ -580,31 +351,63 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `colloc check-config`.
+/// `colloc check-config`: errors (exit 2, one line) for what makes the file unusable;
+/// warnings on stderr (exit 0) for what works but is likely not meant, or not possible on
+/// this host (a login node without the NVIDIA driver).
 pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let path = a.file.unwrap_or_else(|| g.config_path());
-    let cfg = Config::load_trusted(&path).map_err(|e| bad_input(e.to_string()))?;
+    let cfg = load_trusted(&path)?;
     refuse_unsafe_paths(&cfg)?;
-    let mut notes = Vec::new();
-    if cfg.mps_control_path().is_none_or(|p| !p.is_file()) {
-        notes.push(format!(
-            "note: mps_control {} is not installed here (mps jobs would fail on this node)",
-            cfg.mps_control
-        ));
-    }
+    let warnings = config_warnings(&cfg)?;
+    let allowed: Vec<&str> = cfg.allowed_modes.iter().map(|k| k.as_str()).collect();
     outln!(
         "{}: ok (version {}, allowed modes: {}, default {})",
         path.display(),
         cfg.version,
-        cfg.allowed_modes
-            .iter()
-            .map(|k| k.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
+        if allowed.is_empty() {
+            "none but off".to_string()
+        } else {
+            allowed.join(", ")
+        },
         cfg.default_mode
     );
-    for n in notes {
-        outln!("{n}");
+    for w in warnings {
+        errln!("colloc: warning: {w}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What check-config warns about; an `nvml_library` path that does not exist is an error.
+fn config_warnings(cfg: &Config) -> anyhow::Result<Vec<String>> {
+    use colloc_core::mode::ModeKind;
+    let mut warnings = Vec::new();
+    if cfg.allowed_modes.is_empty() {
+        warnings.push(
+            "allowed_modes is empty: every job that asks for a mode with --colloc will be \
+             refused (only off is allowed); list naive, mps or mig to offer them"
+                .to_string(),
+        );
+    }
+    if cfg.nvml_library.contains('/') && !std::path::Path::new(&cfg.nvml_library).exists() {
+        return Err(bad_input(format!(
+            "nvml_library {} does not exist; give the path of libnvidia-ml.so.1, or the bare \
+             name libnvidia-ml.so.1 for the dynamic loader to find",
+            cfg.nvml_library
+        )));
+    }
+    if let Err(e) = NvmlGpus::open(&cfg.nvml_library) {
+        warnings.push(format!(
+            "{e}. Fine on a host without NVIDIA GPUs (a login node); on a GPU node every job \
+             that asks for a mode would fail its prolog and drain the node"
+        ));
+    }
+    let offers_mps = cfg.allowed_modes.contains(&ModeKind::Mps);
+    if offers_mps && cfg.mps_control_path().is_none_or(|p| !p.is_file()) {
+        warnings.push(format!(
+            "mps_control {} is not installed here: mps jobs would be refused on this node \
+             (fine on a login node)",
+            cfg.mps_control
+        ));
+    }
+    Ok(warnings)
 }

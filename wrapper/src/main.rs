@@ -21,6 +21,8 @@ mod logger;
 mod record;
 mod report;
 mod run;
+mod slurm;
+mod status;
 
 pub use cli::{bad_input, BadInput, Global};
 
@@ -54,14 +56,21 @@ enum Command {
     Report(report::ReportArgs),
     /// Show the MIG layout or MPS split a mode would make (read-only, no root needed).
     Plan(admin::PlanArgs),
-    /// Show GPUs, MIG mode, instances, MPS daemons and journals colloc owns.
-    Status(admin::StatusArgs),
+    /// Show GPUs, MIG mode, instances, MPS daemons and journals colloc owns (--cluster:
+    /// every node's).
+    Status(status::StatusArgs),
     /// Apply a mode to a GPU for a job, as the prolog does (root).
     Apply(admin::ApplyArgs),
     /// Restore GPUs from job journals, as the epilog does (root).
     Restore(admin::RestoreArgs),
     /// Validate a node configuration file.
     CheckConfig(admin::CheckConfigArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell (the
+    /// packages install bash's, zsh's and fish's).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -90,10 +99,18 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::main(a, &global),
         Command::Report(a) => report::main(a),
         Command::Plan(a) => admin::plan(a, &global),
-        Command::Status(a) => admin::status(a, &global),
+        Command::Status(a) => status::main(a, &global),
         Command::Apply(a) => admin::apply(a, &global),
         Command::Restore(a) => admin::restore(a, &global),
         Command::CheckConfig(a) => admin::check_config(a, &global),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            // Into memory first: clap_complete panics on a closed stdout (`| head`).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "colloc", &mut script);
+            out!("{}", String::from_utf8_lossy(&script));
+            Ok(ExitCode::SUCCESS)
+        }
     }));
     match result {
         Ok(Ok(code)) => code,

@@ -30,8 +30,10 @@ struct Node {
 impl Node {
     fn new(gpus: &str) -> Node {
         let dir = tempfile::tempdir().unwrap();
+        // node_comment off: these tests run no Slurm (the real-Slurm suite tests it).
         let cfg = format!(
-            "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\nnvml_library = \"{1}\"\n",
+            "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\nnvml_library = \"{1}\"\n\
+             node_comment = false\n",
             dir.path().display(),
             fake_lib().display()
         );
@@ -232,6 +234,206 @@ fn check_config_accepts_and_rejects() {
     }
     let err = one_line_error(&colloc(&["check-config", "/nonexistent/colloc.toml"]), 2);
     assert!(err.contains("cannot read"), "{err}");
+}
+
+/// `check-config FILE` with `body` (paths of its own): exit code, stdout, stderr.
+fn check_config(body: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("colloc.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\n{body}",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let out = colloc(&["check-config", file.to_str().unwrap()]);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_config_takes_a_path_relative_to_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("colloc.toml"),
+        "version = 1\nnode_comment = false\n",
+    )
+    .unwrap();
+    let out = Command::cargo_bin("colloc")
+        .unwrap()
+        .env_remove("COLLOC_CONFIG")
+        .current_dir(dir.path())
+        .args(["check-config", "colloc.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("colloc.toml: ok ("), "{stdout}");
+}
+
+#[test]
+fn check_config_says_where_as_line_and_column() {
+    let (code, _, err) = check_config("allowed_modes = [\"mps\",\n  \"gpu\"]\n");
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("colloc.toml: 4:17: allowed_modes: unknown mode \"gpu\""),
+        "{err}"
+    );
+    assert!(!err.contains("byte"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn check_config_nvml_library_missing_path_is_an_error_unloadable_a_warning() {
+    // A path that does not exist: exit 2, one line.
+    let (code, out, err) = check_config("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n");
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        err.contains("nvml_library /nonexistent/libnvidia-ml.so.1 does not exist"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // A name the loader cannot find here (a login node without the driver): a warning
+    // with what dlopen said, exit 0.
+    let (code, out, err) = check_config("nvml_library = \"libnvidia-ml-nowhere.so.1\"\n");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains(": ok ("), "{out}");
+    assert!(
+        err.contains("colloc: warning: cannot load NVML from libnvidia-ml-nowhere.so.1"),
+        "{err}"
+    );
+    assert!(err.contains("cannot open shared object file"), "{err}");
+    // A file that is there but no library: a warning naming why too.
+    let (code, _, err) = check_config("nvml_library = \"/etc/hostname\"\n");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("cannot load NVML from /etc/hostname"), "{err}");
+    // The fake library loads: no NVML warning.
+    let lib = fake_lib();
+    let (code, _, err) = check_config(&format!("nvml_library = \"{}\"\n", lib.display()));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("NVML"), "{err}");
+}
+
+#[test]
+fn check_config_warns_that_empty_allowed_modes_refuse_every_job() {
+    let lib = fake_lib();
+    let (code, out, err) = check_config(&format!(
+        "allowed_modes = []\nnvml_library = \"{}\"\n",
+        lib.display()
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("allowed modes: none but off"), "{out}");
+    assert!(!out.contains("allowed modes: ,"), "{out}");
+    assert!(
+        err.contains(
+            "allowed_modes is empty: every job that asks for a mode with --colloc will be refused"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_config_names_a_missing_mps_control_only_where_mps_is_allowed() {
+    let lib = fake_lib();
+    let missing = "mps_control = \"/nonexistent/nvidia-cuda-mps-control\"\n";
+    let (code, _, err) = check_config(&format!(
+        "allowed_modes = [\"mig\", \"naive\"]\nnvml_library = \"{}\"\n{missing}",
+        lib.display()
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("mps_control"), "{err}");
+    let (code, _, err) = check_config(&format!(
+        "allowed_modes = [\"mps\"]\nnvml_library = \"{}\"\n{missing}",
+        lib.display()
+    ));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains(
+            "warning: mps_control /nonexistent/nvidia-cuda-mps-control is not installed here"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn status_without_nvml_is_an_error_never_no_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("colloc.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\n\
+             nvml_library = \"libnvidia-ml-nowhere.so.1\"\nnode_comment = false\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::cargo_bin("colloc")
+            .unwrap()
+            .env_remove("COLLOC_CONFIG")
+            .arg("--config")
+            .arg(&cfg)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["gpus"], Value::Null, "{v}");
+    let e = v["error"].as_str().expect("an error field");
+    assert!(
+        e.contains("cannot load NVML from libnvidia-ml-nowhere.so.1"),
+        "{e}"
+    );
+    assert!(out.stderr.is_empty(), "{}", text(&out));
+    // Text: the error once, exit 1.
+    let out = run(&["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(all.matches("cannot load NVML").count(), 1, "{all}");
+}
+
+#[test]
+fn status_names_each_journals_user_and_whether_slurm_still_runs_it() {
+    let n = Node::new("A100-40GB");
+    let out = n.colloc(&["apply", "naive", "--gpu", "0", "--job", "71"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // No Slurm here: said so, never taken for "not running".
+    let out = Command::cargo_bin("colloc")
+        .unwrap()
+        .env("COLLOC_FAKE_NVML_STATE", n.state())
+        .env("SLURM_CONF", "/nonexistent/slurm.conf")
+        .arg("--config")
+        .arg(n.dir.path().join("colloc.toml"))
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = &v["journals"][0];
+    assert_eq!(j["job"], 71);
+    assert_eq!(j["user"], "root");
+    assert_eq!(j["uid"], 0);
+    assert_eq!(j["job_state"], "unknown");
+    assert_eq!(j["running"], Value::Null);
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .contains("SLURM_CONF=/nonexistent/slurm.conf does not exist"));
+    assert!(v["gpus"].is_array(), "{v}");
+    let out = n.colloc(&["restore", "--job", "71"]);
+    assert!(out.status.success(), "{}", text(&out));
 }
 
 #[test]

@@ -222,6 +222,28 @@ fn held_by_dcgm(c: &Cluster) {
         Some(1)
     );
 
+    // status --cluster: the epilog published the marks, for the whole cluster to see.
+    let bin = colloc_slurm_tests::colloc_bin();
+    let out = c
+        .slurm(bin.to_str().unwrap())
+        .args(["status", "--cluster", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status --cluster --json");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    assert!(
+        rows.iter()
+            .all(|r| r["job"] == id && r["marked"] == true && r["running"] == false),
+        "{v}"
+    );
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains(&format!("MARKED by job {id}")),
+        "{v}"
+    );
+
     // Once the holders are gone, a restore by hand finishes (while held it fails and
     // keeps the mark: wrapper/tests/admin_cli.rs, without another 15 s wait here).
     for g in ["0", "1"] {

@@ -318,41 +318,68 @@ impl Drop for RestoreFile {
     }
 }
 
-/// A panic inside the loaded plugin (forced with the `test_panic=` plugstack argument)
-/// is caught at the FFI boundary: sbatch reports it and exits normally without queueing
-/// the job; in slurmstepd it fails that job's task with the message, and the node stays
-/// up and idle, with no core dump of sbatch or slurmstepd.
+/// A panic inside the loaded plugin (forced with the `test_panic=` plugstack argument of
+/// the test suite's own plugin build, `--features test-seams`) is caught at the FFI
+/// boundary: sbatch reports it and exits normally without queueing the job; in
+/// slurmstepd it fails that job's task with the message, and the node stays up and idle,
+/// with no core dump of sbatch or slurmstepd. The plugin under test (the packaged one in
+/// CI) refuses the argument.
 fn plugin_panic_contained(c: &Cluster) {
     use std::os::unix::process::ExitStatusExt;
     let etc = c.dir().join("etc");
     let plugstack = etc.join("plugstack.conf");
-    let line = std::fs::read_to_string(&plugstack).unwrap();
-    let line = line.trim().to_string();
-    assert!(line.starts_with("required "), "plugstack.conf: {line}");
+    let live = std::fs::read_to_string(&plugstack).unwrap();
+    let live = live.trim().to_string();
+    assert!(live.starts_with("required "), "plugstack.conf: {live}");
+    // The same line with the test-seams plugin in place of the one under test.
+    let line = live.replacen(
+        &colloc_slurm_tests::plugin_path().display().to_string(),
+        &colloc_slurm_tests::test_seams_plugin()
+            .display()
+            .to_string(),
+        1,
+    );
+    assert_ne!(
+        line, live,
+        "plugstack.conf does not name the plugin under test"
+    );
 
-    // sbatch, the --colloc option callback: through a copy of slurm.conf so the daemons
+    // sbatch with a plugstack line of its own, through a copy of slurm.conf so the daemons
     // keep the real plugstack.
-    let panic_stack = etc.join("plugstack-panic.conf");
-    std::fs::write(&panic_stack, format!("{line} test_panic=option\n")).unwrap();
-    let conf = std::fs::read_to_string(etc.join("slurm.conf")).unwrap();
-    let conf: String = conf
-        .lines()
-        .map(|l| {
-            if l.starts_with("PlugStackConfig=") {
-                format!("PlugStackConfig={}\n", panic_stack.display())
-            } else {
-                format!("{l}\n")
-            }
-        })
-        .collect();
-    let panic_conf = etc.join("slurm-panic.conf");
-    std::fs::write(&panic_conf, conf).unwrap();
-    let out = c
-        .slurm("sbatch")
-        .env("SLURM_CONF", &panic_conf)
-        .args(["--colloc=naive", "--gres=gpu:1", "--wrap", "echo RAN"])
-        .output()
-        .unwrap();
+    let sbatch_with = |name: &str, plugstack_line: &str| {
+        let stack = etc.join(format!("plugstack-{name}.conf"));
+        std::fs::write(&stack, format!("{plugstack_line}\n")).unwrap();
+        let conf = std::fs::read_to_string(etc.join("slurm.conf")).unwrap();
+        let conf: String = conf
+            .lines()
+            .map(|l| {
+                if l.starts_with("PlugStackConfig=") {
+                    format!("PlugStackConfig={}\n", stack.display())
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        let slurm_conf = etc.join(format!("slurm-{name}.conf"));
+        std::fs::write(&slurm_conf, conf).unwrap();
+        c.slurm("sbatch")
+            .env("SLURM_CONF", &slurm_conf)
+            .args(["--colloc=naive", "--gres=gpu:1", "--wrap", "echo RAN"])
+            .output()
+            .unwrap()
+    };
+    // The plugin under test has no seam: test_panic= is an unknown argument there.
+    let out = sbatch_with("release", &format!("{live} test_panic=option"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "sbatch queued the job: {err}");
+    assert!(
+        err.contains("unknown argument \"test_panic=option\"; valid: config=PATH, default=MODE"),
+        "sbatch stderr: {err}"
+    );
+    assert_eq!(c.squeue(), "");
+
+    // sbatch, the --colloc option callback of the test-seams plugin.
+    let out = sbatch_with("panic", &format!("{line} test_panic=option"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.signal(), None, "sbatch died of a signal: {err}");
     assert!(!out.status.success(), "sbatch queued the job: {err}");
@@ -365,7 +392,7 @@ fn plugin_panic_contained(c: &Cluster) {
     // slurmstepd, task_init_privileged: the live plugstack.conf, for one job.
     let _restore = RestoreFile {
         path: plugstack.clone(),
-        text: format!("{line}\n"),
+        text: format!("{live}\n"),
     };
     std::fs::write(&plugstack, format!("{line} test_panic=task\n")).unwrap();
     let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], "echo RAN");

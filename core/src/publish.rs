@@ -1,0 +1,437 @@
+//! What a node tells the cluster about colloc, for `colloc status --cluster`.
+//!
+//! A node's colloc state changes only in the job prolog and epilog (and by hand with
+//! `colloc apply`/`restore`), and busy nodes (the ones that matter) cannot take a job
+//! that would look. So whatever changes the state also publishes it, as one compact
+//! JSON record in the node's Slurm `Comment` (`scontrol update NodeName=N Comment=…`),
+//! which slurmctld keeps across restarts and anyone can read back with `sinfo` or
+//! `scontrol show node`. The record is built from the journals alone, so it says what
+//! colloc holds on the node: each job's mode and GPUs, and GPUs left marked.
+//!
+//! Publishing is best effort: it never fails a prolog or epilog, and it is bounded by
+//! [`PUBLISH_TIMEOUT`]. Root runs `scontrol` only from the system directories and only
+//! where it is root's alone, never through a shell, with an environment of its own; what
+//! it writes comes from root's journals. A record can be stale (slurmctld was unreachable, a node died);
+//! `colloc status --cluster` therefore shows when each was written and compares its jobs
+//! with what Slurm says runs.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::journal::{self, GpuLock, Phase};
+
+/// Record format version (the value of the `colloc` key).
+pub const RECORD_VERSION: u32 = 1;
+/// The longest one publication may take: `scontrol` is killed after it. Prologs and
+/// epilogs on one node publish one at a time (a lock), each within this bound.
+pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest comment colloc writes; past it the per-job entries are cut (and `cut` set).
+pub const RECORD_LIMIT: usize = 4000;
+
+/// One node's colloc state, as published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeRecord {
+    /// Format version ([`RECORD_VERSION`]); also how a colloc record is recognized.
+    pub colloc: u32,
+    /// When it was written (seconds since the epoch).
+    pub at: u64,
+    /// Who wrote it: `plugin/<version>` from the prolog or epilog, `colloc/<version>` by
+    /// hand (no spaces).
+    pub by: String,
+    /// The GNU build id of the plugin that wrote it (first 12 hex digits); `None` when
+    /// written by the `colloc` command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<String>,
+    /// The jobs that have journals on the node.
+    pub jobs: Vec<JobEntry>,
+    /// Journal files that could not be read (their GPUs may be reconfigured).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unreadable: u32,
+    /// Entries left out to stay under [`RECORD_LIMIT`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cut: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One job's journal, in short.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobEntry {
+    /// Slurm job id.
+    pub job: u32,
+    /// The job's user id.
+    pub uid: u32,
+    /// The normalized mode (what `COLLOC_MODE` says, or the request when refused).
+    pub mode: String,
+    /// The job's GPUs (NVML indexes).
+    pub gpus: Vec<u32>,
+    /// How far its setup got.
+    pub phase: Phase,
+    /// GPUs a restore left marked (instances something still holds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marked: Vec<u32>,
+}
+
+/// Why a record could not be published.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// `scontrol` is not installed in the system directories.
+    #[error("scontrol not found in {}", crate::config::SYSTEM_BIN_DIRS.join(", "))]
+    NoScontrol,
+    /// It is not a file only root can change: root does not run it.
+    #[error("not running {0}")]
+    Untrusted(crate::fs::FsError),
+    /// It could not be started or waited for.
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It failed.
+    #[error("`scontrol update NodeName={node} Comment=…` failed ({status}): {stderr}")]
+    Failed {
+        /// The node.
+        node: String,
+        /// Exit status, or "timed out".
+        status: String,
+        /// What it said.
+        stderr: String,
+    },
+    /// The journals could not be read.
+    #[error(transparent)]
+    Journal(#[from] journal::JournalError),
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl NodeRecord {
+    /// The record of this node's journals now.
+    ///
+    /// # Errors
+    /// `state_dir` cannot be read.
+    pub fn from_journals(
+        cfg: &Config,
+        by: &str,
+        build: Option<&str>,
+    ) -> Result<NodeRecord, journal::JournalError> {
+        let mut rec = NodeRecord {
+            colloc: RECORD_VERSION,
+            at: now(),
+            by: by.split_whitespace().collect::<Vec<_>>().join("_"),
+            build: build.map(|b| crate::buildid::short(b).to_string()),
+            jobs: Vec::new(),
+            unreadable: 0,
+            cut: 0,
+        };
+        for j in journal::list(cfg)? {
+            match j {
+                Ok(j) => rec.jobs.push(JobEntry {
+                    job: j.job,
+                    uid: j.uid,
+                    gpus: if j.gpus.is_empty() {
+                        j.requested.clone()
+                    } else {
+                        j.gpu_indexes()
+                    },
+                    // The layout made (COLLOC_MODE, e.g. mig:3g.20gbx2), else the request.
+                    mode: j
+                        .env
+                        .iter()
+                        .find(|(k, _)| k == "COLLOC_MODE")
+                        .map_or(j.mode, |(_, v)| v.clone()),
+                    phase: j.phase,
+                    marked: j.held.iter().map(|h| h.index).collect(),
+                }),
+                Err(_) => rec.unreadable += 1,
+            }
+        }
+        Ok(rec)
+    }
+
+    /// The comment text: compact JSON without whitespace (so `scontrol -o show node`
+    /// prints it as one word), at most [`RECORD_LIMIT`] bytes.
+    pub fn encode(&self) -> String {
+        let mut rec = self.clone();
+        loop {
+            let text = serde_json::to_string(&rec).unwrap_or_default();
+            if text.len() <= RECORD_LIMIT || rec.jobs.is_empty() {
+                return text;
+            }
+            rec.jobs.pop();
+            rec.cut += 1;
+        }
+    }
+
+    /// Read a node's comment. `None`: not a colloc record (empty, or someone else's);
+    /// `Some(Err)`: colloc's, but not one this version reads.
+    pub fn decode(comment: &str) -> Option<Result<NodeRecord, String>> {
+        let c = comment.trim();
+        if !c.starts_with("{\"colloc\":") {
+            return None;
+        }
+        Some(match serde_json::from_str::<NodeRecord>(c) {
+            Ok(r) if r.colloc == RECORD_VERSION => Ok(r),
+            Ok(r) => Err(format!(
+                "a colloc record of version {} (this colloc reads {RECORD_VERSION})",
+                r.colloc
+            )),
+            Err(e) => Err(format!("an unreadable colloc record ({e})")),
+        })
+    }
+}
+
+/// The Slurm node name colloc runs on: `SLURMD_NODENAME` (set for prologs, epilogs and
+/// job steps), else the short host name.
+pub fn node_name() -> Option<String> {
+    if let Ok(n) = std::env::var("SLURMD_NODENAME") {
+        if !n.trim().is_empty() {
+            return Some(n.trim().to_string());
+        }
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    host.trim()
+        .split('.')
+        .next()
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+}
+
+/// Publish this node's journals in its Slurm comment, where `cfg.node_comment` allows.
+/// Best effort: the caller logs an error, never fails for it.
+///
+/// `scontrol` is run from the system directories with an environment of its own (only
+/// `SLURM_CONF` is passed on), one publication at a time per node (a lock in
+/// `state_dir/locks`), and killed after [`PUBLISH_TIMEOUT`].
+///
+/// # Errors
+/// [`PublishError`].
+pub fn publish(cfg: &Config, by: &str, build: Option<&str>) -> Result<(), PublishError> {
+    if !cfg.node_comment {
+        return Ok(());
+    }
+    let Some(node) = node_name() else {
+        return Err(PublishError::Failed {
+            node: "?".into(),
+            status: "no node name".into(),
+            stderr: "neither SLURMD_NODENAME nor a host name".into(),
+        });
+    };
+    let start = Instant::now();
+    // Two prologs at once: each reads the journals and writes; the lock makes the last
+    // writer one that saw the other's journal.
+    let _lock = GpuLock::acquire_within(cfg, "node-comment", PUBLISH_TIMEOUT)?;
+    let rec = NodeRecord::from_journals(cfg, by, build)?;
+    let left = PUBLISH_TIMEOUT.saturating_sub(start.elapsed());
+    let conf = std::env::var_os("SLURM_CONF");
+    set_comment(&node, &rec.encode(), left, conf.as_deref())
+}
+
+/// `scontrol update NodeName=NODE Comment=TEXT` with `SLURM_CONF=slurm_conf` where given,
+/// killed after `timeout`.
+///
+/// # Errors
+/// [`PublishError`].
+pub fn set_comment(
+    node: &str,
+    text: &str,
+    timeout: Duration,
+    slurm_conf: Option<&std::ffi::OsStr>,
+) -> Result<(), PublishError> {
+    let program = crate::config::resolve_program("scontrol").ok_or(PublishError::NoScontrol)?;
+    run_scontrol(&program, node, text, timeout, slurm_conf)
+}
+
+fn run_scontrol(
+    program: &std::path::Path,
+    node: &str,
+    text: &str,
+    timeout: Duration,
+    slurm_conf: Option<&std::ffi::OsStr>,
+) -> Result<(), PublishError> {
+    // Root runs it: only if it and its directories are root's alone (as mps_control).
+    crate::fs::open_trusted_file(program).map_err(PublishError::Untrusted)?;
+    let program = program.to_path_buf();
+    let mut cmd = Command::new(&program);
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .args([
+            "update",
+            &format!("NodeName={node}"),
+            &format!("Comment={text}"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(conf) = slurm_conf {
+        cmd.env("SLURM_CONF", conf);
+    }
+    crate::sys::no_inherited_fds(&mut cmd);
+    let spawn = |source| PublishError::Spawn {
+        program: program.clone(),
+        source,
+    };
+    let mut child = cmd.spawn().map_err(spawn)?;
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait().map_err(spawn)? {
+            Some(s) => break Some(s),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read as _;
+        let _ = (&mut e).take(4096).read_to_string(&mut stderr);
+    }
+    match status {
+        Some(s) if s.success() => Ok(()),
+        other => Err(PublishError::Failed {
+            node: node.to_string(),
+            status: other.map_or_else(
+                || format!("timed out after {} s", timeout.as_secs()),
+                |s| s.to_string(),
+            ),
+            stderr: stderr.trim().replace('\n', " "),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(jobs: usize) -> NodeRecord {
+        NodeRecord {
+            colloc: RECORD_VERSION,
+            at: 1_700_000_000,
+            by: "plugin/0.1.0".into(),
+            build: Some("59d51dd03d65".into()),
+            jobs: (0..jobs)
+                .map(|i| JobEntry {
+                    job: 1000 + i as u32,
+                    uid: 1001,
+                    mode: "mig:3g.20gbx2".into(),
+                    gpus: vec![0, 1],
+                    phase: Phase::Applied,
+                    marked: if i == 0 { vec![1] } else { vec![] },
+                })
+                .collect(),
+            unreadable: 0,
+            cut: 0,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_as_one_word() {
+        let r = rec(2);
+        let text = r.encode();
+        assert!(!text.contains(char::is_whitespace), "{text}");
+        assert!(text.starts_with("{\"colloc\":1,"), "{text}");
+        assert_eq!(NodeRecord::decode(&text), Some(Ok(r)));
+        // Someone else's comment, or none: not ours.
+        assert_eq!(NodeRecord::decode(""), None);
+        assert_eq!(NodeRecord::decode("replaced DIMM 3 (ticket 42)"), None);
+        assert_eq!(NodeRecord::decode("{\"other\":1}"), None);
+        // Ours but from a newer colloc, or damaged: said so.
+        let newer = text.replacen("{\"colloc\":1,", "{\"colloc\":2,", 1);
+        let e = NodeRecord::decode(&newer).unwrap().unwrap_err();
+        assert!(e.contains("version 2"), "{e}");
+        let e = NodeRecord::decode("{\"colloc\":1,\"at\":")
+            .unwrap()
+            .unwrap_err();
+        assert!(e.contains("unreadable"), "{e}");
+    }
+
+    #[test]
+    fn a_long_record_is_cut_and_says_so() {
+        let r = rec(200);
+        let text = r.encode();
+        assert!(text.len() <= RECORD_LIMIT, "{}", text.len());
+        let back = NodeRecord::decode(&text).unwrap().unwrap();
+        assert_eq!(back.jobs.len() + back.cut as usize, 200);
+        assert!(back.cut > 0);
+        assert_eq!(back.jobs[0], r.jobs[0], "the first jobs are kept");
+    }
+
+    #[test]
+    fn by_has_no_whitespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            state_dir: dir.path().join("state"),
+            run_dir: dir.path().join("run"),
+            ..Config::default()
+        };
+        let r = NodeRecord::from_journals(&cfg, "colloc restore 0.1.0", None).unwrap();
+        assert_eq!(r.by, "colloc_restore_0.1.0");
+        assert!(r.jobs.is_empty());
+    }
+
+    #[test]
+    fn an_scontrol_others_could_change_is_not_run() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let fake = dir.path().join("scontrol");
+        std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = run_scontrol(&fake, "n1", "{}", Duration::from_secs(3), None).unwrap_err();
+        assert!(matches!(e, PublishError::Untrusted(_)), "{e}");
+        assert!(e.to_string().contains("mode 0777"), "{e}");
+        assert!(!marker.exists(), "it ran");
+        // The same program, root's alone: run (where the test runs as root).
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if crate::sys::euid() == 0 && crate::fs::open_trusted_file(&fake).is_ok() {
+            run_scontrol(&fake, "n1", "{}", Duration::from_secs(3), None).unwrap();
+            assert!(marker.exists());
+        }
+    }
+
+    #[test]
+    fn a_failing_scontrol_is_an_error_within_the_time() {
+        if crate::config::resolve_program("scontrol").is_none() {
+            return; // no Slurm client on this machine
+        }
+        // No controller answers at this configuration: scontrol fails (or, where the
+        // connection hangs, is killed at the deadline), and the error says which node.
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("slurm.conf");
+        std::fs::write(
+            &conf,
+            "ClusterName=x\nSlurmctldHost=nohost(127.0.0.1)\nSlurmctldPort=1\n",
+        )
+        .unwrap();
+        let t = Instant::now();
+        let e = set_comment(
+            "n1",
+            "{\"colloc\":1}",
+            Duration::from_secs(3),
+            Some(conf.as_os_str()),
+        )
+        .unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        assert!(
+            e.to_string()
+                .starts_with("`scontrol update NodeName=n1 Comment=…` failed"),
+            "{e}"
+        );
+    }
+}
