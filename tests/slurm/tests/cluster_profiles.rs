@@ -42,12 +42,21 @@ fn main() {
             devices_and_gpu_numbering,
         ),
     ];
-    // Taking nodes away mostly waits for slurmctld to notice: on its own cluster, while
-    // the others run.
+    // Taking a node away mostly waits for slurmctld to notice: each on its own cluster,
+    // while the others run.
     run_suite_on(
         &spec,
         tests,
-        &[("a_node_taken_away_mid_job", node_taken_away)],
+        &[
+            (
+                "a_node_taken_away_mid_job_requeues_it_and_keeps_its_gpus",
+                node_taken_away,
+            ),
+            (
+                "no_kill_job_runs_on_without_the_lost_node",
+                no_kill_job_loses_a_node,
+            ),
+        ],
     );
 }
 
@@ -810,8 +819,7 @@ fn text_of(cmd: &mut Command) -> String {
 }
 
 /// A node taken away mid-job (its slurmd, slurmstepds and job processes killed, as a power
-/// cut would): what Slurm reports, and what it leaves on the node. Then the same with
-/// `sbatch --no-kill`, which keeps the job on the other nodes.
+/// cut would): what Slurm reports, and what it leaves on the node.
 fn node_taken_away(c: &Cluster) {
     // A plain batch job: Slurm requeues it (JobRequeue=1 is the default) and it waits.
     let (script, ready, _go) = hold(c, "crash1", "echo started");
@@ -862,8 +870,12 @@ fn node_taken_away(c: &Cluster) {
         String::from_utf8_lossy(&restored.stderr)
     );
     assert!(n2.journals().is_empty() && n2.mig_uuids().is_empty());
+}
 
-    // --no-kill: the job runs on without the lost node; the lost node leaves the job.
+/// `sbatch --no-kill`: the job runs on without a node taken away; the lost node leaves the
+/// job's node list. Whether a new step can start on the remaining nodes depends on the
+/// job container (production: no).
+fn no_kill_job_loses_a_node(c: &Cluster) {
     let probe = r#"srun -N2 --ntasks-per-node=1 -w n1,n2 bash -c 'echo "AFTER $SLURMD_NODENAME"'; echo "SRUN_RC=$?""#;
     let (script, ready, go) = hold(c, "crash2", "echo started");
     let id = c.submit(
