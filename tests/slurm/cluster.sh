@@ -516,7 +516,8 @@ node_crash() {
   load_info "$dir"
   ((NODES > 1)) || die "node-crash needs a cluster of several nodes"
   check_node "$n"
-  local pids
+  local pids jobs id
+  jobs=$(SLURM_CONF=$dir/etc/slurm.conf squeue -h -w "$n" -o %i 2>/dev/null || true)
   # Twice: a process forked while the first round was being killed.
   for _ in 1 2; do
     pids=$(node_pids "$dir" "$n")
@@ -525,6 +526,10 @@ node_crash() {
     sleep 0.2
   done
   rm -f "$(pid_file "$dir" "$n")"
+  # A reboot would take the jobs' cgroups with it; nobody else removes them now.
+  for id in $jobs; do
+    find /sys/fs/cgroup/*/"slurm_$n"/uid_*/"job_$id" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
 }
 
 node_start() {

@@ -575,17 +575,66 @@ srun -N2 --ntasks-per-node=1 bash -c 'echo "STEP0 $SLURMD_NODENAME $(readlink /p
         check_callbacks(c, id, &end, &log, &daemon_pids);
     }));
     kill_daemons();
-    if c.profile() == Profile::Simple {
-        for f in std::fs::read_dir("/dev/shm").unwrap().flatten() {
-            if f.file_name().to_string_lossy().starts_with("colloc-probe-") {
-                let _ = std::fs::remove_file(f.path());
-            }
+    // The extern daemons kept the job's cgroups (every controller) after Slurm's cleanup:
+    // remove them once the daemons are gone.
+    let nobody = text_of(Command::new("id").args(["-u", "nobody"]));
+    c.wait_until("the probe's daemons to go", || {
+        daemon_pids
+            .iter()
+            .all(|(_, pid, _)| !pid_alive(*pid))
+            .then_some(())
+    });
+    let leaked = job_cgroups(&nobody, id);
+    if c.profile() == Profile::Production {
+        println!(
+            "  cgroups the extern step's daemons kept after the job: {}",
+            leaked.len()
+        );
+    }
+    for d in leaked.iter().rev() {
+        let _ = std::fs::remove_dir(d);
+    }
+    // The files the job and the daemons made in a /dev/shm the host shares: all of them
+    // without a job container, the prolog's daemons' with it.
+    for f in std::fs::read_dir("/dev/shm").unwrap().flatten() {
+        let name = f.file_name().to_string_lossy().into_owned();
+        if name == format!("colloc-probe-{id}")
+            || name.starts_with(&format!("colloc-probe-daemon-{id}-"))
+        {
+            let _ = std::fs::remove_file(f.path());
         }
     }
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
     assert_all_idle_and_clean(c);
+}
+
+/// Job `id`'s cgroup folders of user `uid` on nodes n1 and n2, in every v1 controller,
+/// parents before children.
+fn job_cgroups(uid: &str, id: u32) -> Vec<PathBuf> {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        out.push(d.to_path_buf());
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(&e.path(), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for ctl in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for node in ["n1", "n2"] {
+            let d = ctl.path().join(format!("slurm_{node}/uid_{uid}/job_{id}"));
+            if d.is_dir() {
+                walk(&d, &mut out);
+            }
+        }
+    }
+    out
 }
 
 fn set_mode(p: &Path, mode: u32) {
