@@ -23,7 +23,8 @@
  * first enters the job's mount namespace through job_container/tmpfs's holder file
  * (plugstack argument jc=BASEPATH; it tries BASEPATH/JOBID/.ns and
  * BASEPATH/<any node>/JOBID/.ns, as Slurm built with --enable-multiple-slurmd adds the
- * node name; another node's holder is an empty file here, which setns refuses). The
+ * node name; another node's holder is an empty file here, which setns refuses); with
+ * "join-step" it also moves itself into the extern step's freezer cgroup (v1). The
  * epilog records which of the job's daemons still run (alive=STEP-CALLBACK-PID:0|1,...).
  *
  * Build: gcc -shared -fPIC -Wall -Werror -o spank_probe.so spank_probe.c
@@ -234,7 +235,8 @@ static void log_dir(char *out, size_t len)
 		*slash = '\0';
 }
 
-/* Does the control file ask callback `cb` of step `step` to start a daemon; with join? */
+/* Does the control file ask callback `cb` of step `step` to start a daemon? *join: 0, 1
+ * for "join", 2 for "join-step". */
 static int wants_daemon(const char *step, const char *cb, int *join)
 {
 	char line[256], want[128], me[200];
@@ -251,7 +253,7 @@ static int wants_daemon(const char *step, const char *cb, int *join)
 		/* STEP:CALLBACK, or *:CALLBACK for any step. */
 		if (!strcmp(want, me) || (!strncmp(want, "*:", 2) && !strcmp(want + 2, cb))) {
 			found = 1;
-			*join = !strcmp(join_word, "join");
+			*join = !strcmp(join_word, "join") ? 1 : !strcmp(join_word, "join-step") ? 2 : 0;
 		}
 	}
 	fclose(f);
@@ -330,6 +332,19 @@ static void maybe_daemon(spank_t sp, const char *cb)
 
 		if (join)
 			join_job_ns(job, how, sizeof(how));
+		if (join == 2) {
+			/* Into the extern step's freezer cgroup (v1), where Slurm's SIGKILL at the
+			 * job's end reaches it. */
+			char fr[512], procs[1024];
+			FILE *cg;
+			cgroup_of("freezer", fr, sizeof(fr));
+			snprintf(procs, sizeof(procs), "/sys/fs/cgroup/freezer%s/step_extern/cgroup.procs", fr);
+			cg = fopen(procs, "w");
+			if (cg) {
+				fprintf(cg, "%d\n", (int)getpid());
+				fclose(cg);
+			}
+		}
 		/* The signals it inherited blocked (SIGTERM among them stops a plain kill). */
 		sigprocmask(SIG_BLOCK, NULL, &blocked);
 		for (int sig = 1; sig < 64; sig++)

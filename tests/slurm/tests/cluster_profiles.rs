@@ -607,7 +607,64 @@ srun -N2 --ntasks-per-node=1 bash -c 'echo "STEP0 $SLURMD_NODENAME $(readlink /p
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+    if c.profile() == Profile::Production {
+        assert!(
+            !leaked.is_empty(),
+            "the extern daemons kept no cgroup of the job"
+        );
+        extern_daemon_in_the_step_cgroup(c, &probe, &nobody);
+    }
     assert_all_idle_and_clean(c);
+}
+
+/// A daemon started from the extern step's task_post_fork that enters the job's namespace
+/// and moves itself into the extern step's freezer cgroup: Slurm's SIGKILL of that cgroup
+/// at the job's end stops it, and the job's cgroups go with the job.
+fn extern_daemon_in_the_step_cgroup(c: &Cluster, probe: &Path, nobody: &str) {
+    std::fs::write(
+        probe.join("ctl"),
+        "daemon extern:task_post_fork join-step\n",
+    )
+    .unwrap();
+    let id = c.submit(
+        &[
+            "-N1",
+            "-w",
+            "n1",
+            "--gres=gpu:1",
+            "--uid=nobody",
+            "--gid=nogroup",
+        ],
+        r#"echo "TASK $(readlink /proc/self/ns/mnt) $(ls /dev/shm | tr '\n' ' ')""#,
+    );
+    let end = c.wait_done(id);
+    std::fs::write(probe.join("ctl"), "").unwrap();
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let recs = probe_records(&probe.join("log"), id);
+    let d = recs
+        .iter()
+        .find(|r| r["cb"] == "daemon")
+        .unwrap_or_else(|| panic!("no daemon: {recs:?}"));
+    let pid: u32 = d["pid"].parse().unwrap();
+    let out = c.job_out(id);
+    let task_ns = out.split_whitespace().nth(1).unwrap_or("");
+    assert_eq!(d["mnt"], task_ns, "not in the job's namespace: {out}");
+    assert!(
+        out.contains(&format!("colloc-probe-daemon-{id}-extern-task_post_fork")),
+        "the task does not see the daemon's /dev/shm file: {out}"
+    );
+    assert!(
+        !pid_alive(pid),
+        "the daemon in step_extern's cgroup outlived the job"
+    );
+    let epilog = recs.iter().find(|r| r["cb"] == "job_epilog").unwrap();
+    assert!(
+        epilog["alive"].ends_with(":0"),
+        "alive at the epilog: {}",
+        epilog["alive"]
+    );
+    let left = job_cgroups(nobody, id);
+    assert!(left.is_empty(), "cgroups left: {left:?}");
 }
 
 /// Job `id`'s cgroup folders of user `uid` on nodes n1 and n2, in every v1 controller,
