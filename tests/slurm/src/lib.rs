@@ -935,7 +935,9 @@ impl Node<'_> {
 
     /// Does process `pid` belong to this node: in its slurmd's mount namespace, or in its
     /// cgroups (`/slurm_<node>/…`, where the production profile's job tasks are, in their
-    /// job's own namespace)?
+    /// job's own namespace)? Another cluster on this host may have a node of the same
+    /// name: pick the candidates by something of this cluster first (e.g.
+    /// [`processes_of_pipe_dir`] with this cluster's run folder).
     pub fn owns_pid(&self, pid: u32) -> bool {
         let in_ns = self
             .mount_ns()

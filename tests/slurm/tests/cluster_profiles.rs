@@ -33,8 +33,8 @@ fn main() {
         ),
         ("three_nodes_mps_each_node_its_own_daemons", three_nodes_mps),
         (
-            "job_namespaces_dev_shm_and_where_the_mps_daemon_runs",
-            namespaces_and_dev_shm,
+            "mps_daemon_shares_the_jobs_namespace_and_dev_shm",
+            mps_daemon_shares_the_jobs_namespace,
         ),
         ("spank_callbacks_where_who_when", spank_callbacks),
         (
@@ -295,12 +295,17 @@ fn three_nodes_mps(c: &Cluster) {
     assert_all_idle_and_clean(c);
 }
 
-/// Where a job's tasks and the MPS daemon the prolog started run, and who sees a file the
-/// task puts in /dev/shm. Production: each node's tasks have a mount namespace of their
-/// own with a private /dev/shm; the prolog's MPS daemon stays in slurmd's namespace and
-/// cgroup (issue 17: an MPS client and server must share /dev/shm, so real MPS fails
-/// there). Simple: one namespace for all.
-fn namespaces_and_dev_shm(c: &Cluster) {
+/// An MPS daemon must share its clients' mount namespace and /dev/shm (NVIDIA's own MPS
+/// daemon for Kubernetes mounts /dev/shm for this reason). A two-node `--colloc=mps` job:
+/// each node's task creates a file in /dev/shm; the node's MPS daemon must run in the
+/// task's mount namespace and see the file. Also the Slurm facts around it: under the
+/// production profile each node's tasks have a namespace of their own with a private
+/// /dev/shm, hidden from the host and from other jobs.
+///
+/// Under the production profile colloc fails this today (issue 17): the prolog starts the
+/// daemon in slurmd's namespace, before Slurm makes the job's. The test then reports
+/// itself ignored, naming the issue and what it saw; it fails on anything else.
+fn mps_daemon_shares_the_jobs_namespace(c: &Cluster) {
     let (script, ready, go) = hold(
         c,
         "ns",
@@ -322,6 +327,8 @@ fn namespaces_and_dev_shm(c: &Cluster) {
     let production = c.profile() == Profile::Production;
     let mut task_ns = BTreeSet::new();
     let mut cleanup = Vec::new();
+    // (node, daemon's namespace, task's namespace, slurmd's, daemon sees the file)
+    let mut seen = Vec::new();
     for name in ["n1", "n2"] {
         let node = c.node(name);
         let f: Vec<&str> = tasks
@@ -333,39 +340,26 @@ fn namespaces_and_dev_shm(c: &Cluster) {
         let slurmd = node.mount_ns().unwrap();
         let daemon_ns = pid_mount_ns(daemon).unwrap();
         let file = format!("/dev/shm/colloc-ns-{id}-{name}");
-        let daemon_view = PathBuf::from(format!("/proc/{daemon}/root{file}"));
+        let daemon_sees = PathBuf::from(format!("/proc/{daemon}/root{file}")).exists();
         let cgroup = std::fs::read_to_string(format!("/proc/{daemon}/cgroup")).unwrap();
+        let charged = cgroup.contains(&format!("/job_{id}"));
         println!(
-            "  {name}: task {task}, slurmd {slurmd}, MPS daemon {daemon} in {daemon_ns}; \
-             task's {file}: seen by the daemon: {}",
-            daemon_view.exists()
+            "  {name}: task in {task}, slurmd in {slurmd}, MPS daemon {daemon} in {daemon_ns} \
+             (in the job's cgroup: {charged}); it sees the task's {file}: {daemon_sees}"
         );
         assert_eq!(shm_seen, "seen", "{name}: the task sees its own file");
-        // The prolog starts the daemon in slurmd's namespace under both profiles (issue 17).
-        assert_eq!(
-            daemon_ns, slurmd,
-            "{name}: daemon outside slurmd's namespace"
-        );
-        assert!(
-            !cgroup.contains(&format!("/job_{id}")),
-            "{name}: the daemon is in the job's cgroup: {cgroup}"
-        );
         if production {
             assert_ne!(task, slurmd, "{name}: the task runs in slurmd's namespace");
-            assert!(
-                !daemon_view.exists(),
-                "{name}: the daemon sees the task's /dev/shm"
-            );
             assert!(!Path::new(&file).exists(), "{file} leaked to the host");
         } else {
             assert_eq!(
                 task, slurmd,
                 "{name}: no job container, no namespace of its own"
             );
-            assert!(daemon_view.exists(), "{name}: one /dev/shm for all");
             cleanup.push(file);
         }
         task_ns.insert(task.to_string());
+        seen.push((name, daemon_ns, task.to_string(), slurmd, daemon_sees));
     }
     assert_eq!(
         task_ns.len(),
@@ -392,6 +386,25 @@ fn namespaces_and_dev_shm(c: &Cluster) {
     }
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
     assert_all_idle_and_clean(c);
+    // What MPS needs, last, once the cluster is clean again.
+    let apart: Vec<String> = seen
+        .iter()
+        .filter(|(_, d, t, _, sees)| d != t || !sees)
+        .map(|(n, d, t, _, _)| format!("{n}: daemon in {d}, tasks in {t}"))
+        .collect();
+    if production
+        && !apart.is_empty()
+        && seen
+            .iter()
+            .all(|(_, d, t, s, sees)| d == s && t != s && !sees)
+    {
+        colloc_slurm_tests::skip(&format!(
+            "issue 17: the prolog starts the MPS daemon in slurmd's mount namespace, the \
+             job's tasks get their own with a private /dev/shm ({})",
+            apart.join("; ")
+        ));
+    }
+    assert!(apart.is_empty(), "MPS daemon and clients apart: {apart:?}");
 }
 
 /// What a job may open, and which GPU colloc sets up, with `ConstrainDevices=yes`
