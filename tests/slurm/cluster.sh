@@ -43,6 +43,7 @@
 #                 (`taskset -c 0`): on this kind of VM the job container's namespace
 #                 cannot be pinned ("ns base mount failed: Invalid argument") when its
 #                 parent namespace was made on another CPU.
+#   COLLOC_CLUSTER_PROLOG_FLAGS  PrologFlags instead of the profile's (e.g. Alloc,Contain,Serial)
 #   COLLOC_FAKE_NVML_GPUS  models of one node's GPUs for the fake NVML (default A100-40GB
 #                          for each)
 #   COLLOC_SPANK_PLUGIN    the plugin to load (default target/debug/libcolloc_spank.so);
@@ -193,7 +194,7 @@ TaskPlugin=task/cgroup,task/affinity
 JobAcctGatherType=jobacct_gather/cgroup
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$((mem / cpus))
-PrologFlags=Alloc,Contain
+PrologFlags=${COLLOC_CLUSTER_PROLOG_FLAGS:-Alloc,Contain}
 JobContainerType=job_container/tmpfs
 FirstJobId=$((1000 + (RANDOM * 32768 + RANDOM) % 50000000))"
     cat >"$dir/etc/cgroup.conf" <<EOF
@@ -213,7 +214,7 @@ EOF
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 SelectTypeParameters=CR_Core
-PrologFlags=Alloc"
+PrologFlags=${COLLOC_CLUSTER_PROLOG_FLAGS:-Alloc}"
   fi
 
   cat >"$dir/etc/slurm.conf" <<EOF
