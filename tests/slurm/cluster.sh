@@ -105,12 +105,13 @@ deps() {
   fi
 }
 
-# Set $port to a TCP port nothing listens on and this cluster has not taken yet.
+# Set $port to a TCP port nothing listens on and this cluster has not taken yet, below
+# Linux's ephemeral range (32768 and up), so no client's port can take it meanwhile.
 taken=" "
 next_port() {
   local p
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 20000))
+    p=$((10000 + RANDOM % 22000))
     [[ $taken == *" $p "* ]] && continue
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       taken+="$p "
@@ -136,7 +137,7 @@ check_node() {
   die "no node $1 in this cluster (nodes: $NODE_NAMES)"
 }
 
-# slurmd's pid file and log of node $2.
+# The pid file of node $2's slurmd.
 pid_file() { if ((NODES == 1)); then echo "$1/slurm/slurmd.pid"; else echo "$1/slurm/slurmd-$2.pid"; fi; }
 
 # The mount namespace (ns/mnt link text) of node $2's slurmd, empty if it does not run.
