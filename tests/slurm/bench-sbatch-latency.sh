@@ -11,13 +11,15 @@
 #
 #   tests/slurm/bench-sbatch-latency.sh [N]
 #
-# Needs root and a built plugin (cargo build; COLLOC_SPANK_PLUGIN picks another build).
+# Needs root and a built plugin (cargo build; COLLOC_SPANK_PLUGIN picks another build);
+# COLLOC_CLUSTER_PROFILE=production measures on the production-like configuration.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 n=${1:-50}
 [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "usage: bench-sbatch-latency.sh [N]" >&2; exit 2; }
-work=$(mktemp -d /tmp/colloc-bench-XXXXXX)
+# Outside /tmp, so that COLLOC_CLUSTER_PROFILE=production (a job container) works too.
+work=$(mktemp -d /var/tmp/colloc-bench-XXXXXX)
 chmod 755 "$work"
 cleanup() {
   "$here/cluster.sh" stop "$work" >/dev/null 2>&1 || true

@@ -1,37 +1,85 @@
 #!/bin/bash
-# A real one-node Slurm cluster on this machine, with fake GPUs, for colloc's tests, the
-# demo and the latency benchmark. Needs root (slurmd, mknod, mount namespace).
+# A real Slurm cluster on this machine, with fake GPUs, for colloc's tests, the demo and the
+# benchmarks: one node (as a small site has it) or several nodes on this one host, with the
+# simplest Slurm setup or the one university clusters run. Needs root (slurmd, mknod, mount
+# namespaces, cgroups).
 #
-#   cluster.sh deps            install the Debian packages that are missing
-#   cluster.sh start DIR       write configs under DIR and start munged, slurmctld, slurmd
-#   cluster.sh stop DIR        wait for jobs and epilogs, stop slurmd, slurmctld, munged
-#   cluster.sh env DIR         print `export` lines for SLURM_CONF and the fake NVML state
+#   cluster.sh deps                     install the Debian packages that are missing
+#   cluster.sh start DIR [--nodes N] [--gpus G] [--profile simple|production]
+#                                       write configs under DIR and start munged, slurmctld
+#                                       and one slurmd per node
+#   cluster.sh stop DIR                 wait for jobs and every node's epilogs, stop the
+#                                       slurmds, slurmctld, munged
+#   cluster.sh env DIR [--node NODE]    print `export` lines: SLURM_CONF, COLLOC_CONFIG and
+#                                       the fake NVML state (NODE's as seen from outside)
+#   cluster.sh exec DIR --node NODE -- CMD [ARGS...]
+#                                       run CMD inside NODE's mount namespace, where NODE's
+#                                       own fake GPUs, journals and MPS folders are
+#   cluster.sh nodes DIR                print the node names, one a line
+#   cluster.sh node-crash DIR NODE      take NODE away as a power cut would: SIGKILL its
+#                                       slurmd and every process of its jobs (slurmstepd,
+#                                       tasks, daemons the prolog started); no epilog runs
+#   cluster.sh node-start DIR NODE      start NODE's slurmd again (after node-crash)
+#   cluster.sh reset-gpus DIR           fresh fake GPUs on every node (COLLOC_FAKE_NVML_CTL)
 #
-# start reads (all optional):
-#   COLLOC_CLUSTER_GPUS    number of fake GPUs (default 1): device files DIR/dev/fakegpuN
-#                          (char 195:N) in gres.conf, Gres=gpu:N on the node
-#   COLLOC_FAKE_NVML_GPUS  their models for the fake NVML (default A100-40GB, one per GPU)
+# start reads (all optional; the flags win over the variables):
+#   COLLOC_CLUSTER_NODES   number of nodes (default 1). One node is named after this host
+#                          (`hostname -s`), exactly as a one-node site has it. Two or more
+#                          are n1..nN, all on this host: one slurmd each (`slurmd -N nK`,
+#                          its own port, `%n` in its spool, pid and log paths), each in its
+#                          own mount namespace with its own fake GPUs (see below).
+#   COLLOC_CLUSTER_GPUS    fake GPUs per node (default 1): device files (char 195:N) in
+#                          gres.conf, Gres=gpu:N on each node
+#   COLLOC_CLUSTER_PROFILE simple (default) or production:
+#     simple      proctrack/linuxproc, task/none, no cgroup.conf, no job container,
+#                 PrologFlags=Alloc.
+#     production  what university clusters run: proctrack/cgroup, task/cgroup,task/affinity,
+#                 jobacct_gather/cgroup, CR_Core_Memory, cgroup.conf (cgroup/v1,
+#                 IgnoreSystemd, ConstrainCores/RAMSpace/Devices=yes), PrologFlags=Alloc,
+#                 Contain, JobContainerType=job_container/tmpfs (private /tmp and /dev/shm
+#                 per job). DIR must then lie outside /tmp: the job container hides /tmp,
+#                 and colloc.toml's paths, the job scripts and the fake GPU state must stay
+#                 visible inside jobs. Each slurmd's mount namespace is made on CPU 0
+#                 (`taskset -c 0`): on this kind of VM the job container's namespace
+#                 cannot be pinned ("ns base mount failed: Invalid argument") when its
+#                 parent namespace was made on another CPU.
+#   COLLOC_CLUSTER_PROLOG_FLAGS  PrologFlags instead of the profile's (e.g. Alloc,Contain,Serial)
+#   COLLOC_FAKE_NVML_GPUS  models of one node's GPUs for the fake NVML (default A100-40GB
+#                          for each)
 #   COLLOC_SPANK_PLUGIN    the plugin to load (default target/debug/libcolloc_spank.so);
 #                          "none" leaves plugstack.conf empty
+#   COLLOC_SPANK_EXTRA     further plugstack.conf lines (e.g. a probe plugin), appended;
+#                          @DIR@ in them stands for the cluster's folder
 #   COLLOC_FAKE_NVML_LIB   the fake libnvidia-ml (default target/debug/libfake_nvml.so)
 #   COLLOC_FAKE_NVML_CTL   its control tool (default target/debug/fake-nvml-ctl)
 #   COLLOC_MPS_CONTROL     the MPS control program (default tests/fake-mps/nvidia-cuda-mps-control)
-#   COLLOC_CLUSTER_NO_NAMESPACE=1  do without the mount namespace (see below)
+#   COLLOC_CLUSTER_NO_NAMESPACE=1  one simple node without a mount namespace (see below)
 #
-# The fake NVML keeps its state in DIR/fake-nvml/state.json. The job prolog runs with an
-# almost empty environment (no COLLOC_FAKE_NVML_STATE reaches it), so slurmd runs in its own
-# mount namespace where DIR/fake-nvml is mounted on the fake's default folder
-# /tmp/colloc-fake-nvml: prolog, epilog and jobs see this cluster's state, nothing else on
-# the machine is touched. Where namespaces are not allowed, the default folder itself is
-# used (and the state is copied back and forth at start and stop).
+# Fake GPU state. The fake NVML keeps its state in a JSON file. The job prolog runs with an
+# almost empty environment (no COLLOC_FAKE_NVML_STATE reaches it), so each slurmd runs in
+# its own mount namespace where the node's state folder is mounted on the fake's default
+# folder /tmp/colloc-fake-nvml: prolog, epilog and jobs see this node's state, nothing else
+# on the machine is touched. Jobs get COLLOC_FAKE_NVML_STATE=DIR/fake-nvml/state.json from
+# `cluster.sh env` (the job container hides /tmp in jobs, not DIR). One node: the state is
+# DIR/fake-nvml/state.json. Several nodes: node nK's is DIR/nodes/nK/fake-nvml/state.json,
+# and inside nK's namespace DIR/fake-nvml, DIR/state (colloc's journals) and DIR/run
+# (colloc's MPS folders) are nK's own DIR/nodes/nK/{fake-nvml,state,run}, as each real node
+# has its own /var/lib/colloc and /run/colloc under the one colloc.toml. Where namespaces
+# are not allowed (one simple node only), the default folder itself is used, and the state
+# is copied back and forth at start and stop.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 DEFAULT_FAKE_DIR=/tmp/colloc-fake-nvml
 PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev libclang1-14 libclang-common-14-dev)
+USAGE="usage: cluster.sh deps | start DIR [--nodes N] [--gpus G] [--profile simple|production]
+       | stop DIR | env DIR [--node NODE] | exec DIR --node NODE -- CMD... | nodes DIR
+       | node-crash DIR NODE | node-start DIR NODE | reset-gpus DIR"
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
+usage() { echo "$USAGE" >&2; exit 2; }
+bad() { echo "cluster.sh: $*" >&2; exit 2; }
 log() { echo "cluster.sh: $*" >&2; }
 
 # Wait up to $1 tenths of a second for the command "${@:2}" to succeed.
@@ -57,97 +105,145 @@ deps() {
   fi
 }
 
-free_port() {
+# Set $port to a TCP port nothing listens on and this cluster has not taken yet, below
+# Linux's ephemeral range (32768 and up), so no client's port can take it meanwhile.
+taken=" "
+next_port() {
   local p
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 20000))
+    p=$((10000 + RANDOM % 22000))
+    [[ $taken == *" $p "* ]] && continue
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
+      taken+="$p "
+      port=$p
       return
     fi
   done
   die "no free TCP port found"
 }
 
-start() {
+# The cluster's shape, written by start into DIR/cluster.info and read back by the rest.
+load_info() {
   local dir=$1
-  [[ $(id -u) == 0 ]] || die "needs root (slurmd, mknod, mount)"
-  if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-    deps
-  fi
-  local gpus=${COLLOC_CLUSTER_GPUS:-1}
-  [[ $gpus =~ ^[1-8]$ ]] || die "COLLOC_CLUSTER_GPUS=$gpus: give 1 to 8"
-  local models=${COLLOC_FAKE_NVML_GPUS:-}
-  if [[ -z $models ]]; then
-    models=A100-40GB
-    for ((i = 1; i < gpus; i++)); do models+=,A100-40GB; done
-  fi
-  local plugin=${COLLOC_SPANK_PLUGIN:-$root/target/debug/libcolloc_spank.so}
-  local fake_lib=${COLLOC_FAKE_NVML_LIB:-$root/target/debug/libfake_nvml.so}
-  local fake_ctl=${COLLOC_FAKE_NVML_CTL:-$root/target/debug/fake-nvml-ctl}
-  local mps=${COLLOC_MPS_CONTROL:-$root/tests/fake-mps/nvidia-cuda-mps-control}
-  if [[ $plugin != none ]]; then
-    [[ -f $plugin ]] || die "no plugin at $plugin (cargo build -p colloc-spank, or set COLLOC_SPANK_PLUGIN)"
-  fi
-  [[ -f $fake_lib ]] || die "no fake NVML at $fake_lib (cargo build -p fake-nvml)"
-  [[ -x $fake_ctl ]] || die "no fake-nvml-ctl at $fake_ctl (cargo build -p fake-nvml)"
+  [[ -f $dir/cluster.info ]] || die "$dir has no cluster (cluster.sh start $dir)"
+  # shellcheck disable=SC1091 # written by start
+  source "$dir/cluster.info"
+}
 
-  mkdir -p "$dir"
-  dir=$(cd "$dir" && pwd)
-  [[ -e $dir/slurm/slurmd.pid ]] && die "$dir already has a running cluster (cluster.sh stop $dir)"
-  rm -rf "${dir:?}/etc" "${dir:?}/slurm" "${dir:?}/dev" "${dir:?}/state" "${dir:?}/run" "${dir:?}/fake-nvml"
-  mkdir -p "$dir/etc" "$dir/slurm/spool" "$dir/slurm/state" "$dir/dev" "$dir/state" \
-    "$dir/run" "$dir/fake-nvml" "$dir/jobs"
-  chmod 1777 "$dir/jobs"
-  # Jobs run as other users in some tests: let them reach their output folder.
-  chmod 755 "$dir"
+# Is $1 one of this cluster's several nodes (n1..nN)?
+check_node() {
+  local n
+  for n in $NODE_NAMES; do [[ $n == "$1" ]] && return 0; done
+  die "no node $1 in this cluster (nodes: $NODE_NAMES)"
+}
 
-  local host ctld_port slurmd_port
-  host=$(hostname -s)
-  ctld_port=$(free_port)
-  slurmd_port=$(free_port)
-  while [[ $slurmd_port == "$ctld_port" ]]; do slurmd_port=$(free_port); done
+# The pid file of node $2's slurmd.
+pid_file() { if ((NODES == 1)); then echo "$1/slurm/slurmd.pid"; else echo "$1/slurm/slurmd-$2.pid"; fi; }
 
-  local gres_lines=""
-  for ((i = 0; i < gpus; i++)); do
-    mknod "$dir/dev/fakegpu$i" c 195 "$i"
-    gres_lines+="NodeName=$host Name=gpu File=$dir/dev/fakegpu$i"$'\n'
+# The mount namespace (ns/mnt link text) of node $2's slurmd, empty if it does not run.
+node_ns() {
+  local pid
+  pid=$(cat "$(pid_file "$1" "$2")" 2>/dev/null || true)
+  [[ $pid =~ ^[0-9]+$ ]] && readlink "/proc/$pid/ns/mnt" 2>/dev/null || true
+}
+
+write_configs() {
+  local dir=$1 host=$2 gpus=$3 profile=$4 plugin=$5 fake_lib=$6 mps=$7
+  local port ctld_port nodes_conf="" gres="" cpus mem=1000
+  cpus=$(nproc)
+  next_port
+  ctld_port=$port
+  local n i devdir
+  for n in $NODE_NAMES; do
+    if ((NODES == 1)); then devdir=$dir/dev; else devdir=$dir/nodes/$n/dev; fi
+    for ((i = 0; i < gpus; i++)); do
+      mknod "$devdir/fakegpu$i" c 195 "$i"
+      gres+="NodeName=$n Name=gpu File=$devdir/fakegpu$i"$'\n'
+    done
+    if ((NODES == 1)); then
+      nodes_conf+="NodeName=$n NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN"$'\n'
+    else
+      next_port
+      nodes_conf+="NodeName=$n NodeHostname=$host NodeAddr=127.0.0.1 Port=$port CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN"$'\n'
+    fi
   done
-  printf '%s' "$gres_lines" >"$dir/etc/gres.conf"
+  printf '%s' "$gres" >"$dir/etc/gres.conf"
+
+  local per_node="" slurmd_port=""
+  if ((NODES == 1)); then
+    next_port
+    slurmd_port="SlurmdPort=$port"
+    per_node="SlurmdSpoolDir=$dir/slurm/spool
+SlurmdPidFile=$dir/slurm/slurmd.pid
+SlurmdLogFile=$dir/slurm/slurmd.log"
+  else
+    # A node that went away is marked down within about 15 s (measured here; SlurmdTimeout
+    # plus the failed pings' retries within MessageTimeout), not after the default 5 min.
+    per_node="SlurmdSpoolDir=$dir/slurm/spool-%n
+SlurmdPidFile=$dir/slurm/slurmd-%n.pid
+SlurmdLogFile=$dir/slurm/slurmd-%n.log
+SlurmdTimeout=6
+MessageTimeout=5"
+  fi
+
+  local plugins
+  if [[ $profile == production ]]; then
+    # Concurrent clusters on this host share the cgroup tree /slurm_<node>/uid_*/job_<id>:
+    # job ids from a random start keep their jobs apart.
+    plugins="ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup,task/affinity
+JobAcctGatherType=jobacct_gather/cgroup
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=$((mem / cpus))
+PrologFlags=${COLLOC_CLUSTER_PROLOG_FLAGS:-Alloc,Contain}
+JobContainerType=job_container/tmpfs
+FirstJobId=$((1000 + (RANDOM * 32768 + RANDOM) % 50000000))"
+    cat >"$dir/etc/cgroup.conf" <<EOF
+CgroupPlugin=cgroup/v1
+IgnoreSystemd=yes
+ConstrainCores=yes
+ConstrainRAMSpace=yes
+ConstrainDevices=yes
+EOF
+    # Slurm built with --enable-multiple-slurmd (Debian's is) adds /<node name> to BasePath.
+    cat >"$dir/etc/job_container.conf" <<EOF
+AutoBasePath=true
+BasePath=$dir/slurm/job-containers
+EOF
+  else
+    plugins="ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectTypeParameters=CR_Core
+PrologFlags=${COLLOC_CLUSTER_PROLOG_FLAGS:-Alloc}"
+  fi
 
   cat >"$dir/etc/slurm.conf" <<EOF
 ClusterName=colloc-test
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
+${slurmd_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+${plugins}
 ReturnToService=2
-PrologFlags=Alloc
 PrologEpilogTimeout=120
 KillWait=5
 MinJobAge=2
 InactiveLimit=0
 StateSaveLocation=$dir/slurm/state
-SlurmdSpoolDir=$dir/slurm/spool
 SlurmctldPidFile=$dir/slurm/slurmctld.pid
-SlurmdPidFile=$dir/slurm/slurmd.pid
 SlurmctldLogFile=$dir/slurm/slurmctld.log
-SlurmdLogFile=$dir/slurm/slurmd.log
+${per_node}
 SlurmdDebug=debug
 PlugStackConfig=$dir/etc/plugstack.conf
 GresTypes=gpu
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=1000 Gres=gpu:$gpus State=UNKNOWN
-PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+${nodes_conf}PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
 
   cat >"$dir/etc/colloc.toml" <<EOF
@@ -166,10 +262,131 @@ EOF
   else
     echo "required $plugin config=$dir/etc/colloc.toml" >"$dir/etc/plugstack.conf"
   fi
+  if [[ -n ${COLLOC_SPANK_EXTRA:-} ]]; then
+    printf '%s\n' "${COLLOC_SPANK_EXTRA//@DIR@/$dir}" >>"$dir/etc/plugstack.conf"
+  fi
+}
 
-  "$fake_ctl" --state "$dir/fake-nvml/state.json" init --gpus "$models" >/dev/null
+# Write fresh fake GPU states for every node of the cluster in $1 (with the control tool $2).
+init_fake_gpus() {
+  local dir=$1 fake_ctl=$2 n k=0 state
+  for n in $NODE_NAMES; do
+    k=$((k + 1))
+    if ((NODES == 1)); then state=$dir/fake-nvml/state.json; else state=$dir/nodes/$n/fake-nvml/state.json; fi
+    "$fake_ctl" --state "$state" init --gpus "$MODELS" >/dev/null
+    echo "$MODELS" >"$(dirname "$state")/models"
+    if ((NODES > 1)); then
+      # The fake derives GPU UUIDs from model and index alone, and MIG UUIDs from the
+      # GPU's: the node's number in each GPU UUID's last byte gives every node its own, as
+      # real nodes have.
+      sed -i -E "s/(\"uuid\": *\"GPU-[0-9a-f-]{34})[0-9a-f]{2}\"/\1$(printf %02x "$k")\"/" "$state"
+    fi
+    chmod -R a+rwX "$(dirname "$state")"
+  done
+}
+
+reset_gpus() {
+  local dir
+  dir=$(cd "$1" && pwd)
+  load_info "$dir"
+  init_fake_gpus "$dir" "${COLLOC_FAKE_NVML_CTL:-$root/target/debug/fake-nvml-ctl}"
+}
+
+# Start node $2's slurmd in a mount namespace of its own (see the top of this file).
+start_slurmd() {
+  local dir=$1 n=$2 binds
+  if ((NODES == 1)); then
+    binds="mount --bind '$dir/fake-nvml' '$DEFAULT_FAKE_DIR'"
+  else
+    local own=$dir/nodes/$n
+    binds="mount --bind '$own/fake-nvml' '$DEFAULT_FAKE_DIR' && mount --bind '$own/fake-nvml' '$dir/fake-nvml' \
+&& mount --bind '$own/state' '$dir/state' && mount --bind '$own/run' '$dir/run'"
+  fi
+  if [[ $PROFILE == production ]]; then
+    # The namespace is made on CPU 0; slurmd itself then runs where it would have.
+    local cpus
+    cpus=$(taskset -pc $$ | sed 's/.*: //')
+    taskset -c 0 unshare -m --propagation private sh -c \
+      "$binds && exec taskset -c '$cpus' slurmd -N '$n'"
+  else
+    unshare -m --propagation private sh -c "$binds && exec slurmd -N '$n'"
+  fi
+}
+
+start() {
+  local dir=$1
+  [[ $(id -u) == 0 ]] || die "needs root (slurmd, mknod, mount)"
+  if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+    deps
+  fi
+  local nodes=${opt_nodes:-${COLLOC_CLUSTER_NODES:-1}}
+  local gpus=${opt_gpus:-${COLLOC_CLUSTER_GPUS:-1}}
+  local profile=${opt_profile:-${COLLOC_CLUSTER_PROFILE:-simple}}
+  [[ $nodes =~ ^([1-9]|1[0-6])$ ]] || bad "--nodes $nodes (COLLOC_CLUSTER_NODES): give 1 to 16"
+  [[ $gpus =~ ^[1-8]$ ]] || bad "--gpus $gpus (COLLOC_CLUSTER_GPUS): give 1 to 8"
+  [[ $profile == simple || $profile == production ]] ||
+    bad "--profile $profile (COLLOC_CLUSTER_PROFILE): valid: simple, production"
+  local models=${COLLOC_FAKE_NVML_GPUS:-}
+  if [[ -z $models ]]; then
+    models=A100-40GB
+    for ((i = 1; i < gpus; i++)); do models+=,A100-40GB; done
+  fi
+  local plugin=${COLLOC_SPANK_PLUGIN:-$root/target/debug/libcolloc_spank.so}
+  local fake_lib=${COLLOC_FAKE_NVML_LIB:-$root/target/debug/libfake_nvml.so}
+  local fake_ctl=${COLLOC_FAKE_NVML_CTL:-$root/target/debug/fake-nvml-ctl}
+  local mps=${COLLOC_MPS_CONTROL:-$root/tests/fake-mps/nvidia-cuda-mps-control}
+  if [[ $plugin != none ]]; then
+    [[ -f $plugin ]] || die "no plugin at $plugin (cargo build -p colloc-spank, or set COLLOC_SPANK_PLUGIN)"
+  fi
+  [[ -f $fake_lib ]] || die "no fake NVML at $fake_lib (cargo build -p fake-nvml)"
+  [[ -x $fake_ctl ]] || die "no fake-nvml-ctl at $fake_ctl (cargo build -p fake-nvml)"
+
+  dir=$(realpath -m "$dir")
+  if [[ $profile == production && ($dir == /tmp || $dir == /tmp/* || $dir == /dev/shm || $dir == /dev/shm/*) ]]; then
+    bad "--profile production: $dir is inside /tmp, which job_container/tmpfs makes private to each job; give a folder outside /tmp and /dev/shm (e.g. under /var/tmp)"
+  fi
+  local namespaces=1
+  if [[ -n ${COLLOC_CLUSTER_NO_NAMESPACE:-} ]] || ! unshare -m --propagation private true 2>/dev/null; then
+    namespaces=
+    ((nodes == 1)) && [[ $profile == simple ]] ||
+      die "several nodes and the production profile need mount namespaces (unshare -m)"
+  fi
+  mkdir -p "$dir"
+  compgen -G "$dir/slurm/slurmd*.pid" >/dev/null && die "$dir already has a running cluster (cluster.sh stop $dir)"
+  rm -rf "${dir:?}/etc" "${dir:?}/slurm" "${dir:?}/dev" "${dir:?}/state" "${dir:?}/run" \
+    "${dir:?}/fake-nvml" "${dir:?}/nodes" "${dir:?}/cluster.info"
+  mkdir -p "$dir/etc" "$dir/slurm/state" "$dir/slurm/spool" "$dir/dev" "$dir/state" "$dir/run" "$dir/fake-nvml" "$dir/jobs"
+  chmod 1777 "$dir/jobs"
+  # Jobs run as other users in some tests: let them reach their output folder.
+  chmod 755 "$dir"
+
+  local host
+  host=$(hostname -s)
+  NODES=$nodes
+  PROFILE=$profile
+  MODELS=$models
+  if ((nodes == 1)); then
+    NODE_NAMES=$host
+  else
+    NODE_NAMES=$(seq -f 'n%g' -s ' ' 1 "$nodes")
+  fi
+  local n
+  for n in $NODE_NAMES; do
+    ((nodes == 1)) && break
+    mkdir -p "$dir/nodes/$n/dev" "$dir/nodes/$n/fake-nvml" "$dir/nodes/$n/state" "$dir/nodes/$n/run" \
+      "$dir/slurm/spool-$n"
+  done
+  cat >"$dir/cluster.info" <<EOF
+NODES=$nodes
+NODE_NAMES="$NODE_NAMES"
+GPUS=$gpus
+PROFILE=$profile
+MODELS=$models
+EOF
+  write_configs "$dir" "$host" "$gpus" "$profile" "$plugin" "$fake_lib" "$mps"
+
+  init_fake_gpus "$dir" "$fake_ctl"
   chmod -R a+rwX "$dir/fake-nvml"
-  echo "$models" >"$dir/fake-nvml/models"
 
   export SLURM_CONF=$dir/etc/slurm.conf
 
@@ -184,9 +401,8 @@ EOF
   wait_for 100 sh -c 'scontrol ping | grep -q UP' || die "slurmctld did not come up (see $dir/slurm/slurmctld.log)"
 
   mkdir -p "$DEFAULT_FAKE_DIR"
-  if [[ -z ${COLLOC_CLUSTER_NO_NAMESPACE:-} ]] && unshare -m --propagation private true 2>/dev/null; then
-    unshare -m --propagation private sh -c \
-      "mount --bind '$dir/fake-nvml' '$DEFAULT_FAKE_DIR' && exec slurmd"
+  if [[ -n $namespaces ]]; then
+    for n in $NODE_NAMES; do start_slurmd "$dir" "$n"; done
   else
     log "no mount namespace here: the fake NVML state lives in $DEFAULT_FAKE_DIR for this cluster"
     touch "$dir/fake-nvml/shared-default"
@@ -195,32 +411,44 @@ EOF
     ln -s "$DEFAULT_FAKE_DIR/state.json" "$dir/fake-nvml/state.json"
     slurmd
   fi
-  wait_for 100 sh -c "sinfo -h -N -o %T | grep -qx idle" ||
-    die "slurmd did not come up idle: $(sinfo -h -N -o '%T %E' 2>&1) (see $dir/slurm/slurmd.log)"
+  # shellcheck disable=SC2016 # expanded by that sh, at each try
+  wait_for 150 sh -c '[ "$(sinfo -h -N -o %T | grep -cx idle)" = "$0" ]' "$nodes" ||
+    die "slurmd did not come up idle: $(sinfo -h -N -o '%N %T %E' 2>&1 | paste -sd';') (see $dir/slurm/slurmd*.log)"
+}
+
+# Stop the daemon of pid file $1 (SIGTERM, SIGKILL after 20 s) and remove the file.
+stop_daemon() {
+  local f=$1 pid
+  [[ -f $f ]] || return 0
+  pid=$(cat "$f")
+  if [[ $pid =~ ^[0-9]+$ ]] && kill "$pid" 2>/dev/null; then
+    wait_for 200 sh -c "! kill -0 $pid" || {
+      log "$(basename "$f" .pid) $pid did not stop; killing it"
+      kill -9 "$pid" 2>/dev/null || true
+    }
+  fi
+  rm -f "$f"
 }
 
 stop() {
   local dir
   dir=$(cd "$1" && pwd)
+  [[ -f $dir/cluster.info ]] && load_info "$dir"
   export SLURM_CONF=$dir/etc/slurm.conf
   if [[ -f $dir/slurm/slurmctld.pid ]] && scontrol ping 2>/dev/null | grep -q UP; then
     scancel --full "--user=$(id -un)" >/dev/null 2>&1 || true
     squeue -h -o %i | xargs -r scancel >/dev/null 2>&1 || true
-    # Epilogs restore the GPUs: let them finish before slurmd goes.
+    # Epilogs restore the GPUs: let every node's finish before its slurmd goes.
     # shellcheck disable=SC2016 # expanded by that sh, at each try
-    wait_for 300 sh -c '[ -z "$(squeue -h)" ] && sinfo -h -N -o %T | grep -qvE "comp|mix|alloc"' ||
+    wait_for 300 sh -c '[ -z "$(squeue -h)" ] && ! sinfo -h -N -o %T | grep -qE "comp|mix|alloc"' ||
       log "jobs still finishing: $(squeue -h 2>&1 | head -3)"
   fi
-  local name pid
-  for name in slurmd slurmctld; do
-    if [[ -f $dir/slurm/$name.pid ]]; then
-      pid=$(cat "$dir/slurm/$name.pid")
-      if [[ $pid =~ ^[0-9]+$ ]] && kill "$pid" 2>/dev/null; then
-        wait_for 200 sh -c "! kill -0 $pid" || { log "$name $pid did not stop; killing it"; kill -9 "$pid" 2>/dev/null || true; }
-      fi
-      rm -f "$dir/slurm/$name.pid"
-    fi
-  done
+  # All slurmds at once (each takes a second or two to go), then slurmctld: killing
+  # slurmctld first makes a slurmd hang for seconds.
+  local f pid
+  for f in "$dir"/slurm/slurmd*.pid; do stop_daemon "$f" & done
+  wait
+  stop_daemon "$dir/slurm/slurmctld.pid"
   if [[ -f $dir/slurm/munged.ours ]]; then
     pid=$(cat /run/munge/munged.pid 2>/dev/null || true)
     if [[ $pid =~ ^[0-9]+$ ]] && kill "$pid" 2>/dev/null; then
@@ -235,17 +463,128 @@ stop() {
 }
 
 print_env() {
-  local dir
-  dir=$(cd "$1" && pwd)
+  local dir=$1 node=$2
+  dir=$(cd "$dir" && pwd)
+  load_info "$dir"
   echo "export SLURM_CONF=$dir/etc/slurm.conf"
-  echo "export COLLOC_FAKE_NVML_STATE=$dir/fake-nvml/state.json"
   echo "export COLLOC_CONFIG=$dir/etc/colloc.toml"
+  if [[ -n $node ]] && ((NODES > 1)); then
+    check_node "$node"
+    echo "export COLLOC_FAKE_NVML_STATE=$dir/nodes/$node/fake-nvml/state.json"
+  else
+    # Inside each node's namespace this path is that node's own state, so jobs
+    # submitted with it read their node's GPUs.
+    echo "export COLLOC_FAKE_NVML_STATE=$dir/fake-nvml/state.json"
+  fi
 }
 
-case "${1:-}" in
-  deps) deps ;;
-  start) [[ $# == 2 ]] || die "usage: cluster.sh start DIR"; start "$2" ;;
-  stop) [[ $# == 2 ]] || die "usage: cluster.sh stop DIR"; stop "$2" ;;
-  env) [[ $# == 2 ]] || die "usage: cluster.sh env DIR"; print_env "$2" ;;
-  *) die "usage: cluster.sh deps | start DIR | stop DIR | env DIR" ;;
+exec_in() {
+  local dir=$1 node=$2
+  shift 2
+  dir=$(cd "$dir" && pwd)
+  load_info "$dir"
+  [[ -n $node ]] || node=${NODE_NAMES%% *}
+  ((NODES == 1)) && [[ $node != "$NODE_NAMES" ]] && die "no node $node in this cluster (nodes: $NODE_NAMES)"
+  check_node "$node"
+  local pid
+  pid=$(cat "$(pid_file "$dir" "$node")" 2>/dev/null || true)
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || die "node $node's slurmd does not run"
+  SLURM_CONF=$dir/etc/slurm.conf COLLOC_CONFIG=$dir/etc/colloc.toml \
+    COLLOC_FAKE_NVML_STATE=$dir/fake-nvml/state.json \
+    exec nsenter "--mount=/proc/$pid/ns/mnt" -- "$@"
+}
+
+# Every process of node $2: those in its slurmd's mount namespace (slurmd, slurmstepd,
+# prolog and epilog, daemons the prolog started; with job_container/tmpfs not the tasks)
+# and those in the cgroups of this cluster's jobs on it (/slurm_<node>/uid_*/job_<id>/…:
+# the tasks, in their job's namespace). Other clusters on this host may have a node of
+# the same name, but not the same job ids (FirstJobId is random).
+node_pids() {
+  local dir=$1 n=$2 ns p jobs
+  ns=$(node_ns "$dir" "$n")
+  jobs=$(SLURM_CONF=$dir/etc/slurm.conf squeue -h -w "$n" -o %i 2>/dev/null | paste -sd'|' || true)
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    if [[ -n $ns && $(readlink "/proc/$p/ns/mnt" 2>/dev/null) == "$ns" ]] ||
+      { [[ -n $jobs ]] && grep -qE ":/slurm_$n/uid_[0-9]+/job_($jobs)(/|$)" "/proc/$p/cgroup" 2>/dev/null; }; then
+      echo "$p"
+    fi
+  done
+}
+
+node_crash() {
+  local dir=$1 n=$2
+  dir=$(cd "$dir" && pwd)
+  load_info "$dir"
+  ((NODES > 1)) || die "node-crash needs a cluster of several nodes"
+  check_node "$n"
+  local pids jobs id
+  jobs=$(SLURM_CONF=$dir/etc/slurm.conf squeue -h -w "$n" -o %i 2>/dev/null || true)
+  # Twice: a process forked while the first round was being killed.
+  for _ in 1 2; do
+    pids=$(node_pids "$dir" "$n")
+    # shellcheck disable=SC2086 # one pid a word
+    [[ -n $pids ]] && kill -9 $pids 2>/dev/null || true
+    sleep 0.2
+  done
+  rm -f "$(pid_file "$dir" "$n")"
+  # A reboot would take the jobs' cgroups with it; nobody else removes them now.
+  for id in $jobs; do
+    find /sys/fs/cgroup/*/"slurm_$n"/uid_*/"job_$id" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+}
+
+node_start() {
+  local dir=$1 n=$2
+  dir=$(cd "$dir" && pwd)
+  load_info "$dir"
+  ((NODES > 1)) || die "node-start needs a cluster of several nodes"
+  check_node "$n"
+  [[ -z $(node_ns "$dir" "$n") ]] || die "node $n's slurmd runs already"
+  export SLURM_CONF=$dir/etc/slurm.conf
+  start_slurmd "$dir" "$n"
+}
+
+cmd=${1:-}
+[[ -n $cmd ]] || usage
+shift
+case $cmd in
+  deps) (($# == 0)) || usage; deps ;;
+  start)
+    (($# >= 1)) || usage
+    d=$1
+    shift
+    opt_nodes= opt_gpus= opt_profile=
+    while (($#)); do
+      case $1 in
+        --nodes) (($# >= 2)) || usage; opt_nodes=$2; shift 2 ;;
+        --gpus) (($# >= 2)) || usage; opt_gpus=$2; shift 2 ;;
+        --profile) (($# >= 2)) || usage; opt_profile=$2; shift 2 ;;
+        *) usage ;;
+      esac
+    done
+    start "$d"
+    ;;
+  stop) (($# == 1)) || usage; stop "$1" ;;
+  env)
+    if (($# == 1)); then print_env "$1" ""
+    elif (($# == 3)) && [[ $2 == --node ]]; then print_env "$1" "$3"
+    else usage; fi
+    ;;
+  exec)
+    (($# >= 5)) && [[ $2 == --node && $4 == -- ]] || usage
+    d=$1 node=$3
+    shift 4
+    exec_in "$d" "$node" "$@"
+    ;;
+  nodes)
+    (($# == 1)) || usage
+    load_info "$(cd "$1" && pwd)"
+    # shellcheck disable=SC2086 # one name a word
+    printf '%s\n' $NODE_NAMES
+    ;;
+  node-crash) (($# == 2)) || usage; node_crash "$1" "$2" ;;
+  node-start) (($# == 2)) || usage; node_start "$1" "$2" ;;
+  reset-gpus) (($# == 1)) || usage; reset_gpus "$1" ;;
+  *) usage ;;
 esac

@@ -1,7 +1,14 @@
-//! A real one-node Slurm cluster for colloc's tests: started by `cluster.sh start` in a
-//! temporary directory (munged, slurmctld and slurmd on loopback, fake GPU device files,
+//! A real Slurm cluster for colloc's tests: started by `cluster.sh start` in a temporary
+//! directory (munged, slurmctld and one slurmd per node on loopback, fake GPU device files,
 //! the fake libnvidia-ml and the stand-in MPS control program), driven through the real
 //! `sbatch`/`squeue`/`scontrol`, and stopped when the suite ends.
+//!
+//! One node (named after this host, as before) or several (`n1..nN` on this host, each
+//! slurmd in its own mount namespace with its own fake GPUs, journals and MPS folders: see
+//! [`Node`]), under the simple Slurm configuration or the production one that university
+//! clusters run (cgroups, `ConstrainDevices`, `job_container/tmpfs`: see [`Profile`]).
+//! `COLLOC_CLUSTER_PROFILE=production` runs a suite written for the simple one under the
+//! production configuration.
 //!
 //! Paths under test: the plugin from `COLLOC_SPANK_PLUGIN` and the `colloc` binary from
 //! `COLLOC_BIN` when set (CI points them at the installed .deb), else `target/debug`.
@@ -78,16 +85,163 @@ pub fn fake_ctl() -> PathBuf {
     artifact("COLLOC_FAKE_NVML_CTL", "fake-nvml-ctl")
 }
 
+/// Build the SPANK probe plugin (`tests/slurm/probes/spank_probe.c`, which records where
+/// Slurm calls each callback) with the C compiler (`$CC`, else `gcc`) into the target
+/// folder, and return its path.
+///
+/// # Panics
+/// When the compiler is missing or fails.
+pub fn build_spank_probe() -> PathBuf {
+    let src = repo_root().join("tests/slurm/probes/spank_probe.c");
+    let out = target_dir().join("spank_probe.so");
+    // Another test process may build it at the same time: compile aside, then rename.
+    let tmp = target_dir().join(format!("spank_probe.so.{}", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".to_string());
+    let built = run(Command::new(&cc)
+        .args([
+            "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-o",
+        ])
+        .arg(&tmp)
+        .arg(&src));
+    assert!(
+        built.status.success(),
+        "{cc} {}: {}",
+        src.display(),
+        text(&built.stderr).trim()
+    );
+    std::fs::rename(&tmp, &out).expect("move the probe plugin into place");
+    out
+}
+
 /// Longest any single wait may take before the suite gives up (a hang guard, not a
 /// speed check).
 pub const HANG_GUARD: Duration = Duration::from_secs(180);
 
-/// A running cluster; stopped when dropped.
+/// The Slurm configuration a cluster runs (`cluster.sh start --profile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// `proctrack/linuxproc`, `task/none`, no cgroups, no job container,
+    /// `PrologFlags=Alloc`: the simplest setup Slurm runs with.
+    Simple,
+    /// What university clusters run: `proctrack/cgroup`, `task/cgroup,task/affinity`,
+    /// `jobacct_gather/cgroup`, `CR_Core_Memory`, cgroup v1 with
+    /// `ConstrainCores/RAMSpace/Devices=yes`, `PrologFlags=Alloc,Contain` and
+    /// `job_container/tmpfs` (each job has a private `/tmp` and `/dev/shm`). The cluster's
+    /// folder is under `/var/tmp`, since the job container hides `/tmp` from jobs.
+    Production,
+}
+
+impl Profile {
+    /// The name `cluster.sh --profile` and `COLLOC_CLUSTER_PROFILE` take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Simple => "simple",
+            Profile::Production => "production",
+        }
+    }
+
+    /// `COLLOC_CLUSTER_PROFILE` (`simple` when unset or empty).
+    ///
+    /// # Panics
+    /// On another value, naming the valid ones.
+    pub fn from_env() -> Profile {
+        match std::env::var("COLLOC_CLUSTER_PROFILE").as_deref() {
+            Err(_) | Ok("" | "simple") => Profile::Simple,
+            Ok("production") => Profile::Production,
+            Ok(other) => panic!("COLLOC_CLUSTER_PROFILE={other:?}: valid: simple, production"),
+        }
+    }
+}
+
+/// The shape of a cluster to start: nodes, fake GPUs per node, their models, the profile,
+/// and further plugstack.conf lines.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    nodes: u32,
+    gpus: u32,
+    models: Option<String>,
+    profile: Profile,
+    spank_extra: Vec<String>,
+}
+
+impl ClusterSpec {
+    /// `nodes` nodes (1: one node named after this host; more: `n1..nN`) with `gpus` fake
+    /// A100 40GB each, under the profile of `COLLOC_CLUSTER_PROFILE`.
+    pub fn new(nodes: u32, gpus: u32) -> ClusterSpec {
+        ClusterSpec {
+            nodes,
+            gpus,
+            models: None,
+            profile: Profile::from_env(),
+            spank_extra: Vec::new(),
+        }
+    }
+
+    /// One node's GPU models for the fake NVML (comma list, one per GPU).
+    #[must_use]
+    pub fn models(mut self, models: Option<&str>) -> ClusterSpec {
+        self.models = models.map(str::to_string);
+        self
+    }
+
+    /// Run this profile, whatever `COLLOC_CLUSTER_PROFILE` says.
+    #[must_use]
+    pub fn profile(mut self, profile: Profile) -> ClusterSpec {
+        self.profile = profile;
+        self
+    }
+
+    /// Add a plugstack.conf line after colloc's (e.g. a probe plugin).
+    #[must_use]
+    pub fn spank_line(mut self, line: &str) -> ClusterSpec {
+        self.spank_extra.push(line.to_string());
+        self
+    }
+}
+
+/// A running cluster; stopped when dropped. The one-node methods ([`Cluster::fake_state`],
+/// [`Cluster::instances`], [`Cluster::slurmd_log_tail`], …) look at the first node of a
+/// cluster of several; [`Cluster::node`] looks at any.
 pub struct Cluster {
     dir: tempfile::TempDir,
     gpus: u32,
-    models: String,
+    profile: Profile,
+    nodes: Vec<String>,
     script_seq: std::cell::Cell<u32>,
+}
+
+/// A test asked to be skipped on this cluster (see [`skip`]): the panic payload
+/// [`run_suite`] recognizes.
+#[derive(Debug)]
+pub struct Skipped(pub String);
+
+/// Skip the calling test on this cluster, with the reason; [`run_suite`] reports it as
+/// ignored, not failed. For a test that cannot pass under one [`Profile`] because of a
+/// known defect: name the issue in the reason.
+pub fn skip(reason: &str) -> ! {
+    std::panic::resume_unwind(Box::new(Skipped(reason.to_string())))
+}
+
+/// What Slurm reported once a node was taken away ([`Node::crash`]).
+#[derive(Debug, Clone)]
+pub struct NodeLoss {
+    /// The node's state as `sinfo -o %T` prints it, e.g. `down*` (`*`: not responding).
+    pub state: String,
+    /// Why, as `sinfo -o %E` prints it, e.g. `Not responding`.
+    pub reason: String,
+    /// From the crash until slurmctld marked the node down (about `SlurmdTimeout`).
+    pub noticed_after: Duration,
+}
+
+/// One step of a job, as `squeue --steps` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// `JOBID.STEPID`, e.g. `12.0`, `12.batch`, `12.extern`.
+    pub id: String,
+    /// The step's name (`srun --job-name`, else the program).
+    pub name: String,
+    /// The nodes it runs on, as Slurm writes the list (`n[1-3]`).
+    pub nodes: String,
 }
 
 /// How a job ended.
@@ -108,13 +262,25 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+fn cluster_sh() -> Command {
+    Command::new(repo_root().join("tests/slurm/cluster.sh"))
+}
+
 impl Cluster {
-    /// Start a cluster with `gpus` fake GPUs of the given fake NVML models (comma list;
-    /// default one A100-40GB per GPU).
+    /// Start a one-node cluster with `gpus` fake GPUs of the given fake NVML models (comma
+    /// list; default one A100-40GB per GPU), under the profile of `COLLOC_CLUSTER_PROFILE`.
     ///
     /// # Panics
     /// When the cluster does not come up (with the reason and the log to read).
     pub fn start(gpus: u32, models: Option<&str>) -> Cluster {
+        Cluster::start_with(&ClusterSpec::new(1, gpus).models(models))
+    }
+
+    /// Start a cluster of this shape.
+    ///
+    /// # Panics
+    /// When the cluster does not come up (with the reason and the logs to read).
+    pub fn start_with(spec: &ClusterSpec) -> Cluster {
         let plugin = plugin_path();
         for (what, p) in [
             ("plugin", plugin.clone()),
@@ -132,32 +298,44 @@ impl Cluster {
                 p.display()
             );
         }
+        // The job container hides /tmp from jobs: colloc.toml's paths, job scripts and the
+        // fake GPU state must lie elsewhere under the production profile.
+        let base = match spec.profile {
+            Profile::Simple => std::env::temp_dir(),
+            Profile::Production => PathBuf::from("/var/tmp"),
+        };
         let dir = tempfile::Builder::new()
             .prefix("colloc-slurm-")
-            .tempdir()
+            .tempdir_in(&base)
             .expect("a temporary directory");
-        let models = models.map_or_else(
-            || vec!["A100-40GB"; gpus as usize].join(","),
-            str::to_string,
-        );
-        let out = run(Command::new(repo_root().join("tests/slurm/cluster.sh"))
+        let gpus = spec.gpus;
+        let models = spec
+            .models
+            .clone()
+            .unwrap_or_else(|| vec!["A100-40GB"; gpus as usize].join(","));
+        let out = run(cluster_sh()
             .arg("start")
             .arg(dir.path())
-            .env("COLLOC_CLUSTER_GPUS", gpus.to_string())
+            .args(["--nodes", &spec.nodes.to_string()])
+            .args(["--gpus", &gpus.to_string()])
+            .args(["--profile", spec.profile.name()])
             .env("COLLOC_FAKE_NVML_GPUS", &models)
             .env("COLLOC_SPANK_PLUGIN", &plugin)
+            .env("COLLOC_SPANK_EXTRA", spec.spank_extra.join("\n"))
             .env(
                 "COLLOC_FAKE_NVML_LIB",
                 artifact("COLLOC_FAKE_NVML_LIB", "libfake_nvml.so"),
             )
             .env("COLLOC_FAKE_NVML_CTL", fake_ctl()));
+        let names = text(&run(cluster_sh().arg("nodes").arg(dir.path())).stdout);
         let c = Cluster {
             dir,
             gpus,
-            models,
+            profile: spec.profile,
+            nodes: names.split_whitespace().map(str::to_string).collect(),
             script_seq: std::cell::Cell::new(0),
         };
-        if !out.status.success() {
+        if !out.status.success() || c.nodes.len() != spec.nodes as usize {
             let log = c.slurmd_log_tail(30);
             c.stop();
             panic!(
@@ -166,6 +344,45 @@ impl Cluster {
             );
         }
         c
+    }
+
+    /// The profile this cluster runs.
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    /// The node names: this host's name for a one-node cluster, else `n1..nN`.
+    pub fn node_names(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// Every node.
+    pub fn nodes(&self) -> Vec<Node<'_>> {
+        self.nodes.iter().map(|n| self.node(n)).collect()
+    }
+
+    /// Node `name`.
+    ///
+    /// # Panics
+    /// When the cluster has no such node.
+    pub fn node(&self, name: &str) -> Node<'_> {
+        assert!(
+            self.nodes.iter().any(|n| n == name),
+            "no node {name} in this cluster ({:?})",
+            self.nodes
+        );
+        Node {
+            cluster: self,
+            name: name.to_string(),
+        }
+    }
+
+    fn first(&self) -> Node<'_> {
+        self.node(&self.nodes[0])
+    }
+
+    fn several(&self) -> bool {
+        self.nodes.len() > 1
     }
 
     /// The cluster's folder.
@@ -183,19 +400,21 @@ impl Cluster {
         self.dir().join("etc/colloc.toml")
     }
 
-    /// colloc's journal folder.
+    /// colloc's journal folder (the first node's, as seen from outside its namespace).
     pub fn journal_dir(&self) -> PathBuf {
-        self.dir().join("state/jobs")
+        self.first().journal_dir()
     }
 
-    /// colloc's run folder (MPS pipe and log directories).
+    /// colloc's run folder (MPS pipe and log directories) as colloc.toml names it, so as
+    /// jobs see it. On a cluster of several nodes each node has its own behind this path
+    /// ([`Node::run_dir`]).
     pub fn run_dir(&self) -> PathBuf {
         self.dir().join("run")
     }
 
-    /// The fake NVML state file (as seen from outside slurmd's mount namespace).
+    /// The fake NVML state file (the first node's, as seen from outside its namespace).
     pub fn fake_state_path(&self) -> PathBuf {
-        self.dir().join("fake-nvml/state.json")
+        self.first().fake_state_path()
     }
 
     /// True where slurmd could not get its own mount namespace and the fake NVML state
@@ -209,10 +428,16 @@ impl Cluster {
         self.gpus
     }
 
-    /// A Slurm client command aimed at this cluster.
+    /// A Slurm client command aimed at this cluster. Jobs it submits get
+    /// `COLLOC_FAKE_NVML_STATE` naming the path behind which each node has its own fake
+    /// GPU state, outside `/tmp` (which the job container hides).
     pub fn slurm(&self, program: &str) -> Command {
         let mut c = Command::new(program);
         c.env("SLURM_CONF", self.dir().join("etc/slurm.conf"))
+            .env(
+                "COLLOC_FAKE_NVML_STATE",
+                self.dir().join("fake-nvml/state.json"),
+            )
             .current_dir(self.jobs_dir());
         c
     }
@@ -267,15 +492,19 @@ impl Cluster {
         Some(parse_kv(&text(&out.stdout)))
     }
 
-    /// Wait until the job has ended and its epilog has finished (the node is no longer
-    /// completing it).
+    /// Wait until the job has ended and its epilog has finished on every node (the job's
+    /// nodes are no longer completing it).
     ///
     /// # Panics
     /// After [`HANG_GUARD`], or when Slurm forgets the job before it ends.
     pub fn wait_done(&self, id: u32) -> JobEnd {
+        let mut nodes = String::new();
         let end = self.wait_until(&format!("job {id} to end"), || {
             let info = self.job_info(id)?;
             let state = info.get("JobState")?.clone();
+            if let Some(n) = info.get("NodeList").filter(|n| *n != "(null)") {
+                nodes.clone_from(n);
+            }
             if state == "PENDING" && self.node_state().contains("drain") {
                 panic!(
                     "job {id} cannot start: node drained ({})\n--- slurmd log ---\n{}",
@@ -292,11 +521,69 @@ impl Cluster {
                 exit_code: info.get("ExitCode").cloned().unwrap_or_default(),
             })
         });
-        self.wait_until("the node to finish the epilog", || {
-            let s = self.node_state();
-            (!s.contains("comp") && !s.contains("alloc") && !s.contains("mix")).then_some(())
-        });
+        if self.several() {
+            // Other jobs may hold other nodes: only this job's must be done completing.
+            let nodes = self.hostnames(&nodes);
+            self.wait_until("the job's nodes to finish the epilog", || {
+                let states = self.node_states();
+                (!nodes
+                    .iter()
+                    .any(|n| states.get(n).is_some_and(|s| s.contains("comp"))))
+                .then_some(())
+            });
+        } else {
+            self.wait_until("the node to finish the epilog", || {
+                let s = self.node_state();
+                (!s.contains("comp") && !s.contains("alloc") && !s.contains("mix")).then_some(())
+            });
+        }
         end
+    }
+
+    /// A Slurm node list (`n[1-3]`) as names.
+    pub fn hostnames(&self, list: &str) -> Vec<String> {
+        if list.is_empty() {
+            return Vec::new();
+        }
+        let out = run(self.slurm("scontrol").args(["show", "hostnames", list]));
+        text(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Each node's state, as `sinfo -o %T` prints it (`idle`, `mixed`, `down*`, …).
+    pub fn node_states(&self) -> BTreeMap<String, String> {
+        let out = run(self.slurm("sinfo").args(["-h", "-N", "-o", "%N %T"]));
+        text(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(n, s)| (n.to_string(), s.trim().to_string()))
+            .collect()
+    }
+
+    /// The job's steps that run now, as `squeue --steps` lists them (the `extern` and
+    /// `batch` steps included).
+    pub fn job_steps(&self, id: u32) -> Vec<Step> {
+        let out = run(self.slurm("squeue").args([
+            "--steps",
+            "-h",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "%i|%j|%N",
+        ]));
+        text(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.splitn(3, '|');
+                Some(Step {
+                    id: f.next()?.trim().to_string(),
+                    name: f.next()?.trim().to_string(),
+                    nodes: f.next()?.trim().to_string(),
+                })
+            })
+            .collect()
     }
 
     /// Poll `f` every 50 ms until it gives a value.
@@ -321,7 +608,8 @@ impl Cluster {
         }
     }
 
-    /// The node's state as `sinfo -o %T` prints it (`idle`, `drained`, `mixed`, …).
+    /// The node's state as `sinfo -o %T` prints it (`idle`, `drained`, `mixed`, …); one
+    /// line per node on a cluster of several.
     pub fn node_state(&self) -> String {
         text(&run(self.slurm("sinfo").args(["-h", "-N", "-o", "%T"])).stdout)
             .trim()
@@ -361,82 +649,68 @@ impl Cluster {
             .collect()
     }
 
-    /// The fake NVML state, as JSON.
+    /// The fake NVML state (the first node's), as JSON.
     pub fn fake_state(&self) -> Value {
-        let out = self.fake_ctl(&["show", "--json"]);
-        serde_json::from_slice(&out.stdout).expect("fake-nvml-ctl show --json prints JSON")
+        self.first().fake_state()
     }
 
-    /// Run `fake-nvml-ctl --state <this cluster's state> ARGS`; it must succeed.
+    /// Run `fake-nvml-ctl --state <the first node's state> ARGS`; it must succeed.
     ///
     /// # Panics
     /// When it fails.
     pub fn fake_ctl(&self, args: &[&str]) -> Output {
-        let out = run(Command::new(fake_ctl())
-            .arg("--state")
-            .arg(self.fake_state_path())
-            .args(args));
+        self.first().fake_ctl(args)
+    }
+
+    /// MIG GPU instances on the first node's fake GPU `gpu`, as the fake driver holds them.
+    pub fn instances(&self, gpu: u32) -> Vec<Value> {
+        self.first().instances(gpu)
+    }
+
+    /// The first node's GPUs: MIG mode and instances, what "the GPU is
+    /// untouched/restored" compares.
+    pub fn gpu_layout(&self) -> Value {
+        self.first().gpu_layout()
+    }
+
+    /// Put every node's fake GPUs back to a fresh state (between tests that leave things
+    /// behind on purpose).
+    ///
+    /// # Panics
+    /// When `cluster.sh reset-gpus` fails.
+    pub fn reset_fake_gpus(&self) {
+        let out = run(cluster_sh()
+            .arg("reset-gpus")
+            .arg(self.dir())
+            .env("COLLOC_FAKE_NVML_CTL", fake_ctl()));
         assert!(
             out.status.success(),
-            "fake-nvml-ctl {args:?}: {}",
+            "cluster.sh reset-gpus: {}",
             text(&out.stderr).trim()
         );
-        out
     }
 
-    /// MIG GPU instances on fake GPU `gpu`, as the fake driver holds them.
-    pub fn instances(&self, gpu: u32) -> Vec<Value> {
-        self.fake_state()["gpus"][gpu as usize]["gis"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// Each GPU's MIG mode and instances: what "the GPU is untouched/restored" compares.
-    pub fn gpu_layout(&self) -> Value {
-        let st = self.fake_state();
-        let gpus = st["gpus"].as_array().cloned().unwrap_or_default();
-        Value::Array(
-            gpus.iter()
-                .map(|g| {
-                    serde_json::json!({
-                        "uuid": g["uuid"],
-                        "mig_current": g["mig_current"],
-                        "mig_pending": g["mig_pending"],
-                        "gis": g["gis"],
-                    })
-                })
-                .collect(),
-        )
-    }
-
-    /// Put the fake GPUs back to a fresh state (between tests that leave things behind
-    /// on purpose).
-    pub fn reset_fake_gpus(&self) {
-        self.fake_ctl(&["init", "--gpus", &self.models]);
-    }
-
-    /// Journals colloc left in its state folder.
+    /// Journals colloc left in its state folder, on every node.
     pub fn journals(&self) -> Vec<PathBuf> {
-        match std::fs::read_dir(self.journal_dir()) {
-            Ok(rd) => rd.flatten().map(|e| e.path()).collect(),
-            Err(_) => Vec::new(),
-        }
+        self.nodes().iter().flat_map(Node::journals).collect()
     }
 
-    /// Last `n` lines of slurmd's log.
+    /// Last `n` lines of slurmd's log; of each node's, one after another, on a cluster of
+    /// several.
     pub fn slurmd_log_tail(&self, n: usize) -> String {
-        let log = std::fs::read_to_string(self.dir().join("slurm/slurmd.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        if !self.several() {
+            return self.first().slurmd_log_tail(n);
+        }
+        self.nodes()
+            .iter()
+            .map(|node| format!("--- {} ---\n{}", node.name(), node.slurmd_log_tail(n)))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
-    /// Run `colloc ARGS` against this node's config and fake GPUs.
+    /// Run `colloc ARGS` against the (first) node's config and fake GPUs.
     pub fn colloc(&self, args: &[&str]) -> Output {
-        run(Command::new(colloc_bin())
-            .args(args)
-            .env("COLLOC_CONFIG", self.colloc_config())
-            .env("COLLOC_FAKE_NVML_STATE", self.fake_state_path()))
+        self.first().colloc(args)
     }
 
     /// Wait for a file job `id` creates while it runs.
@@ -479,11 +753,9 @@ impl Cluster {
         });
     }
 
-    /// slurmd's process id (the node's mount namespace is its).
+    /// The (first) node's slurmd process id: its mount namespace is the node's.
     pub fn slurmd_pid(&self) -> Option<u32> {
-        std::fs::read_to_string(self.dir().join("slurm/slurmd.pid"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
+        self.first().slurmd_pid()
     }
 
     /// `program` run in the node's mount namespace, where the prolog, the epilog and the
@@ -515,32 +787,26 @@ impl Cluster {
         }
     }
 
-    /// colloc's state folder (journals, locks).
+    /// colloc's state folder (journals, locks) of the (first) node, from outside.
     pub fn state_dir(&self) -> PathBuf {
-        self.dir().join("state")
+        self.first().own("state")
     }
 
-    /// Put a drained node back in service (after a failed test, so the next one runs).
+    /// Put drained or down nodes back in service (after a failed test, so the next one
+    /// runs).
     pub fn resume_node(&self) {
-        let node = self.node_state();
-        if node.contains("drain") || node.contains("down") {
-            let host = text(&run(self.slurm("sinfo").args(["-h", "-N", "-o", "%N"])).stdout);
-            let _ = self
-                .slurm("scontrol")
-                .args([
-                    "update",
-                    &format!("NodeName={}", host.trim()),
-                    "State=RESUME",
-                ])
-                .status();
+        for (name, state) in self.node_states() {
+            if state.contains("drain") || state.contains("down") {
+                let _ = self
+                    .slurm("scontrol")
+                    .args(["update", &format!("NodeName={name}"), "State=RESUME"])
+                    .status();
+            }
         }
     }
 
     fn stop(&self) {
-        let out = Command::new(repo_root().join("tests/slurm/cluster.sh"))
-            .arg("stop")
-            .arg(self.dir())
-            .output();
+        let out = cluster_sh().arg("stop").arg(self.dir()).output();
         match out {
             Ok(o) if o.status.success() => {}
             Ok(o) => eprintln!("cluster stop: {}", text(&o.stderr).trim()),
@@ -560,6 +826,301 @@ impl Drop for Cluster {
             eprintln!("kept the cluster folder {}", kept.keep().display());
         }
     }
+}
+
+/// One node of a [`Cluster`]. On a cluster of several, each node's slurmd runs in its own
+/// mount namespace in which the paths colloc.toml names (journals, MPS folders) and the
+/// fake GPU state are that node's own; the methods here read them from outside, and
+/// [`Node::command`] runs a program inside.
+pub struct Node<'c> {
+    cluster: &'c Cluster,
+    name: String,
+}
+
+impl Node<'_> {
+    /// The node's name (`SLURMD_NODENAME` in its jobs).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where this node's own folders are, from outside: the cluster's folder for a
+    /// one-node cluster, else `nodes/<name>` in it.
+    fn own(&self, rel: &str) -> PathBuf {
+        if self.cluster.several() {
+            self.cluster.dir().join("nodes").join(&self.name).join(rel)
+        } else {
+            self.cluster.dir().join(rel)
+        }
+    }
+
+    /// The node's fake NVML state file.
+    pub fn fake_state_path(&self) -> PathBuf {
+        self.own("fake-nvml/state.json")
+    }
+
+    /// The node's fake NVML state, as JSON.
+    pub fn fake_state(&self) -> Value {
+        let out = self.fake_ctl(&["show", "--json"]);
+        serde_json::from_slice(&out.stdout).expect("fake-nvml-ctl show --json prints JSON")
+    }
+
+    /// Run `fake-nvml-ctl --state <this node's state> ARGS`; it must succeed.
+    ///
+    /// # Panics
+    /// When it fails.
+    pub fn fake_ctl(&self, args: &[&str]) -> Output {
+        let out = run(Command::new(fake_ctl())
+            .arg("--state")
+            .arg(self.fake_state_path())
+            .args(args));
+        assert!(
+            out.status.success(),
+            "fake-nvml-ctl {args:?} on {}: {}",
+            self.name,
+            text(&out.stderr).trim()
+        );
+        out
+    }
+
+    /// MIG GPU instances on the node's fake GPU `gpu`.
+    pub fn instances(&self, gpu: u32) -> Vec<Value> {
+        self.fake_state()["gpus"][gpu as usize]["gis"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// UUIDs of the MIG devices (compute instances) on every GPU of the node.
+    pub fn mig_uuids(&self) -> Vec<String> {
+        let st = self.fake_state();
+        st["gpus"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["gis"].as_array().cloned().unwrap_or_default())
+            .flat_map(|gi| gi["cis"].as_array().cloned().unwrap_or_default())
+            .filter_map(|ci| ci["uuid"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// The node's GPUs: MIG mode and instances.
+    pub fn gpu_layout(&self) -> Value {
+        let st = self.fake_state();
+        let gpus = st["gpus"].as_array().cloned().unwrap_or_default();
+        Value::Array(
+            gpus.iter()
+                .map(|g| {
+                    serde_json::json!({
+                        "uuid": g["uuid"],
+                        "mig_current": g["mig_current"],
+                        "mig_pending": g["mig_pending"],
+                        "gis": g["gis"],
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// colloc's journal folder on this node, from outside.
+    pub fn journal_dir(&self) -> PathBuf {
+        self.own("state/jobs")
+    }
+
+    /// Journals colloc left on this node.
+    pub fn journals(&self) -> Vec<PathBuf> {
+        match std::fs::read_dir(self.journal_dir()) {
+            Ok(rd) => rd.flatten().map(|e| e.path()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// colloc's run folder (MPS pipe and log directories) on this node, from outside.
+    pub fn run_dir(&self) -> PathBuf {
+        self.own("run")
+    }
+
+    /// The node's state as `sinfo -o %T` prints it (`idle`, `mixed`, `down*`, …).
+    ///
+    /// From the listing of all nodes: `sinfo -n NODE` (Slurm 22.05) keeps showing a node
+    /// that went away as `mixed*` for a minute or more after slurmctld set it DOWN.
+    pub fn state(&self) -> String {
+        self.cluster
+            .node_states()
+            .remove(&self.name)
+            .unwrap_or_default()
+    }
+
+    /// Why the node is down or drained, if it is (`sinfo -o %E`).
+    pub fn reason(&self) -> String {
+        let out = run(self
+            .cluster
+            .slurm("sinfo")
+            .args(["-h", "-N", "-o", "%N|%E"]));
+        text(&out.stdout)
+            .lines()
+            .find_map(|l| {
+                l.split_once('|')
+                    .filter(|(n, _)| *n == self.name)
+                    .map(|(_, r)| r.trim().to_string())
+            })
+            .unwrap_or_default()
+    }
+
+    /// The node's slurmd log.
+    pub fn slurmd_log(&self) -> PathBuf {
+        if self.cluster.several() {
+            self.cluster
+                .dir()
+                .join(format!("slurm/slurmd-{}.log", self.name))
+        } else {
+            self.cluster.dir().join("slurm/slurmd.log")
+        }
+    }
+
+    /// Last `n` lines of the node's slurmd log.
+    pub fn slurmd_log_tail(&self, n: usize) -> String {
+        let log = std::fs::read_to_string(self.slurmd_log()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// The pid of the node's slurmd, while it runs.
+    pub fn slurmd_pid(&self) -> Option<u32> {
+        let file = if self.cluster.several() {
+            format!("slurm/slurmd-{}.pid", self.name)
+        } else {
+            "slurm/slurmd.pid".to_string()
+        };
+        std::fs::read_to_string(self.cluster.dir().join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&pid| pid_alive(pid))
+    }
+
+    /// The mount namespace of the node's slurmd (`mnt:[…]`): where its prolog, epilog and
+    /// slurmstepds run, and, without a job container, its jobs.
+    pub fn mount_ns(&self) -> Option<String> {
+        pid_mount_ns(self.slurmd_pid()?)
+    }
+
+    /// Does process `pid` belong to this node: in its slurmd's mount namespace, or in its
+    /// cgroups (`/slurm_<node>/…`, where the production profile's job tasks are, in their
+    /// job's own namespace)? Another cluster on this host may have a node of the same
+    /// name: pick the candidates by something of this cluster first (e.g.
+    /// [`processes_of_pipe_dir`] with this cluster's run folder).
+    pub fn owns_pid(&self, pid: u32) -> bool {
+        let in_ns = self
+            .mount_ns()
+            .is_some_and(|ns| pid_mount_ns(pid).as_deref() == Some(ns.as_str()));
+        let marker = format!(":/slurm_{}/", self.name);
+        in_ns
+            || std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|cg| cg.contains(&marker))
+    }
+
+    /// `program` to run inside the node's mount namespace (through `nsenter`), with the
+    /// cluster's `SLURM_CONF`, `COLLOC_CONFIG` and the node's fake GPU state: what an admin
+    /// logged in on that node would run.
+    ///
+    /// # Panics
+    /// When the node's slurmd does not run.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let pid = self
+            .slurmd_pid()
+            .unwrap_or_else(|| panic!("node {}'s slurmd does not run", self.name));
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--mount=/proc/{pid}/ns/mnt"))
+            .arg("--")
+            .arg(program)
+            .env("SLURM_CONF", self.cluster.dir().join("etc/slurm.conf"))
+            .env("COLLOC_CONFIG", self.cluster.colloc_config())
+            .env(
+                "COLLOC_FAKE_NVML_STATE",
+                self.cluster.dir().join("fake-nvml/state.json"),
+            );
+        c
+    }
+
+    /// Run `colloc ARGS` on this node: against its config, journals and fake GPUs.
+    pub fn colloc(&self, args: &[&str]) -> Output {
+        if self.cluster.several() {
+            return run(self.command(colloc_bin()).args(args));
+        }
+        run(Command::new(colloc_bin())
+            .args(args)
+            .env("COLLOC_CONFIG", self.cluster.colloc_config())
+            .env("COLLOC_FAKE_NVML_STATE", self.fake_state_path()))
+    }
+
+    /// Take the node away as a power cut would (`cluster.sh node-crash`): its slurmd, its
+    /// slurmstepds, its jobs' processes and the daemons its prologs started are killed
+    /// with SIGKILL, no epilog runs, the fake GPU state stays as it was. Then wait until
+    /// slurmctld has marked the node down, and say what Slurm reported.
+    ///
+    /// What Slurm 22.05 does then (asserted in `cluster_profiles.rs`): the node becomes
+    /// `down*` ("Not responding") after about `SlurmdTimeout` (6 s here); a job on it ends
+    /// `NODE_FAIL` unless it was submitted with `--no-kill`, in which case it runs on
+    /// without that node.
+    ///
+    /// # Panics
+    /// When `cluster.sh node-crash` fails, or after [`HANG_GUARD`].
+    pub fn crash(&self) -> NodeLoss {
+        let t = Instant::now();
+        let out = run(cluster_sh()
+            .args(["node-crash"])
+            .arg(self.cluster.dir())
+            .arg(&self.name));
+        assert!(
+            out.status.success(),
+            "cluster.sh node-crash {}: {}",
+            self.name,
+            text(&out.stderr).trim()
+        );
+        let state =
+            self.cluster
+                .wait_until(&format!("node {} to be marked down", self.name), || {
+                    let s = self.state();
+                    s.starts_with("down").then_some(s)
+                });
+        NodeLoss {
+            state,
+            reason: self.reason(),
+            noticed_after: t.elapsed(),
+        }
+    }
+
+    /// Start the node's slurmd again after [`Node::crash`] (in a fresh mount namespace,
+    /// as after a reboot; the fake GPU state is as the crash left it), and wait until
+    /// Slurm takes the node back (`ReturnToService=2`).
+    ///
+    /// # Panics
+    /// When `cluster.sh node-start` fails, or after [`HANG_GUARD`].
+    pub fn start_again(&self) {
+        let out = run(cluster_sh()
+            .arg("node-start")
+            .arg(self.cluster.dir())
+            .arg(&self.name));
+        assert!(
+            out.status.success(),
+            "cluster.sh node-start {}: {}",
+            self.name,
+            text(&out.stderr).trim()
+        );
+        self.cluster
+            .wait_until(&format!("node {} to be back", self.name), || {
+                let s = self.state();
+                (!s.starts_with("down") && !s.ends_with('*')).then_some(())
+            });
+    }
+}
+
+/// The mount namespace of process `pid` (`mnt:[…]`), while it runs.
+pub fn pid_mount_ns(pid: u32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
 }
 
 /// Parse `Key=Value Key2=Value2` (as `scontrol -o` prints).
@@ -634,18 +1195,37 @@ pub fn pid_alive(pid: u32) -> bool {
 /// A test of a suite.
 pub type Test = (&'static str, fn(&Cluster));
 
-/// How one test went: name, passed, seconds.
-type Outcome = (&'static str, bool, f64);
+/// How a test ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Passed,
+    Failed,
+    Skipped,
+}
 
-/// Run one test on `cluster`, report it like libtest, and leave the node usable for the
+/// How one test went: name, verdict, seconds.
+type Outcome = (&'static str, Verdict, f64);
+
+/// Run one test on `cluster`, report it like libtest, and leave the nodes usable for the
 /// next test when it failed (no jobs, not drained, fresh fake GPUs).
 fn run_one(cluster: &Cluster, (name, test): &Test) -> Outcome {
     let t = Instant::now();
     let result = catch_unwind(AssertUnwindSafe(|| test(cluster)));
     let secs = t.elapsed().as_secs_f64();
-    if result.is_ok() {
-        println!("test {name} ... ok ({secs:.1}s)");
-        return (name, true, secs);
+    match result {
+        Ok(()) => {
+            println!("test {name} ... ok ({secs:.1}s)");
+            return (name, Verdict::Passed, secs);
+        }
+        Err(payload) => {
+            if let Some(Skipped(why)) = payload.downcast_ref::<Skipped>() {
+                println!(
+                    "test {name} ... ignored under the {} profile: {why}",
+                    cluster.profile().name()
+                );
+                return (name, Verdict::Skipped, secs);
+            }
+        }
     }
     println!(
         "test {name} ... FAILED ({secs:.1}s)\n--- slurmd log (last lines) ---\n{}",
@@ -663,16 +1243,23 @@ fn run_one(cluster: &Cluster, (name, test): &Test) -> Outcome {
         cluster.resume_node();
         cluster.reset_fake_gpus();
     }));
-    (name, false, secs)
+    (name, Verdict::Failed, secs)
 }
 
-/// Run a suite: `tests` one after another on one shared cluster (they share the node),
-/// and each of `alone` on its own cluster of the same shape, at the same time as the
-/// shared ones (for tests that mostly wait, such as a job running into its time limit).
-/// Reports like libtest. Arguments: name filters (substring), `--skip NAME`, `--exact`,
-/// `--list`; other libtest flags are accepted and ignored. Needs root; without it the
-/// suite is skipped with a message, unless `COLLOC_SLURM_TESTS=require`.
+/// Run a suite on one-node clusters with `gpus` fake GPUs of these models, under the
+/// profile of `COLLOC_CLUSTER_PROFILE`: see [`run_suite_on`].
 pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test], alone: &[Test]) {
+    run_suite_on(&ClusterSpec::new(1, gpus).models(models), tests, alone);
+}
+
+/// Run a suite: `tests` one after another on one shared cluster of this shape (they share
+/// the nodes), and each of `alone` on its own cluster of the same shape, at the same time
+/// as the shared ones (for tests that mostly wait, such as a job running into its time
+/// limit). Reports like libtest; a test that calls [`skip`] is reported as ignored, with
+/// its reason. Arguments: name filters (substring), `--skip NAME`, `--exact`, `--list`;
+/// other libtest flags are accepted and ignored. Needs root; without it the suite is
+/// skipped with a message, unless `COLLOC_SLURM_TESTS=require`.
+pub fn run_suite_on(spec: &ClusterSpec, tests: &[Test], alone: &[Test]) {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
         for (name, _) in tests.iter().chain(alone) {
@@ -722,16 +1309,20 @@ pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test], alone: &[Test]
         println!("\nskipped {total} tests: {msg}; run them as root\n");
         return;
     }
-    println!("\nrunning {total} tests on a real Slurm cluster");
+    println!(
+        "\nrunning {total} tests on a real Slurm cluster ({} profile)",
+        spec.profile.name()
+    );
     let started = Instant::now();
-    let models = models.map(str::to_string);
     let start_cluster = |what: &str| {
         let t = Instant::now();
-        let c = Cluster::start(gpus, models.as_deref());
+        let c = Cluster::start_with(spec);
         println!(
-            "{what} cluster up in {:.1}s ({} fake GPU(s), {})",
+            "{what} cluster up in {:.1}s ({} node(s) x {} fake GPU(s), {} profile, {})",
             t.elapsed().as_secs_f64(),
+            c.node_names().len(),
             c.gpus(),
+            c.profile().name(),
             c.dir().display()
         );
         c
@@ -765,7 +1356,7 @@ pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test], alone: &[Test]
                                 let c = start_cluster(&format!("{}'s own", t.0));
                                 run_one(&c, t)
                             }));
-                            result.unwrap_or((t.0, false, 0.0))
+                            result.unwrap_or((t.0, Verdict::Failed, 0.0))
                         })
                     })
                     .collect();
@@ -773,18 +1364,27 @@ pub fn run_suite(gpus: u32, models: Option<&str>, tests: &[Test], alone: &[Test]
                     outcomes.push(run_one(&cluster, t));
                 }
                 for h in handles {
-                    outcomes.push(h.join().unwrap_or(("a separate test", false, 0.0)));
+                    outcomes.push(
+                        h.join()
+                            .unwrap_or(("a separate test", Verdict::Failed, 0.0)),
+                    );
                 }
             });
             drop(cluster);
         }
     }
-    let failed: Vec<&str> = outcomes.iter().filter(|o| !o.1).map(|o| o.0).collect();
+    let count = |v: Verdict| outcomes.iter().filter(|o| o.1 == v).count();
+    let failed: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| o.1 == Verdict::Failed)
+        .map(|o| o.0)
+        .collect();
     println!(
-        "\ntest result: {}. {} passed; {} failed; finished in {:.1}s\n",
+        "\ntest result: {}. {} passed; {} failed; {} ignored; finished in {:.1}s\n",
         if failed.is_empty() { "ok" } else { "FAILED" },
-        outcomes.len() - failed.len(),
+        count(Verdict::Passed),
         failed.len(),
+        count(Verdict::Skipped),
         started.elapsed().as_secs_f64()
     );
     if !failed.is_empty() {
