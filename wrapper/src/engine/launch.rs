@@ -67,12 +67,19 @@ pub struct LaunchSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    /// Start attempt `id` (its output pipe's write end is attached).
+    /// Start attempt `id`. Attached: its output pipe's write end, then its stdin's read
+    /// end (when `stdin`), then its stderr's write end (when `stderr`).
     Run {
         /// Attempt id.
         id: u64,
         /// What to start.
         spec: LaunchSpec,
+        /// Its stdin is a pipe colloc writes (else it is empty).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stdin: bool,
+        /// Its stderr is a pipe of its own (else it goes with stdout into the output).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stderr: bool,
     },
     /// Send `sig` to attempt `id`'s process group (while its leader lives).
     Signal {
@@ -172,17 +179,22 @@ fn take_lines(buf: &mut Vec<u8>) -> Vec<String> {
     out
 }
 
-/// Send one framed request, with `fd` attached when given.
-pub fn send_request(sock: &impl AsFd, req: &Request, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+/// Most descriptors one request carries (output, stdin, stderr).
+const MAX_FDS: usize = 3;
+
+/// Send one framed request, with `fds` attached (at most three).
+pub fn send_request(sock: &impl AsFd, req: &Request, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let payload = serde_json::to_vec(req).map_err(io::Error::other)?;
     let header = u32::try_from(payload.len())
         .map_err(|_| io::Error::other("request too large"))?
         .to_le_bytes();
-    let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::other("too many descriptors for one request"));
+    }
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut cmsg = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() {
-        cmsg.push(SendAncillaryMessage::ScmRights(&fds));
+        cmsg.push(SendAncillaryMessage::ScmRights(fds));
     }
     let mut bytes = header.to_vec();
     bytes.extend_from_slice(&payload);
@@ -209,11 +221,11 @@ pub fn send_request(sock: &impl AsFd, req: &Request, fd: Option<BorrowedFd<'_>>)
     Ok(())
 }
 
-/// Read one framed request and the descriptor attached to it, if any. `Ok(None)` at end
-/// of file.
-pub fn recv_request(sock: &OwnedFd) -> io::Result<Option<(Request, Option<OwnedFd>)>> {
+/// Read one framed request and the descriptors attached to it, in the order sent.
+/// `Ok(None)` at end of file.
+pub fn recv_request(sock: &OwnedFd) -> io::Result<Option<(Request, Vec<OwnedFd>)>> {
     let mut header = [0u8; 4];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS + 1))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
     let got = loop {
         match recvmsg(
@@ -247,7 +259,7 @@ pub fn recv_request(sock: &OwnedFd) -> io::Result<Option<(Request, Option<OwnedF
     let mut s = UnixStream::from(sock.try_clone()?);
     s.read_exact(&mut payload)?;
     let req: Request = serde_json::from_slice(&payload).map_err(io::Error::other)?;
-    Ok(Some((req, fds.pop())))
+    Ok(Some((req, fds)))
 }
 
 /// colloc's end of one slot's supervisor.
@@ -276,6 +288,21 @@ pub trait Launcher {
     /// Messages that arrived from `slot`'s supervisor, and whether it is gone (then the
     /// next launch on the slot starts a new one).
     fn read(&mut self, slot: usize) -> (Vec<(u64, Msg)>, bool);
+
+    /// Called once per turn of the engine's loop (at least every tick), for launchers
+    /// with deadlines of their own.
+    fn tick(&mut self) {}
+}
+
+/// The pipes of a run started with [`LocalLauncher::launch_with`].
+#[derive(Debug)]
+pub struct Pipes {
+    /// Read end of its output (stdout, and stderr unless apart).
+    pub output: OwnedFd,
+    /// Write end of its stdin, when asked for.
+    pub stdin: Option<OwnedFd>,
+    /// Read end of its stderr, when asked for apart.
+    pub stderr: Option<OwnedFd>,
 }
 
 /// Runs on this machine, through a launcher process forked at start.
@@ -365,31 +392,98 @@ impl LocalLauncher {
     }
 }
 
-impl Launcher for LocalLauncher {
-    fn launch(&mut self, slot: usize, id: u64, spec: &LaunchSpec) -> io::Result<OwnedFd> {
+impl LocalLauncher {
+    /// Start attempt `id` of `spec` on `slot`, with its stdin a pipe colloc writes and
+    /// its stderr a pipe apart from its output, as asked (for runs that speak to colloc
+    /// on these: an `srun` step).
+    ///
+    /// # Errors
+    /// The pipes could not be made, or the run could not be handed to a supervisor.
+    pub fn launch_with(
+        &mut self,
+        slot: usize,
+        id: u64,
+        spec: &LaunchSpec,
+        stdin: bool,
+        stderr: bool,
+    ) -> io::Result<Pipes> {
+        let cloexec = rustix::pipe::PipeFlags::CLOEXEC;
+        let (out_r, out_w) = rustix::pipe::pipe_with(cloexec)?;
+        let in_pipe = stdin
+            .then(|| rustix::pipe::pipe_with(cloexec))
+            .transpose()?;
+        let err_pipe = stderr
+            .then(|| rustix::pipe::pipe_with(cloexec))
+            .transpose()?;
+        let req = Request::Run {
+            id,
+            spec: spec.clone(),
+            stdin,
+            stderr,
+        };
+        let mut fds = vec![out_w.as_fd()];
+        fds.extend(in_pipe.as_ref().map(|(r, _)| r.as_fd()));
+        fds.extend(err_pipe.as_ref().map(|(_, w)| w.as_fd()));
+        self.send_run(slot, &req, &fds)?;
+        rustix::io::ioctl_fionbio(&out_r, true)?;
+        let (stdin, stderr) = (in_pipe.map(|(_, w)| w), err_pipe.map(|(r, _)| r));
+        if let Some(e) = &stderr {
+            rustix::io::ioctl_fionbio(e, true)?;
+        }
+        Ok(Pipes {
+            output: out_r,
+            stdin,
+            stderr,
+        })
+    }
+}
+
+impl LocalLauncher {
+    /// Start attempt `id` of `spec` on `slot` with its stdout and stderr going to
+    /// `output`, a descriptor this process has (inside an `srun` step: its own stdout,
+    /// which Slurm forwards to colloc).
+    ///
+    /// # Errors
+    /// The run could not be handed to a supervisor.
+    pub fn launch_to(
+        &mut self,
+        slot: usize,
+        id: u64,
+        spec: &LaunchSpec,
+        output: BorrowedFd<'_>,
+    ) -> io::Result<()> {
+        let req = Request::Run {
+            id,
+            spec: spec.clone(),
+            stdin: false,
+            stderr: false,
+        };
+        self.send_run(slot, &req, &[output])
+    }
+
+    /// Hand a run request to `slot`'s supervisor (started first if need be).
+    fn send_run(&mut self, slot: usize, req: &Request, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
         if self.sups.len() <= slot {
             self.sups.resize_with(slot + 1, || None);
         }
         if self.sups[slot].is_none() {
             self.sups[slot] = Some(self.new_supervisor()?);
         }
-        let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        let req = Request::Run {
-            id,
-            spec: spec.clone(),
-        };
         let sent = match &self.sups[slot] {
-            Some(s) => send_request(&s.sock, &req, Some(out_w.as_fd())),
+            Some(s) => send_request(&s.sock, req, fds),
             None => Err(io::Error::other("no supervisor")),
         };
-        if let Err(e) = sent {
+        if sent.is_err() {
             // A dead supervisor: the next launch on this slot starts a new one.
             self.sups[slot] = None;
-            return Err(e);
         }
-        drop(out_w);
-        rustix::io::ioctl_fionbio(&out_r, true)?;
-        Ok(out_r)
+        sent
+    }
+}
+
+impl Launcher for LocalLauncher {
+    fn launch(&mut self, slot: usize, id: u64, spec: &LaunchSpec) -> io::Result<OwnedFd> {
+        Ok(self.launch_with(slot, id, spec, false, false)?.output)
     }
 
     fn send(&mut self, slot: usize, id: u64, cmd: Cmd) -> bool {
@@ -400,7 +494,7 @@ impl Launcher for LocalLauncher {
             Cmd::Signal(sig) => Request::Signal { id, sig },
             Cmd::Kill => Request::Kill { id },
         };
-        send_request(&s.sock, &req, None).is_ok()
+        send_request(&s.sock, &req, &[]).is_ok()
     }
 
     fn fds(&self) -> Vec<(usize, BorrowedFd<'_>)> {
@@ -549,13 +643,16 @@ mod tests {
                 env: vec![("A".into(), "b".into())],
                 cwd: None,
             },
+            stdin: false,
+            stderr: false,
         };
-        send_request(&a, &req, Some(w.as_fd())).unwrap();
-        send_request(&a, &Request::Kill { id: 3 }, None).unwrap();
+        send_request(&a, &req, &[w.as_fd()]).unwrap();
+        send_request(&a, &Request::Kill { id: 3 }, &[]).unwrap();
         drop(w);
-        let (got, fd) = recv_request(&b).unwrap().unwrap();
+        let (got, mut fds) = recv_request(&b).unwrap().unwrap();
         assert_eq!(got, req);
-        let fd = fd.expect("the pipe came along");
+        assert_eq!(fds.len(), 1);
+        let fd = fds.pop().expect("the pipe came along");
         // It is the same pipe: what is written to it comes out of r.
         let mut f = std::fs::File::from(fd);
         f.write_all(b"hi").unwrap();
@@ -563,9 +660,9 @@ mod tests {
         let mut s = String::new();
         std::fs::File::from(r).read_to_string(&mut s).unwrap();
         assert_eq!(s, "hi");
-        let (got, fd) = recv_request(&b).unwrap().unwrap();
+        let (got, fds) = recv_request(&b).unwrap().unwrap();
         assert_eq!(got, Request::Kill { id: 3 });
-        assert!(fd.is_none());
+        assert!(fds.is_empty());
         drop(a);
         assert!(recv_request(&b).unwrap().is_none());
     }

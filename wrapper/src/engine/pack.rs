@@ -146,8 +146,9 @@ pub struct View<'a> {
 
 /// What the engine asks of its caller.
 pub trait Driver {
-    /// The next job for free slot `slot`, or `None` when nothing waits now. Not asked
-    /// while the engine is stopping.
+    /// The next job for free slot `slot`, or `None` when nothing waits now or the slot
+    /// is to stay idle (every free slot is asked). Not asked while the engine is
+    /// stopping.
     fn next_job(&mut self, slot: usize) -> Option<Job>;
     /// An attempt was handed to its supervisor.
     fn started(&mut self, _v: &View<'_>) {}
@@ -329,6 +330,7 @@ impl<'a> Engine<'a> {
             for slot in slots {
                 self.read_control(slot, &mut running);
             }
+            self.launcher.tick();
             let now = Instant::now();
             for (id, r) in running.iter_mut() {
                 self.timers(*id, r, now);
@@ -383,8 +385,10 @@ impl<'a> Engine<'a> {
 
     fn start_jobs(&mut self, driver: &mut dyn Driver, running: &mut BTreeMap<AttemptId, Running>) {
         for slot in self.free_slots(running) {
+            // A driver may keep a slot idle (its node is out of service) while others
+            // take work.
             let Some(job) = driver.next_job(slot) else {
-                return;
+                continue;
             };
             let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let r = self.launch(id, job, slot);

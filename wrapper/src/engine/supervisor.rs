@@ -108,7 +108,7 @@ impl Sup {
         children.is_empty() && !sys::kill_group(leader, 0)
     }
 
-    fn start(&mut self, id: u64, spec: &LaunchSpec, output: Option<OwnedFd>) {
+    fn start(&mut self, id: u64, spec: &LaunchSpec, output: Result<Stdio3, String>) {
         if self.cur.is_some() {
             self.tell(id, &Msg::Error("the slot is busy".into()));
             self.tell(id, &Msg::Done { left: 0 });
@@ -134,7 +134,15 @@ impl Sup {
 
     fn request(&mut self) {
         match recv_request(&self.ctl) {
-            Ok(Some((Request::Run { id, spec }, fd))) => self.start(id, &spec, fd),
+            Ok(Some((
+                Request::Run {
+                    id,
+                    spec,
+                    stdin,
+                    stderr,
+                },
+                fds,
+            ))) => self.start(id, &spec, Stdio3::take(fds, stdin, stderr)),
             Ok(Some((Request::Signal { id, sig }, _))) => {
                 if let Some(c) = self.cur.as_ref().filter(|c| c.id == id && !c.leader_done) {
                     sys::kill_group(c.leader, sig);
@@ -154,22 +162,55 @@ impl Sup {
     }
 }
 
-/// Start a run's leader: in its own session, its output into the pipe, stdin empty.
-fn spawn(spec: &LaunchSpec, output: Option<OwnedFd>) -> Result<u32, String> {
+/// The descriptors that came with a run: its output, and its stdin and stderr where asked.
+struct Stdio3 {
+    output: OwnedFd,
+    stdin: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+}
+
+impl Stdio3 {
+    /// Sort out the descriptors of a request (in the order [`super::launch::Request::Run`]
+    /// says).
+    fn take(fds: Vec<OwnedFd>, stdin: bool, stderr: bool) -> Result<Stdio3, String> {
+        let want = 1 + usize::from(stdin) + usize::from(stderr);
+        if fds.len() != want {
+            return Err(format!(
+                "{} descriptor(s) came with the run, {want} expected",
+                fds.len()
+            ));
+        }
+        let mut it = fds.into_iter();
+        let output = it.next().ok_or("no output pipe came with the run")?;
+        let stdin = if stdin { it.next() } else { None };
+        let stderr = if stderr { it.next() } else { None };
+        Ok(Stdio3 {
+            output,
+            stdin,
+            stderr,
+        })
+    }
+}
+
+/// Start a run's leader: in its own session, its output into the pipe, stdin empty (or
+/// the pipe that came with it), stderr with its output (or into its own pipe).
+fn spawn(spec: &LaunchSpec, io: Result<Stdio3, String>) -> Result<u32, String> {
     let Some(program) = spec.argv.first() else {
         return Err("empty command".into());
     };
-    let Some(output) = output else {
-        return Err("no output pipe came with the run".into());
-    };
+    let io = io?;
     let mut cmd = Command::new(program);
     cmd.args(&spec.argv[1..])
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null());
-    let dup = output
-        .try_clone()
-        .map_err(|e| format!("cannot set up the output: {e}"))?;
-    cmd.stdout(Stdio::from(dup)).stderr(Stdio::from(output));
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
+    cmd.stdin(io.stdin.map_or_else(Stdio::null, Stdio::from));
+    let err = match io.stderr {
+        Some(e) => e,
+        None => io
+            .output
+            .try_clone()
+            .map_err(|e| format!("cannot set up the output: {e}"))?,
+    };
+    cmd.stdout(Stdio::from(io.output)).stderr(Stdio::from(err));
     if let Some(d) = &spec.cwd {
         cmd.current_dir(d);
     }
