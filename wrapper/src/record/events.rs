@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use colloc_core::telemetry::{AttemptGpu, GpuTotals};
+use colloc_core::telemetry::{AttemptGpu, GpuId, GpuTotals};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::scan::Best;
@@ -62,10 +62,13 @@ pub struct SlotRecord {
     pub index: usize,
     /// CUDA device, if any.
     pub device: Option<String>,
+    /// Its node, where runs go to several nodes as Slurm steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// What an attempt is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// One of the pack's runs.
@@ -112,6 +115,31 @@ pub struct MetricValue {
     pub count: u64,
 }
 
+/// An attempt that ran as a Slurm step of its own (runs across nodes).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepInfo {
+    /// `JOBID.STEPID`, once the step ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// From colloc's `srun` to the run's start on its node, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_s: Option<f64>,
+    /// Why the step failed, where it ended without saying how the run ended (its node
+    /// went away, Slurm could not start it): the run goes to another node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+    /// The run's start and end on its node (Unix seconds there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<(f64, f64)>,
+    /// The run's physical GPU, as NVML named it on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuId>,
+    /// That GPU's energy counter while the run ran: [Unix seconds, mJ, utilization %,
+    /// used bytes].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readings: Vec<(f64, u64, Option<u32>, Option<u64>)>,
+}
+
 /// A process that had left its run's session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Escaped {
@@ -147,6 +175,9 @@ pub enum Event {
         mode: String,
         /// `job`, `own` or `plain`.
         source: String,
+        /// Runs start as Slurm steps on the nodes of their slots.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        steps: bool,
         /// The slots.
         slots: Vec<SlotRecord>,
         /// GPU sampling interval, seconds.
@@ -217,6 +248,9 @@ pub enum Event {
         escaped: Vec<Escaped>,
         /// GPU figures.
         gpu: Option<AttemptGpu>,
+        /// Its Slurm step, where it ran as one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<Box<StepInfo>>,
         /// The last output facts.
         #[serde(flatten)]
         progress: Progress,
@@ -261,6 +295,15 @@ pub enum Event {
         /// Where it comes from.
         source: String,
     },
+    /// colloc gives a node no more runs.
+    NodeOut {
+        /// When.
+        ts: f64,
+        /// The node.
+        node: String,
+        /// Why.
+        reason: String,
+    },
     /// A session ended.
     SessionEnd {
         /// When.
@@ -286,6 +329,7 @@ impl Event {
             | Event::Stop { ts, .. }
             | Event::Gpus { ts, .. }
             | Event::Solo { ts, .. }
+            | Event::NodeOut { ts, .. }
             | Event::SessionEnd { ts, .. } => *ts,
         }
     }
@@ -309,6 +353,7 @@ mod tests {
             pid: Some(7),
             escaped: vec![],
             gpu: None,
+            step: None,
             progress: Progress {
                 unit: Some("img/s".into()),
                 samples: vec![(1.0, 2.0)],

@@ -13,16 +13,21 @@
 //!   run's solo throughput plus its own start-up (an attempt without samples: its whole
 //!   wall time), over the makespan. Only runs with a solo figure of their own command count;
 //!   when some runs have none, the speed-up covers the others and is a lower bound.
+//! - **Energy across nodes**: where runs ran as Slurm steps, each step read its run's GPU;
+//!   the readings of all runs on one GPU are put together and shared out by
+//!   [`super::energy`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, UNIX_EPOCH};
 
 use colloc_core::telemetry::{AttemptGpu, GpuTotals};
 
-use super::events::{Escaped, Event, Kind, MetricValue, Progress, RunIdentity, SlotRecord};
+use super::events::{
+    Escaped, Event, Kind, MetricValue, Progress, RunIdentity, SlotRecord, StepInfo,
+};
 use super::model::{
-    AttemptRecord, CalibrationRecord, EpochRecord, MetricRecord, Report, RunRecord, SessionRecord,
-    SignalRecord, Summary, ThroughputRecord, SCHEMA,
+    AttemptRecord, AttemptStep, CalibrationRecord, EpochRecord, MetricRecord, NodeRecord, Report,
+    RunRecord, SessionRecord, SignalRecord, Summary, ThroughputRecord, SCHEMA,
 };
 use crate::engine::throughput::{keep, Stats};
 use crate::engine::State;
@@ -44,6 +49,7 @@ struct Sess {
     restart_count: Option<u32>,
     mode: String,
     source: String,
+    steps: bool,
     slots: Vec<SlotRecord>,
     interval_s: f64,
     colloc_version: String,
@@ -75,6 +81,7 @@ struct Att {
     gpu: Option<AttemptGpu>,
     escaped: Vec<Escaped>,
     lines: u64,
+    step: Option<StepInfo>,
 }
 
 impl Att {
@@ -122,6 +129,17 @@ pub struct Fold {
     solos: HashMap<String, SoloFig>,
     signals: Vec<(f64, String, Vec<String>)>,
     gpus: BTreeMap<u32, Vec<GpuTotals>>,
+    /// Nodes given no more runs: session, time, node, why.
+    node_outs: Vec<(u32, f64, String, String)>,
+}
+
+/// Energy of runs measured on other nodes, shared out per GPU ([`super::energy`]).
+#[derive(Debug, Default)]
+struct Remote {
+    /// Per attempt (kind, run, attempt number): its share, joules.
+    shares: HashMap<(Kind, String, u32), f64>,
+    /// Per session and GPU.
+    totals: Vec<GpuTotals>,
 }
 
 impl Fold {
@@ -223,6 +241,7 @@ impl Fold {
                 restart_count,
                 mode,
                 source,
+                steps,
                 slots,
                 interval_s,
                 runs,
@@ -238,6 +257,7 @@ impl Fold {
                     restart_count,
                     mode,
                     source,
+                    steps,
                     slots,
                     interval_s,
                     colloc_version,
@@ -306,6 +326,7 @@ impl Fold {
                 error,
                 escaped,
                 gpu,
+                step,
                 progress,
                 ..
             } => {
@@ -318,7 +339,14 @@ impl Fold {
                     a.error = error;
                     a.escaped = escaped;
                     a.gpu = gpu;
+                    a.step = step.map(|s| *s);
                 }
+            }
+            Event::NodeOut {
+                ts, node, reason, ..
+            } => {
+                let session = self.sessions();
+                self.node_outs.push((session, ts, node, reason));
             }
             Event::Signal { ts, signal, runs } => self.signals.push((ts, signal, runs)),
             Event::Stop { reason, .. } => {
@@ -369,10 +397,11 @@ impl Fold {
             .fold(f64::INFINITY, f64::min);
         let t0 = if t0.is_finite() { t0 } else { now };
         let latest = self.sessions.last().cloned().unwrap_or_default();
+        let remote = self.remote_energy();
         let runs: Vec<RunRecord> = self
             .runs
             .iter()
-            .map(|r| self.run_record(r, t0, now, live))
+            .map(|r| self.run_record(r, t0, now, live, &remote))
             .collect();
         let sessions: Vec<SessionRecord> = self
             .sessions
@@ -393,7 +422,7 @@ impl Fold {
             stopped_by: latest.stopped_by.clone(),
             interval_s: latest.interval_s,
             summary: Summary::default(),
-            gpus: self.gpu_totals(),
+            gpus: self.gpu_totals(&remote),
             signals: self
                 .signals
                 .iter()
@@ -405,6 +434,7 @@ impl Fold {
                 })
                 .collect(),
             calibrations: self.calibration_records(now),
+            nodes: self.node_records(&latest, t0),
             runs,
             sessions,
         };
@@ -472,7 +502,23 @@ impl Fold {
         ((last - first).max(0.0), max as usize)
     }
 
-    fn attempt_record(&self, a: &Att, t0: f64, now: f64, live: Option<u32>) -> AttemptRecord {
+    fn attempt_record(
+        &self,
+        a: &Att,
+        kind: Kind,
+        name: &str,
+        t0: f64,
+        now: f64,
+        live: Option<u32>,
+        remote: &Remote,
+    ) -> AttemptRecord {
+        let mut gpu = a.gpu.clone();
+        if let (Some(g), Some(share)) = (
+            gpu.as_mut(),
+            remote.shares.get(&(kind, name.to_string(), a.attempt)),
+        ) {
+            g.energy_j = Some(*share);
+        }
         let end = self.end_of(a, now, live);
         let (state, error) = match (a.state, a.end) {
             (Some(s), _) => (s, a.error.clone()),
@@ -506,16 +552,28 @@ impl Fold {
                 .unit
                 .as_ref()
                 .and_then(|u| throughput(u, &a.stats, Vec::new())),
-            gpu: a.gpu.clone(),
+            gpu,
             escaped: a.escaped.clone(),
+            step: a.step.as_ref().map(|s| AttemptStep {
+                id: s.id.clone(),
+                dispatch_s: s.dispatch_s,
+                failed: s.failed.clone(),
+            }),
         }
     }
 
-    fn run_record(&self, r: &RunSt, t0: f64, now: f64, live: Option<u32>) -> RunRecord {
+    fn run_record(
+        &self,
+        r: &RunSt,
+        t0: f64,
+        now: f64,
+        live: Option<u32>,
+        remote: &Remote,
+    ) -> RunRecord {
         let attempts: Vec<AttemptRecord> = r
             .attempts
             .iter()
-            .map(|a| self.attempt_record(a, t0, now, live))
+            .map(|a| self.attempt_record(a, Kind::Run, &r.id.name, t0, now, live, remote))
             .collect();
         let mut attempts = attempts;
         // Earlier attempts' logs are kept as NAME.K.log when the next one starts.
@@ -582,6 +640,9 @@ impl Fold {
             wall_s: (!attempts.is_empty()).then(|| attempts.iter().map(|a| a.wall_s).sum()),
             slot: last.map(|a| a.slot),
             device: last.and_then(|a| a.device.clone()),
+            node: last
+                .filter(|a| a.step.is_some())
+                .and_then(|a| a.node.clone()),
             oom: attempts.iter().any(|a| a.oom),
             log: last.map(|a| a.log.clone()),
             throughput: tp,
@@ -639,8 +700,123 @@ impl Fold {
             .collect()
     }
 
-    fn gpu_totals(&self) -> Option<Vec<GpuTotals>> {
-        if self.gpus.is_empty() {
+    /// The energy of runs that ran as Slurm steps: per session and GPU, every reading of
+    /// the GPU's counter by any of its runs' steps, shared out among those runs.
+    fn remote_energy(&self) -> Remote {
+        type Key = (Kind, String, u32);
+        // (session, GPU uuid) -> the GPU, its readings, and its runs' spans.
+        let mut by_gpu: BTreeMap<
+            (u32, String),
+            (GpuTotals, Vec<(f64, u64)>, Vec<(Key, f64, f64)>),
+        > = BTreeMap::new();
+        let mut util: BTreeMap<(u32, String), (f64, u64)> = BTreeMap::new();
+        let all = self
+            .runs
+            .iter()
+            .flat_map(|r| r.attempts.iter().map(move |a| (Kind::Run, &r.id.name, a)))
+            .chain(
+                self.calibrations
+                    .iter()
+                    .flat_map(|(n, v)| v.iter().map(move |a| (Kind::Solo, n, a))),
+            );
+        for (kind, name, a) in all {
+            let Some(step) = &a.step else { continue };
+            let Some(gpu) = &step.gpu else { continue };
+            let key = (a.session, gpu.uuid.clone());
+            let e = by_gpu.entry(key.clone()).or_insert_with(|| {
+                (
+                    GpuTotals {
+                        id: gpu.clone(),
+                        ..GpuTotals::default()
+                    },
+                    Vec::new(),
+                    Vec::new(),
+                )
+            });
+            for &(t, mj, u, used) in &step.readings {
+                e.1.push((t, mj));
+                if let Some(u) = u {
+                    let acc = util.entry(key.clone()).or_default();
+                    acc.0 += f64::from(u);
+                    acc.1 += 1;
+                }
+                if let Some(b) = used {
+                    e.0.peak_used_bytes = Some(e.0.peak_used_bytes.unwrap_or(0).max(b));
+                }
+            }
+            let (s, end) = step.span.unwrap_or((a.start, a.end.unwrap_or(a.last_ts)));
+            e.2.push(((kind, name.clone(), a.attempt), s, end));
+        }
+        let mut out = Remote::default();
+        for (key, (mut totals, readings, spans)) in by_gpu {
+            let iv: Vec<(f64, f64)> = spans.iter().map(|(_, s, e)| (*s, *e)).collect();
+            if let Some(sp) = super::energy::split(&readings, &iv) {
+                for ((k, _, _), share) in spans.into_iter().zip(sp.shares) {
+                    out.shares.insert(k, share);
+                }
+                totals.energy_j = Some(sp.total_j);
+                totals.runs_energy_j = Some(sp.runs_j);
+                totals.idle_energy_j = Some(sp.idle_j);
+            }
+            totals.mean_util_percent = util.get(&key).filter(|u| u.1 > 0).map(|u| u.0 / u.1 as f64);
+            out.totals.push(totals);
+        }
+        out
+    }
+
+    /// The nodes of a pack across nodes: their slots in the latest session, what ran
+    /// there, and those given no more runs.
+    fn node_records(&self, latest: &Sess, t0: f64) -> Vec<NodeRecord> {
+        let mut names: Vec<String> = Vec::new();
+        for s in self.sessions.iter().filter(|s| s.steps) {
+            for slot in &s.slots {
+                if let Some(n) = &slot.node {
+                    if !names.contains(n) {
+                        names.push(n.clone());
+                    }
+                }
+            }
+        }
+        names
+            .into_iter()
+            .map(|name| {
+                let atts: Vec<&Att> = self
+                    .runs
+                    .iter()
+                    .flat_map(|r| &r.attempts)
+                    .filter(|a| a.step.is_some() && a.node.as_deref() == Some(name.as_str()))
+                    .collect();
+                let out = self
+                    .node_outs
+                    .iter()
+                    .rev()
+                    .find(|o| o.2 == name && o.0 == latest.session);
+                NodeRecord {
+                    slots: latest
+                        .slots
+                        .iter()
+                        .filter(|s| s.node.as_deref() == Some(name.as_str()))
+                        .map(|s| s.index)
+                        .collect(),
+                    attempts: atts.len(),
+                    succeeded: atts
+                        .iter()
+                        .filter(|a| a.state == Some(State::Succeeded))
+                        .count(),
+                    step_failures: atts
+                        .iter()
+                        .filter(|a| a.step.as_ref().is_some_and(|s| s.failed.is_some()))
+                        .count(),
+                    out: out.map(|o| o.3.clone()),
+                    out_s: out.map(|o| o.1 - t0),
+                    name,
+                }
+            })
+            .collect()
+    }
+
+    fn gpu_totals(&self, remote: &Remote) -> Option<Vec<GpuTotals>> {
+        if self.gpus.is_empty() && remote.totals.is_empty() {
             return None;
         }
         let mut out: Vec<GpuTotals> = Vec::new();
@@ -648,7 +824,7 @@ impl Fold {
             (Some(x), Some(y)) => Some(x + y),
             (x, y) => x.or(y),
         };
-        for g in self.gpus.values().flatten() {
+        for g in self.gpus.values().flatten().chain(&remote.totals) {
             match out.iter_mut().find(|o| o.id.uuid == g.id.uuid) {
                 Some(o) => {
                     let (wa, wb) = (o.energy_j.unwrap_or(0.0), g.energy_j.unwrap_or(0.0));
@@ -696,6 +872,19 @@ impl Fold {
                 .max()
                 .unwrap_or(0),
             makespan_s,
+            step_failures: rep
+                .runs
+                .iter()
+                .flat_map(|r| &r.attempts)
+                .filter(|a| a.step.as_ref().is_some_and(|s| s.failed.is_some()))
+                .count(),
+            median_dispatch_s: median(
+                rep.runs
+                    .iter()
+                    .flat_map(|r| &r.attempts)
+                    .filter_map(|a| a.step.as_ref().and_then(|s| s.dispatch_s))
+                    .collect(),
+            ),
             ..Summary::default()
         };
         if let Some(gpus) = &rep.gpus {
@@ -778,6 +967,20 @@ impl Fold {
         sum.throughput_unit = Some(unit);
         sum
     }
+}
+
+/// The median of some figures.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
 }
 
 /// A run's throughput over its attempts: their work over their summed sampled time.
@@ -884,6 +1087,7 @@ mod tests {
             restart_count: None,
             mode: "naive".into(),
             source: "plain".into(),
+            steps: false,
             slots: vec![],
             interval_s: 1.0,
             runs,
@@ -935,6 +1139,7 @@ mod tests {
             pid: None,
             escaped: vec![],
             gpu: None,
+            step: None,
             progress: p,
         }
     }

@@ -108,6 +108,40 @@ pub struct AttemptRecord {
     /// Processes that had left its session (killed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escaped: Vec<Escaped>,
+    /// Its Slurm step, where it ran as one (runs across nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<AttemptStep>,
+}
+
+/// The Slurm step an attempt ran as.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptStep {
+    /// `JOBID.STEPID` (`None` when the step never ran).
+    pub id: Option<String>,
+    /// From colloc's `srun` to the run's start on its node, seconds.
+    pub dispatch_s: Option<f64>,
+    /// Why the step failed, when it ended without saying how the run ended (the node
+    /// went away, Slurm could not start it); the run went back to the queue.
+    pub failed: Option<String>,
+}
+
+/// A node of a pack across nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Its name.
+    pub name: String,
+    /// Its slots (indexes into the report's `slots`), in the latest session.
+    pub slots: Vec<usize>,
+    /// Attempts that ran there.
+    pub attempts: usize,
+    /// Of them, succeeded.
+    pub succeeded: usize,
+    /// Of them, steps that failed (not their runs).
+    pub step_failures: usize,
+    /// Why colloc gave it no more runs, if it did (latest session).
+    pub out: Option<String>,
+    /// When, seconds since the report's start.
+    pub out_s: Option<f64>,
 }
 
 /// One run.
@@ -147,6 +181,9 @@ pub struct RunRecord {
     pub slot: Option<usize>,
     /// Device of its last attempt.
     pub device: Option<String>,
+    /// Node of its last attempt, where it ran as a Slurm step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// Every attempt, first to last.
     pub attempts: Vec<AttemptRecord>,
     /// Some attempt's output showed a CUDA out-of-memory error.
@@ -279,6 +316,17 @@ pub struct Summary {
     pub runs_energy_j: Option<f64>,
     /// The part with no run active.
     pub idle_energy_j: Option<f64>,
+    /// Attempts whose Slurm step failed (not the run: its node went away, Slurm could not
+    /// start it) and whose run went back to the queue.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub step_failures: usize,
+    /// Median time from colloc's `srun` to a run's start on its node, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_dispatch_s: Option<f64>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// `colloc-report.json`.
@@ -318,6 +366,9 @@ pub struct Report {
     /// Solo calibrations.
     #[serde(default)]
     pub calibrations: Vec<CalibrationRecord>,
+    /// The nodes, where runs went to several as Slurm steps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeRecord>,
     /// The runs, in manifest order.
     pub runs: Vec<RunRecord>,
 }
