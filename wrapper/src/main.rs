@@ -23,6 +23,7 @@ mod report;
 mod run;
 mod slurm;
 mod status;
+mod step;
 
 pub use cli::{bad_input, BadInput, Global};
 
@@ -65,6 +66,9 @@ enum Command {
     Restore(admin::RestoreArgs),
     /// Validate a node configuration file.
     CheckConfig(admin::CheckConfigArgs),
+    /// The node side of `colloc run` across nodes, inside Slurm steps (not for users).
+    #[command(hide = true)]
+    Step(step::StepArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell (the
     /// packages install bash's, zsh's and fish's).
     Completions {
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
         Command::Apply(a) => admin::apply(a, &global),
         Command::Restore(a) => admin::restore(a, &global),
         Command::CheckConfig(a) => admin::check_config(a, &global),
+        Command::Step(a) => step::main(a, &global),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             // Into memory first: clap_complete panics on a closed stdout (`| head`).

@@ -21,15 +21,27 @@ pub struct SlurmError {
     pub what: String,
 }
 
-/// What came back from a finished command: exit success, stdout, stderr.
-struct Answer {
-    ok: bool,
-    stdout: String,
-    stderr: String,
+/// What came back from a finished command.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// It exited 0.
+    pub ok: bool,
+    /// What it printed.
+    pub stdout: String,
+    /// What it printed on stderr (after its exit status, when it failed).
+    pub stderr: String,
 }
 
 /// Run a Slurm client with [`SLURM_TIMEOUT`].
 fn ask(program: &str, args: &[&str]) -> Result<Answer, SlurmError> {
+    ask_within(program, args, SLURM_TIMEOUT)
+}
+
+/// Run a Slurm client (killed after `timeout`).
+///
+/// # Errors
+/// It could not be run, or gave no answer in time.
+pub fn ask_within(program: &str, args: &[&str], timeout: Duration) -> Result<Answer, SlurmError> {
     let command = format!("{program} {}", args.join(" "));
     let fail = |what: String| SlurmError {
         command: command.clone(),
@@ -67,7 +79,7 @@ fn ask(program: &str, args: &[&str]) -> Result<Answer, SlurmError> {
         }
         s
     });
-    let deadline = Instant::now() + SLURM_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
@@ -84,7 +96,7 @@ fn ask(program: &str, args: &[&str]) -> Result<Answer, SlurmError> {
     match status {
         None => Err(fail(format!(
             "gave no answer within {} s",
-            SLURM_TIMEOUT.as_secs()
+            timeout.as_secs()
         ))),
         Some(s) => Ok(Answer {
             ok: s.success(),
@@ -183,6 +195,48 @@ pub fn job_states(ids: &[u32]) -> BTreeMap<u32, JobState> {
             (id, state)
         })
         .collect()
+}
+
+/// `NodeList=` of `scontrol -o show job` (`None` while it has none, e.g. pending).
+pub fn parse_job_nodelist(out: &str) -> Option<String> {
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix("NodeList="))
+        .filter(|l| !l.is_empty() && *l != "(null)")
+        .map(str::to_string)
+}
+
+/// The nodes job `id` holds now, as Slurm names them (`scontrol show job`, then
+/// `scontrol show hostnames`): a node Slurm took away (a `--no-kill` job that lost it) is
+/// not among them.
+///
+/// # Errors
+/// Slurm could not be asked, or the job holds no node.
+pub fn job_nodes(id: &str) -> Result<Vec<String>, SlurmError> {
+    let a = ask("scontrol", &["-o", "show", "job", id])?;
+    let fail = |what: String| SlurmError {
+        command: format!("scontrol -o show job {id}"),
+        what,
+    };
+    if !a.ok {
+        return Err(fail(a.stderr));
+    }
+    let list = parse_job_nodelist(&a.stdout).ok_or_else(|| fail("shows no NodeList".into()))?;
+    hostnames(&list)
+}
+
+/// A Slurm node list (`n[1-3],gpu07`) as names (`scontrol show hostnames`).
+///
+/// # Errors
+/// Slurm could not be asked.
+pub fn hostnames(list: &str) -> Result<Vec<String>, SlurmError> {
+    let a = ask("scontrol", &["show", "hostnames", list])?;
+    if !a.ok {
+        return Err(SlurmError {
+            command: format!("scontrol show hostnames {list}"),
+            what: a.stderr,
+        });
+    }
+    Ok(a.stdout.split_whitespace().map(str::to_string).collect())
 }
 
 /// One node as `scontrol -o show node` prints it.
@@ -293,6 +347,15 @@ mod tests {
         assert_eq!(JobState::NotInQueue.word(), "GONE");
         assert_eq!(JobState::Unknown("x".into()).live(), None);
         assert_eq!(JobState::Unknown("x".into()).word(), "unknown");
+    }
+
+    #[test]
+    fn job_node_list() {
+        let out = "JobId=12 JobName=sweep UserId=alice(1000) JobState=RUNNING \
+                   NodeList=n[1-3] BatchHost=n1 NumNodes=3 ReqNodeList=(null)\n";
+        assert_eq!(parse_job_nodelist(out).as_deref(), Some("n[1-3]"));
+        assert_eq!(parse_job_nodelist("JobId=13 NodeList=(null) X=1"), None);
+        assert_eq!(parse_job_nodelist("JobId=13"), None);
     }
 
     #[test]

@@ -357,7 +357,7 @@ fn mps_control_program(config: Option<&colloc_core::config::Config>) -> anyhow::
 
 /// `COLLOC_MPS_PIPES` as the plugin sets it for mps jobs: `GPU-uuid=pipe_dir,...`, one
 /// daemon per GPU of the job.
-fn parse_mps_pipes(v: &str) -> Vec<(String, PathBuf)> {
+pub fn parse_mps_pipes(v: &str) -> Vec<(String, PathBuf)> {
     v.split(',')
         .filter_map(|kv| kv.split_once('='))
         .filter(|(k, p)| !k.is_empty() && p.starts_with('/'))
@@ -472,44 +472,61 @@ impl Gpus {
             _ => Vec::new(),
         };
         let map = self.nvml.as_ref().map(|(_, m)| m);
+        let own_env = own_mps.as_ref().map(|m| m.daemon().env());
         self.slots = layout
             .slots
             .iter()
             .enumerate()
-            .map(|(si, dev)| {
-                let mut e = Vec::new();
-                if let Some(d) = dev {
-                    e.push(("CUDA_VISIBLE_DEVICES".to_string(), d.clone()));
-                }
-                if let Some(m) = &own_mps {
-                    e.extend(m.daemon().env());
-                } else if let Some((_, pipe)) = dev
-                    .as_deref()
-                    .and_then(|d| job_pipes.iter().find(|(uuid, _)| uuid == d))
-                {
-                    // A job with several GPUs has one MPS daemon per GPU; the job-wide
-                    // CUDA_MPS_PIPE_DIRECTORY names the first. Each run talks to its GPU's.
-                    e.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
-                    if let Some(dir) = pipe.parent() {
-                        e.push((
-                            "CUDA_MPS_LOG_DIRECTORY".into(),
-                            dir.join("log").display().to_string(),
-                        ));
-                    }
-                }
-                if let Mode::Mps { clients: Some(n) } = layout.mode {
-                    let mem: Vec<u64> = map
-                        .and_then(|m| m.slot_memory_mib.get(si).copied().flatten())
-                        .into_iter()
-                        .collect();
-                    e.extend(mps::client_limits(n, &mem));
-                }
-                Slot { env: e }
+            .map(|(si, dev)| Slot {
+                env: slot_env(
+                    &layout.mode,
+                    dev.as_deref(),
+                    own_env.as_deref(),
+                    &job_pipes,
+                    map.and_then(|m| m.slot_memory_mib.get(si).copied().flatten()),
+                ),
             })
             .collect();
         self.own_mps = own_mps;
         Ok(())
     }
+}
+
+/// The environment of a slot on `device`: `CUDA_VISIBLE_DEVICES`, the MPS daemon to talk
+/// to (colloc's own, `own_mps`, or the job's daemon of the device's GPU among
+/// `job_pipes`, as `COLLOC_MPS_PIPES` lists them), and for `mps:N` each client's share of
+/// the device's memory (`memory_mib`, where NVML told it).
+pub fn slot_env(
+    mode: &Mode,
+    device: Option<&str>,
+    own_mps: Option<&[(String, String)]>,
+    job_pipes: &[(String, PathBuf)],
+    memory_mib: Option<u64>,
+) -> Vec<(String, String)> {
+    let mut e = Vec::new();
+    if let Some(d) = device {
+        e.push(("CUDA_VISIBLE_DEVICES".to_string(), d.to_string()));
+    }
+    if let Some(m) = own_mps {
+        e.extend(m.iter().cloned());
+    } else if let Some((_, pipe)) =
+        device.and_then(|d| job_pipes.iter().find(|(uuid, _)| uuid == d))
+    {
+        // A job with several GPUs has one MPS daemon per GPU; the job-wide
+        // CUDA_MPS_PIPE_DIRECTORY names the first. Each run talks to its GPU's.
+        e.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
+        if let Some(dir) = pipe.parent() {
+            e.push((
+                "CUDA_MPS_LOG_DIRECTORY".into(),
+                dir.join("log").display().to_string(),
+            ));
+        }
+    }
+    if let Mode::Mps { clients: Some(n) } = mode {
+        let mem: Vec<u64> = memory_mib.into_iter().collect();
+        e.extend(mps::client_limits(*n, &mem));
+    }
+    e
 }
 
 /// Start the GPU sampler over the slots' GPUs.
