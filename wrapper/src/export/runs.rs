@@ -56,6 +56,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
         "oom_attempts",
         "slot",
         "device",
+        "node",
         "start",
         "end",
         "wall_s",
@@ -96,6 +97,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             r.attempts.iter().filter(|a| a.oom).count().to_string(),
             opt(r.slot),
             opt(r.device.clone()),
+            opt(r.node.clone()),
             opt(r.start.clone()),
             opt(r.end.clone()),
             f3(r.wall_s),
@@ -161,6 +163,8 @@ pub fn table(report: &Report) -> String {
         .clone()
         .unwrap_or_else(|| "throughput".into());
     let (_, metrics) = columns(report);
+    // Across nodes, each run's node goes after its slot.
+    let nodes = !report.nodes.is_empty();
     let mut headers: Vec<String> = [
         "run", "state", "exit", "tries", "slot", "wall s", &unit, "solo", "epoch s", "peak MiB",
         "util %", "energy J",
@@ -168,6 +172,9 @@ pub fn table(report: &Report) -> String {
     .iter()
     .map(|h| h.to_string())
     .collect();
+    if nodes {
+        headers.insert(5, "node".into());
+    }
     headers.extend(metrics.iter().map(|m| format!("{m} best")));
     let mut right = vec![false, false];
     right.resize(headers.len(), true);
@@ -210,6 +217,9 @@ pub fn table(report: &Report) -> String {
             }),
             gpu_fig(gpu.and_then(|g| g.energy_j), &|v| format!("{v:.0}")),
         ];
+        if nodes {
+            row.insert(5, or_dash(r.node.clone()));
+        }
         for m in &metrics {
             row.push(or_dash(
                 r.metrics
@@ -267,6 +277,38 @@ pub fn table(report: &Report) -> String {
         ),
     }
     out.push('\n');
+    for n in &report.nodes {
+        let _ = write!(
+            out,
+            "node {}: {} slots, {} attempts ({} succeeded",
+            n.name,
+            n.slots.len(),
+            n.attempts,
+            n.succeeded
+        );
+        if n.step_failures > 0 {
+            let _ = write!(out, ", {} steps failed", n.step_failures);
+        }
+        out.push(')');
+        if let Some(why) = &n.out {
+            let _ = write!(
+                out,
+                "; given no more runs after {:.0} s: {why}",
+                n.out_s.unwrap_or(0.0)
+            );
+        }
+        out.push('\n');
+    }
+    if s.step_failures > 0 {
+        let _ = writeln!(
+            out,
+            "{} step(s) failed (not their runs) and their runs went back to the queue",
+            s.step_failures
+        );
+    }
+    if let Some(d) = s.median_dispatch_s {
+        let _ = writeln!(out, "median start of a run's step: {d:.2} s after its srun");
+    }
     if let Some(gpus) = &report.gpus {
         for g in gpus {
             let j = |v: Option<f64>| v.map_or("n/a".to_string(), |e| format!("{e:.0} J"));

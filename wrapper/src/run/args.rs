@@ -91,6 +91,10 @@ pub struct RunArgs {
     /// With `-- CMD --metric`: the throughput's unit (default: read from the regex).
     #[arg(long, value_name = "UNIT", requires = "metric")]
     pub unit: Option<String>,
+    /// Runs as Slurm job steps on every node of the job: auto (when the job has several
+    /// nodes), on (also on one node) or off (this node only, as outside Slurm).
+    #[arg(long, value_name = "WHEN", default_value = "auto")]
+    pub steps: String,
     /// Print only the one-line summary at the end (warnings still go to stderr); the
     /// runs' output still goes to their logs.
     #[arg(short = 'q', long)]
@@ -107,6 +111,17 @@ pub enum RetryOn {
     Oom,
     /// Any failure or timeout.
     Any,
+}
+
+/// When runs go to Slurm job steps (`--steps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steps {
+    /// In a Slurm job of several nodes.
+    Auto,
+    /// In any Slurm job.
+    On,
+    /// Never: this node only.
+    Off,
 }
 
 /// Checked options.
@@ -132,6 +147,8 @@ pub struct Options {
     pub quiet: bool,
     /// Stop at the first failure.
     pub fail_fast: bool,
+    /// Runs as Slurm steps.
+    pub steps: Steps,
 }
 
 fn dur(flag: &str, v: &str) -> anyhow::Result<Duration> {
@@ -157,7 +174,18 @@ impl Options {
                 )))
             }
         };
+        let steps = match a.steps.trim() {
+            "auto" => Steps::Auto,
+            "on" => Steps::On,
+            "off" => Steps::Off,
+            other => {
+                return Err(bad_input(format!(
+                    "--steps: {other:?} is not valid; use auto, on or off"
+                )))
+            }
+        };
         Ok(Options {
+            steps,
             grace: dur("--grace", &a.grace)?,
             interval,
             status_every: dur("--status-every", &a.status_every)?,

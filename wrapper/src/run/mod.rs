@@ -7,14 +7,18 @@
 //! - [`setup`]: report directory (fresh or resumed), GPUs, MPS, sampler, baseline.
 //! - [`scheduler`]: what the pack engine runs, and what an attempt's end means.
 //! - [`record`]: the event log, the report rebuilt from it, written atomically.
+//! - [`nodes`], [`steps`]: in a Slurm job of several nodes, every node's slots, and each
+//!   run as a Slurm step of its own on the node of its slot (docs/multinode.md).
 
+use std::cell::RefCell;
 use std::process::ExitCode;
+use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::Context;
 
 use crate::bad_input;
-use crate::engine::launch::LocalLauncher;
+use crate::engine::launch::{Launcher, LocalLauncher};
 use crate::engine::pack::{Engine, Options as EngineOptions};
 use crate::engine::signals::Signals;
 use crate::engine::Clock;
@@ -24,10 +28,12 @@ use crate::record::fold::Fold;
 
 pub mod args;
 pub mod manifest;
+pub mod nodes;
 pub mod record;
 pub mod scheduler;
 pub mod setup;
 pub mod slots;
+pub mod steps;
 
 pub use args::RunArgs;
 use setup::Start;
@@ -35,13 +41,35 @@ use setup::Start;
 /// How often the engine calls back (progress, status, report writes).
 const TICK: Duration = Duration::from_millis(200);
 
+/// The Slurm job whose nodes get runs as steps (`--steps`), if any.
+///
+/// # Errors
+/// `--steps on` outside a Slurm job (bad input).
+fn steps_job(when: args::Steps) -> anyhow::Result<Option<String>> {
+    let job = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .filter(|j| !j.trim().is_empty());
+    let nodes: u32 = std::env::var("SLURM_JOB_NUM_NODES")
+        .or_else(|_| std::env::var("SLURM_NNODES"))
+        .ok()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(1);
+    Ok(match when {
+        args::Steps::Off => None,
+        args::Steps::Auto => job.filter(|_| nodes > 1),
+        args::Steps::On => Some(
+            job.ok_or_else(|| bad_input("--steps on: not inside a Slurm job (no SLURM_JOB_ID)"))?,
+        ),
+    })
+}
+
 /// Entry point of `colloc run`.
 ///
 /// # Errors
 /// Bad input (exit 2) before anything starts; failures to set up (exit 1).
 pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     // Before any thread exists: the launcher is forked from this process.
-    let mut launcher = LocalLauncher::start().context("cannot start the run launcher")?;
+    let launcher = LocalLauncher::start().context("cannot start the run launcher")?;
     let opts = args::Options::from(&args)?;
     let config = setup::config(g);
     // Everything the user wrote is checked before anything starts.
@@ -58,8 +86,33 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         Some(p) => Some(setup::baseline(p).map_err(bad_input)?),
         None => None,
     };
+    let topo = match steps_job(opts.steps)? {
+        Some(job_id) => {
+            let cmd = nodes::StepCommand::new(&job_id, g.config.clone())?;
+            let reports = nodes::discover(&cmd)?;
+            let topo = nodes::topology(
+                reports,
+                &nodes::Wanted {
+                    mode: args.mode.clone(),
+                    jobs: args.jobs.map(|j| j as usize),
+                },
+            )?;
+            Some((cmd, topo))
+        }
+        None => None,
+    };
     let signals = Signals::install().context("cannot install signal handlers")?;
-    let mut gpus = setup::gpus(&args, config.as_ref())?;
+    let mut gpus = match &topo {
+        // Each node's prolog set its GPUs up; colloc only starts steps there.
+        Some((_, t)) => setup::Gpus {
+            layout: t.layout(),
+            slots: t.slot_envs(),
+            own_mps: None,
+            nvml: None,
+            nvml_note: None,
+        },
+        None => setup::gpus(&args, config.as_ref())?,
+    };
     let specs = setup::specs(&args, gpus.layout.slots.len())?;
     let ids = setup::identities(&specs);
     let restarted = setup::restart_count().is_some_and(|n| n > 0);
@@ -67,7 +120,9 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     if let Some(note) = &gpus.nvml_note {
         log::warn!("{note}");
     }
-    gpus.start(config.as_ref())?;
+    if topo.is_none() {
+        gpus.start(config.as_ref())?;
+    }
     std::fs::create_dir_all(dir.join(scheduler::LOGS_DIR))
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let fold = match start {
@@ -88,23 +143,31 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         pid: std::process::id(),
         job_id: std::env::var("SLURM_JOB_ID").ok(),
         restart_count: setup::restart_count(),
-        mode: gpus.layout.mode.to_string(),
+        mode: match &topo {
+            Some((_, t)) => t.mode_text(),
+            None => gpus.layout.mode.to_string(),
+        },
         source: match gpus.layout.source {
             slots::Source::Job => "job",
             slots::Source::Own => "own",
             slots::Source::Plain => "plain",
         }
         .into(),
-        slots: gpus
-            .layout
-            .slots
-            .iter()
-            .enumerate()
-            .map(|(index, device)| SlotRecord {
-                index,
-                device: device.clone(),
-            })
-            .collect(),
+        steps: topo.is_some(),
+        slots: match &topo {
+            Some((_, t)) => t.slot_records(),
+            None => gpus
+                .layout
+                .slots
+                .iter()
+                .enumerate()
+                .map(|(index, device)| SlotRecord {
+                    index,
+                    device: device.clone(),
+                    node: None,
+                })
+                .collect(),
+        },
         interval_s: opts.interval.as_secs_f64(),
         runs: ids.clone(),
     });
@@ -137,6 +200,37 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     };
     let mut stopped_by = None;
     let mut max_concurrent = 0;
+    // Across nodes each attempt is a Slurm step, started through the local supervisors.
+    let step_ctx = topo.as_ref().map(|(_, t)| scheduler::StepCtx {
+        book: Rc::new(RefCell::new(steps::StepBook::default())),
+        slot_nodes: (0..t.slot_node.len())
+            .map(|i| t.node_of(i).name.clone())
+            .collect(),
+    });
+    let mut launcher: Box<dyn Launcher> = match (topo, &step_ctx) {
+        (Some((cmd, t)), Some(ctx)) => {
+            if !opts.quiet {
+                outln!(
+                    "colloc: {} slots on {} node(s) ({}); each run is a Slurm step on its slot's node",
+                    t.slot_node.len(),
+                    t.nodes.len(),
+                    t.nodes
+                        .iter()
+                        .map(|n| format!("{}: {}", n.name, n.layout.slots.len()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            Box::new(steps::StepLauncher::new(
+                launcher,
+                cmd,
+                &t,
+                opts.interval,
+                Rc::clone(&ctx.book),
+            ))
+        }
+        _ => Box::new(launcher),
+    };
     if args.solo_baseline {
         let mut cal = scheduler::Calibrate::new(
             &specs,
@@ -145,9 +239,10 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
             devices.clone(),
             sampler.as_ref(),
             &opts,
+            step_ctx.clone(),
         );
         let mut engine = Engine::new(
-            &mut launcher,
+            &mut *launcher,
             gpus.slots[..1].to_vec(),
             sampler.as_ref(),
             &signals,
@@ -166,9 +261,16 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         stopped_by = out.stopped_by;
     }
     if stopped_by.is_none() {
-        let mut pack = scheduler::Pack::new(&specs, &mut rec, devices, sampler.as_ref(), &opts);
+        let mut pack = scheduler::Pack::new(
+            &specs,
+            &mut rec,
+            devices,
+            sampler.as_ref(),
+            &opts,
+            step_ctx.clone(),
+        );
         let mut engine = Engine::new(
-            &mut launcher,
+            &mut *launcher,
             gpus.slots.clone(),
             sampler.as_ref(),
             &signals,

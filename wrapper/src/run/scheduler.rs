@@ -3,23 +3,42 @@
 //! order with retries and `--fail-fast` ([`Pack`]). Both turn every start, progress and
 //! end into events of the record.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::args::{Options, RetryOn};
 use super::manifest::RunSpec;
 use super::record::Recorder;
+use super::steps::{self, StepBook, StepFacts};
 use crate::engine::launch::LaunchSpec;
 use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, Seen, View};
 use crate::engine::{duration, signal_name, State};
-use crate::record::events::{Escaped, Event, Kind, MetricValue, Progress, RunIdentity};
+use crate::record::events::{Escaped, Event, Kind, MetricValue, Progress, RunIdentity, StepInfo};
 use colloc_core::telemetry::Sampler;
 
 /// How often running attempts' new output facts go to the record.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How often the GPUs' figures so far go to the record (so a killed colloc loses little).
 const GPUS_EVERY: Duration = Duration::from_secs(30);
+
+/// Times a run goes back to the queue because its step failed (not the run) before
+/// colloc counts it as failed.
+pub const MAX_STEP_REQUEUES: u32 = 3;
+/// Failed steps in a row after which a node gets no more runs.
+pub const NODE_FAILURES_IN_A_ROW: u32 = 3;
+
+/// Runs as Slurm steps: what the drivers share with the step launcher, and each slot's
+/// node.
+#[derive(Clone)]
+pub struct StepCtx {
+    /// Filled by the launcher ([`steps::StepLauncher`]).
+    pub book: Rc<RefCell<StepBook>>,
+    /// Each slot's node.
+    pub slot_nodes: Vec<String>,
+}
 
 /// Sub-directory of the report dir with one log per attempt.
 pub const LOGS_DIR: &str = "logs";
@@ -113,7 +132,24 @@ fn end_event(rec: &Recorder, e: &mut Ended, kind: Kind, names: &[String]) -> Eve
             })
             .collect(),
         gpu: e.gpu.clone(),
+        step: None,
         progress,
+    }
+}
+
+/// What the record keeps of an attempt's step.
+fn step_info(f: &StepFacts) -> StepInfo {
+    StepInfo {
+        id: f.step.clone(),
+        dispatch_s: f.started_ts.map(|s| (s - f.launched_ts).max(0.0)),
+        failed: f.failure.clone(),
+        span: f.started_ts.map(|s| (s, f.done_ts.unwrap_or(s).max(s))),
+        gpu: f.gpu.as_ref().map(|g| g.gpu.clone()),
+        readings: f
+            .gpu
+            .as_ref()
+            .map(|g| g.readings.clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -138,6 +174,7 @@ struct Common<'a> {
     metric_names: Vec<Vec<String>>,
     sampler: Option<&'a Sampler>,
     last_gpus: Instant,
+    steps: Option<StepCtx>,
 }
 
 impl<'a> Common<'a> {
@@ -146,6 +183,7 @@ impl<'a> Common<'a> {
         rec: &'a mut Recorder,
         devices: Vec<Option<String>>,
         sampler: Option<&'a Sampler>,
+        steps: Option<StepCtx>,
     ) -> Self {
         Common {
             metric_names: specs
@@ -160,7 +198,17 @@ impl<'a> Common<'a> {
             last_progress: Instant::now(),
             sampler,
             last_gpus: Instant::now(),
+            steps,
         }
+    }
+
+    /// May a job start on `slot` now? Not on a node out of service, nor while many steps
+    /// are still starting (slurmctld creates them one at a time).
+    fn slot_open(&self, slot: usize) -> bool {
+        let Some(s) = &self.steps else { return true };
+        let book = s.book.borrow();
+        s.slot_nodes.get(slot).is_some_and(|n| book.in_service(n))
+            && book.starting() < steps::MAX_STARTING
     }
 
     fn job(&self, idx: usize, attempt: u32, log: PathBuf, timeout: Option<Duration>) -> Job {
@@ -196,7 +244,10 @@ impl<'a> Common<'a> {
             session: self.rec.session(),
             slot: v.slot,
             device: self.devices.get(v.slot).cloned().flatten(),
-            node: self.node.clone(),
+            node: match &self.steps {
+                Some(s) => s.slot_nodes.get(v.slot).cloned(),
+                None => self.node.clone(),
+            },
             log: log.to_string(),
         };
         self.rec.emit(ev);
@@ -248,9 +299,61 @@ impl<'a> Common<'a> {
         self.rec.maybe_write();
     }
 
-    fn ended(&mut self, e: &mut Ended, kind: Kind) {
+    /// Record an attempt's end; what is known of its step, where it ran as one.
+    fn ended(&mut self, e: &mut Ended, kind: Kind) -> Option<StepFacts> {
         self.live.remove(&e.id);
-        let ev = end_event(self.rec, e, kind, &self.metric_names[e.job.run]);
+        let facts = self
+            .steps
+            .as_ref()
+            .and_then(|s| s.book.borrow_mut().take(e.id));
+        if let Some(g) = facts.as_ref().and_then(|f| f.gpu.as_ref()) {
+            if e.gpu.is_none() {
+                e.gpu = Some(g.figures.clone());
+            }
+        }
+        let mut ev = end_event(self.rec, e, kind, &self.metric_names[e.job.run]);
+        if let (Event::End { step, error, .. }, Some(f)) = (&mut ev, &facts) {
+            *step = Some(Box::new(step_info(f)));
+            if let Some(why) = &f.failure {
+                *error = Some(format!("on {}: {why}", f.node));
+            }
+        }
+        self.rec.emit(ev);
+        facts
+    }
+
+    /// A step failed (not its run): count it against its node, and take the node out of
+    /// service when it is gone or keeps failing. A step that worked clears the count.
+    fn node_health(&mut self, f: &StepFacts) {
+        let Some(s) = &self.steps else { return };
+        let out = {
+            let mut book = s.book.borrow_mut();
+            let h = book.nodes.entry(f.node.clone()).or_default();
+            let Some(why) = &f.failure else {
+                h.in_a_row = 0;
+                return;
+            };
+            h.in_a_row += 1;
+            h.failed += 1;
+            if h.out.is_some() {
+                return;
+            }
+            let reason = if steps::node_gone(why) {
+                format!("it left the job ({why})")
+            } else if h.in_a_row >= NODE_FAILURES_IN_A_ROW {
+                format!("{} steps in a row failed there (last: {why})", h.in_a_row)
+            } else {
+                return;
+            };
+            h.out = Some(reason.clone());
+            reason
+        };
+        log::warn!("node {}: no more runs go there: {out}", f.node);
+        let ev = Event::NodeOut {
+            ts: self.rec.now(),
+            node: f.node.clone(),
+            reason: out,
+        };
         self.rec.emit(ev);
     }
 
@@ -302,6 +405,7 @@ impl<'a> Calibrate<'a> {
         devices: Vec<Option<String>>,
         sampler: Option<&'a Sampler>,
         opts: &Options,
+        steps: Option<StepCtx>,
     ) -> Calibrate<'a> {
         let mut seen = HashSet::new();
         let mut queue = VecDeque::new();
@@ -318,7 +422,7 @@ impl<'a> Calibrate<'a> {
         }
         let logs = rec.dir().join(LOGS_DIR).join("solo");
         Calibrate {
-            common: Common::new(specs, rec, devices, sampler),
+            common: Common::new(specs, rec, devices, sampler, steps),
             queue,
             window: opts.solo_window,
             budget: opts.solo_budget,
@@ -338,7 +442,7 @@ impl<'a> Calibrate<'a> {
 
 impl Driver for Calibrate<'_> {
     fn next_job(&mut self, slot: usize) -> Option<Job> {
-        if slot != 0 {
+        if slot != 0 || !self.common.slot_open(slot) {
             return None;
         }
         let left = self.budget.saturating_sub(self.started.elapsed());
@@ -380,7 +484,9 @@ impl Driver for Calibrate<'_> {
         }
         let stats = e.seen.series.stats;
         let unit = e.seen.series.unit.clone();
-        self.common.ended(&mut e, Kind::Solo);
+        if let Some(f) = self.common.ended(&mut e, Kind::Solo) {
+            self.common.node_health(&f);
+        }
         let name = e.job.label.clone();
         match (stats.rate(), unit) {
             (Some(rate), Some(unit)) if stats.count >= 2 => {
@@ -430,6 +536,8 @@ pub struct Pack<'a> {
     logs: PathBuf,
     unmatched_warned: usize,
     last_status: Instant,
+    /// Per run: times it went back to the queue because its step failed.
+    step_requeues: Vec<u32>,
 }
 
 impl<'a> Pack<'a> {
@@ -440,6 +548,7 @@ impl<'a> Pack<'a> {
         devices: Vec<Option<String>>,
         sampler: Option<&'a Sampler>,
         opts: &'a Options,
+        steps: Option<StepCtx>,
     ) -> Pack<'a> {
         let mut queue = VecDeque::new();
         let mut attempts = Vec::with_capacity(specs.len());
@@ -467,7 +576,8 @@ impl<'a> Pack<'a> {
         }
         let logs = rec.dir().join(LOGS_DIR);
         Pack {
-            common: Common::new(specs, rec, devices, sampler),
+            common: Common::new(specs, rec, devices, sampler, steps),
+            step_requeues: vec![0; specs.len()],
             queue,
             attempts,
             opts,
@@ -526,12 +636,16 @@ impl<'a> Pack<'a> {
             RetryOn::Oom => e.state == State::Failed && e.seen.oom,
             RetryOn::Any => matches!(e.state, State::Failed | State::TimedOut),
         };
-        failed && self.attempts[e.job.run] <= self.opts.retries
+        // Attempts lost to failed steps do not count against --retries.
+        failed && self.attempts[e.job.run] - self.step_requeues[e.job.run] <= self.opts.retries
     }
 }
 
 impl Driver for Pack<'_> {
-    fn next_job(&mut self, _slot: usize) -> Option<Job> {
+    fn next_job(&mut self, slot: usize) -> Option<Job> {
+        if !self.common.slot_open(slot) {
+            return None;
+        }
         let idx = self.queue.pop_front()?;
         self.attempts[idx] += 1;
         let attempt = self.attempts[idx];
@@ -550,8 +664,25 @@ impl Driver for Pack<'_> {
     }
 
     fn ended(&mut self, mut e: Ended, ctl: &mut Ctl<'_>) {
-        self.common.ended(&mut e, Kind::Run);
+        let facts = self.common.ended(&mut e, Kind::Run);
         let name = e.job.label.clone();
+        if let Some(f) = &facts {
+            self.common.node_health(f);
+            let step_failed = f.failure.is_some()
+                && !ctl.stopping()
+                && !matches!(e.state, State::Interrupted | State::TimedOut);
+            if step_failed && self.step_requeues[e.job.run] < MAX_STEP_REQUEUES {
+                self.step_requeues[e.job.run] += 1;
+                log::warn!(
+                    "{name}: its step on {} failed ({}); it goes back to the queue for another slot",
+                    f.node,
+                    f.failure.as_deref().unwrap_or_default()
+                );
+                self.queue.push_front(e.job.run);
+                self.common.rec.maybe_write();
+                return;
+            }
+        }
         let spec = &self.common.specs[e.job.run];
         if spec.scanner.throughput.is_custom()
             && e.seen.series.stats.count == 0
