@@ -1,0 +1,440 @@
+//! `colloc run` over every node of a multi-node job (issue 18), on a real three-node Slurm
+//! cluster with two fake A100 40GB per node: each run is a Slurm step of its own on the
+//! node that owns its slot, runs spread over every node and never more at once on a node
+//! than it has slots, the report names each run's node and slot, and a node taken away
+//! mid-sweep costs its runs one attempt each, not the job.
+//!
+//! The stand-in runs write what they saw (node, device, MPS pipe, step) into a shared
+//! folder: all nodes of the test cluster share this host's file system, as a cluster's
+//! nodes share the report directory.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use colloc_slurm_tests::{
+    colloc_bin, run_suite_on, skip, Cluster, ClusterSpec, Node, Profile, Test,
+};
+use serde_json::Value;
+
+fn main() {
+    let spec = ClusterSpec::new(3, 2);
+    let tests: &[Test] = &[
+        (
+            "mig_sweep_over_three_nodes_one_step_per_run",
+            mig_sweep_over_three_nodes,
+        ),
+        (
+            "mps_sweep_each_run_talks_to_its_nodes_daemon",
+            mps_sweep_over_three_nodes,
+        ),
+    ];
+    // Losing a node mostly waits for slurmctld to notice: on its own cluster, meanwhile.
+    run_suite_on(
+        &spec,
+        tests,
+        &[(
+            "a_node_lost_mid_sweep_its_runs_go_elsewhere",
+            node_lost_mid_sweep,
+        )],
+    );
+}
+
+/// What one attempt of a stand-in run saw.
+#[derive(Debug, Clone)]
+struct Seen {
+    run: String,
+    node: String,
+    device: String,
+    step: String,
+    pipe: String,
+    pipes: String,
+    pipe_dir_there: bool,
+    start: f64,
+    end: Option<f64>,
+}
+
+/// A sweep of `n` stand-in runs of `secs` seconds each: each writes `DIR/seen/RUN.K.start`
+/// (what it saw), then `RUN.K.end`, and appends its name to `DIR/succeeded`.
+fn sweep(dir: &Path, n: usize, secs: f64) -> PathBuf {
+    std::fs::create_dir_all(dir.join("seen")).unwrap();
+    let script = format!(
+        r#"f={seen}/$COLLOC_RUN_NAME.$COLLOC_RUN_ATTEMPT; if [ -d "$CUDA_MPS_PIPE_DIRECTORY" ]; then there=yes; else there=no; fi; echo "$SLURMD_NODENAME|$CUDA_VISIBLE_DEVICES|$SLURM_JOB_ID.$SLURM_STEP_ID|$CUDA_MPS_PIPE_DIRECTORY|$COLLOC_MPS_PIPES|$there|$(date +%s.%N)" > $f.start; sleep {secs}; echo img/s=10; date +%s.%N > $f.end; echo $COLLOC_RUN_NAME >> {ok}"#,
+        seen = dir.join("seen").display(),
+        ok = dir.join("succeeded").display(),
+    );
+    let ids: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+    let manifest = dir.join("runs.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[[sweep]]\nname = 'r{{i}}'\ncommand = ['bash', '-c', '''{script}''']\ngrid = {{ i = [{}] }}\n",
+            ids.join(", ")
+        ),
+    )
+    .unwrap();
+    manifest
+}
+
+/// The job script: `colloc run` of the sweep, its exit status, then wait for `go` after
+/// creating `ready` (so that the test looks at the nodes while the job still holds them).
+fn job(c: &Cluster, dir: &Path, extra: &str) -> (String, PathBuf, PathBuf) {
+    let ready = dir.join("ready");
+    let go = dir.join("go");
+    let script = format!(
+        "export COLLOC_CONFIG={config}\ncd {dir}\n{colloc} run --grace 2s --status-every 1h --report-dir {dir}/report {extra} -f runs.toml\necho \"COLLOC_RC=$?\"\ntouch {ready}\nwhile [ ! -e {go} ]; do sleep 0.1; done\n",
+        config = c.colloc_config().display(),
+        dir = dir.display(),
+        colloc = colloc_bin().display(),
+        ready = ready.display(),
+        go = go.display(),
+    );
+    (script, ready, go)
+}
+
+fn parse_seen(dir: &Path) -> Vec<Seen> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir.join("seen")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".start") else {
+            continue;
+        };
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        let f: Vec<&str> = text.trim().split('|').collect();
+        assert_eq!(f.len(), 7, "{name}: {text}");
+        let end = std::fs::read_to_string(dir.join("seen").join(format!("{stem}.end")))
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        out.push(Seen {
+            run: stem.rsplit_once('.').unwrap().0.to_string(),
+            node: f[0].into(),
+            device: f[1].into(),
+            step: f[2].into(),
+            pipe: f[3].into(),
+            pipes: f[4].into(),
+            pipe_dir_there: f[5] == "yes",
+            start: f[6].parse().unwrap(),
+            end,
+        });
+    }
+    out
+}
+
+fn succeeded(dir: &Path) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for l in std::fs::read_to_string(dir.join("succeeded"))
+        .unwrap_or_default()
+        .lines()
+    {
+        *m.entry(l.to_string()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Most runs at once on each node (by their own start and end times).
+fn most_at_once(seen: &[Seen]) -> BTreeMap<String, usize> {
+    let mut by: BTreeMap<String, Vec<(f64, i32)>> = BTreeMap::new();
+    for s in seen {
+        let Some(end) = s.end else { continue };
+        let ev = by.entry(s.node.clone()).or_default();
+        ev.push((s.start, 1));
+        ev.push((end, -1));
+    }
+    by.into_iter()
+        .map(|(node, mut ev)| {
+            // Ends before starts at the same time.
+            ev.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let (mut cur, mut max) = (0i32, 0i32);
+            for (_, d) in ev {
+                cur += d;
+                max = max.max(cur);
+            }
+            (node, max as usize)
+        })
+        .collect()
+}
+
+/// Step names Slurm lists for the job while it runs, with their nodes.
+fn watch_steps(c: &Cluster, id: u32, ready: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    c.wait_until("the sweep to end", || {
+        for s in c.job_steps(id) {
+            names.entry(s.name).or_default().insert(s.nodes);
+        }
+        ready.exists().then_some(())
+    });
+    names
+}
+
+fn report(dir: &Path) -> Value {
+    let p = dir.join("report/colloc-report.json");
+    serde_json::from_str(
+        &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+    )
+    .unwrap()
+}
+
+/// What every sweep must show: each run succeeded exactly once, as a step of its own
+/// (named after it where Slurm was seen listing it) on the node the report names, in the
+/// slot the report names, never more runs at once on a node than it has slots.
+fn check_sweep(
+    c: &Cluster,
+    id: u32,
+    dir: &Path,
+    runs: usize,
+    slots_per_node: usize,
+    steps_seen: &BTreeMap<String, BTreeSet<String>>,
+) -> (Vec<Seen>, Value) {
+    let out = c.job_out(id);
+    assert!(
+        out.contains("COLLOC_RC=0"),
+        "{out}\nstderr: {}",
+        c.job_err(id)
+    );
+    let ok = succeeded(dir);
+    assert_eq!(ok.len(), runs, "{ok:?}");
+    assert!(
+        ok.values().all(|&n| n == 1),
+        "a run succeeded twice: {ok:?}"
+    );
+    let seen = parse_seen(dir);
+    let rep = report(dir);
+    assert_eq!(rep["summary"]["succeeded"], runs, "{}", rep["summary"]);
+    let by_name: BTreeMap<&str, &Value> = rep["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r))
+        .collect();
+    let slots = rep["slots"].as_array().unwrap();
+    assert_eq!(slots.len(), 3 * slots_per_node, "{slots:?}");
+    // Each successful attempt is its own step of this job.
+    let done: Vec<&Seen> = seen.iter().filter(|s| s.end.is_some()).collect();
+    assert_eq!(done.len(), runs, "{done:?}");
+    let step_ids: BTreeSet<&str> = done.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(step_ids.len(), runs, "one step per run: {step_ids:?}");
+    for s in &done {
+        assert!(s.step.starts_with(&format!("{id}.")), "{s:?}");
+        assert!(
+            !s.step.ends_with(".batch") && !s.step.ends_with('.'),
+            "{s:?}"
+        );
+        let r = by_name[s.run.as_str()];
+        assert_eq!(r["node"], s.node.as_str(), "{}: {r}", s.run);
+        let slot = r["slot"].as_u64().unwrap() as usize;
+        assert_eq!(
+            slots[slot]["node"],
+            s.node.as_str(),
+            "{}: slot {slot}",
+            s.run
+        );
+        assert_eq!(
+            slots[slot]["device"],
+            s.device.as_str(),
+            "{}: slot {slot}",
+            s.run
+        );
+        let att = r["attempts"].as_array().unwrap().last().unwrap();
+        assert_eq!(att["step"]["id"], s.step.as_str(), "{}: {att}", s.run);
+    }
+    // Runs on every node, never more at once than its slots.
+    let most = most_at_once(&seen);
+    assert_eq!(
+        most.keys().cloned().collect::<Vec<_>>(),
+        ["n1", "n2", "n3"],
+        "{most:?}"
+    );
+    assert!(most.values().all(|&m| m <= slots_per_node), "{most:?}");
+    assert!(
+        most.values().any(|&m| m >= 2),
+        "no node ran two at once: {most:?}"
+    );
+    // Slurm listed them as steps named after their runs, on their runs' nodes.
+    let runs_listed: Vec<(&String, &BTreeSet<String>)> = steps_seen
+        .iter()
+        .filter(|(n, _)| by_name.contains_key(n.as_str()))
+        .collect();
+    assert!(
+        !runs_listed.is_empty(),
+        "squeue --steps never listed a run: {steps_seen:?}"
+    );
+    for (name, nodes) in runs_listed {
+        let ran_on: BTreeSet<String> = seen
+            .iter()
+            .filter(|s| &s.run == name)
+            .map(|s| s.node.clone())
+            .collect();
+        assert!(
+            nodes.is_subset(&ran_on),
+            "{name}: step on {nodes:?}, ran on {ran_on:?}"
+        );
+    }
+    // The report's nodes and the table printed.
+    let nodes = rep["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    for n in nodes {
+        assert_eq!(n["slots"].as_array().unwrap().len(), slots_per_node, "{n}");
+    }
+    assert!(
+        out.contains("node n2: 4 slots") || slots_per_node != 4,
+        "{out}"
+    );
+    (seen, rep)
+}
+
+fn mig_sweep_over_three_nodes(c: &Cluster) {
+    let dir = c.jobs_dir().join("mig-sweep");
+    sweep(&dir, 30, 1.5);
+    let before: Vec<Value> = c.nodes().iter().map(Node::gpu_layout).collect();
+    let (script, ready, go) = job(c, &dir, "");
+    let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=mig:3g"], &script);
+    let steps = watch_steps(c, id, &ready);
+    let (seen, _) = check_sweep(c, id, &dir, 30, 4, &steps);
+    // Each run's device is one of its own node's MIG instances (while the job holds them).
+    for node in c.nodes() {
+        let mine: BTreeSet<String> = node.mig_uuids().into_iter().collect();
+        assert_eq!(mine.len(), 4, "{}", node.name());
+        for s in seen.iter().filter(|s| s.node == node.name()) {
+            assert!(mine.contains(&s.device), "{s:?} not on {mine:?}");
+        }
+    }
+    std::fs::write(&go, "").unwrap();
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    for (node, before) in c.nodes().iter().zip(&before) {
+        assert_eq!(&node.gpu_layout(), before, "{} not restored", node.name());
+        assert!(node.journals().is_empty(), "{}", node.name());
+    }
+}
+
+fn mps_sweep_over_three_nodes(c: &Cluster) {
+    let dir = c.jobs_dir().join("mps-sweep");
+    sweep(&dir, 24, 1.5);
+    let (script, ready, go) = job(c, &dir, "");
+    let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=mps:2"], &script);
+    let steps = watch_steps(c, id, &ready);
+    let (seen, _) = check_sweep(c, id, &dir, 24, 4, &steps);
+    let mut pipes_used: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for s in &seen {
+        // The daemon of its own GPU, as its own node's prolog listed them, and there.
+        let own: BTreeMap<&str, &str> = s
+            .pipes
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .collect();
+        assert_eq!(own.len(), 2, "{s:?}");
+        assert_eq!(own.get(s.device.as_str()), Some(&s.pipe.as_str()), "{s:?}");
+        assert!(s.pipe_dir_there, "{s:?}: no pipe folder on its node");
+        pipes_used
+            .entry(s.node.clone())
+            .or_default()
+            .insert(s.device.clone());
+    }
+    // Both GPUs of every node served runs; the GPUs of different nodes differ.
+    let mut all = BTreeSet::new();
+    for (node, gpus) in &pipes_used {
+        assert_eq!(gpus.len(), 2, "{node}: {gpus:?}");
+        all.extend(gpus.iter().cloned());
+    }
+    assert_eq!(all.len(), 6, "{pipes_used:?}");
+    std::fs::write(&go, "").unwrap();
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    for node in c.nodes() {
+        assert!(node.journals().is_empty(), "{}", node.name());
+    }
+}
+
+fn node_lost_mid_sweep(c: &Cluster) {
+    if c.profile() == Profile::Production {
+        // cluster_profiles.rs: under the job container, Slurm ends the job's extern step on
+        // every node when one fails, and no new step can start on the others.
+        skip("a --no-kill job cannot start steps after losing a node under job_container/tmpfs");
+    }
+    let dir = c.jobs_dir().join("lost-sweep");
+    sweep(&dir, 18, 4.0);
+    let (script, ready, go) = job(c, &dir, "");
+    let id = c.submit(
+        &["-N3", "--no-kill", "--gres=gpu:1", "--colloc=mig:3g"],
+        &script,
+    );
+    // n3 runs some of them: take it away.
+    let seen_dir = dir.join("seen");
+    c.wait_until("runs to start on n3", || {
+        let n = std::fs::read_dir(&seen_dir)
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".start"))
+            .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.starts_with("n3|")))
+            .count();
+        (n >= 2).then_some(())
+    });
+    let n3 = c.node("n3");
+    let loss = n3.crash();
+    assert!(loss.state.starts_with("down"), "{loss:?}");
+    c.wait_for_file(id, &ready);
+    let out = c.job_out(id);
+    assert!(
+        out.contains("COLLOC_RC=0"),
+        "{out}\nstderr: {}",
+        c.job_err(id)
+    );
+    let ok = succeeded(&dir);
+    assert_eq!(ok.len(), 18, "{ok:?}");
+    assert!(ok.values().all(|&n| n == 1), "{ok:?}");
+    let seen = parse_seen(&dir);
+    let lost: Vec<&Seen> = seen.iter().filter(|s| s.end.is_none()).collect();
+    assert!(!lost.is_empty(), "no run was cut short on n3: {seen:?}");
+    assert!(lost.iter().all(|s| s.node == "n3"), "{lost:?}");
+    for l in &lost {
+        let again: Vec<&Seen> = seen
+            .iter()
+            .filter(|s| s.run == l.run && s.end.is_some())
+            .collect();
+        assert_eq!(again.len(), 1, "{}: {again:?}", l.run);
+        assert_ne!(again[0].node, "n3", "{}", l.run);
+    }
+    let rep = report(&dir);
+    assert_eq!(rep["summary"]["succeeded"], 18, "{}", rep["summary"]);
+    assert!(
+        rep["summary"]["step_failures"].as_u64().unwrap_or(0) >= lost.len() as u64,
+        "{}",
+        rep["summary"]
+    );
+    let n3r = rep["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "n3")
+        .unwrap()
+        .clone();
+    assert!(n3r["out"].is_string(), "{n3r}");
+    // Each lost run's report: a failed attempt on n3 saying why, then one that worked.
+    for l in &lost {
+        let r = rep["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == l.run.as_str())
+            .unwrap();
+        let atts = r["attempts"].as_array().unwrap();
+        assert!(atts.len() >= 2, "{r}");
+        assert!(atts[0]["step"]["failed"].is_string(), "{r}");
+        assert_eq!(atts.last().unwrap()["state"], "succeeded", "{r}");
+    }
+    assert!(
+        out.contains("node n3:") && out.contains("no more runs"),
+        "{out}"
+    );
+    println!(
+        "  n3 down after {:.1}s; {} run(s) cut short there and re-run elsewhere; n3: {}",
+        loss.noticed_after.as_secs_f64(),
+        lost.len(),
+        n3r["out"]
+    );
+    std::fs::write(&go, "").unwrap();
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    n3.start_again();
+    let restored = n3.colloc(&["restore", "--all"]);
+    assert!(restored.status.success());
+}
