@@ -278,6 +278,11 @@ fn check_sweep(
         out.contains("node n2: 4 slots") || slots_per_node != 4,
         "{out}"
     );
+    for l in out.lines().filter(|l| {
+        l.starts_with("node ") || l.starts_with("median start") || l.contains(" slots on ")
+    }) {
+        println!("  {l}");
+    }
     (seen, rep)
 }
 
@@ -371,7 +376,8 @@ fn node_lost_mid_sweep(c: &Cluster) {
     let n3 = c.node("n3");
     let loss = n3.crash();
     assert!(loss.state.starts_with("down"), "{loss:?}");
-    c.wait_for_file(id, &ready);
+    // (Not Cluster::wait_for_file: it gives up on a cluster with a node down.)
+    c.wait_until("the sweep to end", || ready.exists().then_some(()));
     let out = c.job_out(id);
     assert!(
         out.contains("COLLOC_RC=0"),

@@ -248,7 +248,13 @@ pub fn discover(cmd: &StepCommand) -> anyhow::Result<Vec<NodeReport>> {
     if names.is_empty() {
         return Err(anyhow::anyhow!("job {} holds no node", cmd.job_id));
     }
-    let mut args = cmd.common();
+    // Without --unbuffered: Slurm then forwards each task's output in whole lines, so the
+    // nodes' lines cannot interleave.
+    let mut args: Vec<String> = cmd
+        .common()
+        .into_iter()
+        .filter(|a| a != "--unbuffered")
+        .collect();
     args.extend([
         format!("--nodes={}", names.len()),
         format!("--ntasks={}", names.len()),

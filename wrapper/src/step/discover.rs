@@ -101,27 +101,83 @@ pub fn gather(nvml_library: &str) -> NodeReport {
     r
 }
 
-/// The discovery step's line for this node.
-pub fn line(r: &NodeReport) -> String {
-    format!(
-        "{PREFIX}{}",
-        serde_json::to_string(r).unwrap_or_else(|_| "null".into())
-    )
+/// Most bytes of one output line: Slurm forwards a task's output in messages of at most
+/// 1 KiB, whole lines where they fit; a longer line is cut, and the pieces of several
+/// tasks' lines interleave.
+const CHUNK: usize = 800;
+
+/// The discovery step's lines for this node: its report as JSON, in pieces short enough
+/// to come through whole (`@colloc-node NODE K N PIECE`, K of N).
+pub fn lines(r: &NodeReport) -> Vec<String> {
+    let json = serde_json::to_string(r).unwrap_or_else(|_| "null".into());
+    let node = if r.node.is_empty() || r.node.contains(char::is_whitespace) {
+        "?".to_string()
+    } else {
+        r.node.clone()
+    };
+    let mut pieces = Vec::new();
+    let mut rest = json.as_str();
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(CHUNK);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        pieces.push(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    let n = pieces.len();
+    pieces
+        .iter()
+        .enumerate()
+        .map(|(k, p)| format!("{PREFIX}{node} {} {n} {p}", k + 1))
+        .collect()
 }
 
 /// The node reports in a discovery step's output, and the other lines.
 pub fn parse(out: &str) -> (Vec<NodeReport>, Vec<String>) {
-    let mut nodes = Vec::new();
+    use std::collections::BTreeMap;
+    // Per node: its pieces by number, and how many it said there are.
+    let mut parts: BTreeMap<String, (usize, BTreeMap<usize, String>)> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
     let mut other = Vec::new();
     for l in out.lines() {
-        match l
-            .trim()
-            .strip_prefix(PREFIX)
-            .and_then(|j| serde_json::from_str::<NodeReport>(j).ok())
-        {
-            Some(n) => nodes.push(n),
-            None if !l.trim().is_empty() => other.push(l.trim().to_string()),
-            None => {}
+        let t = l.trim_end_matches(['\r', '\n']);
+        let piece = t.trim_start().strip_prefix(PREFIX).and_then(|rest| {
+            let mut w = rest.splitn(4, ' ');
+            let node = w.next()?.to_string();
+            let k: usize = w.next()?.parse().ok()?;
+            let n: usize = w.next()?.parse().ok()?;
+            Some((node, k, n, w.next().unwrap_or("").to_string()))
+        });
+        match piece {
+            Some((node, k, n, p)) if k >= 1 && k <= n => {
+                if !order.contains(&node) {
+                    order.push(node.clone());
+                }
+                let e = parts.entry(node).or_insert((n, BTreeMap::new()));
+                e.0 = n;
+                e.1.insert(k, p);
+            }
+            _ if !t.trim().is_empty() => other.push(t.trim().to_string()),
+            _ => {}
+        }
+    }
+    let mut nodes = Vec::new();
+    for node in order {
+        let Some((n, pieces)) = parts.remove(&node) else {
+            continue;
+        };
+        if pieces.len() != n {
+            other.push(format!(
+                "{node}: {} of the {n} pieces of its report came through",
+                pieces.len()
+            ));
+            continue;
+        }
+        let json: String = pieces.into_values().collect();
+        match serde_json::from_str::<NodeReport>(&json) {
+            Ok(r) => nodes.push(r),
+            Err(e) => other.push(format!("{node}: its report is not valid ({e})")),
         }
     }
     (nodes, other)
@@ -140,9 +196,27 @@ mod tests {
             cpus: 2,
             ..NodeReport::default()
         };
-        let out = format!("hello from a profile script\n{}\n\n", line(&a));
+        let mut b = a.clone();
+        b.node = "n2".into();
+        // Long enough to come in several pieces.
+        b.devices = Some(vec!["MIG-0123456789abcdef"; 120].join(","));
+        let (la, lb) = (lines(&a), lines(&b));
+        assert_eq!(la.len(), 1);
+        assert!(lb.len() >= 3, "{}", lb.len());
+        assert!(la.iter().chain(&lb).all(|l| l.len() < 1000));
+        // Pieces of the two nodes interleaved, as several tasks' output comes.
+        let mut out = String::from("hello from a profile script\n");
+        out.push_str(&format!("{}\n{}\n", lb[0], la[0]));
+        for l in &lb[1..] {
+            out.push_str(&format!("{l}\n"));
+        }
+        let (nodes, other) = parse(&out);
+        assert_eq!(nodes, vec![b.clone(), a.clone()]);
+        assert_eq!(other, vec!["hello from a profile script"]);
+        // A piece missing: that node is left out, with why.
+        let out = format!("{}\n{}\n", lb[0], la[0]);
         let (nodes, other) = parse(&out);
         assert_eq!(nodes, vec![a]);
-        assert_eq!(other, vec!["hello from a profile script"]);
+        assert!(other[0].starts_with("n2: 1 of the"), "{other:?}");
     }
 }

@@ -41,7 +41,9 @@ pub fn main(a: StepArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     match a.what {
         What::Discover => {
             let r = discover::gather(&nvml_library(g));
-            outln!("{}", discover::line(&r));
+            for l in discover::lines(&r) {
+                outln!("{l}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         What::Run => side::main(&nvml_library(g)),
