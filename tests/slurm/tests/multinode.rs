@@ -27,6 +27,10 @@ fn main() {
             "mps_sweep_each_run_talks_to_its_nodes_daemon",
             mps_sweep_over_three_nodes,
         ),
+        (
+            "sigterm_stops_every_nodes_runs_and_resume_finishes",
+            sigterm_then_resume,
+        ),
     ];
     // Losing a node mostly waits for slurmctld to notice: on its own cluster, meanwhile.
     run_suite_on(
@@ -443,4 +447,117 @@ fn node_lost_mid_sweep(c: &Cluster) {
     n3.start_again();
     let restored = n3.colloc(&["restore", "--all"]);
     assert!(restored.status.success());
+}
+
+/// Processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd)
+            .replace('\0', " ")
+            .contains(marker)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// SIGTERM to colloc in a sweep over three nodes: every node's runs get it and end
+/// interrupted, nothing of them is left on any node, colloc exits 1; `--resume` in the
+/// same job then runs the interrupted ones (and only those) again, as on one node.
+fn sigterm_then_resume(c: &Cluster) {
+    let dir = c.jobs_dir().join("term-sweep");
+    std::fs::create_dir_all(dir.join("seen")).unwrap();
+    // Long runs until `fast` exists; a marker in their sleep to find them.
+    let marker = "31.4159";
+    let script = format!(
+        r#"f={seen}/$COLLOC_RUN_NAME.$COLLOC_RUN_ATTEMPT; echo "$SLURMD_NODENAME|$CUDA_VISIBLE_DEVICES|$SLURM_JOB_ID.$SLURM_STEP_ID||||$(date +%s.%N)" > $f.start; if [ -e {fast} ]; then sleep 0.5; else sleep {marker}; fi; echo img/s=10; date +%s.%N > $f.end; echo $COLLOC_RUN_NAME >> {ok}"#,
+        seen = dir.join("seen").display(),
+        fast = dir.join("fast").display(),
+        ok = dir.join("succeeded").display(),
+    );
+    let grid: Vec<String> = (1..=15).map(|i| i.to_string()).collect();
+    std::fs::write(
+        dir.join("runs.toml"),
+        format!(
+            "[[sweep]]\nname = 'r{{i}}'\ncommand = ['bash', '-c', '''{script}''']\ngrid = {{ i = [{}] }}\n",
+            grid.join(", ")
+        ),
+    )
+    .unwrap();
+    let run = format!(
+        "{} run --grace 2s --status-every 1h --report-dir {}/report -f runs.toml",
+        colloc_bin().display(),
+        dir.display()
+    );
+    let job = format!(
+        "export COLLOC_CONFIG={config}\ncd {dir}\n{run} & echo $! > pid\nwait $!\necho \"FIRST_RC=$?\"\n{run} --resume\necho \"RESUME_RC=$?\"\n",
+        config = c.colloc_config().display(),
+        dir = dir.display(),
+    );
+    let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=mig:3g"], &job);
+    c.wait_until("12 runs to hold the 12 slots", || {
+        let n = std::fs::read_dir(dir.join("seen")).ok()?.count();
+        (n >= 12 && processes_with(marker).len() >= 12).then_some(())
+    });
+    let pid: i32 = std::fs::read_to_string(dir.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::fs::write(dir.join("fast"), "").unwrap();
+    // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let out = c.job_out(id);
+    assert!(out.contains("FIRST_RC=1"), "{out}");
+    assert!(
+        out.contains("RESUME_RC=0"),
+        "{out}\nstderr: {}",
+        c.job_err(id)
+    );
+    assert!(
+        processes_with(marker).is_empty(),
+        "left: {:?}",
+        processes_with(marker)
+    );
+    let ok = succeeded(&dir);
+    assert_eq!(ok.len(), 15, "{ok:?}");
+    assert!(ok.values().all(|&n| n == 1), "{ok:?}");
+    let rep = report(&dir);
+    let sessions = rep["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert!(
+        sessions[0]["stopped_by"]
+            .as_str()
+            .is_some_and(|s| s.contains("SIGTERM")),
+        "{sessions:?}"
+    );
+    // The 12 runs that held slots were interrupted on all three nodes, then ran again.
+    let mut interrupted_on = BTreeSet::new();
+    let mut again = 0;
+    for r in rep["runs"].as_array().unwrap() {
+        assert_eq!(r["state"], "succeeded", "{r}");
+        let atts = r["attempts"].as_array().unwrap();
+        if atts.len() > 1 {
+            again += 1;
+            assert_eq!(atts[0]["state"], "interrupted", "{r}");
+            assert!(
+                atts[0]["step"]["failed"].is_null(),
+                "not a step failure: {r}"
+            );
+            interrupted_on.insert(atts[0]["node"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(again, 12, "{}", rep["runs"]);
+    assert_eq!(
+        interrupted_on.into_iter().collect::<Vec<_>>(),
+        ["n1", "n2", "n3"]
+    );
 }

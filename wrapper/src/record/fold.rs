@@ -133,6 +133,14 @@ pub struct Fold {
     node_outs: Vec<(u32, f64, String, String)>,
 }
 
+/// One GPU's figures across steps: its totals, every reading of its energy counter, and
+/// its runs' spans (attempt key, start, end).
+type GpuAcc = (
+    GpuTotals,
+    Vec<(f64, u64)>,
+    Vec<((Kind, String, u32), f64, f64)>,
+);
+
 /// Energy of runs measured on other nodes, shared out per GPU ([`super::energy`]).
 #[derive(Debug, Default)]
 struct Remote {
@@ -505,8 +513,7 @@ impl Fold {
     fn attempt_record(
         &self,
         a: &Att,
-        kind: Kind,
-        name: &str,
+        (kind, name): (Kind, &str),
         t0: f64,
         now: f64,
         live: Option<u32>,
@@ -573,7 +580,7 @@ impl Fold {
         let attempts: Vec<AttemptRecord> = r
             .attempts
             .iter()
-            .map(|a| self.attempt_record(a, Kind::Run, &r.id.name, t0, now, live, remote))
+            .map(|a| self.attempt_record(a, (Kind::Run, &r.id.name), t0, now, live, remote))
             .collect();
         let mut attempts = attempts;
         // Earlier attempts' logs are kept as NAME.K.log when the next one starts.
@@ -703,12 +710,8 @@ impl Fold {
     /// The energy of runs that ran as Slurm steps: per session and GPU, every reading of
     /// the GPU's counter by any of its runs' steps, shared out among those runs.
     fn remote_energy(&self) -> Remote {
-        type Key = (Kind, String, u32);
         // (session, GPU uuid) -> the GPU, its readings, and its runs' spans.
-        let mut by_gpu: BTreeMap<
-            (u32, String),
-            (GpuTotals, Vec<(f64, u64)>, Vec<(Key, f64, f64)>),
-        > = BTreeMap::new();
+        let mut by_gpu: BTreeMap<(u32, String), GpuAcc> = BTreeMap::new();
         let mut util: BTreeMap<(u32, String), (f64, u64)> = BTreeMap::new();
         let all = self
             .runs
@@ -1153,6 +1156,122 @@ mod tests {
             unit: "img/s".into(),
             source: "test".into(),
         }
+    }
+
+    #[test]
+    fn runs_across_nodes_energy_nodes_and_failed_steps() {
+        use colloc_core::telemetry::GpuId;
+        let mut f = Fold::new();
+        let (a, b) = (id("a", "x"), id("b", "y"));
+        let mut s = session(1, 0.0, vec![a, b]);
+        if let Event::Session { steps, slots, .. } = &mut s {
+            *steps = true;
+            *slots = (0..4)
+                .map(|i| SlotRecord {
+                    index: i,
+                    device: Some(format!("MIG-{i}")),
+                    node: Some(if i < 2 { "n1" } else { "n2" }.into()),
+                })
+                .collect();
+        }
+        f.apply(s);
+        let gpu = GpuId {
+            index: 0,
+            uuid: "GPU-n2".into(),
+            name: "A100".into(),
+        };
+        let on = |run: &str, attempt: u32, slot: usize, node: &str, ts: f64| Event::Start {
+            ts,
+            run: run.into(),
+            kind: Kind::Run,
+            attempt,
+            session: 1,
+            slot,
+            device: Some(format!("MIG-{slot}")),
+            node: Some(node.into()),
+            log: format!("logs/{run}.log"),
+        };
+        // a's first attempt on n1: its step failed (the node went away).
+        f.apply(on("a", 1, 0, "n1", 0.0));
+        let mut e = end("a", 1, 2.0, State::Failed, Progress::default());
+        if let Event::End { step, .. } = &mut e {
+            *step = Some(Box::new(StepInfo {
+                id: Some("7.1".into()),
+                dispatch_s: Some(0.2),
+                failed: Some("srun: error: Node failure on n1".into()),
+                ..StepInfo::default()
+            }));
+        }
+        f.apply(e);
+        f.apply(Event::NodeOut {
+            ts: 2.0,
+            node: "n1".into(),
+            reason: "it left the job".into(),
+        });
+        // a again and b, side by side on n2's one GPU, 10..20 and 10..30; the two steps
+        // read the GPU's counter: 100 W all along (100,000 mJ a second).
+        let reading = |t: f64| (t, (t * 100_000.0) as u64, Some(50), Some(1 << 30));
+        for (run, att, slot, from, to, disp) in
+            [("a", 2, 2, 10.0, 20.0, 0.1), ("b", 1, 3, 10.0, 30.0, 0.3)]
+        {
+            f.apply(on(run, att, slot, "n2", from));
+            let mut e = end(run, att, to, State::Succeeded, Progress::default());
+            if let Event::End { step, gpu: g, .. } = &mut e {
+                *g = Some(AttemptGpu::default());
+                *step = Some(Box::new(StepInfo {
+                    id: Some(format!("7.{slot}")),
+                    dispatch_s: Some(disp),
+                    failed: None,
+                    span: Some((from, to)),
+                    gpu: Some(gpu.clone()),
+                    readings: (from as i64..=to as i64)
+                        .map(|t| reading(t as f64))
+                        .collect(),
+                }));
+            }
+            f.apply(e);
+        }
+        let r = f.report(40.0, None);
+        // 10..20 shared by two runs (500 J each), 20..30 b alone (1 kJ).
+        let ea = r.runs[0].gpu.as_ref().unwrap().energy_j.unwrap();
+        let eb = r.runs[1].gpu.as_ref().unwrap().energy_j.unwrap();
+        assert!((ea - 500.0).abs() < 1e-6, "{ea}");
+        assert!((eb - 1500.0).abs() < 1e-6, "{eb}");
+        let g = &r.gpus.as_ref().unwrap()[0];
+        assert_eq!(g.id.uuid, "GPU-n2");
+        assert!((g.energy_j.unwrap() - 2000.0).abs() < 1e-6);
+        assert_eq!(g.mean_util_percent, Some(50.0));
+        assert_eq!(g.peak_used_bytes, Some(1 << 30));
+        assert!((g.idle_energy_j.unwrap()).abs() < 1e-6);
+        assert_eq!(r.runs[0].node.as_deref(), Some("n2"));
+        assert_eq!(r.runs[0].attempts.len(), 2);
+        assert_eq!(r.summary.step_failures, 1);
+        // Median of 0.2, 0.1, 0.3.
+        assert_eq!(r.summary.median_dispatch_s, Some(0.2));
+        assert_eq!(r.nodes.len(), 2);
+        let (n1, n2) = (&r.nodes[0], &r.nodes[1]);
+        assert_eq!((n1.name.as_str(), n1.slots.clone()), ("n1", vec![0, 1]));
+        assert_eq!((n1.attempts, n1.succeeded, n1.step_failures), (1, 0, 1));
+        assert_eq!(n1.out.as_deref(), Some("it left the job"));
+        assert_eq!(n1.out_s, Some(2.0));
+        assert_eq!((n2.attempts, n2.succeeded, n2.out.clone()), (2, 2, None));
+        let t = crate::export::runs::table(&r);
+        assert!(
+            t.contains("node n1: 2 slots, 1 attempts (0 succeeded, 1 steps failed); given no more runs after 2 s: it left the job"),
+            "{t}"
+        );
+        assert!(
+            t.contains("node n2: 2 slots, 2 attempts (2 succeeded)"),
+            "{t}"
+        );
+        assert!(t.contains("1 step(s) failed (not their runs)"), "{t}");
+        assert!(t.contains("median start of a run's step: 0.20 s"), "{t}");
+        let csv = String::from_utf8(crate::export::runs::csv(&r).unwrap()).unwrap();
+        assert!(
+            csv.lines().next().unwrap().contains(",slot,device,node,"),
+            "{csv}"
+        );
+        assert!(csv.contains(",2,MIG-2,n2,"), "{csv}");
     }
 
     #[test]
