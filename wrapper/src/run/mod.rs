@@ -97,6 +97,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
                     jobs: args.jobs.map(|j| j as usize),
                 },
             )?;
+            steps::raise_open_files(topo.slot_node.len());
             Some((cmd, topo))
         }
         None => None,

@@ -543,6 +543,36 @@ impl Launcher for StepLauncher {
     }
 }
 
+/// Descriptors colloc holds per running step: the supervisor's socket, and the step's
+/// output, stdin and stderr pipes.
+pub const FDS_PER_SLOT: u64 = 4;
+
+/// Raise this process's soft limit on open files to what `slots` steps need (the default
+/// 1,024 would stop at about 250 slots), within the hard limit; warn where that is short.
+pub fn raise_open_files(slots: usize) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let need = FDS_PER_SLOT * slots as u64 + 64;
+    let l = getrlimit(Resource::Nofile);
+    if l.current.is_none_or(|c| c >= need) {
+        return;
+    }
+    let new = l.maximum.map_or(need, |m| m.min(need));
+    let ok = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(new),
+            maximum: l.maximum,
+        },
+    )
+    .is_ok();
+    if !ok || new < need {
+        log::warn!(
+            "{slots} slots need about {need} open files; the limit is {} (ulimit -Hn): some runs may not start",
+            if ok { new } else { l.current.unwrap_or(0) }
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,6 +596,16 @@ mod tests {
         assert!(node_gone(
             "srun: error: Unable to create step for job 3: Requested node configuration is not available"
         ));
+    }
+
+    #[test]
+    fn open_files_limit_is_raised_for_many_slots() {
+        use rustix::process::{getrlimit, Resource};
+        raise_open_files(2000);
+        let l = getrlimit(Resource::Nofile);
+        let need = FDS_PER_SLOT * 2000 + 64;
+        let want = l.maximum.map_or(need, |m| m.min(need));
+        assert!(l.current.is_none_or(|c| c >= want), "{l:?}");
     }
 
     #[test]
