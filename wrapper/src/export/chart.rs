@@ -186,6 +186,14 @@ fn x_end(report: &Report) -> f64 {
         .max(1.0)
 }
 
+/// A slot's row label: `slot 3`, or `n2 slot 3` where runs went to several nodes.
+fn slot_label(report: &Report, k: usize) -> String {
+    match report.slots.get(k).and_then(|s| s.node.as_deref()) {
+        Some(node) => format!("{node} slot {k}"),
+        None => format!("slot {k}"),
+    }
+}
+
 /// Slot timeline: one row per slot, one bar per attempt.
 pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
     let attempts: Vec<(&RunRecord, &crate::record::model::AttemptRecord)> = report
@@ -208,6 +216,12 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
     let (plot, side) = root.split_horizontally(W - LEGEND_W);
     let x_max = x_end(report) * 1.02;
     let n = slots as f64;
+    // Room for the longest row label (node names across nodes).
+    let label_w = (0..slots)
+        .map(|k| 7 * slot_label(report, k).chars().count() as u32 + 16)
+        .max()
+        .unwrap_or(0)
+        .clamp(70, 240);
     let mut chart = ChartBuilder::on(&plot)
         .caption(
             format!("colloc: which run held which slot ({})", report.mode),
@@ -215,7 +229,7 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
         )
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(if row_h >= 12 { 70 } else { 10 })
+        .y_label_area_size(if row_h >= 12 { label_w } else { 10 })
         .build_cartesian_2d(0f64..x_max, 0f64..n)
         .map_err(|x| e(&x))?;
     chart
@@ -230,7 +244,7 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
         .map_err(|x| e(&x))?;
     if row_h >= 12 {
         let rows: Vec<(f64, String)> = (0..slots)
-            .map(|k| (n - k as f64 - 0.5, format!("slot {k}")))
+            .map(|k| (n - k as f64 - 0.5, slot_label(report, k)))
             .collect();
         row_labels(&root, &chart, &rows, 0.0)?;
     }

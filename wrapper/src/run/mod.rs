@@ -41,7 +41,8 @@ use setup::Start;
 /// How often the engine calls back (progress, status, report writes).
 const TICK: Duration = Duration::from_millis(200);
 
-/// The Slurm job whose nodes get runs as steps (`--steps`), if any.
+/// The Slurm job whose nodes get runs as steps (`--steps`), if any: with `auto`, a job of
+/// several nodes, from its batch script or an allocation's shell (not from inside a step).
 ///
 /// # Errors
 /// `--steps on` outside a Slurm job (bad input).
@@ -54,9 +55,12 @@ fn steps_job(when: args::Steps) -> anyhow::Result<Option<String>> {
         .ok()
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(1);
+    // Inside a step's task (`srun -N3 colloc run …`, one colloc per node) each colloc
+    // keeps to its own node, as before.
+    let in_step = std::env::var_os("SLURM_STEP_ID").is_some();
     Ok(match when {
         args::Steps::Off => None,
-        args::Steps::Auto => job.filter(|_| nodes > 1),
+        args::Steps::Auto => job.filter(|_| nodes > 1 && !in_step),
         args::Steps::On => Some(
             job.ok_or_else(|| bad_input("--steps on: not inside a Slurm job (no SLURM_JOB_ID)"))?,
         ),
