@@ -31,6 +31,10 @@ fn main() {
             "sigterm_stops_every_nodes_runs_and_resume_finishes",
             sigterm_then_resume,
         ),
+        (
+            "nothing_of_a_run_outlives_a_killed_colloc_on_any_node",
+            sigkill_leaves_nothing,
+        ),
     ];
     // Losing a node mostly waits for slurmctld to notice: on its own cluster, meanwhile.
     run_suite_on(
@@ -560,4 +564,54 @@ fn sigterm_then_resume(c: &Cluster) {
         interrupted_on.into_iter().collect::<Vec<_>>(),
         ["n1", "n2", "n3"]
     );
+}
+
+/// `kill -9` of colloc mid-sweep over three nodes: its sruns die with its supervisors,
+/// each step side sees its stdin close and kills its run: within seconds nothing of any
+/// run is left on any node, and the job ends normally.
+fn sigkill_leaves_nothing(c: &Cluster) {
+    let dir = c.jobs_dir().join("kill-sweep");
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = "27.1828";
+    std::fs::write(
+        dir.join("runs.toml"),
+        format!(
+            "[[sweep]]\nname = 'r{{i}}'\ncommand = ['bash', '-c', 'sleep {marker}']\ngrid = {{ i = [{}] }}\n",
+            (1..=14).map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    )
+    .unwrap();
+    let job = format!(
+        "export COLLOC_CONFIG={config}\ncd {dir}\n{colloc} run --report-dir {dir}/report -f runs.toml & echo $! > pid\nwait $!\necho \"RC=$?\"\n",
+        config = c.colloc_config().display(),
+        dir = dir.display(),
+        colloc = colloc_bin().display(),
+    );
+    let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=mig:3g"], &job);
+    c.wait_until("12 runs to hold the 12 slots", || {
+        (processes_with(marker).len() >= 12).then_some(())
+    });
+    let pid: i32 = std::fs::read_to_string(dir.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let t = std::time::Instant::now();
+    while !processes_with(marker).is_empty() {
+        assert!(
+            t.elapsed().as_secs() < 30,
+            "runs still there 30 s after colloc was killed: {:?}",
+            processes_with(marker)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    println!(
+        "  every run gone {:.1}s after kill -9 of colloc",
+        t.elapsed().as_secs_f64()
+    );
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    assert!(c.job_out(id).contains("RC=137"), "{}", c.job_out(id));
 }
