@@ -11,9 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use colloc_slurm_tests::{
-    colloc_bin, run_suite_on, skip, Cluster, ClusterSpec, Node, Profile, Test,
-};
+use colloc_slurm_tests::{colloc_bin, run_suite_on, Cluster, ClusterSpec, Node, Profile, Test};
 use serde_json::Value;
 
 fn main() {
@@ -357,12 +355,42 @@ fn mps_sweep_over_three_nodes(c: &Cluster) {
     }
 }
 
-fn node_lost_mid_sweep(c: &Cluster) {
-    if c.profile() == Profile::Production {
-        // cluster_profiles.rs: under the job container, Slurm ends the job's extern step on
-        // every node when one fails, and no new step can start on the others.
-        skip("a --no-kill job cannot start steps after losing a node under job_container/tmpfs");
+/// Under job_container/tmpfs Slurm ends the job's extern step on every node when one
+/// fails, and no new step can start on the others (cluster_profiles.rs): colloc takes
+/// every node out of service, ends with the runs left undone (exit 1, no run twice), and
+/// the report says why for each node; `--resume` in a new job would finish them.
+fn production_loses_every_node(c: &Cluster, id: u32, dir: &Path, out: &str, go: &Path) {
+    assert!(
+        out.contains("COLLOC_RC=1"),
+        "{out}\nstderr: {}",
+        c.job_err(id)
+    );
+    let ok = succeeded(dir);
+    assert!(ok.values().all(|&n| n == 1), "{ok:?}");
+    let rep = report(dir);
+    let s = &rep["summary"];
+    assert!(s["succeeded"].as_u64().unwrap() < 18, "{s}");
+    assert_eq!(s["succeeded"].as_u64().unwrap() as usize, ok.len(), "{s}");
+    for n in rep["nodes"].as_array().unwrap() {
+        assert!(n["out"].is_string(), "{n}");
     }
+    assert!(out.contains("no more runs"), "{out}");
+    println!(
+        "  production: {} of 18 runs done before every node was out: {}",
+        ok.len(),
+        rep["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| format!("{}: {}", n["name"], n["out"]))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    std::fs::write(go, "").unwrap();
+    c.wait_done(id);
+}
+
+fn node_lost_mid_sweep(c: &Cluster) {
     let dir = c.jobs_dir().join("lost-sweep");
     sweep(&dir, 18, 4.0);
     let (script, ready, go) = job(c, &dir, "");
@@ -387,6 +415,12 @@ fn node_lost_mid_sweep(c: &Cluster) {
     // (Not Cluster::wait_for_file: it gives up on a cluster with a node down.)
     c.wait_until("the sweep to end", || ready.exists().then_some(()));
     let out = c.job_out(id);
+    if c.profile() == Profile::Production {
+        production_loses_every_node(c, id, &dir, &out, &go);
+        n3.start_again();
+        assert!(n3.colloc(&["restore", "--all"]).status.success());
+        return;
+    }
     assert!(
         out.contains("COLLOC_RC=0"),
         "{out}\nstderr: {}",
