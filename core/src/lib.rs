@@ -21,6 +21,7 @@ pub mod config;
 pub mod fs;
 pub mod gpu;
 pub mod holders;
+pub mod jobenv;
 pub mod journal;
 pub mod mig;
 pub mod mode;

@@ -495,8 +495,22 @@ fn naive_and_mps_environments() {
     assert!(!env.contains_key("COLLOC_SLOTS"));
     restore(&c, Some(&g), 20).unwrap();
 
-    let env = env_of(&prolog(&c, &g, &spec(21, &[0], "mps:4")).unwrap());
+    let out = prolog(&c, &g, &spec(21, &[0], "mps:4")).unwrap();
+    let env = env_of(&out);
     assert_eq!(env["COLLOC_SLOTS"], "4");
+    // What colloc run reads of it (crate::jobenv), typed.
+    if let Outcome::Applied(pairs) = &out {
+        let je = crate::jobenv::JobEnv::from_pairs(pairs);
+        assert_eq!(je.mode.as_deref(), Some("mps:4"));
+        assert_eq!(je.slots.as_deref(), Some("4"));
+        let pipes = je.mps_pipes();
+        assert_eq!(pipes.len(), 1, "{pipes:?}");
+        assert_eq!(pipes[0].0, "GPU-00000000");
+        assert_eq!(
+            pipes[0].1,
+            std::path::PathBuf::from(&env["CUDA_MPS_PIPE_DIRECTORY"])
+        );
+    }
     assert_eq!(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
     assert_eq!(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=10240M");
     let pipe = std::path::PathBuf::from(&env["CUDA_MPS_PIPE_DIRECTORY"]);

@@ -112,10 +112,10 @@ pub fn topology(reports: Vec<NodeReport>, w: &Wanted) -> anyhow::Result<Topology
     let mut slot_node = Vec::new();
     for r in reports {
         let layout = slots::layout(&slots::Inputs {
-            job_mode: r.mode.clone(),
-            job_devices: r.devices.clone(),
-            job_slots: r.slots.clone(),
-            visible: r.visible.clone(),
+            job_mode: r.env.mode.clone(),
+            job_devices: r.env.devices.clone(),
+            job_slots: r.env.slots.clone(),
+            visible: r.env.visible.clone(),
             mode: w.mode.clone(),
             jobs: w.jobs,
             nvml_gpus: r.nvml_gpus.clone(),
@@ -189,12 +189,7 @@ impl Topology {
     pub fn slot_envs(&self) -> Vec<Slot> {
         let mut out = Vec::new();
         for n in &self.nodes {
-            let pipes = n
-                .report
-                .mps_pipes
-                .as_deref()
-                .map(super::setup::parse_mps_pipes)
-                .unwrap_or_default();
+            let pipes = n.report.env.mps_pipes();
             for dev in &n.layout.slots {
                 let mem = dev.as_deref().and_then(|d| {
                     n.report
@@ -320,16 +315,20 @@ pub fn discover(cmd: &StepCommand) -> anyhow::Result<Vec<NodeReport>> {
 mod tests {
     use super::*;
     use crate::step::discover::DeviceInfo;
+    use colloc_core::jobenv::JobEnv;
     use colloc_core::telemetry::GpuId;
 
     fn node(name: &str, devices: &str) -> NodeReport {
         NodeReport {
             node: name.into(),
             colloc_version: env!("CARGO_PKG_VERSION").into(),
-            mode: Some("mps:2".into()),
-            devices: Some(devices.into()),
-            slots: Some("4".into()),
-            mps_pipes: Some(format!("GPU-{name}a=/run/colloc/job-1/gpu0/pipe")),
+            env: JobEnv {
+                mode: Some("mps:2".into()),
+                devices: Some(devices.into()),
+                slots: Some("4".into()),
+                mps_pipes: Some(format!("GPU-{name}a=/run/colloc/job-1/gpu0/pipe")),
+                visible: None,
+            },
             cpus: 8,
             resolved: vec![DeviceInfo {
                 device: format!("GPU-{name}a"),
@@ -399,9 +398,9 @@ mod tests {
         .unwrap();
         assert_eq!(t.slot_node, vec![0, 0, 0, 1, 1, 1]);
         let mut a = node("n1", "MIG-a,MIG-b");
-        a.mode = Some("mig:3g.20gbx2".into());
+        a.env.mode = Some("mig:3g.20gbx2".into());
         let mut b = node("n2", "MIG-c,MIG-d");
-        b.mode = Some("mig:3g.40gbx2".into());
+        b.env.mode = Some("mig:3g.40gbx2".into());
         let e = topology(
             vec![a.clone(), b.clone()],
             &Wanted {
@@ -419,9 +418,9 @@ mod tests {
         assert_eq!(t.mode_text(), "n1: mig:3g.20gbx2; n2: mig:3g.40gbx2");
         // colloc's own MPS daemon cannot serve other nodes.
         let mut plain = node("n1", "");
-        plain.mode = None;
-        plain.devices = None;
-        plain.visible = Some("0".into());
+        plain.env.mode = None;
+        plain.env.devices = None;
+        plain.env.visible = Some("0".into());
         let e = topology(
             vec![plain],
             &Wanted {

@@ -355,16 +355,6 @@ fn mps_control_program(config: Option<&colloc_core::config::Config>) -> anyhow::
         })
 }
 
-/// `COLLOC_MPS_PIPES` as the plugin sets it for mps jobs: `GPU-uuid=pipe_dir,...`, one
-/// daemon per GPU of the job.
-pub fn parse_mps_pipes(v: &str) -> Vec<(String, PathBuf)> {
-    v.split(',')
-        .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, p)| !k.is_empty() && p.starts_with('/'))
-        .map(|(k, p)| (k.to_string(), PathBuf::from(p)))
-        .collect()
-}
-
 /// The GPUs, slots and the environment of each slot.
 pub struct Gpus {
     /// The layout.
@@ -397,12 +387,12 @@ pub fn gpus(a: &RunArgs, config: Option<&colloc_core::config::Config>) -> anyhow
             )),
         ),
     };
-    let env = |k: &str| std::env::var(k).ok();
+    let job = colloc_core::jobenv::JobEnv::from_process();
     let mut layout = slots::layout(&slots::Inputs {
-        job_mode: env("COLLOC_MODE"),
-        job_devices: env("COLLOC_DEVICES"),
-        job_slots: env("COLLOC_SLOTS"),
-        visible: env("CUDA_VISIBLE_DEVICES"),
+        job_mode: job.mode,
+        job_devices: job.devices,
+        job_slots: job.slots,
+        visible: job.visible,
         mode: a.mode.clone(),
         jobs: a.jobs.map(|j| j as usize),
         nvml_gpus: nvml.as_ref().map(|n| {
@@ -467,7 +457,7 @@ impl Gpus {
         };
         let job_pipes = match (&layout.mode, &layout.source) {
             (Mode::Mps { .. }, Source::Job) => {
-                parse_mps_pipes(&std::env::var("COLLOC_MPS_PIPES").unwrap_or_default())
+                colloc_core::jobenv::JobEnv::from_process().mps_pipes()
             }
             _ => Vec::new(),
         };
@@ -646,7 +636,7 @@ mod tests {
     #[test]
     fn mps_pipes_parse() {
         assert_eq!(
-            parse_mps_pipes("GPU-a=/r/a/pipe,bad,GPU-b=rel,=/x"),
+            colloc_core::jobenv::parse_mps_pipes("GPU-a=/r/a/pipe,bad,GPU-b=rel,=/x"),
             vec![("GPU-a".to_string(), PathBuf::from("/r/a/pipe"))]
         );
     }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use colloc_core::jobenv::JobEnv;
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::telemetry::{self, GpuId};
 use serde::{Deserialize, Serialize};
@@ -30,16 +31,9 @@ pub struct NodeReport {
     pub node: String,
     /// The colloc version on the node.
     pub colloc_version: String,
-    /// `COLLOC_MODE`.
-    pub mode: Option<String>,
-    /// `COLLOC_DEVICES`.
-    pub devices: Option<String>,
-    /// `COLLOC_SLOTS`.
-    pub slots: Option<String>,
-    /// `COLLOC_MPS_PIPES`.
-    pub mps_pipes: Option<String>,
-    /// `CUDA_VISIBLE_DEVICES`.
-    pub visible: Option<String>,
+    /// Its `COLLOC_*` variables and `CUDA_VISIBLE_DEVICES`.
+    #[serde(flatten)]
+    pub env: JobEnv,
     /// CPUs the step may use.
     pub cpus: usize,
     /// GPU indexes NVML lists (`None`: NVML does not answer).
@@ -60,15 +54,10 @@ fn split(list: &str) -> Vec<String> {
 
 /// What this node offers, from its environment and NVML.
 pub fn gather(nvml_library: &str) -> NodeReport {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     let mut r = NodeReport {
         node: crate::run::scheduler::node_name().unwrap_or_default(),
         colloc_version: env!("CARGO_PKG_VERSION").to_string(),
-        mode: env("COLLOC_MODE"),
-        devices: env("COLLOC_DEVICES"),
-        slots: env("COLLOC_SLOTS"),
-        mps_pipes: env("COLLOC_MPS_PIPES"),
-        visible: env("CUDA_VISIBLE_DEVICES"),
+        env: JobEnv::from_process_set(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         ..NodeReport::default()
     };
@@ -78,9 +67,10 @@ pub fn gather(nvml_library: &str) -> NodeReport {
             let count = n.nvml().device_count().unwrap_or(0);
             let all: Vec<String> = (0..count).map(|i| i.to_string()).collect();
             let wanted = r
+                .env
                 .devices
                 .as_deref()
-                .or(r.visible.as_deref())
+                .or(r.env.visible.as_deref())
                 .map(split)
                 .unwrap_or_else(|| all.clone());
             let slots: Vec<Option<String>> = wanted.iter().cloned().map(Some).collect();
@@ -191,15 +181,18 @@ mod tests {
     fn lines_round_trip_among_other_output() {
         let a = NodeReport {
             node: "n1".into(),
-            mode: Some("mig:3g.20gbx2".into()),
-            devices: Some("MIG-a,MIG-b".into()),
+            env: JobEnv {
+                mode: Some("mig:3g.20gbx2".into()),
+                devices: Some("MIG-a,MIG-b".into()),
+                ..JobEnv::default()
+            },
             cpus: 2,
             ..NodeReport::default()
         };
         let mut b = a.clone();
         b.node = "n2".into();
         // Long enough to come in several pieces.
-        b.devices = Some(vec!["MIG-0123456789abcdef"; 120].join(","));
+        b.env.devices = Some(vec!["MIG-0123456789abcdef"; 120].join(","));
         let (la, lb) = (lines(&a), lines(&b));
         assert_eq!(la.len(), 1);
         assert!(lb.len() >= 3, "{}", lb.len());
