@@ -61,10 +61,14 @@ struct Seen {
 
 /// A sweep of `n` stand-in runs of `secs` seconds each: each writes `DIR/seen/RUN.K.start`
 /// (what it saw), then `RUN.K.end`, and appends its name to `DIR/succeeded`.
-fn sweep(dir: &Path, n: usize, secs: f64) -> PathBuf {
+fn sweep(dir: &Path, n: usize, secs: f64, hold: Option<&Path>) -> PathBuf {
+    // With `hold`, each run first waits for that file.
+    let wait = hold.map_or(String::new(), |h| {
+        format!("while [ ! -e {} ]; do sleep 0.1; done; ", h.display())
+    });
     std::fs::create_dir_all(dir.join("seen")).unwrap();
     let script = format!(
-        r#"f={seen}/$COLLOC_RUN_NAME.$COLLOC_RUN_ATTEMPT; if [ -d "$CUDA_MPS_PIPE_DIRECTORY" ]; then there=yes; else there=no; fi; echo "$SLURMD_NODENAME|$CUDA_VISIBLE_DEVICES|$SLURM_JOB_ID.$SLURM_STEP_ID|$CUDA_MPS_PIPE_DIRECTORY|$COLLOC_MPS_PIPES|$there|$(date +%s.%N)" > $f.start; sleep {secs}; echo img/s=10; date +%s.%N > $f.end; echo $COLLOC_RUN_NAME >> {ok}"#,
+        r#"f={seen}/$COLLOC_RUN_NAME.$COLLOC_RUN_ATTEMPT; if [ -d "$CUDA_MPS_PIPE_DIRECTORY" ]; then there=yes; else there=no; fi; echo "$SLURMD_NODENAME|$CUDA_VISIBLE_DEVICES|$SLURM_JOB_ID.$SLURM_STEP_ID|$CUDA_MPS_PIPE_DIRECTORY|$COLLOC_MPS_PIPES|$there|$(date +%s.%N)" > $f.start; {wait}sleep {secs}; echo img/s=10; date +%s.%N > $f.end; echo $COLLOC_RUN_NAME >> {ok}"#,
         seen = dir.join("seen").display(),
         ok = dir.join("succeeded").display(),
     );
@@ -294,7 +298,7 @@ fn check_sweep(
 
 fn mig_sweep_over_three_nodes(c: &Cluster) {
     let dir = c.jobs_dir().join("mig-sweep");
-    sweep(&dir, 30, 1.5);
+    sweep(&dir, 30, 1.5, None);
     let before: Vec<Value> = c.nodes().iter().map(Node::gpu_layout).collect();
     let (script, ready, go) = job(c, &dir, "");
     let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=mig:3g"], &script);
@@ -319,7 +323,7 @@ fn mig_sweep_over_three_nodes(c: &Cluster) {
 
 fn mps_sweep_over_three_nodes(c: &Cluster) {
     let dir = c.jobs_dir().join("mps-sweep");
-    sweep(&dir, 24, 1.5);
+    sweep(&dir, 24, 1.5, None);
     let (script, ready, go) = job(c, &dir, "");
     let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=mps:2"], &script);
     let steps = watch_steps(c, id, &ready);
@@ -392,7 +396,9 @@ fn production_loses_every_node(c: &Cluster, id: u32, dir: &Path, out: &str, go: 
 
 fn node_lost_mid_sweep(c: &Cluster) {
     let dir = c.jobs_dir().join("lost-sweep");
-    sweep(&dir, 18, 4.0);
+    // The first runs hold their slots until n3 is gone: two of them on n3.
+    let release = dir.join("release");
+    sweep(&dir, 18, 1.0, Some(&release));
     let (script, ready, go) = job(c, &dir, "");
     let id = c.submit(
         &["-N3", "--no-kill", "--gres=gpu:1", "--colloc=mig:3g"],
@@ -412,6 +418,7 @@ fn node_lost_mid_sweep(c: &Cluster) {
     let n3 = c.node("n3");
     let loss = n3.crash();
     assert!(loss.state.starts_with("down"), "{loss:?}");
+    std::fs::write(&release, "").unwrap();
     // (Not Cluster::wait_for_file: it gives up on a cluster with a node down.)
     c.wait_until("the sweep to end", || ready.exists().then_some(()));
     let out = c.job_out(id);
@@ -431,7 +438,7 @@ fn node_lost_mid_sweep(c: &Cluster) {
     assert!(ok.values().all(|&n| n == 1), "{ok:?}");
     let seen = parse_seen(&dir);
     let lost: Vec<&Seen> = seen.iter().filter(|s| s.end.is_none()).collect();
-    assert!(!lost.is_empty(), "no run was cut short on n3: {seen:?}");
+    assert_eq!(lost.len(), 2, "the two runs n3 held: {seen:?}");
     assert!(lost.iter().all(|s| s.node == "n3"), "{lost:?}");
     for l in &lost {
         let again: Vec<&Seen> = seen

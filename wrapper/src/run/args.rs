@@ -17,6 +17,8 @@ Examples:
   colloc run --mode mps -j 4 -f runs.toml      outside Slurm: colloc starts its own MPS daemon
   colloc run -j 4 -- python train.py --seed 1  4 copies of one command (COLLOC_RUN_INDEX differs)
   colloc run --resume --report-dir DIR -f runs.toml   finish what an earlier pack left
+  colloc run -f runs.toml                      in an sbatch -N 3 job: every node's slots,
+                                               each run a Slurm step on its slot's node
 
 Writes DIR/events/ (the record, as it happens), DIR/colloc-report.json, DIR/colloc-runs.csv,
 DIR/colloc-timeline.png, DIR/colloc-runs.png, DIR/colloc-throughput.png and DIR/logs/.
