@@ -241,3 +241,32 @@ fn steps_flag_bad_values_and_where_auto_stays_on_this_node() {
         assert!(!bin.join("step-names").exists(), "{extra:?}: srun was used");
     }
 }
+
+#[test]
+fn a_time_limit_stops_a_run_in_its_step_as_on_one_node() {
+    let env = Env::new();
+    let bin = fake_slurm(&env);
+    let m = env.manifest(
+        "[[run]]\nname = 'slow'\ncommand = ['sh', '-c', 'echo $$ > $MARK/pid; exec sleep 30']\ntimeout = '1s'\n[[run]]\nname = 'quick'\ncommand = ['true']\n",
+    );
+    let t = std::time::Instant::now();
+    let out = colloc(&env, &bin)
+        .args(["-j", "1", "--grace", "1s", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(t.elapsed().as_secs() < 15, "{:?}", t.elapsed());
+    let rep = env.report();
+    let slow = &rep["runs"][0];
+    assert_eq!(slow["state"], "timed_out", "{slow}");
+    assert_eq!(slow["attempts"].as_array().unwrap().len(), 1, "{slow}");
+    assert!(slow["attempts"][0]["step"]["failed"].is_null(), "{slow}");
+    assert_eq!(rep["runs"][1]["state"], "succeeded");
+    // Its process is gone.
+    let pid = std::fs::read_to_string(env.mark().join("pid")).unwrap();
+    assert!(
+        !std::path::Path::new(&format!("/proc/{}", pid.trim())).exists(),
+        "run {pid} still there"
+    );
+}
