@@ -190,6 +190,8 @@ struct Running {
     left: u32,
     escaped: Vec<(u32, String)>,
     deadline: Option<Instant>,
+    /// The deadline is the end of a measuring window the driver set, not a time limit.
+    window_end: bool,
     term_at: Option<Instant>,
     killed: bool,
     timed_out: bool,
@@ -224,6 +226,16 @@ impl Ctl<'_> {
     /// Seconds on the engine's clock.
     pub fn now(&self) -> f64 {
         self.clock.now()
+    }
+
+    /// End a running attempt `after` from now (SIGTERM, then SIGKILL after the grace
+    /// period), as the planned end of a measuring window rather than a time-out: its
+    /// state is the driver's to decide. Does nothing to an attempt already stopping.
+    pub fn end_after(&mut self, id: AttemptId, after: Duration) {
+        if let Some(r) = self.running.get_mut(&id).filter(|r| r.term_at.is_none()) {
+            r.deadline = Some(Instant::now() + after);
+            r.window_end = true;
+        }
     }
 
     /// Is the engine stopping?
@@ -416,6 +428,7 @@ impl<'a> Engine<'a> {
         };
         let mut r = Running {
             deadline: job.timeout.map(|t| Instant::now() + t),
+            window_end: false,
             job,
             slot,
             start,
@@ -639,7 +652,11 @@ impl<'a> Engine<'a> {
             return;
         }
         if r.term_at.is_none() && r.deadline.is_some_and(|d| now >= d) {
-            log::warn!("{}: timed out; sending SIGTERM", r.job.label);
+            if r.window_end {
+                log::info!("{}: its window is over; sending SIGTERM", r.job.label);
+            } else {
+                log::warn!("{}: timed out; sending SIGTERM", r.job.label);
+            }
             r.timed_out = true;
             r.term_at = Some(now);
             self.launcher.send(r.slot, id, Cmd::Signal(libc::SIGTERM));
