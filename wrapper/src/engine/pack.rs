@@ -774,7 +774,11 @@ fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock: &Clock) {
     if raw.is_empty() {
         return;
     }
-    let text = String::from_utf8_lossy(raw);
+    let raw_text = String::from_utf8_lossy(raw);
+    let text = super::text::plain(&raw_text, false);
+    if text.trim().is_empty() {
+        return;
+    }
     r.seen.lines += 1;
     let scanner = Arc::clone(&r.job.scanner);
     let facts = scanner.scan(&text);
@@ -803,12 +807,17 @@ fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock: &Clock) {
             }
             r.last_cr = Some(now);
         }
+        let shown = if super::text::colour_ok() {
+            super::text::plain(&raw_text, true)
+        } else {
+            std::borrow::Cow::Borrowed(text.as_ref())
+        };
         let mut out = io::stdout().lock();
         let _ = out
             .write_all(b"[")
             .and_then(|_| out.write_all(r.job.label.as_bytes()))
             .and_then(|_| out.write_all(b"] "))
-            .and_then(|_| out.write_all(text.as_bytes()))
+            .and_then(|_| out.write_all(shown.as_bytes()))
             .and_then(|_| out.write_all(b"\n"));
     }
 }
