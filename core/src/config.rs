@@ -756,4 +756,125 @@ node_comment = true
             "mode mig:3g is not allowed on this cluster; allowed: off, mps"
         );
     }
+
+    #[test]
+    fn paths_a_job_container_hides_are_named() {
+        let private = [
+            PathBuf::from("/tmp"),
+            PathBuf::from("/dev/shm"),
+            PathBuf::from("/var/spool/slurm/containers"),
+        ];
+        let file = Path::new("/etc/slurm/colloc.toml");
+        // The defaults lie outside each of them; and no job container, nothing private.
+        assert_eq!(Config::default().private_path_problem(file, &private), None);
+        let c = Config {
+            state_dir: "/var/spool/slurm/containers/colloc".into(),
+            run_dir: "/dev/shm/colloc".into(),
+            mps_control: "/tmp/bin/nvidia-cuda-mps-control".into(),
+            ..Config::default()
+        };
+        assert_eq!(c.private_path_problem(file, &[]), None);
+        let msg = c
+            .private_path_problem(Path::new("/tmp/colloc.toml"), &private)
+            .unwrap();
+        for want in [
+            "colloc.toml /tmp/colloc.toml lies in /tmp, ",
+            "state_dir /var/spool/slurm/containers/colloc lies in /var/spool/slurm/containers, ",
+            "run_dir /dev/shm/colloc lies in /dev/shm, ",
+            "mps_control /tmp/bin/nvidia-cuda-mps-control lies in /tmp, ",
+            "which JobContainerType=job_container/tmpfs makes private to each job",
+            "outside /tmp, /dev/shm, /var/spool/slurm/containers",
+        ] {
+            assert!(msg.contains(want), "{want:?} not in {msg}");
+        }
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+        // A name the loader finds is no path; a directory that only starts alike is not
+        // inside.
+        let c = Config {
+            state_dir: "/tmpfiles/colloc".into(),
+            mps_control: "nvidia-cuda-mps-control".into(),
+            ..Config::default()
+        };
+        assert_eq!(c.private_path_problem(file, &private), None);
+    }
+
+    #[test]
+    fn a_path_through_a_link_into_a_private_dir_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let private = tmp.path().join("base");
+        std::fs::create_dir(&private).unwrap();
+        let link = tmp.path().join("state-link");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        let c = Config {
+            state_dir: link.join("colloc"),
+            ..Config::default()
+        };
+        let msg = c
+            .private_path_problem(Path::new("/etc/slurm/colloc.toml"), &[private.clone()])
+            .unwrap();
+        assert!(
+            msg.starts_with(&format!(
+                "state_dir {} lies in {}",
+                link.join("colloc").display(),
+                private.display()
+            )),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn run_dir_parents_must_exist_and_let_everyone_through() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        };
+        mode(tmp.path(), 0o755);
+        let with_run = |run: PathBuf| Config {
+            run_dir: run,
+            ..Config::default()
+        };
+        // Parent there and open: run_dir itself need not exist yet.
+        assert_eq!(with_run(tmp.path().join("run")).run_dir_problem(), None);
+        // Parent missing.
+        let missing = tmp.path().join("nowhere");
+        let msg = with_run(missing.join("run")).run_dir_problem().unwrap();
+        assert!(
+            msg.contains(&format!(
+                "{} does not exist; colloc makes run_dir itself but not the directories above it",
+                missing.display()
+            )),
+            "{msg}"
+        );
+        // A parent the job's user cannot pass.
+        let closed = tmp.path().join("closed");
+        std::fs::create_dir(&closed).unwrap();
+        mode(&closed, 0o700);
+        let msg = with_run(closed.join("run")).run_dir_problem().unwrap();
+        assert!(
+            msg.contains(&format!("{} has mode 0700", closed.display())),
+            "{msg}"
+        );
+        // run_dir itself there but closed: the same.
+        mode(&closed, 0o755);
+        let run = closed.join("run");
+        std::fs::create_dir(&run).unwrap();
+        mode(&run, 0o750);
+        let msg = with_run(run.clone()).run_dir_problem().unwrap();
+        assert!(
+            msg.contains(&format!("{} has mode 0750", run.display())),
+            "{msg}"
+        );
+        mode(&run, 0o755);
+        assert_eq!(with_run(run.clone()).run_dir_problem(), None);
+        // A file where a parent should be.
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let msg = with_run(file.join("run")).run_dir_problem().unwrap();
+        assert!(
+            msg.starts_with(&format!("run_dir {}", file.join("run").display()))
+                && msg.to_lowercase().contains("not a directory"),
+            "{msg}"
+        );
+    }
 }

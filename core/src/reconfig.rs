@@ -701,7 +701,14 @@ pub fn start_mps_in_extern_step(
     }
     let user = Some((j.uid, j.gid));
     let started = trusted_mps_control(cfg).and_then(|program| {
-        let entry = container::Entry::for_extern_step(facts, job)?;
+        // Where the job container cannot be entered, say where colloc looked.
+        let entry =
+            container::Entry::for_extern_step(facts, job).map_err(|why| {
+                match entry_hint(facts) {
+                    Some(hint) => format!("{why} ({hint})"),
+                    None => why,
+                }
+            })?;
         let deadline = Instant::now() + mps::START_TIME;
         for d in &j.mps {
             if let Err(e) = mps::start_daemon_in(&program, d, user, Some(&entry), deadline) {
@@ -714,11 +721,7 @@ pub fn start_mps_in_extern_step(
     });
     let entry = match started {
         Ok(e) => e,
-        Err(why) => {
-            let message = match &entry_hint(facts) {
-                Some(hint) => format!("{why} ({hint})"),
-                None => why,
-            };
+        Err(message) => {
             log::error!("job {job}: refused: {message}");
             j.phase = Phase::Refused;
             j.refused = Some(message.clone());
@@ -749,7 +752,8 @@ pub fn start_mps_in_extern_step(
 fn entry_hint(facts: &SlurmFacts) -> Option<String> {
     facts.tmpfs_container.then(|| {
         format!(
-            "JobContainerType=job_container/tmpfs in {}, BasePath from job_container.conf              beside it",
+            "JobContainerType=job_container/tmpfs in {}, BasePath from job_container.conf \
+             beside it",
             facts.slurm_conf.display()
         )
     })
@@ -768,11 +772,17 @@ pub fn mps_reachable(j: &Journal, task_ns: u64) -> Result<(), String> {
     }
     match (j.mps_start, j.mps_mount_ns) {
         (MpsStart::ExternStep, None) => Err(format!(
-            "--colloc={}: the job's MPS daemons were not started: colloc starts them in the              job's extern step, which Slurm runs only with PrologFlags=Contain in slurm.conf              (and the plugin must be loaded by slurmstepd)",
+            "--colloc={}: the job's MPS daemons were not started: colloc starts them in the \
+             job's extern step, which Slurm runs only with PrologFlags=Contain in slurm.conf \
+             (and the plugin must be loaded by slurmstepd)",
             j.mode
         )),
         (_, Some(ns)) if ns != task_ns => Err(format!(
-            "--colloc={}: the job's MPS daemons run in another mount namespace than its              tasks, so they do not share the job's /dev/shm, which              JobContainerType=job_container/tmpfs makes private to each job; colloc starts              them inside the job container where slurm.conf (SLURM_CONF, else              /etc/slurm/slurm.conf) has PrologFlags=Contain",
+            "--colloc={}: the job's MPS daemons run in another mount namespace than its \
+             tasks, so they do not share the job's /dev/shm, which \
+             JobContainerType=job_container/tmpfs makes private to each job; colloc starts \
+             them inside the job container where slurm.conf (SLURM_CONF, else \
+             /etc/slurm/slurm.conf) has PrologFlags=Contain",
             j.mode
         )),
         _ => Ok(()),

@@ -523,10 +523,8 @@ pub fn task_post_fork(host: &mut dyn Host, args: &[&str]) -> Result<(), String> 
                 ""
             }
         ),
-        Ok(ExternStart::Refused(why)) => {
-            log::error!("job {job}: refused: {why}");
-            publish(&cfg, job);
-        }
+        // Logged where it was decided; the node's record shows the refusal.
+        Ok(ExternStart::Refused(_)) => publish(&cfg, job),
         Err(e) => log::error!("job {job}: extern step: {e}"),
     }
     Ok(())
@@ -576,7 +574,9 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
             return Err(refuse_task(
                 job,
                 &format!(
-                    "the node's colloc.toml {} lies in {}, which                      JobContainerType=job_container/tmpfs makes private to each job; the                      admin must keep it outside /tmp, /dev/shm and BasePath",
+                    "the node's colloc.toml {} lies in {}, which \
+                     JobContainerType=job_container/tmpfs makes private to each job; the \
+                     admin must keep it outside /tmp, /dev/shm and BasePath",
                     args.config.display(),
                     dir.display()
                 ),

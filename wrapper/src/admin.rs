@@ -390,7 +390,8 @@ fn node_checks(cfg: &Config, path: &std::path::Path) -> anyhow::Result<Vec<Strin
         Ok(f) => f,
         Err(e) => {
             warnings.push(format!(
-                "cannot read the node's Slurm configuration ({e}): not checked against its                  job container"
+                "cannot read the node's Slurm configuration ({e}): not checked against its \
+                 job container"
             ));
             None
         }
@@ -402,7 +403,9 @@ fn node_checks(cfg: &Config, path: &std::path::Path) -> anyhow::Result<Vec<Strin
         }
         if f.tmpfs_container && !f.contain && cfg.allowed_modes.contains(&ModeKind::Mps) {
             warnings.push(format!(
-                "{} has JobContainerType=job_container/tmpfs without PrologFlags=Contain:                  colloc starts a job's MPS daemons inside its container from the extern                  step, which needs Contain; without it mps jobs are refused",
+                "{} has JobContainerType=job_container/tmpfs without PrologFlags=Contain: \
+                 colloc starts a job's MPS daemons inside its container from the extern \
+                 step, which needs Contain; without it mps jobs are refused",
                 f.slurm_conf.display()
             ));
         }
