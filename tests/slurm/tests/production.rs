@@ -44,6 +44,10 @@ fn main() {
             "an_mps_daemon_that_does_not_start_refuses_the_job_not_the_node",
             failed_start,
         ),
+        (
+            "a_requeued_mps_job_gets_fresh_daemons_where_its_new_tasks_run",
+            requeued,
+        ),
     ];
     run_suite_on(&spec, tests, &[]);
     // The profile's PrologFlags with Serial, on a cluster of its own.
@@ -478,6 +482,97 @@ fn failed_start(c: &Cluster) {
         assert!(
             log.contains(&format!("job {id}: refused: the MPS daemon did not start")),
             "slurmd log: {log}"
+        );
+    }
+    assert_idle_and_clean(c);
+}
+
+/// An MPS job requeued while it runs: the epilog stops the first run's daemon (under the
+/// production profile Slurm has already killed it with the extern step), and the second
+/// run gets a fresh one where its tasks run (its own job container under the production
+/// profile: the extern step's log line names the namespace). The node never drains and
+/// nothing is left. (Slurm 22.05 gives a job re-allocated within about a second of its
+/// epilog no prolog and no extern step; the test lets 2 s pass first.)
+fn requeued(c: &Cluster) {
+    let production = c.profile() == Profile::Production;
+    let ready = c.jobs_dir().join("requeue-ready");
+    let script = format!(
+        "echo \"TASK ${{SLURM_RESTART_COUNT:-0}} $(readlink /proc/self/ns/mnt) \
+         $CUDA_MPS_PIPE_DIRECTORY\"\n\
+         if [ \"${{SLURM_RESTART_COUNT:-0}}\" = 0 ]; then touch {}; sleep 300; fi\n",
+        ready.display()
+    );
+    let id = c.submit(
+        &[
+            "--gres=gpu:1",
+            "--colloc=mps",
+            "--uid=nobody",
+            "--gid=nogroup",
+            "--requeue",
+            "--open-mode=append",
+        ],
+        &script,
+    );
+    c.wait_for_file(id, &ready);
+    let tasks = |out: &str| -> Vec<Vec<String>> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix("TASK "))
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect()
+    };
+    let first = tasks(&c.job_out(id));
+    assert_eq!(first.len(), 1, "{first:?}");
+    let daemons = processes_of_pipe_dir(&first[0][2]);
+    assert_eq!(daemons.len(), 1, "{daemons:?}");
+    assert_eq!(
+        pid_mount_ns(daemons[0]).as_deref(),
+        Some(first[0][1].as_str())
+    );
+    let out = c
+        .slurm("scontrol")
+        .args(["requeue", &id.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scontrol requeue: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.wait_until("the job to be requeued and its epilog done", || {
+        let pending = c.job_info(id)?.get("JobState").map(String::as_str) == Some("PENDING");
+        (pending && c.node_state() == "idle").then_some(())
+    });
+    assert!(!pid_alive(daemons[0]), "the first run's daemon outlived it");
+    assert!(c.journals().is_empty(), "{:?}", c.journals());
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = c
+        .slurm("scontrol")
+        .args(["update", &format!("JobId={id}"), "StartTime=now"])
+        .output();
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let runs = tasks(&c.job_out(id));
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1][0], "1", "{runs:?}");
+    if production {
+        // (The first run's namespace is gone: the kernel may give the new one its number.)
+        let ns = runs[1][1]
+            .trim_start_matches("mnt:[")
+            .trim_end_matches(']')
+            .to_string();
+        let log = c.slurmd_log_tail(2000);
+        let started: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.contains(&format!(
+                    "job {id}: started 1 MPS daemon(s) in mount namespace"
+                ))
+            })
+            .collect();
+        assert_eq!(started.len(), 2, "one start per run: {started:?}");
+        assert!(
+            started[1].contains(&format!("mount namespace {ns} (job container ")),
+            "the second run's daemon is not in its tasks' namespace {ns}: {started:?}"
         );
     }
     assert_idle_and_clean(c);
