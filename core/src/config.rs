@@ -810,7 +810,10 @@ node_comment = true
             ..Config::default()
         };
         let msg = c
-            .private_path_problem(Path::new("/etc/slurm/colloc.toml"), &[private.clone()])
+            .private_path_problem(
+                Path::new("/etc/slurm/colloc.toml"),
+                std::slice::from_ref(&private),
+            )
             .unwrap();
         assert!(
             msg.starts_with(&format!(
