@@ -48,6 +48,10 @@ fn main() {
             "a_requeued_mps_job_gets_fresh_daemons_where_its_new_tasks_run",
             requeued,
         ),
+        (
+            "the_epilog_stops_the_daemons_of_a_killed_extern_step",
+            killed_extern_step,
+        ),
     ];
     run_suite_on(&spec, tests, &[]);
     // The profile's PrologFlags with Serial, on a cluster of its own.
@@ -574,6 +578,149 @@ fn requeued(c: &Cluster) {
             started[1].contains(&format!("mount namespace {ns} (job container ")),
             "the second run's daemon is not in its tasks' namespace {ns}: {started:?}"
         );
+    }
+    assert_idle_and_clean(c);
+}
+
+/// The pids of processes whose command line starts with `prefix` (e.g. a slurmstepd's
+/// `slurmstepd: [J.extern]`).
+fn pids_named(prefix: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).starts_with(prefix))
+        })
+        .collect()
+}
+
+/// The extern step's slurmstepd SIGKILLed while an MPS job runs (under the production
+/// profile, where it started the daemon; under the simple one there is none and the
+/// test checks only the end): the job still ends, the epilog stops the daemon the
+/// extern step started and removes its files, and the node stays in service.
+fn killed_extern_step(c: &Cluster) {
+    let ready = c.jobs_dir().join("killed-ready");
+    let go = c.jobs_dir().join("killed-go");
+    let script = format!(
+        "echo \"TASK $CUDA_MPS_PIPE_DIRECTORY\"\ntouch {}\n\
+         while [ ! -e {} ]; do sleep 0.1; done\n",
+        ready.display(),
+        go.display()
+    );
+    let id = c.submit(
+        &[
+            "--gres=gpu:1",
+            "--colloc=mps",
+            "--uid=nobody",
+            "--gid=nogroup",
+        ],
+        &script,
+    );
+    c.wait_for_file(id, &ready);
+    let out = c.job_out(id);
+    let pipe = out
+        .lines()
+        .find_map(|l| l.strip_prefix("TASK "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    let daemons = processes_of_pipe_dir(&pipe);
+    assert_eq!(daemons.len(), 1, "{daemons:?}");
+    let stepds = pids_named(&format!("slurmstepd: [{id}.extern]"));
+    if c.profile() == Profile::Production {
+        assert_eq!(stepds.len(), 1, "the extern step: {stepds:?}");
+        let st = Command::new("kill")
+            .args(["-KILL", &stepds[0].to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let t = Instant::now();
+        while pid_alive(stepds[0]) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(pid_alive(daemons[0]), "the daemon went with its slurmstepd");
+    } else {
+        assert!(stepds.is_empty(), "{stepds:?}");
+    }
+    std::fs::write(&go, "").unwrap();
+    let end = c.wait_done(id);
+    println!(
+        "  job {}, node {} ({}); daemon {} alive after the epilog: {}",
+        end.state,
+        c.node_state(),
+        c.node_reason(),
+        daemons[0],
+        pid_alive(daemons[0])
+    );
+    assert!(
+        !pid_alive(daemons[0]),
+        "daemon {} outlived the job",
+        daemons[0]
+    );
+    assert!(processes_of_pipe_dir(&pipe).is_empty());
+    // What Slurm leaves of the job's cgroups without its extern slurmstepd (a fact, not
+    // colloc's to clear).
+    let node_cg = format!("slurm_{}", c.nodes()[0].name());
+    let left: Vec<String> = std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|ctl| std::fs::read_dir(ctl.path().join(&node_cg)).ok())
+        .flat_map(|uids| uids.flatten().map(|u| u.path().join(format!("job_{id}"))))
+        .filter(|p| p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    // Slurm leaves the extern step's placeholder `sleep` in them; cleared here so that
+    // the host keeps nothing of the test.
+    let mut dirs: Vec<PathBuf> = left.iter().map(PathBuf::from).collect();
+    let mut i = 0;
+    while i < dirs.len() {
+        let subs: Vec<PathBuf> = std::fs::read_dir(&dirs[i])
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        dirs.extend(subs);
+        i += 1;
+    }
+    let mut stray: Vec<u32> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+        .flat_map(|t| {
+            t.lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    stray.sort_unstable();
+    stray.dedup();
+    let named: Vec<String> = stray
+        .iter()
+        .map(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            format!(
+                "{p} {}",
+                String::from_utf8_lossy(&cmd).replace('\0', " ").trim()
+            )
+        })
+        .collect();
+    println!("  the job's cgroup folders left: {left:?}, with processes {named:?}");
+    assert!(!stray.contains(&daemons[0]));
+    for p in &stray {
+        let _ = Command::new("kill")
+            .args(["-KILL", &p.to_string()])
+            .status();
+    }
+    let t = Instant::now();
+    while stray.iter().any(|p| pid_alive(*p)) && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for d in dirs.iter().rev() {
+        let _ = std::fs::remove_dir(d);
     }
     assert_idle_and_clean(c);
 }
