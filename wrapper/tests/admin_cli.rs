@@ -937,4 +937,26 @@ fn check_config_refuses_a_run_dir_the_jobs_user_cannot_reach() {
         assert!(err.contains(&format!("run_dir {}", run.display())), "{err}");
         assert!(!run.exists());
     }
+    // A parent that is the user's (root's alone it must be), as root can make one.
+    let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    if euid == 0 {
+        let users = dir.path().join("users");
+        std::fs::create_dir(&users).unwrap();
+        std::os::unix::fs::chown(&users, Some(65534), None).unwrap();
+        std::fs::write(
+            &cfg,
+            format!(
+                "version = 1\nnode_comment = false\nstate_dir = \"{}/state\"\nrun_dir = \"{}/run\"\n",
+                dir.path().display(),
+                users.display()
+            ),
+        )
+        .unwrap();
+        let err = one_line_error(&colloc(&["check-config", cfg.to_str().unwrap()]), 2);
+        assert!(
+            err.contains(&format!("{} is not safe", users.display()))
+                && err.contains("owned by uid 65534"),
+            "{err}"
+        );
+    }
 }
