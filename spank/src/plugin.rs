@@ -970,6 +970,63 @@ mod tests {
         assert!(e.contains("unknown field `bogus`"), "{e}");
     }
 
+    /// A [`FakeHost`] in a job's extern step.
+    struct ExternHost(FakeHost);
+
+    impl Host for ExternHost {
+        fn register_option(&mut self, usage: &str) -> Result<(), String> {
+            self.0.register_option(usage)
+        }
+        fn getopt(&self) -> Result<Option<Vec<u8>>, String> {
+            self.0.getopt()
+        }
+        fn job_id(&self) -> Result<u32, String> {
+            self.0.job_id()
+        }
+        fn job_uid(&self) -> Result<u32, String> {
+            self.0.job_uid()
+        }
+        fn job_gid(&self) -> Result<u32, String> {
+            self.0.job_gid()
+        }
+        fn setenv(&mut self, name: &str, value: &str) -> Result<(), String> {
+            self.0.setenv(name, value)
+        }
+        fn env(&self, name: &str) -> Option<String> {
+            self.0.env(name)
+        }
+        fn step_id(&self) -> Result<u32, String> {
+            Ok(EXTERN_STEP)
+        }
+    }
+
+    #[test]
+    fn task_post_fork_acts_only_in_the_extern_step_and_never_fails_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), "");
+        let host = || FakeHost {
+            opt: Ok(None),
+            env: vec![("SLURM_JOB_ID", "7".into())],
+            set: vec![],
+        };
+        // Any other step (batch, srun steps): nothing, whatever the arguments.
+        task_post_fork(&mut host(), &["bogus=1"]).unwrap();
+        let mut ext = ExternHost(host());
+        // The extern step reads its plugstack arguments: bad ones are an error there.
+        let e = task_post_fork(&mut ext, &["bogus=1"]).unwrap_err();
+        assert!(e.contains("bogus"), "{e}");
+        // No colloc.toml, a broken one, or no journal for the job: nothing, no failure
+        // (a failing extern step would fail the job's setup).
+        let missing = format!("config={}/missing.toml", dir.path().display());
+        task_post_fork(&mut ext, &[&missing]).unwrap();
+        let broken = dir.path().join("broken.toml");
+        std::fs::write(&broken, "version = 1\nbogus = 2\n").unwrap();
+        task_post_fork(&mut ext, &[&format!("config={}", broken.display())]).unwrap();
+        task_post_fork(&mut ext, &[&cfg]).unwrap();
+        assert!(ext.0.set.is_empty());
+        assert!(!dir.path().join("state/jobs/7.json").exists());
+    }
+
     #[test]
     fn hostile_values_in_the_prolog_do_not_fail_it_but_fail_the_task() {
         let dir = tempfile::tempdir().unwrap();
