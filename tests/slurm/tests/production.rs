@@ -4,8 +4,10 @@
 //! the job container, in the extern step's cgroups, killed by Slurm with the job), what
 //! they may open under `ConstrainDevices`, the epilog after a cancelled job, colloc's
 //! paths inside directories a job container makes private, a `run_dir` the job's user
-//! cannot reach, a node whose slurm.conf colloc cannot read, and `PrologFlags=Serial`.
-//! Under the simple profile the same jobs must simply work (no false refusal).
+//! cannot reach, a node whose slurm.conf colloc cannot read, a daemon that does not start,
+//! a requeued MPS job, a killed extern step, and `PrologFlags=Serial`. None of them may
+//! drain the node. Under the simple profile the same jobs must simply work (no false
+//! refusal).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
