@@ -417,12 +417,17 @@ impl Ctx<'_> {
                 self.solo_peak = self.solo_peak.max(peak);
             }
             if self.spec.reference.is_some() && (round == 1 || measured_ref) {
-                let ok = round > 1 || self.new_cell_fits(Cell::REFERENCE, &found, measured_ref);
-                if ok {
-                    let o = self.measure(Cell::REFERENCE, round, &[], None)?;
-                    measured_ref |= o.is_some();
-                } else if round == 1 {
-                    self.skip_for_budget(Cell::REFERENCE);
+                let fits = if round > 1 {
+                    Ok(())
+                } else {
+                    self.new_cell_fits(Cell::REFERENCE, &found, measured_ref, &[])
+                };
+                match fits {
+                    Ok(()) => {
+                        let o = self.measure(Cell::REFERENCE, round, &[], None)?;
+                        measured_ref |= o.is_some();
+                    }
+                    Err(why) => self.skip_for_budget(Cell::REFERENCE, why),
                 }
             }
             if round == 1 {
@@ -470,46 +475,50 @@ impl Ctx<'_> {
 
     /// Does a new configuration of round 1 fit, with all its repeats, and with what is
     /// owed? `found` holds the finished blocks; the block being explored is added by the
-    /// caller through `extra` cells already measured.
-    fn new_cell_fits(&self, cell: Cell, found: &[Block], with_ref: bool) -> bool {
-        self.new_cell_fits_with(cell, found, with_ref, &[])
-    }
-
-    fn new_cell_fits_with(
+    /// caller through `extra`, its cells already measured. `Err`: why not, for the report.
+    fn new_cell_fits(
         &self,
         cell: Cell,
         found: &[Block],
         with_ref: bool,
         extra: &[Cell],
-    ) -> bool {
-        let cost = self.budget.estimate(&cell.key(), cell.n) * f64::from(self.spec.repeat);
-        let repeats = f64::from(self.spec.repeat.saturating_sub(1));
+    ) -> Result<(), String> {
+        let repeat = self.spec.repeat;
+        let cost = self.budget.estimate(&cell.key(), cell.n) * f64::from(repeat);
+        let repeats = f64::from(repeat.saturating_sub(1));
         let extra: f64 = extra
             .iter()
             .map(|c| self.budget.estimate(&c.key(), c.n))
             .sum::<f64>()
             * repeats;
-        self.budget
-            .fits(self.now(), cost, self.owed(found, with_ref) + extra)
-    }
-
-    fn budget_reason(&self, cell: Cell, repeats: u32) -> String {
-        let cost = self.budget.estimate(&cell.key(), cell.n) * f64::from(repeats);
-        format!(
-            "not run: the budget ({}) had {} left, and this needs about {}{} besides what is owed",
+        let owed = self.owed(found, with_ref) + extra;
+        if self.budget.fits(self.now(), cost, owed) {
+            return Ok(());
+        }
+        Err(format!(
+            "not run: the budget ({}) had {} left; this needs about {}{}, and about {} is owed to {}the closing solo run",
             secs(self.budget.limit.unwrap_or(0.0)),
             secs(self.budget.left(self.now()).unwrap_or(0.0)),
             secs(cost),
-            if repeats > 1 {
-                format!(" with its {} repeat(s)", repeats - 1)
+            if repeat > 1 {
+                format!(" with its {} repeat(s)", repeat - 1)
             } else {
                 String::new()
+            },
+            secs(owed),
+            if repeat > 1 {
+                "the repeats of what was measured and "
+            } else {
+                ""
             }
-        )
+        ))
     }
 
-    fn skip_for_budget(&mut self, cell: Cell) {
-        let why = self.budget_reason(cell, self.spec.repeat);
+    fn skip_for_budget(&mut self, cell: Cell, why: String) {
+        errln!(
+            "colloc bench: budget: skipping {}: {why}",
+            cell_name(&cell.mode(), cell.n)
+        );
         self.report
             .skipped
             .push(format!("{}: {why}", cell_name(&cell.mode(), cell.n)));
@@ -669,9 +678,15 @@ impl Ctx<'_> {
                 stopped = Some(why);
                 continue;
             }
-            if !self.new_cell_fits_with(cell, found, with_ref, &block.cells) {
-                let why = self.budget_reason(cell, self.spec.repeat);
-                self.skip_for_budget(cell);
+            if let Err(why) = self.new_cell_fits(cell, found, with_ref, &block.cells) {
+                self.skip_for_budget(cell, why.clone());
+                if auto {
+                    if let Some((pn, _)) = prev.filter(|(pn, _)| *pn > 1) {
+                        self.report.notes.push(format!(
+                            "{name}: --counts auto was cut by the budget before {n} copies while the aggregate still rose at {pn}: more copies may give more; a larger --budget (or a shorter --duration) lets the search go on"
+                        ));
+                    }
+                }
                 stopped = Some(format!("budget: {why}"));
                 continue;
             }
@@ -722,8 +737,8 @@ impl Ctx<'_> {
                     kind: Kind::MpsLimited,
                     n,
                 };
-                if !self.new_cell_fits_with(cell, found, with_ref, &block.cells) {
-                    self.skip_for_budget(cell);
+                if let Err(why) = self.new_cell_fits(cell, found, with_ref, &block.cells) {
+                    self.skip_for_budget(cell, why);
                 } else {
                     let limited = self.limited_env(&env, n);
                     if self.measure(cell, 1, &limited, None)?.is_some() {
