@@ -1,4 +1,4 @@
-//! `colloc bench --compare`: this report against an earlier one (schema 2 or 3), cell
+//! `colloc bench --compare`: this report against an earlier one (schema 1 to 3), cell
 //! by cell, with the hosts compared first. A launch-bound workload measures the host's
 //! CPU as much as the GPU, so figures from two hosts are compared only with that said,
 //! and the fractions of a `--reference` (measured on each host) are the figures to
@@ -97,10 +97,10 @@ pub fn load(path: &Path) -> Result<Value, CompareError> {
         why: format!("not JSON: {e}"),
     })?;
     match (v.get("schema").and_then(Value::as_u64), v.get("results")) {
-        (Some(2..=3), Some(Value::Array(_))) => Ok(v),
+        (Some(1..=3), Some(Value::Array(_))) => Ok(v),
         (Some(s), Some(_)) => Err(CompareError::NotAReport {
             path: shown,
-            why: format!("schema {s}; this colloc reads schema 2 and 3"),
+            why: format!("schema {s}; this colloc reads schema 1 to 3"),
         }),
         _ => Err(CompareError::NotAReport {
             path: shown,
@@ -247,7 +247,7 @@ fn render(c: &Comparison) -> String {
         )),
         Some(true) => out.push_str("same host (host name, CPU, GPU and driver as both reports record them)\n"),
         None => out.push_str(
-            "host unknown for one report (schema 2 records only the GPU and driver): the comparison may cross hosts\n",
+            "host unknown for one report (before schema 3 a report records at most the GPU and driver): the comparison may cross hosts\n",
         ),
     }
     let mut headers: Vec<String> = [
@@ -387,6 +387,9 @@ mod tests {
             .contains("not a colloc bench report"));
         std::fs::write(&p, "nope").unwrap();
         assert!(load(&p).unwrap_err().to_string().contains("not JSON"));
+        // The study's reports (schema 1, before the event log) are read.
+        std::fs::write(&p, "{\"schema\": 1, \"results\": []}").unwrap();
+        assert!(load(&p).is_ok());
         std::fs::write(&p, "{\"schema\": 9, \"results\": []}").unwrap();
         assert!(load(&p).unwrap_err().to_string().contains("schema 9"));
         assert!(load(&dir.path().join("none.json"))

@@ -11,7 +11,9 @@
 //!   jitter inside each window and is known even for one measurement.
 //!
 //! Its uncertainty `u` is [`COVERAGE`] standard errors (about a 95 % interval where the
-//! noise is normal): the table prints `m ± u`. A ratio `a / b` of two independent figures
+//! noise is normal and the measurements many; with two or three repeats the spread
+//! between them is itself rough, which the window's noise, taken as a floor, tempers):
+//! the table prints `m ± u`. A ratio `a / b` of two independent figures
 //! has the relative uncertainty `√((u_a/a)² + (u_b/b)²)`. No I/O here: every rule is
 //! unit-tested.
 
