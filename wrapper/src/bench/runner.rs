@@ -307,7 +307,7 @@ pub fn run(
 }
 
 /// Lines of the plot: each mode's measured (N, aggregate ± u) points, naive with solo as
-/// N = 1.
+/// N = 1 where naive was measured (solo alone is the dashed line).
 pub fn lines(report: &Report) -> Vec<(String, Vec<BenchPoint>)> {
     let point = |r: &ConfigResult| {
         let mean = r.aggregate?;
@@ -331,10 +331,10 @@ pub fn lines(report: &Report) -> Vec<(String, Vec<BenchPoint>)> {
         }
     }
     if let Some(solo) = report.row("solo", 1).and_then(point) {
-        match out.iter_mut().find(|(m, _)| m == "naive") {
-            Some((_, pts)) if !pts.iter().any(|p| p.n == 1.0) => pts.push(solo),
-            Some(_) => {}
-            None => out.insert(0, ("naive".into(), vec![solo])),
+        if let Some((_, pts)) = out.iter_mut().find(|(m, _)| m == "naive") {
+            if !pts.iter().any(|p| p.n == 1.0) {
+                pts.push(solo);
+            }
         }
     }
     for (_, pts) in &mut out {
