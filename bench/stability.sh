@@ -144,7 +144,7 @@ trap 'exit 143' TERM
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "host: $(hostname) $(uname -srm)"
+  echo "host: $(cat /proc/sys/kernel/hostname) $(uname -srm)"
   echo "colloc: $("$COLLOC" --version 2>&1)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,compute_mode --format=csv 2>&1 || true
   echo "cpu: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
