@@ -158,7 +158,9 @@ run() {
   local name=$1 workload=$2 refbatch=$3 budget=$4
   local dir="$OUT/$name"
   mkdir -p "$dir"
-  local train=("$PYTHON" "$HERE/train.py" --workload "$workload" --duration 0)
+  # Lines every 0.5 s: a 4 s window then has 8 per copy, enough to cut it into blocks
+  # for the noise inside the window.
+  local train=("$PYTHON" "$HERE/train.py" --workload "$workload" --duration 0 --log-interval 0.5)
   local reference
   reference=$(printf '%q ' "${train[@]}" --batch "$refbatch")
   local cmd=("$COLLOC" --config "$CONF" bench --modes "$MODES" --counts auto --repeat 2
