@@ -819,11 +819,11 @@ pub fn measurements_csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bench::analysis::Candidate;
 
-    fn measurement(round: u32, seq: u32, aggregate: f64) -> Measurement {
+    pub(crate) fn measurement(round: u32, seq: u32, aggregate: f64) -> Measurement {
         Measurement {
             round,
             seq,

@@ -1528,6 +1528,32 @@ mod tests {
     }
 
     #[test]
+    fn the_plot_joins_solo_to_naive_only_where_naive_ran() {
+        use crate::bench::report::tests::{measurement, report};
+        let mut r = report();
+        let mut mps = ConfigResult::new("mps", 2);
+        mps.add(measurement(1, 2, 190.0), vec![]);
+        mps.add(measurement(2, 4, 210.0), vec![]);
+        mps.settle();
+        r.results.push(mps);
+        let l = lines(&r);
+        assert_eq!(l.len(), 1, "{l:?}");
+        assert_eq!(l[0].0, "mps");
+        let p = l[0].1[0];
+        // mean 200, u = 2 x max(sd/√2 = 10, √2/2) = 20: the error bar.
+        assert_eq!((p.n, p.mean, p.lo, p.hi), (2.0, 200.0, 180.0, 220.0));
+        let mut naive = ConfigResult::new("naive", 2);
+        naive.add(measurement(1, 3, 150.0), vec![]);
+        naive.settle();
+        r.results.push(naive);
+        let l = lines(&r);
+        let naive = l.iter().find(|(m, _)| m == "naive").unwrap();
+        let ns: Vec<f64> = naive.1.iter().map(|p| p.n).collect();
+        assert_eq!(ns, [1.0, 2.0]);
+        assert_eq!(naive.1[0].mean, 100.0);
+    }
+
+    #[test]
     fn mig_layouts_go_from_largest_instances_down() {
         assert_eq!(mig_layouts(1)[0], "mig:7g");
         assert_eq!(mig_layouts(2), ["mig:3gx2", "mig:2gx2", "mig:1gx2"]);
