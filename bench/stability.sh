@@ -18,7 +18,7 @@
 # left after it: must say none), and small-b128/, medium-b128/ (bench.json, bench.csv,
 # bench-measurements.csv, bench.png, table.txt, stderr.txt, command.txt, logs/).
 #
-# Time: at most 8.5 minutes: SMALL_BUDGET (260 s) + MEDIUM_BUDGET (220 s) of colloc
+# Time: about 8.3 minutes: SMALL_BUDGET (270 s) + MEDIUM_BUDGET (225 s) of colloc
 # bench, each capped at its budget + 20 s by `timeout` (SIGTERM: colloc still writes what
 # it measured), plus ~10 s of setup. One configuration on the H200 takes ~20 s of wall
 # time (Python, torch and timm start-up, the CUDA context and cuDNN autotuning, then
@@ -42,8 +42,8 @@ OUT=${1:?usage: COLLOC=... bash bench/stability.sh OUTDIR}
 PYTHON=${PYTHON:-python3}
 WARMUP=${WARMUP:-2s}
 DURATION=${DURATION:-4s}
-SMALL_BUDGET=${SMALL_BUDGET:-260}
-MEDIUM_BUDGET=${MEDIUM_BUDGET:-220}
+SMALL_BUDGET=${SMALL_BUDGET:-270}
+MEDIUM_BUDGET=${MEDIUM_BUDGET:-225}
 WORKLOADS=${WORKLOADS:-small medium}
 SMALL_REF_BATCH=${SMALL_REF_BATCH:-896}
 MEDIUM_REF_BATCH=${MEDIUM_REF_BATCH:-512}
