@@ -324,7 +324,7 @@ pub struct MpsLimit {
     pub ratio: f64,
     /// Its uncertainty.
     pub ratio_u: Option<f64>,
-    /// `limited`, `unlimited` or `neither` (within the noise).
+    /// `limited`, `unlimited` or `neither` (within the noise or 5 % of each other).
     pub better: String,
     /// The sentence printed.
     pub text: String,

@@ -1355,12 +1355,15 @@ fn mps_limit(report: &Report) -> Option<MpsLimit> {
     let unlimited = report.row("mps", n)?;
     let r = stats::ratio(&limited.spread()?, &unlimited.spread()?)?;
     let pct = 100 / n.max(1) as u32;
-    let (better, verdict) = if r.lo() > 1.0 {
+    // Better only beyond the noise and by the least rise that counts elsewhere: a
+    // fraction of a percent between two steady runs is start-up, not the limit.
+    let least = 1.0 + plan::MIN_RISE;
+    let (better, verdict) = if r.lo() > 1.0 && r.value >= least {
         (
             "limited",
             format!("mps:{n} is better by {:.1} %", (r.value - 1.0) * 100.0),
         )
-    } else if r.hi() < 1.0 {
+    } else if r.hi() < 1.0 && 1.0 / r.value >= least {
         (
             "unlimited",
             format!(
@@ -1371,7 +1374,10 @@ fn mps_limit(report: &Report) -> Option<MpsLimit> {
     } else {
         (
             "neither",
-            "the two are within the noise of each other".to_string(),
+            format!(
+                "the two cannot be told apart (within the noise, or less than {:.0} % apart)",
+                plan::MIN_RISE * 100.0
+            ),
         )
     };
     let text = format!(
@@ -1551,6 +1557,39 @@ mod tests {
         let ns: Vec<f64> = naive.1.iter().map(|p| p.n).collect();
         assert_eq!(ns, [1.0, 2.0]);
         assert_eq!(naive.1[0].mean, 100.0);
+    }
+
+    #[test]
+    fn the_mps_limit_is_better_only_beyond_the_noise_and_five_percent() {
+        use crate::bench::report::tests::{measurement, report};
+        let with = |limited: f64| {
+            let mut r = report();
+            for (mode, v) in [("mps", 200.0), ("mps:2", limited)] {
+                let mut row = ConfigResult::new(mode, 2);
+                row.add(measurement(1, 2, v), vec![]);
+                row.add(measurement(2, 4, v), vec![]);
+                row.settle();
+                r.results.push(row);
+            }
+            mps_limit(&r).unwrap()
+        };
+        // ± 1.4 on 200 (the windows' se 1.0 each): 1 % apart is beyond it, but not 5 %.
+        let close = with(202.0);
+        assert_eq!(close.better, "neither", "{close:?}");
+        assert!(
+            close.text.contains("cannot be told apart"),
+            "{}",
+            close.text
+        );
+        let worse = with(160.0);
+        assert_eq!((worse.better.as_str(), worse.n), ("unlimited", 2));
+        assert_eq!(worse.thread_percentage, 50);
+        assert!(
+            worse.text.contains("unlimited mps is better by 25.0 %"),
+            "{}",
+            worse.text
+        );
+        assert_eq!(with(230.0).better, "limited");
     }
 
     #[test]
