@@ -78,7 +78,9 @@ set +e
 rc=$?
 set -e
 tail -n 25 "$OUT/console.txt"
-left=$(pgrep -f nvidia-cuda-mps || true)
+# Live MPS processes only: a daemon that exited is a zombie until its parent reaps it
+# (on the lent H200 the container's PID 1, once colloc has exited, does not).
+left=$(ps -eo pid=,stat=,args= | awk '$2 !~ /^Z/ && /nvidia-cuda-mps/ && !/awk/ { print $1 }' | tr '\n' ' ')
 echo "exit $rc; MPS processes left afterwards: ${left:-none}" | tee -a "$OUT/console.txt"
 echo "outputs: $OUT"
 exit $rc

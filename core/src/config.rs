@@ -338,6 +338,106 @@ impl Config {
             .collect()
     }
 
+    /// The paths of this configuration that lie inside one of `private`, the directories a
+    /// job container makes private to each job (`/tmp`, `/dev/shm`, its `BasePath`:
+    /// [`crate::slurmconf::SlurmFacts::private_dirs`]): the configuration file `file`
+    /// itself, `state_dir`, `run_dir`, and `mps_control` and `nvml_library` where they are
+    /// paths. The plugin's task hook runs inside the job's namespace and reads the file
+    /// and the journal there, and the job's MPS daemons are started there: in such a
+    /// directory it would find the job's own, empty one. One message naming every such
+    /// setting, or `None`.
+    pub fn private_path_problem(&self, file: &Path, private: &[PathBuf]) -> Option<String> {
+        if private.is_empty() {
+            return None;
+        }
+        let mut items: Vec<(&str, PathBuf)> = vec![
+            ("colloc.toml", file.to_path_buf()),
+            ("state_dir", self.state_dir.clone()),
+            ("run_dir", self.run_dir.clone()),
+        ];
+        for (key, value) in [
+            ("mps_control", &self.mps_control),
+            ("nvml_library", &self.nvml_library),
+        ] {
+            if value.contains('/') {
+                items.push((key, PathBuf::from(value)));
+            }
+        }
+        let found: Vec<String> = items
+            .iter()
+            .filter_map(|(key, p)| {
+                let dir = private.iter().find(|d| lies_in(p, d))?;
+                Some(format!("{key} {} lies in {}", p.display(), dir.display()))
+            })
+            .collect();
+        if found.is_empty() {
+            return None;
+        }
+        let list: Vec<String> = private.iter().map(|d| d.display().to_string()).collect();
+        Some(format!(
+            "{}, which JobContainerType=job_container/tmpfs makes private to each job (a job \
+             sees its own, empty one there); keep colloc.toml, state_dir, run_dir and \
+             mps_control outside {} (the defaults /etc/slurm/colloc.toml, /var/lib/colloc \
+             and /run/colloc are)",
+            found.join(", "),
+            list.join(", ")
+        ))
+    }
+
+    /// What keeps `run_dir` from holding the job's MPS directories, other than what
+    /// [`Config::unsafe_paths`] says (root's alone): the directory above it must exist
+    /// (colloc makes `run_dir` itself, a fresh tmpfs folder after each boot, but not the
+    /// directories above it), and it and every directory above it must be searchable by
+    /// everyone (the job's user, who runs the MPS daemon, goes through them to its pipe
+    /// directory): root's with mode 0755. One line, or `None`.
+    pub fn run_dir_problem(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt;
+        let run = &self.run_dir;
+        let parent = run.parent()?;
+        let mut chain: Vec<&Path> = parent.ancestors().collect();
+        chain.reverse();
+        match std::fs::metadata(run) {
+            Ok(_) => chain.push(run),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Some(format!("run_dir {}: {e}", run.display())),
+        }
+        for dir in chain {
+            let m = match std::fs::metadata(dir) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Some(format!(
+                        "run_dir {}: {} does not exist; colloc makes run_dir itself but not \
+                         the directories above it: create them, root's with mode 0755 (the \
+                         default /run/colloc needs only /run)",
+                        run.display(),
+                        dir.display()
+                    ))
+                }
+                Err(e) => {
+                    return Some(format!("run_dir {}: {}: {e}", run.display(), dir.display()))
+                }
+            };
+            if !m.is_dir() {
+                return Some(format!(
+                    "run_dir {}: {} is not a directory",
+                    run.display(),
+                    dir.display()
+                ));
+            }
+            let mode = m.permissions().mode() & 0o7777;
+            if mode & 0o001 == 0 {
+                return Some(format!(
+                    "run_dir {}: {} has mode {mode:04o}; the job's user runs its MPS daemon \
+                     and must pass through it to run_dir/job-<id>/gpu<K>/pipe: make it \
+                     root's with mode 0755",
+                    run.display(),
+                    dir.display()
+                ));
+            }
+        }
+        None
+    }
+
     /// Check `nvml_library` where it is a path (a bare name is found by the dynamic
     /// loader in the system's library directories): root loads it into the prolog.
     ///
@@ -373,6 +473,24 @@ pub fn resolve_program(name: &str) -> Option<PathBuf> {
         .iter()
         .map(|d| Path::new(d).join(name))
         .find(|p| p.is_file())
+}
+
+/// Does `path` lie in `dir` (or is it `dir`)? Also where links lead: both are compared
+/// as given and resolved (as far as they exist).
+fn lies_in(path: &Path, dir: &Path) -> bool {
+    // The deepest part that exists, resolved, and the rest as given.
+    let resolved = |p: &Path| {
+        p.ancestors().find_map(|a| {
+            let real = std::fs::canonicalize(a).ok()?;
+            Some(real.join(p.strip_prefix(a).ok()?))
+        })
+    };
+    let paths = [Some(path.to_path_buf()), resolved(path)];
+    let dirs = [Some(dir.to_path_buf()), resolved(dir)];
+    paths
+        .iter()
+        .flatten()
+        .any(|p| dirs.iter().flatten().any(|d| p.starts_with(d)))
 }
 
 fn read_error(path: &Path, e: FsError) -> ConfigError {
@@ -636,6 +754,130 @@ node_comment = true
         assert_eq!(
             err,
             "mode mig:3g is not allowed on this cluster; allowed: off, mps"
+        );
+    }
+
+    #[test]
+    fn paths_a_job_container_hides_are_named() {
+        let private = [
+            PathBuf::from("/tmp"),
+            PathBuf::from("/dev/shm"),
+            PathBuf::from("/var/spool/slurm/containers"),
+        ];
+        let file = Path::new("/etc/slurm/colloc.toml");
+        // The defaults lie outside each of them; and no job container, nothing private.
+        assert_eq!(Config::default().private_path_problem(file, &private), None);
+        let c = Config {
+            state_dir: "/var/spool/slurm/containers/colloc".into(),
+            run_dir: "/dev/shm/colloc".into(),
+            mps_control: "/tmp/bin/nvidia-cuda-mps-control".into(),
+            ..Config::default()
+        };
+        assert_eq!(c.private_path_problem(file, &[]), None);
+        let msg = c
+            .private_path_problem(Path::new("/tmp/colloc.toml"), &private)
+            .unwrap();
+        for want in [
+            "colloc.toml /tmp/colloc.toml lies in /tmp, ",
+            "state_dir /var/spool/slurm/containers/colloc lies in /var/spool/slurm/containers, ",
+            "run_dir /dev/shm/colloc lies in /dev/shm, ",
+            "mps_control /tmp/bin/nvidia-cuda-mps-control lies in /tmp, ",
+            "which JobContainerType=job_container/tmpfs makes private to each job",
+            "outside /tmp, /dev/shm, /var/spool/slurm/containers",
+        ] {
+            assert!(msg.contains(want), "{want:?} not in {msg}");
+        }
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+        // A name the loader finds is no path; a directory that only starts alike is not
+        // inside.
+        let c = Config {
+            state_dir: "/tmpfiles/colloc".into(),
+            mps_control: "nvidia-cuda-mps-control".into(),
+            ..Config::default()
+        };
+        assert_eq!(c.private_path_problem(file, &private), None);
+    }
+
+    #[test]
+    fn a_path_through_a_link_into_a_private_dir_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let private = tmp.path().join("base");
+        std::fs::create_dir(&private).unwrap();
+        let link = tmp.path().join("state-link");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        let c = Config {
+            state_dir: link.join("colloc"),
+            ..Config::default()
+        };
+        let msg = c
+            .private_path_problem(
+                Path::new("/etc/slurm/colloc.toml"),
+                std::slice::from_ref(&private),
+            )
+            .unwrap();
+        assert!(
+            msg.starts_with(&format!(
+                "state_dir {} lies in {}",
+                link.join("colloc").display(),
+                private.display()
+            )),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn run_dir_parents_must_exist_and_let_everyone_through() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        };
+        mode(tmp.path(), 0o755);
+        let with_run = |run: PathBuf| Config {
+            run_dir: run,
+            ..Config::default()
+        };
+        // Parent there and open: run_dir itself need not exist yet.
+        assert_eq!(with_run(tmp.path().join("run")).run_dir_problem(), None);
+        // Parent missing.
+        let missing = tmp.path().join("nowhere");
+        let msg = with_run(missing.join("run")).run_dir_problem().unwrap();
+        assert!(
+            msg.contains(&format!(
+                "{} does not exist; colloc makes run_dir itself but not the directories above it",
+                missing.display()
+            )),
+            "{msg}"
+        );
+        // A parent the job's user cannot pass.
+        let closed = tmp.path().join("closed");
+        std::fs::create_dir(&closed).unwrap();
+        mode(&closed, 0o700);
+        let msg = with_run(closed.join("run")).run_dir_problem().unwrap();
+        assert!(
+            msg.contains(&format!("{} has mode 0700", closed.display())),
+            "{msg}"
+        );
+        // run_dir itself there but closed: the same.
+        mode(&closed, 0o755);
+        let run = closed.join("run");
+        std::fs::create_dir(&run).unwrap();
+        mode(&run, 0o750);
+        let msg = with_run(run.clone()).run_dir_problem().unwrap();
+        assert!(
+            msg.contains(&format!("{} has mode 0750", run.display())),
+            "{msg}"
+        );
+        mode(&run, 0o755);
+        assert_eq!(with_run(run.clone()).run_dir_problem(), None);
+        // A file where a parent should be.
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let msg = with_run(file.join("run")).run_dir_problem().unwrap();
+        assert!(
+            msg.starts_with(&format!("run_dir {}", file.join("run").display()))
+                && msg.to_lowercase().contains("not a directory"),
+            "{msg}"
         );
     }
 }

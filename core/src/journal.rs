@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::fs::{Dir, FsError};
 use crate::gpu::{GpuHold, Instance, MigMode};
 use crate::mig::PlannedInstance;
-use crate::mps::MpsDaemon;
+use crate::mps::{MpsDaemon, MpsStart};
 
 /// Journal format version.
 pub const JOURNAL_VERSION: u32 = 1;
@@ -160,6 +160,14 @@ pub struct Journal {
     /// The GPUs the job asked for (NVML indexes), also for a refused job.
     #[serde(default)]
     pub requested: Vec<u32>,
+    /// Where the job's MPS daemons are started: by the prolog, or by the job's extern
+    /// step inside its container.
+    #[serde(default, skip_serializing_if = "MpsStart::is_prolog")]
+    pub mps_start: MpsStart,
+    /// The mount namespace (its inode number) the job's MPS daemons run in, once they
+    /// run: the job's tasks must be in the same one to share its `/dev/shm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_mount_ns: Option<u64>,
     /// GPUs a restore left marked: what still holds the job's MIG instances there (see
     /// `reconfig::restore`). Empty for a journal whose restore has not given up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -194,6 +202,8 @@ impl Journal {
                 .map_or(0, |d| d.as_secs()),
             boot_id: boot_id(),
             requested: Vec::new(),
+            mps_start: MpsStart::Prolog,
+            mps_mount_ns: None,
             held: Vec::new(),
         }
     }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::container::Entry;
 use crate::sys::PidHandle;
 
 /// How long one job's daemons together may take to start (the prolog's share).
@@ -76,6 +77,25 @@ pub enum MpsError {
     },
 }
 
+/// Where a job's MPS daemons are started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MpsStart {
+    /// By the prolog (or `colloc apply`), in its own mount namespace and cgroup.
+    #[default]
+    Prolog,
+    /// By the job's extern step (`PrologFlags=Contain`), inside the job's container and
+    /// its extern step's cgroup, after the prolog and before the first task.
+    ExternStep,
+}
+
+impl MpsStart {
+    /// Is it the prolog (the default, left out of journals)?
+    pub fn is_prolog(&self) -> bool {
+        *self == MpsStart::Prolog
+    }
+}
+
 /// One MPS daemon's directories, as recorded in a job journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MpsDaemon {
@@ -121,7 +141,12 @@ pub type AsUser = Option<(u32, u32)>;
 /// `CUDA_*`, `LD_PRELOAD` and the like never reach the daemon.
 const PASSED_ON: &[&str] = &["LD_LIBRARY_PATH", "HOME", "COLLOC_FAKE_NVML_STATE"];
 
-fn control_command(program: &Path, d: &MpsDaemon, as_user: AsUser) -> Command {
+fn control_command(
+    program: &Path,
+    d: &MpsDaemon,
+    as_user: AsUser,
+    entry: Option<&Entry>,
+) -> Command {
     let mut cmd = Command::new(program);
     cmd.env_clear()
         .env(
@@ -136,9 +161,24 @@ fn control_command(program: &Path, d: &MpsDaemon, as_user: AsUser) -> Command {
             cmd.env(key, v);
         }
     }
-    if let Some((uid, gid)) = as_user {
+    crate::sys::default_signals(&mut cmd);
+    match (entry, as_user) {
+        // Into the job's namespace and cgroup first (as root), then the user.
+        (Some(e), _) => {
+            let (uid, gid) = as_user.unwrap_or_else(|| (crate::sys::euid(), crate::sys::gid()));
+            crate::sys::enter_and_become(
+                &mut cmd,
+                e.ns.as_ref(),
+                e.freezer_procs.as_ref(),
+                uid,
+                gid,
+            );
+        }
         // std drops supplementary groups (setgroups(0)) when root changes uid.
-        cmd.uid(uid).gid(gid);
+        (None, Some((uid, gid))) => {
+            cmd.uid(uid).gid(gid);
+        }
+        (None, None) => {}
     }
     crate::sys::no_inherited_fds(&mut cmd);
     cmd
@@ -174,6 +214,7 @@ fn control(
     program: &Path,
     d: &MpsDaemon,
     as_user: AsUser,
+    entry: Option<&Entry>,
     args: &[&str],
     input: &str,
     deadline: Instant,
@@ -194,7 +235,7 @@ fn control(
         .map_err(spawn_err)?;
     let out = memory_file(c"colloc-mps-out").map_err(spawn_err)?;
     let err = memory_file(c"colloc-mps-err").map_err(spawn_err)?;
-    let mut cmd = control_command(program, d, as_user);
+    let mut cmd = control_command(program, d, as_user, entry);
     cmd.args(args)
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(out.try_clone().map_err(spawn_err)?))
@@ -241,7 +282,23 @@ pub fn start_daemon(
     as_user: AsUser,
     deadline: Instant,
 ) -> Result<(), MpsError> {
-    if let Err(e) = control(program, d, as_user, &["-d"], "", deadline) {
+    start_daemon_in(program, d, as_user, None, deadline)
+}
+
+/// [`start_daemon`], the control program (and so the daemon it forks) first put where
+/// `entry` says: the job's mount namespace and the extern step's cgroup (see
+/// [`crate::container`]), then made the user.
+///
+/// # Errors
+/// As [`start_daemon`].
+pub fn start_daemon_in(
+    program: &Path,
+    d: &MpsDaemon,
+    as_user: AsUser,
+    entry: Option<&Entry>,
+    deadline: Instant,
+) -> Result<(), MpsError> {
+    if let Err(e) = control(program, d, as_user, entry, &["-d"], "", deadline) {
         let uid = as_user.map_or_else(crate::sys::euid, |(u, _)| u);
         kill_daemon(d, uid, Instant::now() + KILL_TIME);
         return Err(e);
@@ -261,7 +318,15 @@ pub fn start_daemon(
 /// [`QUIT_TIME`].
 pub fn server_list(program: &Path, d: &MpsDaemon, as_user: AsUser) -> Result<Vec<u32>, MpsError> {
     let deadline = Instant::now() + QUIT_TIME;
-    let out = control(program, d, as_user, &[], "get_server_list\n", deadline)?;
+    let out = control(
+        program,
+        d,
+        as_user,
+        None,
+        &[],
+        "get_server_list\n",
+        deadline,
+    )?;
     Ok(parse_server_list(&out))
 }
 
@@ -295,7 +360,7 @@ pub fn stop_daemon(
     let uid = as_user.map_or_else(crate::sys::euid, |(u, _)| u);
     let mut report = StopReport::default();
     if let Some(program) = program {
-        match control(program, d, as_user, &[], "quit\n", quit_deadline) {
+        match control(program, d, as_user, None, &[], "quit\n", quit_deadline) {
             Ok(_) => report.quit_ok = true,
             Err(e) => log::debug!("MPS quit for {}: {e}", d.pipe_dir.display()),
         }
@@ -610,7 +675,7 @@ mod tests {
         );
         let d = MpsDaemon::in_dir(tmp.path(), "GPU-x");
         let soon = Instant::now() + Duration::from_secs(10);
-        let err = control(&prog, &d, None, &[], "quit\n", soon)
+        let err = control(&prog, &d, None, None, &[], "quit\n", soon)
             .unwrap_err()
             .to_string();
         assert!(err.len() < 4096 + 200, "{} bytes", err.len());
@@ -626,6 +691,7 @@ mod tests {
         let err = control(
             &prog,
             &d,
+            None,
             None,
             &[],
             "quit\n",

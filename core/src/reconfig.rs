@@ -20,11 +20,13 @@ use std::time::{Duration, Instant};
 use crate::rundir;
 
 use crate::config::Config;
+use crate::container;
 use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, HoldReason};
 use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
 use crate::mig::{self, Catalog, PlannedInstance};
 use crate::mode::{Mode, ModeKind};
-use crate::mps::{self, MpsDaemon};
+use crate::mps::{self, MpsDaemon, MpsStart};
+use crate::slurmconf::SlurmFacts;
 
 /// How long restore waits for killed processes to leave an instance (within
 /// [`MIG_RESTORE_BUDGET`]).
@@ -134,6 +136,23 @@ impl std::fmt::Display for Failure {
 /// # Errors
 /// [`NodeFault`] for real node faults; the GPUs are as before when it returns one.
 pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outcome, NodeFault> {
+    prolog_with(cfg, ctl, spec, MpsStart::Prolog)
+}
+
+/// [`prolog`], with the job's MPS daemons started where `mps_start` says: here, or (for
+/// a node whose jobs have an extern step) later by [`start_mps_in_extern_step`], inside
+/// the job's container. With [`MpsStart::ExternStep`] this makes the job's MPS
+/// directories and records the job as applied; its tasks check that the daemons run
+/// ([`mps_reachable`]).
+///
+/// # Errors
+/// As [`prolog`].
+pub fn prolog_with(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    spec: &JobSpec,
+    mps_start: MpsStart,
+) -> Result<Outcome, NodeFault> {
     if spec.mode == Mode::Off {
         return Ok(Outcome::Off);
     }
@@ -179,7 +198,7 @@ pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outc
             }
         }
     }
-    let outcome = apply_fresh(cfg, ctl, spec)?;
+    let outcome = apply_fresh(cfg, ctl, spec, mps_start)?;
     if let Outcome::Refused(r) = &outcome {
         log::info!("job {}: refused: {}", spec.job, r.message);
     }
@@ -268,7 +287,12 @@ pub fn record_refusal(cfg: &Config, spec: &JobSpec, message: String) -> Outcome 
     }
 }
 
-fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outcome, NodeFault> {
+fn apply_fresh(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    spec: &JobSpec,
+    mps_start: MpsStart,
+) -> Result<Outcome, NodeFault> {
     if let Err(msg) = cfg.check_allowed(&spec.mode) {
         return refused(cfg, spec, msg, true);
     }
@@ -437,7 +461,7 @@ fn apply_fresh(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Out
         Mode::Mig(_) => make_instances(ctl, &mut j)
             .map(|r| refusal = r)
             .map_err(Failure::Fault),
-        Mode::Mps { .. } => start_mps(cfg, &mut j),
+        Mode::Mps { .. } => start_mps(cfg, &mut j, mps_start),
         Mode::Naive | Mode::Off => Ok(()),
     }
     .and_then(|()| match refusal.take() {
@@ -575,10 +599,13 @@ fn trusted_mps_control(cfg: &Config) -> Result<PathBuf, String> {
         .map_err(|e| format!("the MPS control program: {e}"))
 }
 
-/// Start one MPS daemon per GPU, as the job's user, in `run_dir/job-<id>/gpu<K>`.
-/// Failures refuse the job: they concern its files and daemons, not the GPUs.
-fn start_mps(cfg: &Config, j: &mut Journal) -> Result<(), Failure> {
+/// Start one MPS daemon per GPU, as the job's user, in `run_dir/job-<id>/gpu<K>` (or,
+/// with [`MpsStart::ExternStep`], make their directories and leave the start to the
+/// job's extern step). Failures refuse the job: they concern its files and daemons, not
+/// the GPUs.
+fn start_mps(cfg: &Config, j: &mut Journal, mps_start: MpsStart) -> Result<(), Failure> {
     let program = trusted_mps_control(cfg).map_err(Failure::Refuse)?;
+    j.mps_start = mps_start;
     j.job_dir = Some(rundir::job_dir(cfg, j.job));
     j.mps = j
         .gpus
@@ -591,13 +618,175 @@ fn start_mps(cfg: &Config, j: &mut Journal) -> Result<(), Failure> {
     let indexes: Vec<u32> = j.gpus.iter().map(|g| g.index).collect();
     rundir::create(cfg, j.job, j.uid, j.gid, &indexes)
         .map_err(|e| Failure::Refuse(format!("cannot set up the job's MPS directories: {e}")))?;
+    if mps_start == MpsStart::ExternStep {
+        log::info!(
+            "job {}: its MPS daemons start in its extern step, inside its container",
+            j.job
+        );
+        return Ok(());
+    }
     // One deadline for all of them: the prolog's time does not grow with the GPU count.
     let deadline = Instant::now() + mps::START_TIME;
     for d in &j.mps {
         mps::start_daemon(&program, d, Some((j.uid, j.gid)), deadline)
             .map_err(|e| Failure::Refuse(format!("the MPS daemon did not start: {e}")))?;
     }
+    j.mps_mount_ns = container::own_mount_ns().ok();
     Ok(())
+}
+
+/// What the extern step did about a job's MPS daemons ([`start_mps_in_extern_step`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExternStart {
+    /// Nothing to start here: no journal, not an MPS job, refused, started by the prolog
+    /// or already started.
+    Nothing,
+    /// The daemons run in the mount namespace `mount_ns`, entered through `holder` (none:
+    /// the extern step's own, where there is no job container).
+    Started {
+        /// How many.
+        daemons: usize,
+        /// The namespace they run in (its inode number).
+        mount_ns: u64,
+        /// The job container's namespace file they entered through.
+        holder: Option<PathBuf>,
+        /// They were put in the extern step's freezer cgroup (Slurm kills them when the
+        /// job ends).
+        in_step_cgroup: bool,
+    },
+    /// They could not be started: the job is refused with this reason (recorded in its
+    /// journal where possible, for its tasks to report).
+    Refused(String),
+}
+
+/// Start the job's MPS daemons from its extern step (root, in slurmd's namespace, in the
+/// job's cgroups, after the prolog and before the first task), where its prolog left
+/// them to it ([`MpsStart::ExternStep`]): each control program (and the daemon it forks)
+/// enters the job's container and the extern step's freezer cgroup, then becomes the
+/// job's user ([`crate::container`]). All daemons share one [`mps::START_TIME`]
+/// deadline. A failure kills what was started and refuses the job (recorded in its
+/// journal, its tasks report it); it is never a node fault.
+///
+/// # Errors
+/// [`NodeFault`] when the journal cannot be read or its locks taken.
+pub fn start_mps_in_extern_step(
+    cfg: &Config,
+    job: u32,
+    facts: &SlurmFacts,
+) -> Result<ExternStart, NodeFault> {
+    let waiting = |j: &Journal| {
+        j.mps_start == MpsStart::ExternStep
+            && j.phase == Phase::Applied
+            && j.mps_mount_ns.is_none()
+            && !j.mps.is_empty()
+    };
+    let Some(j) = journal::load(cfg, job)? else {
+        return Ok(ExternStart::Nothing);
+    };
+    if !waiting(&j) {
+        return Ok(ExternStart::Nothing);
+    }
+    let mut order: Vec<String> = j.gpus.iter().map(|g| g.uuid.clone()).collect();
+    order.sort();
+    let _locks = order
+        .iter()
+        .map(|u| GpuLock::acquire(cfg, u))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Read again under the locks: an epilog may have restored it meanwhile.
+    let Some(mut j) = journal::load(cfg, job)? else {
+        return Ok(ExternStart::Nothing);
+    };
+    if !waiting(&j) {
+        return Ok(ExternStart::Nothing);
+    }
+    let user = Some((j.uid, j.gid));
+    let started = trusted_mps_control(cfg).and_then(|program| {
+        // Where the job container cannot be entered, say where colloc looked.
+        let entry =
+            container::Entry::for_extern_step(facts, job).map_err(|why| {
+                match entry_hint(facts) {
+                    Some(hint) => format!("{why} ({hint})"),
+                    None => why,
+                }
+            })?;
+        let deadline = Instant::now() + mps::START_TIME;
+        for d in &j.mps {
+            if let Err(e) = mps::start_daemon_in(&program, d, user, Some(&entry), deadline) {
+                // Those already started go too.
+                mps::stop_all(None, &j.mps, user, Instant::now());
+                return Err(format!("the MPS daemon did not start: {e}"));
+            }
+        }
+        Ok(entry)
+    });
+    let entry = match started {
+        Ok(e) => e,
+        Err(message) => {
+            log::error!("job {job}: refused: {message}");
+            j.phase = Phase::Refused;
+            j.refused = Some(message.clone());
+            if let Err(e) = journal::write(cfg, &j) {
+                log::error!("job {job}: cannot record its refusal ({e}): {message}");
+            }
+            return Ok(ExternStart::Refused(message));
+        }
+    };
+    j.mps_mount_ns = Some(entry.ns_id);
+    if let Err(e) = journal::write(cfg, &j) {
+        // The tasks would find them "not started": stop them now; the epilog removes
+        // the rest.
+        mps::stop_all(None, &j.mps, user, Instant::now());
+        let message = format!("colloc cannot record the job's setup: {e}");
+        log::error!("job {job}: refused: {message}");
+        return Ok(ExternStart::Refused(message));
+    }
+    Ok(ExternStart::Started {
+        daemons: j.mps.len(),
+        mount_ns: entry.ns_id,
+        holder: entry.holder.clone(),
+        in_step_cgroup: entry.freezer_procs.is_some(),
+    })
+}
+
+/// Where to look when the job container could not be entered.
+fn entry_hint(facts: &SlurmFacts) -> Option<String> {
+    facts.tmpfs_container.then(|| {
+        format!(
+            "JobContainerType=job_container/tmpfs in {}, BasePath from job_container.conf \
+             beside it",
+            facts.slurm_conf.display()
+        )
+    })
+}
+
+/// Can the job's tasks (in mount namespace `task_ns`) reach its MPS daemons? They must
+/// run in the same mount namespace, so that they share the job's `/dev/shm`, which
+/// `job_container/tmpfs` makes private to each job. `Ok` for journals of other modes,
+/// and for journals written before colloc recorded the namespace.
+///
+/// # Errors
+/// Why they cannot, in one line naming the Slurm setting.
+pub fn mps_reachable(j: &Journal, task_ns: u64) -> Result<(), String> {
+    if j.phase != Phase::Applied || journal_kind(j) != Some(ModeKind::Mps) {
+        return Ok(());
+    }
+    match (j.mps_start, j.mps_mount_ns) {
+        (MpsStart::ExternStep, None) => Err(format!(
+            "--colloc={}: the job's MPS daemons were not started: colloc starts them in the \
+             job's extern step, which Slurm runs only with PrologFlags=Contain in slurm.conf \
+             (and the plugin must be loaded by slurmstepd)",
+            j.mode
+        )),
+        (_, Some(ns)) if ns != task_ns => Err(format!(
+            "--colloc={}: the job's MPS daemons run in another mount namespace than its \
+             tasks, so they do not share the job's /dev/shm, which \
+             JobContainerType=job_container/tmpfs makes private to each job; colloc starts \
+             them inside the job container where slurm.conf (SLURM_CONF, else \
+             /etc/slurm/slurm.conf) has PrologFlags=Contain",
+            j.mode
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The environment of the job's tasks (docs/design.md, "The environment contract").

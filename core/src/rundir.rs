@@ -44,12 +44,23 @@ pub fn gpu_dir(cfg: &Config, job: u32, index: u32) -> PathBuf {
 
 /// Make `run_dir/job-<id>/gpu<K>/{pipe,log}` for each GPU index, the leaves owned by
 /// `uid`:`gid` with mode 0700. A tree left by an earlier job with this id is removed (or
-/// moved aside) first.
+/// moved aside) first. `run_dir` itself is made where missing; the directories above it
+/// are not ([`Config::run_dir_problem`]).
 ///
 /// # Errors
-/// [`FsError`]: `run_dir` is not safe, or a directory cannot be made (`ENOSPC`,
-/// `EDQUOT`, …). The caller removes what was made ([`remove`]).
+/// [`FsError`]: `run_dir` is not safe or not usable (its parent missing, a directory on
+/// the way the user cannot pass), or a directory cannot be made (`ENOSPC`, `EDQUOT`, …).
+/// The caller removes what was made ([`remove`]).
 pub fn create(cfg: &Config, job: u32, uid: u32, gid: u32, gpus: &[u32]) -> Result<(), FsError> {
+    // Only run_dir itself is made (mode 0755): the directories above must exist and let
+    // the job's user through, or its daemon could not reach its pipe directory.
+    if let Some(problem) = cfg.run_dir_problem() {
+        return Err(FsError::Io {
+            what: "use",
+            path: cfg.run_dir.clone(),
+            source: std::io::Error::other(problem),
+        });
+    }
     let run = Dir::create_trusted(&cfg.run_dir, 0o755)?;
     let name = job_dir_name(job);
     if run.lstat(&name)?.is_some() {
@@ -209,6 +220,8 @@ mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn cfg(dir: &Path) -> Config {
+        // The job's user must be able to pass through to its leaves.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         Config {
             state_dir: dir.join("state"),
             run_dir: dir.join("run"),

@@ -320,6 +320,87 @@ pub fn no_inherited_fds(cmd: &mut std::process::Command) {
     }
 }
 
+/// Start a child that root runs for a user with no signal blocked and every signal at its
+/// default action: slurmstepd blocks SIGTERM, SIGHUP, SIGINT and others (measured:
+/// HUP INT QUIT USR1 USR2 PIPE ALRM TERM TSTP) and may ignore some, and a daemon started
+/// from it would keep that (std's `Command` clears neither).
+pub fn default_signals(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the child after fork and makes only signal(2),
+    // sigemptyset(3) and sigprocmask(2) calls on a local set, all async-signal-safe: no
+    // allocation, no locks.
+    unsafe {
+        cmd.pre_exec(|| {
+            // The standard signals; real-time ones are not slurmstepd's to set.
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Have a child that root starts enter a job's place before it execs, then become
+/// `uid`/`gid`: join the cgroup whose `cgroup.procs` is `procs` (open for writing), enter
+/// the mount namespace `ns` (a namespace file, open), go to `/` there, and drop to the
+/// user (no supplementary groups). Std's own `uid`/`gid` must not be set on `cmd`: they
+/// would take root's rights before `setns`, which needs them.
+///
+/// The descriptors must stay open until the child is spawned.
+pub fn enter_and_become(
+    cmd: &mut std::process::Command,
+    ns: Option<&OwnedFd>,
+    procs: Option<&OwnedFd>,
+    uid: u32,
+    gid: u32,
+) {
+    use std::os::unix::process::CommandExt;
+    let ns = ns.map(AsRawFd::as_raw_fd);
+    let procs = procs.map(AsRawFd::as_raw_fd);
+    // SAFETY: the hook runs in the single-threaded child after fork and makes only raw
+    // system calls on integers and a static buffer (write, setns, chdir, setgroups,
+    // setresgid, setresuid, getresuid/getresgid into locals): no allocation, no locks.
+    // The descriptors are the caller's, open across the spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fail = || Err(std::io::Error::last_os_error());
+            if let Some(fd) = procs {
+                // "0": the writing process itself (cgroup v1).
+                if libc::write(fd, b"0\n".as_ptr().cast(), 2) != 2 {
+                    return fail();
+                }
+            }
+            if let Some(fd) = ns {
+                if libc::setns(fd, libc::CLONE_NEWNS) != 0 {
+                    return fail();
+                }
+            }
+            if libc::chdir(c"/".as_ptr()) != 0 {
+                return fail();
+            }
+            if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()) != 0 && euid() == 0 {
+                return fail();
+            }
+            if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
+                || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
+            {
+                return fail();
+            }
+            if !is_exactly(uid, gid) {
+                return Err(std::io::Error::from_raw_os_error(libc::EPERM));
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

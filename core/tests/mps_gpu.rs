@@ -150,3 +150,255 @@ fn a_stopped_real_daemon_is_killed_within_the_budget() {
     assert!(procs.iter().all(|p| p.gone()));
     assert!(!cfg.run_dir.join("job-2").exists());
 }
+
+/// A mount namespace made as `job_container/tmpfs` makes a job's (private `/tmp` and
+/// `/dev/shm`), kept by a bind mount of it on `BASE/<job>/.ns`, with a process inside;
+/// dropped: the process killed, the bind mount gone.
+struct JobContainer {
+    holder: std::process::Child,
+    ns_file: std::path::PathBuf,
+}
+
+impl JobContainer {
+    fn new(base: &std::path::Path, job: u32) -> JobContainer {
+        use std::io::BufRead;
+        let dir = base.join(job.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut holder = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(
+                "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && \
+                 mount -t tmpfs -o mode=1777 tmpfs /tmp && echo ready && exec sleep 600",
+            )
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux)");
+        let mut line = String::new();
+        std::io::BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(
+            line.trim(),
+            "ready",
+            "unshare/mount failed (needs CAP_SYS_ADMIN)"
+        );
+        let ns_file = dir.join(".ns");
+        std::fs::write(&ns_file, "").unwrap();
+        let st = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(format!("/proc/{}/ns/mnt", holder.id()))
+            .arg(&ns_file)
+            .status()
+            .unwrap();
+        assert!(st.success(), "bind mount of the namespace");
+        JobContainer { holder, ns_file }
+    }
+
+    fn ns(&self) -> String {
+        mount_ns(self.holder.id())
+    }
+
+    /// Run `sh -c script` as nobody inside the namespace, within `secs` seconds:
+    /// (exit status, stdout + stderr).
+    fn run_as_nobody(&self, env: &[(&str, String)], script: &str, secs: u32) -> (i32, String) {
+        let mut cmd = std::process::Command::new("timeout");
+        cmd.arg(secs.to_string())
+            .arg("nsenter")
+            .arg(format!("--mount={}", self.ns_file.display()))
+            .args([
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "env",
+                "HOME=/tmp",
+            ]);
+        for (k, v) in env {
+            cmd.arg(format!("{k}={v}"));
+        }
+        let out = cmd.args(["sh", "-c", script]).output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+}
+
+impl Drop for JobContainer {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+        let _ = std::process::Command::new("umount")
+            .arg(&self.ns_file)
+            .status();
+    }
+}
+
+/// Restores a job when dropped, also when the test fails part way: every daemon the test
+/// started is stopped.
+struct RestoreOnDrop<'a> {
+    cfg: &'a Config,
+    job: u32,
+}
+
+impl Drop for RestoreOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = reconfig::restore(self.cfg, None, self.job) {
+            eprintln!("restore of job {}: {e}", self.job);
+        }
+    }
+}
+
+fn mount_ns(pid: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// A CUDA client (PyTorch) that must go through MPS: it prints the sum of 1000 ones.
+/// `COLLOC_CUDA_CLIENT` replaces it (a shell command that prints `SUM 1000.0`).
+fn client() -> String {
+    std::env::var("COLLOC_CUDA_CLIENT").unwrap_or_else(|_| CLIENT.to_string())
+}
+
+const CLIENT: &str = "python3 -c \"import torch; x = torch.ones(1000, device='cuda'); \
+                      print('SUM', float(x.sum()))\"";
+
+/// The job's MPS daemon started as the extern step starts it under `PrologFlags=Contain`
+/// with `job_container/tmpfs` (colloc's `start_mps_in_extern_step`, entering the job's
+/// namespace through its holder file): it runs in the job's namespace, and a CUDA client
+/// of the job's user there, sharing the job's private `/dev/shm`, is served by it (an
+/// MPS server appears). Then the other way round, as a measurement: a daemon started
+/// by the prolog in the host's namespace and a client in the job's. Needs root,
+/// `unshare`, `nsenter`, `setpriv` and python3 with torch that user nobody can import
+/// (or `COLLOC_CUDA_CLIENT`). With the fake NVML and fake MPS it runs up to the client.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_real_daemon_started_into_a_job_container_serves_a_client_there() {
+    use colloc_core::mps::MpsStart;
+    use colloc_core::reconfig::ExternStart;
+    use colloc_core::slurmconf::SlurmFacts;
+    if !root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let (gpus, lib) = nvml();
+    // Not under /tmp: the job's /tmp is its own.
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let cfg = node(tmp.path(), &lib);
+    let base = tmp.path().join("containers");
+    let job = 7;
+    let container = JobContainer::new(&base, job);
+    let spec = JobSpec {
+        job,
+        uid: NOBODY.0,
+        gid: NOBODY.1,
+        gpus: vec![0],
+        mode: "mps".parse().unwrap(),
+    };
+    let _restore = RestoreOnDrop { cfg: &cfg, job };
+    let env = match reconfig::prolog_with(&cfg, &gpus, &spec, MpsStart::ExternStep).unwrap() {
+        Outcome::Applied(env) => env,
+        other => panic!("not applied: {other:?}"),
+    };
+    let facts = SlurmFacts {
+        contain: true,
+        tmpfs_container: true,
+        base_paths: vec![base.clone()],
+        ..SlurmFacts::default()
+    };
+    let t = Instant::now();
+    let started = reconfig::start_mps_in_extern_step(&cfg, job, &facts).unwrap();
+    println!(
+        "extern-step start of a real daemon: {:.2} s: {started:?}",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        matches!(
+            &started,
+            ExternStart::Started {
+                holder: Some(_),
+                ..
+            }
+        ),
+        "{started:?}"
+    );
+    let j = reconfig::job_state(&cfg, job).unwrap().unwrap();
+    let procs = mps::daemon_processes(&j.mps[0], NOBODY.0);
+    assert!(!procs.is_empty(), "no daemon of nobody's found");
+    let daemon_ns = mount_ns(procs[0].pid());
+    println!(
+        "daemon {} in {daemon_ns}; job container {}; host {}",
+        procs[0].pid(),
+        container.ns(),
+        mount_ns(std::process::id())
+    );
+    assert_eq!(daemon_ns, container.ns());
+    let env: Vec<(&str, String)> = env
+        .iter()
+        .filter(|(k, _)| k.starts_with("CUDA_MPS_"))
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .chain(
+            std::env::var("LD_LIBRARY_PATH")
+                .ok()
+                .map(|v| ("LD_LIBRARY_PATH", v)),
+        )
+        .collect();
+    let t = Instant::now();
+    let (code, out) = container.run_as_nobody(&env, &client(), 180);
+    println!(
+        "client in the job container, daemon there too: exit {code} in {:.1} s: {}",
+        t.elapsed().as_secs_f64(),
+        out.trim()
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("SUM 1000.0"), "{out}");
+    let program = cfg.mps_control_path().unwrap();
+    let servers = mps::server_list(&program, &j.mps[0], Some(NOBODY)).unwrap();
+    println!("MPS servers after the client: {servers:?}");
+    assert!(!servers.is_empty(), "the client did not go through MPS");
+    for s in &servers {
+        assert_eq!(mount_ns(*s), container.ns(), "server {s}");
+    }
+    let r = reconfig::restore(&cfg, None, job).unwrap();
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    assert!(procs.iter().all(|p| p.gone()));
+
+    // The measurement: the daemon in the host's namespace (as the prolog started it
+    // before), the client in the job's.
+    let job = 8;
+    let spec = JobSpec { job, ..spec };
+    let _restore8 = RestoreOnDrop { cfg: &cfg, job };
+    let env = match reconfig::prolog(&cfg, &gpus, &spec).unwrap() {
+        Outcome::Applied(env) => env,
+        other => panic!("not applied: {other:?}"),
+    };
+    let env: Vec<(&str, String)> = env
+        .iter()
+        .filter(|(k, _)| k.starts_with("CUDA_MPS_"))
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .chain(
+            std::env::var("LD_LIBRARY_PATH")
+                .ok()
+                .map(|v| ("LD_LIBRARY_PATH", v)),
+        )
+        .collect();
+    let t = Instant::now();
+    let (code, out) = container.run_as_nobody(&env, &client(), 120);
+    let j = reconfig::job_state(&cfg, job).unwrap().unwrap();
+    let servers = mps::server_list(&program, &j.mps[0], Some(NOBODY)).unwrap_or_default();
+    println!(
+        "MEASURED client in the job container, daemon in the host's namespace: exit {code} \
+         in {:.1} s, MPS servers {servers:?}: {}",
+        t.elapsed().as_secs_f64(),
+        out.trim()
+    );
+    let r = reconfig::restore(&cfg, None, job).unwrap();
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+}

@@ -170,8 +170,9 @@ pub struct Spank {
 impl Spank {
     fn item_u32(&self, item: sys::spank_item_t, name: &str) -> Result<u32, String> {
         let mut v: u32 = 0;
-        // SAFETY: S_JOB_ID, S_JOB_UID and S_JOB_GID take one pointer to a 32-bit
-        // integer (uint32_t, uid_t, gid_t), which `v` is and which outlives the call.
+        // SAFETY: S_JOB_ID, S_JOB_STEPID, S_JOB_UID and S_JOB_GID take one pointer to a
+        // 32-bit integer (uint32_t, uid_t, gid_t), which `v` is and which outlives the
+        // call.
         let rc = unsafe { sys::spank_get_item(self.raw, item, &mut v as *mut u32) };
         if rc != sys::ESPANK_SUCCESS as sys::spank_err_t {
             return Err(spank_err(&format!("spank_get_item({name})"), rc));
@@ -229,6 +230,10 @@ impl Host for Spank {
         self.item_u32(sys::S_JOB_GID, "S_JOB_GID")
     }
 
+    fn step_id(&self) -> Result<u32, String> {
+        self.item_u32(sys::S_JOB_STEPID, "S_JOB_STEPID")
+    }
+
     fn setenv(&mut self, name: &str, value: &str) -> Result<(), String> {
         let n = CString::new(name).map_err(|_| format!("variable name {name:?} contains NUL"))?;
         let v = CString::new(value).map_err(|_| format!("value of {name} contains NUL"))?;
@@ -271,6 +276,7 @@ macro_rules! callback {
 callback!(slurm_spank_init => plugin::init);
 callback!(slurm_spank_job_prolog => plugin::job_prolog);
 callback!(slurm_spank_task_init_privileged => plugin::task_init_privileged);
+callback!(slurm_spank_task_post_fork => plugin::task_post_fork);
 callback!(slurm_spank_job_epilog => plugin::job_epilog);
 
 /// The GNU build id of this plugin as loaded: the notes of the loaded object that holds

@@ -5,6 +5,7 @@
 //! | `init` | sbatch/srun/salloc, slurmstepd, slurmd | register `--colloc=MODE` |
 //! | option callback | sbatch/srun/salloc | parse the value and check it against `allowed_modes`: a bad value fails the command before anything is queued |
 //! | `job_prolog` | root, own process | apply the mode to the job's GPUs through colloc-core |
+//! | `task_post_fork` | root, the extern step (`PrologFlags=Contain`), once per node before the first task | start the job's MPS daemons inside its container and the extern step's cgroup |
 //! | `task_init_privileged` | root, each task | set the task environment from the journal, or fail the task with the refusal |
 //! | `job_epilog` | root, own process | restore what the journal recorded |
 //!
@@ -32,8 +33,10 @@ use colloc_core::config::{Config, ConfigError, DEFAULT_PATH};
 use colloc_core::gpu::GpuControl;
 use colloc_core::journal::{self, Phase};
 use colloc_core::mode::{Mode, VALID_MODES};
+use colloc_core::mps::MpsStart;
 use colloc_core::nvml::NvmlGpus;
-use colloc_core::reconfig::{self, JobSpec, Outcome};
+use colloc_core::reconfig::{self, ExternStart, JobSpec, Outcome};
+use colloc_core::slurmconf::SlurmFacts;
 
 /// What the plugin needs from Slurm in a callback; [`crate::ffi::Spank`] implements it
 /// over the SPANK API, tests with a fake.
@@ -72,7 +75,17 @@ pub trait Host {
     fn env(&self, name: &str) -> Option<String> {
         std::env::var(name).ok()
     }
+    /// The step id (`S_JOB_STEPID`): [`EXTERN_STEP`] for the extern step.
+    ///
+    /// # Errors
+    /// Not available in this context.
+    fn step_id(&self) -> Result<u32, String> {
+        Err("no step here".into())
+    }
 }
+
+/// Slurm's step id of a job's extern step (`SLURM_EXTERN_CONT` in `<slurm/slurm.h>`).
+pub const EXTERN_STEP: u32 = 0xffff_fffc;
 
 /// Environment variable through which Slurm hands the option to prolog and epilog.
 pub const OPTION_ENV: &str = "SPANK__SLURM_SPANK_OPTION_colloc_colloc";
@@ -407,6 +420,23 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         log::error!("job {job}: refused: {e}");
         return Ok(());
     }
+    // Where the job's tasks run in a container of their own, colloc's files must be
+    // visible there, and the MPS daemons are started inside it (from the extern step).
+    let facts = slurm_facts();
+    if let Some(problem) = facts
+        .as_ref()
+        .and_then(|f| cfg.private_path_problem(&args.config, &f.private_dirs()))
+    {
+        log::error!("job {job}: refused: {problem}");
+        reconfig::record_refusal(&cfg, &spec, problem);
+        publish(&cfg, job);
+        return Ok(());
+    }
+    let mps_start = if facts.as_ref().is_some_and(|f| f.contain) {
+        MpsStart::ExternStep
+    } else {
+        MpsStart::Prolog
+    };
     // Root loads this library: not one someone else could have replaced. Nothing has
     // changed, so the job is refused, not the node.
     if let Err(e) = cfg.check_nvml_library() {
@@ -416,7 +446,7 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         return Ok(());
     }
     let ctl = NvmlGpus::open(&cfg.nvml_library).map_err(|e| format!("job {job}: {e}"))?;
-    let result = match reconfig::prolog(&cfg, &ctl, &spec) {
+    let result = match reconfig::prolog_with(&cfg, &ctl, &spec, mps_start) {
         Ok(Outcome::Applied(env)) => {
             log::info!("job {job}: applied {} on GPUs {:?}", spec.mode, spec.gpus);
             log::debug!("job {job}: task environment {env:?}");
@@ -431,6 +461,73 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     };
     publish(&cfg, job);
     result
+}
+
+/// The node's Slurm facts (extern step, job container), `None` where slurm.conf cannot
+/// be read: then colloc acts as on a node without either, and a job whose tasks turn out
+/// to run in a container of their own is refused at task start
+/// ([`reconfig::mps_reachable`]).
+fn slurm_facts() -> Option<SlurmFacts> {
+    match SlurmFacts::of_node() {
+        Ok(f) => f,
+        Err(e) => {
+            log::warn!("cannot read the node's Slurm configuration: {e}");
+            None
+        }
+    }
+}
+
+/// `slurm_spank_task_post_fork` (root, slurmstepd): in the job's extern step (task -1,
+/// after the prolog, before the first task), start the job's MPS daemons inside its
+/// container where the prolog left that to it. Never fails: a daemon that does not start
+/// refuses the job through its journal, and its tasks report why.
+///
+/// # Errors
+/// Bad plugstack arguments only.
+pub fn task_post_fork(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
+    if host.step_id() != Ok(EXTERN_STEP) {
+        return Ok(());
+    }
+    let args = parse_args(args)?;
+    let cfg = match Config::load_trusted(&args.config) {
+        Ok(c) => c,
+        Err(ConfigError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(());
+        }
+        Err(e) => {
+            log::error!("extern step: node configuration: {e}");
+            return Ok(());
+        }
+    };
+    let job = match job_id(host) {
+        Ok(j) => j,
+        Err(e) => {
+            log::error!("extern step: {e}");
+            return Ok(());
+        }
+    };
+    let facts = slurm_facts().unwrap_or_default();
+    match reconfig::start_mps_in_extern_step(&cfg, job, &facts) {
+        Ok(ExternStart::Nothing) => {}
+        Ok(ExternStart::Started {
+            daemons,
+            mount_ns,
+            holder,
+            in_step_cgroup,
+        }) => log::info!(
+            "job {job}: started {daemons} MPS daemon(s) in mount namespace {mount_ns}{}{}",
+            holder.map_or_else(String::new, |h| format!(" (job container {})", h.display())),
+            if in_step_cgroup {
+                ", in the extern step's cgroup"
+            } else {
+                ""
+            }
+        ),
+        // Logged where it was decided; the node's record shows the refusal.
+        Ok(ExternStart::Refused(_)) => publish(&cfg, job),
+        Err(e) => log::error!("job {job}: extern step: {e}"),
+    }
+    Ok(())
 }
 
 /// Who publishes: this plugin's version, for `colloc status --cluster`.
@@ -468,6 +565,23 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
         }
     }
     if asked && !args.config.exists() {
+        if let Some(dir) = slurm_facts().and_then(|f| {
+            f.private_dirs()
+                .into_iter()
+                .find(|d| args.config.starts_with(d))
+        }) {
+            // Not missing: hidden by the job's container.
+            return Err(refuse_task(
+                job,
+                &format!(
+                    "the node's colloc.toml {} lies in {}, which \
+                     JobContainerType=job_container/tmpfs makes private to each job; the \
+                     admin must keep it outside /tmp, /dev/shm and BasePath",
+                    args.config.display(),
+                    dir.display()
+                ),
+            ));
+        }
         // A node without colloc.toml does not offer colloc: its prolog changed nothing.
         let node = host
             .env("SLURMD_NODENAME")
@@ -495,6 +609,13 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
             .clone()
             .unwrap_or_else(|| cfg.default_mode.clone()),
     };
+    if mode != Mode::Off {
+        if let Some(problem) =
+            slurm_facts().and_then(|f| cfg.private_path_problem(&args.config, &f.private_dirs()))
+        {
+            return Err(refuse_task(job, &problem));
+        }
+    }
     let journal = reconfig::job_state(&cfg, job).map_err(|e| refuse_task(job, &e.to_string()))?;
     let Some(j) = journal else {
         if mode == Mode::Off {
@@ -507,6 +628,10 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
     };
     match j.phase {
         Phase::Applied => {
+            // This runs in the task's mount namespace: the job's MPS daemons must too.
+            let own_ns = colloc_core::container::own_mount_ns()
+                .map_err(|e| refuse_task(job, &format!("cannot read its mount namespace: {e}")))?;
+            reconfig::mps_reachable(&j, own_ns).map_err(|e| refuse_task(job, &e))?;
             for (name, value) in &j.env {
                 host.setenv(name, value)?;
             }
@@ -843,6 +968,63 @@ mod tests {
         h.opt = Ok(Some(b"mps".to_vec()));
         let e = job_prolog(&mut h, &[&broken]).unwrap_err();
         assert!(e.contains("unknown field `bogus`"), "{e}");
+    }
+
+    /// A [`FakeHost`] in a job's extern step.
+    struct ExternHost(FakeHost);
+
+    impl Host for ExternHost {
+        fn register_option(&mut self, usage: &str) -> Result<(), String> {
+            self.0.register_option(usage)
+        }
+        fn getopt(&self) -> Result<Option<Vec<u8>>, String> {
+            self.0.getopt()
+        }
+        fn job_id(&self) -> Result<u32, String> {
+            self.0.job_id()
+        }
+        fn job_uid(&self) -> Result<u32, String> {
+            self.0.job_uid()
+        }
+        fn job_gid(&self) -> Result<u32, String> {
+            self.0.job_gid()
+        }
+        fn setenv(&mut self, name: &str, value: &str) -> Result<(), String> {
+            self.0.setenv(name, value)
+        }
+        fn env(&self, name: &str) -> Option<String> {
+            self.0.env(name)
+        }
+        fn step_id(&self) -> Result<u32, String> {
+            Ok(EXTERN_STEP)
+        }
+    }
+
+    #[test]
+    fn task_post_fork_acts_only_in_the_extern_step_and_never_fails_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), "");
+        let host = || FakeHost {
+            opt: Ok(None),
+            env: vec![("SLURM_JOB_ID", "7".into())],
+            set: vec![],
+        };
+        // Any other step (batch, srun steps): nothing, whatever the arguments.
+        task_post_fork(&mut host(), &["bogus=1"]).unwrap();
+        let mut ext = ExternHost(host());
+        // The extern step reads its plugstack arguments: bad ones are an error there.
+        let e = task_post_fork(&mut ext, &["bogus=1"]).unwrap_err();
+        assert!(e.contains("bogus"), "{e}");
+        // No colloc.toml, a broken one, or no journal for the job: nothing, no failure
+        // (a failing extern step would fail the job's setup).
+        let missing = format!("config={}/missing.toml", dir.path().display());
+        task_post_fork(&mut ext, &[&missing]).unwrap();
+        let broken = dir.path().join("broken.toml");
+        std::fs::write(&broken, "version = 1\nbogus = 2\n").unwrap();
+        task_post_fork(&mut ext, &[&format!("config={}", broken.display())]).unwrap();
+        task_post_fork(&mut ext, &[&cfg]).unwrap();
+        assert!(ext.0.set.is_empty());
+        assert!(!dir.path().join("state/jobs/7.json").exists());
     }
 
     #[test]

@@ -358,7 +358,8 @@ pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> 
     let path = a.file.unwrap_or_else(|| g.config_path());
     let cfg = load_trusted(&path)?;
     refuse_unsafe_paths(&cfg)?;
-    let warnings = config_warnings(&cfg)?;
+    let mut warnings = node_checks(&cfg, &path)?;
+    warnings.extend(config_warnings(&cfg)?);
     let allowed: Vec<&str> = cfg.allowed_modes.iter().map(|k| k.as_str()).collect();
     outln!(
         "{}: ok (version {}, allowed modes: {}, default {})",
@@ -375,6 +376,44 @@ pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> 
         errln!("colloc: warning: {w}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the node's Slurm configuration and file system say about `cfg` (read from
+/// `path`): paths a job container makes private to each job and a `run_dir` the job's
+/// user cannot reach are errors (exit 2, one line); a `slurm.conf` that cannot be read is
+/// a warning.
+fn node_checks(cfg: &Config, path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    use colloc_core::mode::ModeKind;
+    use colloc_core::slurmconf::SlurmFacts;
+    let mut warnings = Vec::new();
+    let facts = match SlurmFacts::of_node() {
+        Ok(f) => f,
+        Err(e) => {
+            warnings.push(format!(
+                "cannot read the node's Slurm configuration ({e}): not checked against its \
+                 job container"
+            ));
+            None
+        }
+    };
+    let file = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    if let Some(f) = &facts {
+        if let Some(problem) = cfg.private_path_problem(&file, &f.private_dirs()) {
+            return Err(bad_input(problem));
+        }
+        if f.tmpfs_container && !f.contain && cfg.allowed_modes.contains(&ModeKind::Mps) {
+            warnings.push(format!(
+                "{} has JobContainerType=job_container/tmpfs without PrologFlags=Contain: \
+                 colloc starts a job's MPS daemons inside its container from the extern \
+                 step, which needs Contain; without it mps jobs are refused",
+                f.slurm_conf.display()
+            ));
+        }
+    }
+    if let Some(problem) = cfg.run_dir_problem() {
+        return Err(bad_input(problem));
+    }
+    Ok(warnings)
 }
 
 /// What check-config warns about; an `nvml_library` path that does not exist is an error.

@@ -1,7 +1,7 @@
 //! The built `colloc` binary's admin commands, against the fake libnvidia-ml
 //! (`cargo build -p fake-nvml` first; `scripts/test.sh` does).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use assert_cmd::Command;
@@ -30,6 +30,8 @@ struct Node {
 impl Node {
     fn new(gpus: &str) -> Node {
         let dir = tempfile::tempdir().unwrap();
+        // The job's user passes through it to run_dir's MPS directories.
+        chmod(dir.path(), 0o755);
         // node_comment off: these tests run no Slurm (the real-Slurm suite tests it).
         let cfg = format!(
             "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\nnvml_library = \"{1}\"\n\
@@ -104,10 +106,19 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// No slurm.conf of this host's: check-config reads it (`SLURM_CONF`); tests that need
+/// one write their own.
+const NO_SLURM_CONF: &str = "/nonexistent/slurm.conf";
+
 fn colloc(args: &[&str]) -> Output {
+    colloc_with_slurm_conf(args, Path::new(NO_SLURM_CONF))
+}
+
+fn colloc_with_slurm_conf(args: &[&str], slurm_conf: &Path) -> Output {
     Command::cargo_bin("colloc")
         .unwrap()
         .env_remove("COLLOC_CONFIG")
+        .env("SLURM_CONF", slurm_conf)
         .args(args)
         .output()
         .unwrap()
@@ -239,6 +250,7 @@ fn check_config_accepts_and_rejects() {
 /// `check-config FILE` with `body` (paths of its own): exit code, stdout, stderr.
 fn check_config(body: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o755);
     let file = dir.path().join("colloc.toml");
     std::fs::write(
         &file,
@@ -766,4 +778,185 @@ fn restore_all_moves_unusable_journals_aside_and_says_to_check_the_gpus() {
     let out = n.colloc(&["restore", "--all"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to restore"));
+}
+
+/// A node's Slurm configuration with `job_container/tmpfs` (BasePath `dir/containers`)
+/// and `flags`, in `dir`: the slurm.conf.
+fn job_container_node(dir: &Path, flags: &str) -> PathBuf {
+    let conf = dir.join("slurm.conf");
+    std::fs::write(
+        &conf,
+        format!("ClusterName=c\nJobContainerType=job_container/tmpfs\nPrologFlags={flags}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("job_container.conf"),
+        format!("AutoBasePath=true\nBasePath={}/containers\n", dir.display()),
+    )
+    .unwrap();
+    conf
+}
+
+#[test]
+fn check_config_refuses_paths_a_job_container_hides() {
+    // Outside /tmp, which a job container hides too.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    chmod(dir.path(), 0o755);
+    let d = dir.path().display();
+    let conf = job_container_node(dir.path(), "Alloc,Contain");
+    let cfg = dir.path().join("colloc.toml");
+    let check = |body: &str| {
+        std::fs::write(&cfg, format!("version = 1\nnode_comment = false\n{body}")).unwrap();
+        colloc_with_slurm_conf(&["check-config", cfg.to_str().unwrap()], &conf)
+    };
+    // Everything outside: ok, no warning about the container.
+    let out = check(&format!(
+        "state_dir = \"{d}/state\"\nrun_dir = \"{d}/run\"\n"
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!text(&out).contains("job_container"), "{}", text(&out));
+    for (body, want) in [
+        (
+            format!("state_dir = \"{d}/containers/colloc\"\nrun_dir = \"{d}/run\"\n"),
+            format!("state_dir {d}/containers/colloc lies in {d}/containers, which JobContainerType=job_container/tmpfs makes private to each job"),
+        ),
+        (
+            format!("state_dir = \"{d}/state\"\nrun_dir = \"/dev/shm/colloc\"\n"),
+            "run_dir /dev/shm/colloc lies in /dev/shm".to_string(),
+        ),
+        (
+            format!(
+                "state_dir = \"{d}/state\"\nrun_dir = \"{d}/run\"\n\
+                 mps_control = \"/tmp/nvidia-cuda-mps-control\"\n"
+            ),
+            "mps_control /tmp/nvidia-cuda-mps-control lies in /tmp".to_string(),
+        ),
+    ] {
+        let err = one_line_error(&check(&body), 2);
+        assert!(err.contains(&want), "{want:?} not in {err}");
+        assert!(err.contains(&format!("keep colloc.toml, state_dir, run_dir and mps_control outside /tmp, /dev/shm, {d}/containers")), "{err}");
+    }
+    // colloc.toml itself under /tmp.
+    let tmp = tempfile::tempdir().unwrap();
+    let in_tmp = tmp.path().join("colloc.toml");
+    std::fs::write(
+        &in_tmp,
+        format!(
+            "version = 1\nnode_comment = false\nstate_dir = \"{d}/state\"\nrun_dir = \"{d}/run\"\n"
+        ),
+    )
+    .unwrap();
+    let err = one_line_error(
+        &colloc_with_slurm_conf(&["check-config", in_tmp.to_str().unwrap()], &conf),
+        2,
+    );
+    assert!(
+        err.contains(&format!("colloc.toml {} lies in /tmp", in_tmp.display())),
+        "{err}"
+    );
+    // Without a job container the same paths are fine.
+    std::fs::write(&conf, "ClusterName=c\nPrologFlags=Alloc,Contain\n").unwrap();
+    let out = colloc_with_slurm_conf(&["check-config", in_tmp.to_str().unwrap()], &conf);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn check_config_warns_of_a_job_container_without_contain_where_mps_is_allowed() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    chmod(dir.path(), 0o755);
+    let d = dir.path().display();
+    let conf = job_container_node(dir.path(), "Alloc");
+    let cfg = dir.path().join("colloc.toml");
+    let lib = fake_lib();
+    for (modes, warned) in [("\"mps\", \"naive\"", true), ("\"naive\"", false)] {
+        std::fs::write(
+            &cfg,
+            format!(
+                "version = 1\nnode_comment = false\nstate_dir = \"{d}/state\"\n\
+                 run_dir = \"{d}/run\"\nallowed_modes = [{modes}]\nnvml_library = \"{}\"\n\
+                 mps_control = \"/bin/true\"\n",
+                lib.display()
+            ),
+        )
+        .unwrap();
+        let out = colloc_with_slurm_conf(&["check-config", cfg.to_str().unwrap()], &conf);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let want = format!(
+            "colloc: warning: {} has JobContainerType=job_container/tmpfs without \
+             PrologFlags=Contain",
+            conf.display()
+        );
+        assert_eq!(err.contains(&want), warned, "{modes}: {err}");
+    }
+    // A slurm.conf others may change is not trusted: a warning, not read.
+    chmod(&conf, 0o666);
+    let out = colloc_with_slurm_conf(&["check-config", cfg.to_str().unwrap()], &conf);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: cannot read the node's Slurm configuration (")
+            && err.contains("not checked against its job container"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_config_refuses_a_run_dir_the_jobs_user_cannot_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o755);
+    let closed = dir.path().join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    chmod(&closed, 0o700);
+    let cfg = dir.path().join("colloc.toml");
+    for (run, want) in [
+        (
+            dir.path().join("nowhere/run"),
+            format!(
+                "{}/nowhere does not exist; colloc makes run_dir itself but not the \
+                 directories above it",
+                dir.path().display()
+            ),
+        ),
+        (
+            closed.join("run"),
+            format!("{} has mode 0700", closed.display()),
+        ),
+    ] {
+        std::fs::write(
+            &cfg,
+            format!(
+                "version = 1\nnode_comment = false\nstate_dir = \"{}/state\"\nrun_dir = \"{}\"\n",
+                dir.path().display(),
+                run.display()
+            ),
+        )
+        .unwrap();
+        let err = one_line_error(&colloc(&["check-config", cfg.to_str().unwrap()]), 2);
+        assert!(err.contains(&want), "{want:?} not in {err}");
+        assert!(err.contains(&format!("run_dir {}", run.display())), "{err}");
+        assert!(!run.exists());
+    }
+    // A parent that is the user's (root's alone it must be), as root can make one.
+    let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    if euid == 0 {
+        let users = dir.path().join("users");
+        std::fs::create_dir(&users).unwrap();
+        std::os::unix::fs::chown(&users, Some(65534), None).unwrap();
+        std::fs::write(
+            &cfg,
+            format!(
+                "version = 1\nnode_comment = false\nstate_dir = \"{}/state\"\nrun_dir = \"{}/run\"\n",
+                dir.path().display(),
+                users.display()
+            ),
+        )
+        .unwrap();
+        let err = one_line_error(&colloc(&["check-config", cfg.to_str().unwrap()]), 2);
+        assert!(
+            err.contains(&format!("{} is not safe", users.display()))
+                && err.contains("owned by uid 65534"),
+            "{err}"
+        );
+    }
 }

@@ -1,6 +1,8 @@
 //! `colloc bench` on the built binary, without a GPU: a stand-in workload whose
-//! throughput falls by a known factor with the number of copies alive
-//! (tests/fixtures/bench/standin.py) must give the right ratios and recommendation.
+//! throughput falls by a known factor with the number of copies alive, and drifts and
+//! jitters by known amounts (tests/fixtures/bench/standin.py), must give the right
+//! ratios with a spread that covers them, find the count where the aggregate stops
+//! rising, and recommend what the truth says, whatever the noise.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -116,7 +118,7 @@ fn collocation_that_pays_gives_the_right_ratios_and_recommendation() {
         String::from_utf8_lossy(&out.stderr)
     );
     let j = b.json();
-    assert_eq!(j["schema"], 2);
+    assert_eq!(j["schema"], 3);
     let solo = j["solo"].as_f64().unwrap();
     assert!(close(solo, 100.0), "solo {solo}");
     for (n, ratio, slowdown) in [(2, 1.6, 1.25), (3, 1.8, 1.0 / 0.6)] {
@@ -127,7 +129,7 @@ fn collocation_that_pays_gives_the_right_ratios_and_recommendation() {
         let s = r["slowdown_mean"].as_f64().unwrap();
         assert!(close(s, slowdown), "naive {n}: slowdown {s} vs {slowdown}");
         assert_eq!(r["per_copy"].as_array().unwrap().len() as u64, n);
-        let w = r["window"].as_array().unwrap();
+        let w = r["measurements"][0]["window"].as_array().unwrap();
         assert!(
             w[1].as_f64().unwrap() - w[0].as_f64().unwrap() >= 1.5,
             "{r}"
@@ -145,12 +147,18 @@ fn collocation_that_pays_gives_the_right_ratios_and_recommendation() {
         "{stdout}"
     );
     // The table, CSV and plot are there.
-    assert!(stdout.contains("naive  3"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.split_whitespace().take(3).collect::<Vec<_>>() == ["naive", "3", "180.0"]),
+        "{stdout}"
+    );
     let csv = std::fs::read_to_string(b.report.join("bench.csv")).unwrap();
     assert_eq!(csv.lines().count(), 4, "{csv}");
     let png = std::fs::read(b.report.join("bench.png")).unwrap();
     assert_eq!(&png[1..4], b"PNG");
-    // Every copy got its index and a device; 1 + 2 + 3 copies ran.
+    // Every copy got its index and a device; the warm-up, solo and closing solo runs
+    // (one copy each), then 2 and 3 copies.
     let mut seen: Vec<String> = std::fs::read_dir(&b.shared)
         .unwrap()
         .filter_map(|e| {
@@ -165,7 +173,10 @@ fn collocation_that_pays_gives_the_right_ratios_and_recommendation() {
         })
         .collect();
     seen.sort();
-    assert_eq!(seen, ["0 0 -", "0 0 -", "0 0 -", "1 0 -", "1 0 -", "2 0 -"]);
+    assert_eq!(
+        seen,
+        ["0 0 - -", "0 0 - -", "0 0 - -", "0 0 - -", "0 0 - -", "1 0 - -", "1 0 - -", "2 0 - -"]
+    );
     // Nothing is left running.
     assert_eq!(live_copies(&b.shared), 0);
 }
@@ -321,7 +332,7 @@ fn a_signal_stops_every_copy() {
     assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
     assert_eq!(live_copies(&b.shared), 0);
     // What was measured before the signal is still reported.
-    assert_eq!(b.json()["schema"], 2);
+    assert_eq!(b.json()["schema"], 3);
 }
 
 #[test]
@@ -357,20 +368,32 @@ fn mps_runs_copies_as_clients_of_a_private_daemon_that_is_stopped_after() {
         assert_eq!(row(&j, "mps", n)["status"], "measured", "{j}");
     }
     assert!(close(row(&j, "mps", 2)["vs_solo"].as_f64().unwrap(), 1.8));
-    // The MPS copies (3 of the 4 runs) got the daemon's pipe directory.
-    let pipes: Vec<String> = std::fs::read_dir(&b.shared)
+    // At the chosen N (2), mps:2 against unlimited: the same here (STANDIN_LIMITED unset).
+    assert_eq!(row(&j, "mps:2", 2)["status"], "measured", "{j}");
+    assert_eq!(j["mps_limit"]["thread_percentage"], 50);
+    assert_eq!(j["mps_limit"]["better"], "neither", "{}", j["mps_limit"]);
+    // The MPS copies (1 + 2 + 2 of them) got the daemon's pipe directory; the mps:2
+    // copies also the thread limit.
+    let envs: Vec<Vec<String>> = std::fs::read_dir(&b.shared)
         .unwrap()
         .filter_map(|e| {
             let e = e.unwrap();
             let name = e.file_name().to_string_lossy().into_owned();
             name.starts_with("env-").then(|| {
                 let text = std::fs::read_to_string(e.path()).unwrap();
-                text.split_whitespace().nth(2).unwrap().to_string()
+                text.split_whitespace().map(str::to_string).collect()
             })
         })
-        .filter(|p| p != "-")
+        .filter(|f: &Vec<String>| f[2] != "-")
         .collect();
-    assert_eq!(pipes.len(), 3, "{pipes:?}");
+    let pipes: Vec<String> = envs.iter().map(|f| f[2].clone()).collect();
+    assert_eq!(pipes.len(), 5, "{pipes:?}");
+    let limited: Vec<&str> = envs
+        .iter()
+        .map(|f| f[3].as_str())
+        .filter(|t| *t != "-")
+        .collect();
+    assert_eq!(limited, ["50", "50"], "{envs:?}");
     assert!(pipes.iter().all(|p| p == &pipes[0]));
     // The daemon is gone, and so are its directories.
     assert!(!Path::new(&pipes[0]).exists(), "{} left behind", pipes[0]);
@@ -440,10 +463,11 @@ fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
                 .then(|| std::fs::read_to_string(e.path()).unwrap())
         })
         .collect();
-    // solo + naive 2 + naive 7 on the GPU; MIG 1 + 2 + 7 copies each on its own instance.
+    // warm-up + solo + closing solo + naive 2 + naive 7 on the GPU; MIG 1 + 2 + 7 copies
+    // each on its own instance.
     assert_eq!(
         envs.iter().filter(|l| l.contains(uuid)).count(),
-        10,
+        12,
         "{envs:?}"
     );
     let mut migs: Vec<&str> = envs
@@ -516,6 +540,18 @@ fn bad_arguments_exit_2_with_one_line() {
         (&["--metric", "img/s=", "--", "true"], "capture group"),
         (&["--min-gain", "0", "--", "true"], "--min-gain"),
         (&["--gpu", "MIG-x", "--", "true"], "--gpu"),
+        (&["--repeat", "0", "--", "true"], "--repeat"),
+        (&["--counts", "auto,2", "--", "true"], "write auto"),
+        (&["--budget", "soon", "--", "true"], "--budget"),
+        (
+            &["--reference", "python 'x", "--", "true"],
+            "unclosed quote",
+        ),
+        (
+            &["--compare", "/nonexistent/a.json", "/nonexistent/b.json"],
+            "cannot read",
+        ),
+        (&["--compare", "a.json"], "needs a workload"),
         (&[], "needs a workload"),
     ];
     for (args, want) in cases {
@@ -648,4 +684,382 @@ fn nothing_of_a_copy_outlives_its_leader() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A row's `vs_solo` interval, `value ± u`.
+fn interval(r: &Value, key: &str) -> (f64, f64) {
+    let v = r[key].as_f64().unwrap_or_else(|| panic!("no {key} in {r}"));
+    let u = r[format!("{key}_u")].as_f64().unwrap_or(0.0);
+    (v - u, v + u)
+}
+
+/// The measurements of all rows, as (mode, n, round, seq), in the order they ran.
+fn order(j: &Value) -> Vec<(String, u64, u64, u64)> {
+    let mut all: Vec<(String, u64, u64, u64)> = j["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["measurements"].as_array().unwrap().iter().map(move |m| {
+                (
+                    r["mode"].as_str().unwrap().to_string(),
+                    r["n"].as_u64().unwrap(),
+                    m["round"].as_u64().unwrap(),
+                    m["seq"].as_u64().unwrap(),
+                )
+            })
+        })
+        .collect();
+    all.sort_by_key(|x| x.3);
+    all
+}
+
+/// The stand-in's aggregate rises as N up to 4 copies, then stays (STANDIN_KNEE=4); each
+/// line jitters by up to ±5 % and the host slows down 0.5 % a second throughout. With
+/// two rounds, for two different noise sequences: `--counts auto` stops at the first
+/// count past the knee (7), every ratio's interval covers the truth, solo is measured
+/// at the start of each round and at the end with its spread, and the recommendation is
+/// 4 copies each time.
+#[test]
+fn drift_and_jitter_the_spread_covers_the_truth_and_auto_stops_at_the_knee() {
+    for seed in ["1", "2"] {
+        let b = Bench::new();
+        let out = b
+            .cmd(
+                "1",
+                &[
+                    "--modes",
+                    "naive",
+                    "--counts",
+                    "auto",
+                    "--repeat",
+                    "2",
+                    "--duration",
+                    "1s",
+                    "--warmup",
+                    "0s",
+                ],
+            )
+            .env("STANDIN_KNEE", "4")
+            .env("STANDIN_JITTER", "0.05")
+            .env("STANDIN_DRIFT", "0.005")
+            .env("STANDIN_PERIOD", "0.05")
+            .env("STANDIN_SEED", seed)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        let j = b.json();
+        // auto: 2, 4, 7, then stop (7 is no better than 4).
+        let counts: Vec<u64> = j["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["mode"] == "naive")
+            .map(|r| r["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(counts, [2, 4, 7], "seed {seed}: {stdout}");
+        assert!(
+            stdout.contains("naive: --counts auto stopped at 7 copies"),
+            "{stdout}"
+        );
+        let r4 = row(&j, "naive", 4)["rise"].as_f64().unwrap();
+        assert!((r4 - 1.0).abs() < 0.15, "seed {seed}: rise to 4 {r4}");
+        // The truth: aggregate = 100 x min(N, 4), drift alike for all (round-robin).
+        for (n, truth) in [(2, 2.0), (4, 4.0), (7, 4.0)] {
+            let r = row(&j, "naive", n);
+            assert_eq!(r["repeats"], 2, "{r}");
+            let (lo, hi) = interval(r, "vs_solo");
+            assert!(
+                lo <= truth && truth <= hi,
+                "seed {seed}: naive {n}: [{lo}, {hi}] misses {truth}"
+            );
+            // An interval, not a point, and not so wide that it says nothing.
+            assert!(
+                hi - lo > 0.0 && hi - lo < 0.5 * truth,
+                "naive {n}: [{lo}, {hi}]"
+            );
+            for k in [
+                "aggregate_sd",
+                "aggregate_min",
+                "aggregate_max",
+                "aggregate_u",
+            ] {
+                assert!(r[k].is_f64(), "{k} in {r}");
+            }
+        }
+        // Solo: at the start of rounds 1 and 2 and at the end; the drift shows in its spread.
+        let solo = row(&j, "solo", 1);
+        let rounds: Vec<u64> = solo["measurements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["round"].as_u64().unwrap())
+            .collect();
+        assert_eq!(rounds, [1, 2, 3], "{solo}");
+        assert!(solo["aggregate_u"].as_f64().unwrap() > 0.0, "{solo}");
+        assert!(
+            stdout.contains("solo: ") && stdout.contains("over 3 run(s); min"),
+            "{stdout}"
+        );
+        // The order: solo opens each round, round 2 runs backwards, solo closes.
+        let seen: Vec<(String, u64, u64)> = order(&j)
+            .into_iter()
+            .map(|(m, n, r, _)| (m, n, r))
+            .collect();
+        let want: Vec<(String, u64, u64)> = [
+            ("solo", 1, 1),
+            ("naive", 2, 1),
+            ("naive", 4, 1),
+            ("naive", 7, 1),
+            ("solo", 1, 2),
+            ("naive", 7, 2),
+            ("naive", 4, 2),
+            ("naive", 2, 2),
+            ("solo", 1, 3),
+        ]
+        .iter()
+        .map(|(m, n, r)| (m.to_string(), *n, *r))
+        .collect();
+        assert_eq!(seen, want);
+        assert_eq!(j["warmup_run"]["round"], 0);
+        let rec = &j["recommendation"];
+        assert_eq!(
+            (
+                rec["mode"].as_str(),
+                rec["n"].as_u64(),
+                rec["pays"].as_bool()
+            ),
+            (Some("naive"), Some(4), Some(true)),
+            "seed {seed}: {rec}"
+        );
+        assert!(rec["margin"].as_f64().unwrap() > 1.0, "{rec}");
+        assert!(
+            stdout.contains("recommendation: run 4 copies under naive")
+                && stdout.contains("margin: its low end"),
+            "{stdout}"
+        );
+        let m = std::fs::read_to_string(b.report.join("bench-measurements.csv")).unwrap();
+        assert_eq!(m.lines().count(), 1 + 1 + 9, "{m}");
+        assert_eq!(live_copies(&b.shared), 0);
+    }
+}
+
+/// A reference command measured in the same call gives every configuration as a
+/// fraction of it; under MPS, `mps:N` is measured against unlimited MPS at the chosen N
+/// and the better named; the host is recorded; `--compare` lines two reports up and
+/// flags a different host.
+#[test]
+fn a_reference_and_the_mps_limit_are_measured_in_the_same_call() {
+    let b = Bench::new();
+    let fake =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
+    let reference = format!("python3 '{}' --rate 500", standin().display());
+    let out = b
+        .cmd_with_config(
+            "1",
+            &[
+                "--modes",
+                "mps",
+                "--counts",
+                "2,4",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+                "--reference",
+                &reference,
+            ],
+            &format!("mps_control = \"{}\"\n", fake.display()),
+        )
+        .env("STANDIN_KNEE", "4")
+        .env("STANDIN_LIMITED", "0.8")
+        .env("STANDIN_PERIOD", "0.05")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = b.json();
+    assert!(
+        close(j["reference"].as_f64().unwrap(), 500.0),
+        "{}",
+        j["reference"]
+    );
+    // Solo 100 = 0.2 of the reference; mps 4 = 400 = 0.8; mps:4 = 320 = 0.64.
+    for (mode, n, frac) in [
+        ("solo", 1, 0.2),
+        ("mps", 2, 0.4),
+        ("mps", 4, 0.8),
+        ("mps:4", 4, 0.64),
+    ] {
+        let r = row(&j, mode, n);
+        let f = r["vs_reference"].as_f64().unwrap();
+        assert!(close(f, frac), "{mode} {n}: {f} vs {frac}");
+    }
+    let lim = &j["mps_limit"];
+    assert_eq!(
+        (lim["n"].as_u64(), lim["better"].as_str()),
+        (Some(4), Some("unlimited")),
+        "{lim}"
+    );
+    assert!(close(lim["ratio"].as_f64().unwrap(), 0.8), "{lim}");
+    assert!(stdout.contains("unlimited mps is better by"), "{stdout}");
+    assert!(
+        stdout.contains("vs ref") && stdout.contains("reference (one process"),
+        "{stdout}"
+    );
+    assert!(close(
+        j["recommendation"]["vs_reference"].as_f64().unwrap(),
+        0.8
+    ));
+    // The host.
+    let host = &j["host"];
+    assert!(host["cpus_usable"].as_u64().unwrap() >= 1, "{host}");
+    assert!(stdout.contains("host: "), "{stdout}");
+
+    // --compare: the same report against itself is the same host; with another CPU it
+    // is flagged, and the fractions of the reference are offered instead.
+    let a = b.report.join("bench.json");
+    let mut other = j.clone();
+    other["host"]["cpu_model"] = "Some Other CPU".into();
+    other["results"][1]["aggregate"] = 1000.0.into();
+    let o = b.tmp.path().join("other.json");
+    std::fs::write(&o, serde_json::to_string(&other).unwrap()).unwrap();
+    let cmp = |x: &Path, y: &Path| {
+        Command::cargo_bin("colloc")
+            .unwrap()
+            .env_remove("COLLOC_CONFIG")
+            .args(["bench", "--compare"])
+            .arg(x)
+            .arg(y)
+            .output()
+            .unwrap()
+    };
+    let same = cmp(&a, &a);
+    let text = String::from_utf8_lossy(&same.stdout);
+    assert!(same.status.success(), "{text}");
+    assert!(text.contains("same host"), "{text}");
+    let diff = cmp(&a, &o);
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(diff.status.success(), "{text}");
+    assert!(
+        text.contains("DIFFERENT HOSTS") && text.contains("Some Other CPU"),
+        "{text}"
+    );
+    assert!(
+        text.contains("compare the fractions of the reference"),
+        "{text}"
+    );
+}
+
+/// Each copy faster collocated than the solo run, beyond the noise: a baseline problem,
+/// flagged, not a speed-up.
+#[test]
+fn a_slowdown_below_one_is_a_baseline_problem() {
+    let b = Bench::new();
+    let out = b
+        .cmd(
+            "1,1.3",
+            &[
+                "--modes",
+                "naive",
+                "--counts",
+                "2",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+            ],
+        )
+        .env("STANDIN_PERIOD", "0.05")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let j = b.json();
+    let r = row(&j, "naive", 2);
+    assert!(
+        close(r["slowdown_mean"].as_f64().unwrap(), 1.0 / 1.3),
+        "{r}"
+    );
+    assert_eq!(r["baseline_problem"], true, "{r}");
+    assert!(
+        stdout.contains("baseline problem: each copy ran faster than the solo run")
+            && stdout.contains("give a --reference"),
+        "{stdout}"
+    );
+    let csv = std::fs::read_to_string(b.report.join("bench.csv")).unwrap();
+    assert!(csv.lines().nth(2).unwrap().contains(",true,"), "{csv}");
+}
+
+/// `--budget`: what does not fit is skipped and named, the closing solo run is kept,
+/// the benchmark ends near the budget, and the table says how long each cell ran.
+#[test]
+fn a_budget_plans_what_fits_and_says_what_it_skipped() {
+    let b = Bench::new();
+    let out = b
+        .cmd(
+            "1",
+            &[
+                "--modes",
+                "naive",
+                "--counts",
+                "auto",
+                "--repeat",
+                "2",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+                "--budget",
+                "12s",
+            ],
+        )
+        .env("STANDIN_KNEE", "64")
+        .env("STANDIN_PERIOD", "0.05")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = b.json();
+    assert_eq!(j["budget_s"], 12.0);
+    let skipped = j["skipped"].as_array().unwrap();
+    assert!(!skipped.is_empty(), "{j}");
+    assert!(
+        stdout.contains("budget 12 s: the benchmark took"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("skipped to fit: "), "{stdout}");
+    // The aggregate was still rising (the knee is at 64): the search was cut, and said so.
+    if row(&j, "naive", 2)["status"] == "measured" {
+        assert!(
+            stdout.contains("--counts auto was cut by the budget before"),
+            "{stdout}"
+        );
+    }
+    // The last solo run closes the benchmark, whatever was skipped.
+    let solo = row(&j, "solo", 1);
+    assert!(solo["repeats"].as_u64().unwrap() >= 2, "{solo}");
+    let last = order(&j).pop().unwrap();
+    assert_eq!(last.0, "solo");
+    // Started only what fits: it ends near the budget (estimates carry a margin, and a
+    // loaded machine starts copies more slowly than the first runs showed).
+    let wall = j["wall_s"].as_f64().unwrap();
+    assert!(wall < 12.0 + 4.0, "took {wall} s");
+    // Every measured cell's time is in the table (the `time` column).
+    for r in j["results"].as_array().unwrap() {
+        if r["status"] == "measured" {
+            assert!(r["wall_s"].as_f64().unwrap() > 0.5, "{r}");
+        }
+    }
+    assert!(stdout.contains(" time "), "{stdout}");
 }

@@ -119,6 +119,40 @@ fn solo_baseline_measures_each_sweep_point_and_the_speedup_says_what_it_covers()
     assert!(stdout.contains("speed-up at least"), "{stdout}");
 }
 
+/// A cold start longer than the solo window (seen on the H200: 67 s before the first line
+/// under a fresh MPS server, window 25 s) must not leave a solo figure made of start-up:
+/// the window begins at the first throughput line, so the figure is the true rate, taken
+/// over about a whole window.
+#[test]
+fn solo_window_begins_at_the_first_throughput_line() {
+    let env = Env::new();
+    let rate = fixture("rate.py");
+    let m = env.manifest(&format!(
+        "[[run]]\nname = 'cold'\ncommand = ['python3', '{rate}']\nenv = {{ RATE_DIR = '{}', BASE = '80', STARTUP = '2', DURATION = '30' }}\n",
+        env.mark().display()
+    ));
+    let out = env
+        .colloc()
+        .args(["--solo-baseline", "--solo-window", "1500ms", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rep = env.report();
+    let solo = run(&rep, "cold")["solo_throughput"].as_f64();
+    assert!(
+        solo.is_some_and(|s| close(s, 80.0, 0.05)),
+        "solo {solo:?}\n{stdout}\n{stderr}"
+    );
+    // The window ending is the plan, not a time-out.
+    assert!(!stderr.contains("cold: timed out"), "{stderr}");
+    // 2 s of start-up, then the 1.5 s window; the run itself would go on for 30 s.
+    let cal = &rep["calibrations"][0];
+    let wall = cal["wall_s"].as_f64().unwrap();
+    assert!((3.3..10.0).contains(&wall), "{cal}");
+}
+
 /// The mark dir a manifest written by [`Env::manifest`] names in its RATE_DIR.
 fn env_mark_of(manifest: &std::path::Path) -> String {
     manifest

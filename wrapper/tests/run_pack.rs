@@ -398,3 +398,30 @@ fn a_closed_stdout_and_stderr_do_not_abort_the_pack() {
     let rep = env.report();
     assert_eq!(rep["runs"].as_array().unwrap().len(), 3);
 }
+
+/// tqdm-style output (cursor moves, colours, carriage returns) reaches neither a piped
+/// live view nor the scanner as escapes: the view shows text, the rate is still read.
+#[test]
+fn terminal_escapes_stay_out_of_a_piped_live_view() {
+    let env = Env::new();
+    let m = env.manifest(
+        "[[run]]\nname = 'bar'\ncommand = ['sh', '-c', 'for i in 1 2 3 4 5; do printf \"\\033[A\\033[2K\\033[32m%s%%|##|\\033[0m img/s=40\\r\" $i; sleep 0.1; done; printf \"\\033]0;title\\007done\\n\"']\n",
+    );
+    let out = env.colloc().arg("-f").arg(&m).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(!stdout.contains('\u{1b}'), "{stdout:?}");
+    assert!(stdout.contains("[bar] done"), "{stdout}");
+    let rep = env.report();
+    let run = rep["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "bar")
+        .unwrap();
+    assert_eq!(run["throughput"]["unit"], "img/s", "{run}");
+    assert!(
+        run["throughput"]["samples"].as_array().unwrap().len() >= 2,
+        "{run}"
+    );
+}

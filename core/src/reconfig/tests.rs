@@ -173,6 +173,8 @@ impl GpuControl for MemGpus {
 }
 
 fn cfg(dir: &Path) -> Config {
+    // The job's user passes through it to run_dir's MPS directories.
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     Config {
         state_dir: dir.join("state"),
         run_dir: dir.join("run"),
@@ -875,4 +877,165 @@ fn restore_all_goes_by_file_and_moves_unusable_journals_aside() {
     // Cleared: the next restore has nothing to do, and the GPUs can be used again.
     assert_eq!(restore_all(&c, Some(&g)).unwrap(), RestoreReport::default());
     env_of(&prolog(&c, &g, &spec(51, &[0], "mig:1g")).unwrap());
+}
+
+/// The stand-in MPS control program of tests/fake-mps (a daemon that really runs).
+fn fake_mps(dir: &Path) -> Config {
+    let prog =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
+    Config {
+        mps_control: std::fs::canonicalize(prog).unwrap().display().to_string(),
+        ..cfg(dir)
+    }
+}
+
+fn daemons_of(j: &Journal) -> Vec<crate::sys::PidHandle> {
+    j.mps
+        .iter()
+        .flat_map(|d| mps::daemon_processes(d, j.uid))
+        .collect()
+}
+
+#[test]
+fn under_contain_the_extern_step_starts_the_daemons_where_it_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = fake_mps(tmp.path());
+    let g = MemGpus::a100s(2);
+    let out = prolog_with(&c, &g, &user_spec(50, &[0, 1], "mps"), MpsStart::ExternStep).unwrap();
+    let env = env_of(&out);
+    let pipe = std::path::PathBuf::from(&env["CUDA_MPS_PIPE_DIRECTORY"]);
+    assert!(pipe.is_dir(), "the prolog makes the directories");
+    let j = journal::load(&c, 50).unwrap().unwrap();
+    assert_eq!((j.mps_start, j.mps_mount_ns), (MpsStart::ExternStep, None));
+    assert!(daemons_of(&j).is_empty(), "the prolog started a daemon");
+    // A task before the extern step ran (no Contain after all): refused, naming it.
+    let own = container::own_mount_ns().unwrap();
+    let e = mps_reachable(&j, own).unwrap_err();
+    assert!(
+        e.contains("the job's MPS daemons were not started") && e.contains("PrologFlags=Contain"),
+        "{e}"
+    );
+    // The extern step: no job container here, so its own namespace.
+    let r = start_mps_in_extern_step(&c, 50, &SlurmFacts::default()).unwrap();
+    assert_eq!(
+        r,
+        ExternStart::Started {
+            daemons: 2,
+            mount_ns: own,
+            holder: None,
+            in_step_cgroup: false
+        }
+    );
+    let j = journal::load(&c, 50).unwrap().unwrap();
+    assert_eq!(j.mps_mount_ns, Some(own));
+    assert_eq!(j.phase, Phase::Applied);
+    mps_reachable(&j, own).unwrap();
+    let e = mps_reachable(&j, own + 1).unwrap_err();
+    assert!(
+        e.contains("run in another mount namespace than its tasks")
+            && e.contains("JobContainerType=job_container/tmpfs"),
+        "{e}"
+    );
+    let running = daemons_of(&j);
+    assert_eq!(running.len(), 2, "one daemon per GPU");
+    // Another task_post_fork of the extern step (or a late one) starts nothing more.
+    assert_eq!(
+        start_mps_in_extern_step(&c, 50, &SlurmFacts::default()).unwrap(),
+        ExternStart::Nothing
+    );
+    assert_eq!(daemons_of(&j).len(), 2);
+    // The epilog stops them (they quit when asked) and removes their directories.
+    let r = restore(&c, None, 50).unwrap();
+    assert_eq!(r.mps_stopped, 2);
+    assert!(r.killed.is_empty(), "killed {:?}", r.killed);
+    assert!(running.iter().all(crate::sys::PidHandle::gone));
+    assert!(!tmp.path().join("run/job-50").exists());
+    // Nothing to do for a job without a journal, or one of another mode.
+    assert_eq!(
+        start_mps_in_extern_step(&c, 50, &SlurmFacts::default()).unwrap(),
+        ExternStart::Nothing
+    );
+    env_of(&prolog_with(&c, &g, &user_spec(51, &[0], "naive"), MpsStart::ExternStep).unwrap());
+    assert_eq!(
+        start_mps_in_extern_step(&c, 51, &SlurmFacts::default()).unwrap(),
+        ExternStart::Nothing
+    );
+    restore(&c, None, 51).unwrap();
+}
+
+#[test]
+fn a_failed_start_in_the_extern_step_refuses_the_job_never_the_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = tmp.path().join("nvidia-cuda-mps-control");
+    std::fs::write(
+        &prog,
+        "#!/bin/sh\nif [ \"$1\" = -d ]; then echo 'cannot start: quota' >&2; exit 1; fi\n\
+         cat >/dev/null\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let c = Config {
+        mps_control: prog.display().to_string(),
+        ..cfg(tmp.path())
+    };
+    let g = MemGpus::a100s(1);
+    env_of(&prolog_with(&c, &g, &user_spec(52, &[0], "mps"), MpsStart::ExternStep).unwrap());
+    let ExternStart::Refused(why) =
+        start_mps_in_extern_step(&c, 52, &SlurmFacts::default()).unwrap()
+    else {
+        panic!("not refused");
+    };
+    assert!(
+        why.contains("the MPS daemon did not start") && why.contains("cannot start: quota"),
+        "{why}"
+    );
+    let j = journal::load(&c, 52).unwrap().unwrap();
+    assert_eq!(j.phase, Phase::Refused, "the tasks are told why");
+    assert_eq!(j.refused.as_deref(), Some(why.as_str()));
+    // The job container's namespace is not there: refused, naming where colloc looked.
+    let c2 = quiet_control(tmp.path());
+    env_of(&prolog_with(&c2, &g, &user_spec(53, &[0], "mps"), MpsStart::ExternStep).unwrap());
+    let facts = SlurmFacts {
+        slurm_conf: "/etc/slurm/slurm.conf".into(),
+        contain: true,
+        tmpfs_container: true,
+        base_paths: vec![tmp.path().join("containers")],
+        ..SlurmFacts::default()
+    };
+    let ExternStart::Refused(why) = start_mps_in_extern_step(&c2, 53, &facts).unwrap() else {
+        panic!("not refused");
+    };
+    assert!(
+        why.contains(&format!(
+            "job 53's container namespace ({}/[<node>/]53/.ns) was not found",
+            tmp.path().join("containers").display()
+        )) && why.contains("(JobContainerType=job_container/tmpfs in /etc/slurm/slurm.conf"),
+        "{why}"
+    );
+    // The epilogs clear both.
+    for job in [52, 53] {
+        restore(&c2, None, job).unwrap();
+        assert!(journal::load(&c2, job).unwrap().is_none());
+        assert!(!tmp.path().join(format!("run/job-{job}")).exists());
+    }
+}
+
+#[test]
+fn the_epilog_stops_daemons_an_extern_step_started_but_never_recorded() {
+    // The extern step killed after the daemons started, before it wrote the journal.
+    let tmp = tempfile::tempdir().unwrap();
+    let c = fake_mps(tmp.path());
+    let g = MemGpus::a100s(1);
+    env_of(&prolog_with(&c, &g, &user_spec(54, &[0], "mps"), MpsStart::ExternStep).unwrap());
+    let j = journal::load(&c, 54).unwrap().unwrap();
+    let prog = PathBuf::from(&c.mps_control);
+    let deadline = Instant::now() + mps::START_TIME;
+    mps::start_daemon(&prog, &j.mps[0], Some((j.uid, j.gid)), deadline).unwrap();
+    let running = daemons_of(&j);
+    assert_eq!(running.len(), 1);
+    assert_eq!(journal::load(&c, 54).unwrap().unwrap().mps_mount_ns, None);
+    let r = restore(&c, None, 54).unwrap();
+    assert_eq!(r.mps_stopped, 1);
+    assert!(running.iter().all(crate::sys::PidHandle::gone));
+    assert!(!tmp.path().join("run/job-54").exists());
 }

@@ -162,6 +162,7 @@ pub struct ClusterSpec {
     models: Option<String>,
     profile: Profile,
     spank_extra: Vec<String>,
+    prolog_flags: Option<String>,
 }
 
 impl ClusterSpec {
@@ -174,7 +175,20 @@ impl ClusterSpec {
             models: None,
             profile: Profile::from_env(),
             spank_extra: Vec::new(),
+            prolog_flags: None,
         }
+    }
+
+    /// The profile this spec starts.
+    pub fn profile_of(&self) -> Profile {
+        self.profile
+    }
+
+    /// `PrologFlags` instead of the profile's (e.g. `Alloc,Contain,Serial`).
+    #[must_use]
+    pub fn prolog_flags(mut self, flags: &str) -> ClusterSpec {
+        self.prolog_flags = Some(flags.to_string());
+        self
     }
 
     /// One node's GPU models for the fake NVML (comma list, one per GPU).
@@ -313,7 +327,12 @@ impl Cluster {
             .models
             .clone()
             .unwrap_or_else(|| vec!["A100-40GB"; gpus as usize].join(","));
-        let out = run(cluster_sh()
+        let mut start = cluster_sh();
+        match &spec.prolog_flags {
+            Some(flags) => start.env("COLLOC_CLUSTER_PROLOG_FLAGS", flags),
+            None => start.env_remove("COLLOC_CLUSTER_PROLOG_FLAGS"),
+        };
+        let out = run(start
             .arg("start")
             .arg(dir.path())
             .args(["--nodes", &spec.nodes.to_string()])

@@ -5,9 +5,9 @@
 //! (CI runs this file under both `simple` and `production`).
 //!
 //! Facts asserted here hold on Slurm 22.05 as Debian 12 ships it; docs/slurm-callbacks.md
-//! has them as a table. Where a fact is a colloc defect that an issue describes (the MPS
-//! daemon outside the job's mount namespace: issue 17), the test says so: it will change
-//! when the issue is fixed.
+//! has them as a table. colloc's MPS daemons run in their job's mount namespace under both
+//! profiles (issue 17: under the production one they are started from the extern step,
+//! inside the job container).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -302,9 +302,9 @@ fn three_nodes_mps(c: &Cluster) {
 /// production profile each node's tasks have a namespace of their own with a private
 /// /dev/shm, hidden from the host and from other jobs.
 ///
-/// Under the production profile colloc fails this today (issue 17): the prolog starts the
-/// daemon in slurmd's namespace, before Slurm makes the job's. The test then reports
-/// itself ignored, naming the issue and what it saw; it fails on anything else.
+/// Under the production profile the prolog leaves the daemons to the job's extern step,
+/// which starts them inside the job container (issue 17); they are then also in the
+/// job's cgroups.
 fn mps_daemon_shares_the_jobs_namespace(c: &Cluster) {
     let (script, ready, go) = hold(
         c,
@@ -343,6 +343,12 @@ fn mps_daemon_shares_the_jobs_namespace(c: &Cluster) {
         let daemon_sees = PathBuf::from(format!("/proc/{daemon}/root{file}")).exists();
         let cgroup = std::fs::read_to_string(format!("/proc/{daemon}/cgroup")).unwrap();
         let charged = cgroup.contains(&format!("/job_{id}"));
+        if production {
+            assert!(
+                charged,
+                "{name}: daemon {daemon} not in job {id}'s cgroups: {cgroup}"
+            );
+        }
         println!(
             "  {name}: task in {task}, slurmd in {slurmd}, MPS daemon {daemon} in {daemon_ns} \
              (in the job's cgroup: {charged}); it sees the task's {file}: {daemon_sees}"
@@ -392,18 +398,6 @@ fn mps_daemon_shares_the_jobs_namespace(c: &Cluster) {
         .filter(|(_, d, t, _, sees)| d != t || !sees)
         .map(|(n, d, t, _, _)| format!("{n}: daemon in {d}, tasks in {t}"))
         .collect();
-    if production
-        && !apart.is_empty()
-        && seen
-            .iter()
-            .all(|(_, d, t, s, sees)| d == s && t != s && !sees)
-    {
-        colloc_slurm_tests::skip(&format!(
-            "issue 17: the prolog starts the MPS daemon in slurmd's mount namespace, the \
-             job's tasks get their own with a private /dev/shm ({})",
-            apart.join("; ")
-        ));
-    }
     assert!(apart.is_empty(), "MPS daemon and clients apart: {apart:?}");
 }
 

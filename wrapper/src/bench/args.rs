@@ -31,18 +31,44 @@ impl std::fmt::Display for GpuSel {
 #[command(after_help = "\
 The workload prints its throughput at intervals, e.g. `img/s=1234.5`, `100.0it/s`, timm's
 `Rate: N/s` (the same built-in patterns as colloc run; or --metric).
-colloc runs it alone, then N copies at once under each mode, and compares aggregate
-throughput over a window in which all copies run past --warmup. Each copy gets
-COLLOC_RUN_INDEX, COLLOC_RUN_NAME and CUDA_VISIBLE_DEVICES.
+colloc runs it once to warm up (discarded), then alone (solo), then N copies at once under
+each mode, and compares aggregate throughput over a window in which all copies run past
+--warmup. The solo run opens every round and closes the benchmark; --repeat R measures
+every configuration R times, every other round in reverse order, and each figure comes
+with its spread (mean ± 2 standard errors). Each copy gets COLLOC_RUN_INDEX,
+COLLOC_RUN_NAME and CUDA_VISIBLE_DEVICES.
 
-Example: colloc bench --counts 1,2,4 --duration 30s -- python train.py --model resnet26")]
+Examples:
+  colloc bench --repeat 2 --budget 30m -- python train.py --batch 128
+  colloc bench --reference 'python train.py --batch 896' -- python train.py --batch 128
+  colloc bench --compare old/bench.json new/bench.json")]
 pub struct BenchArgs {
     /// Modes to try, comma-separated: naive, mps, mig.
     #[arg(long, default_value = "naive,mps,mig", value_name = "LIST")]
     modes: String,
-    /// Numbers of copies to run at once, comma-separated.
-    #[arg(long, default_value = "1,2,3,7", value_name = "LIST")]
+    /// Numbers of copies to run at once: `auto` (grow 2, 4, 7, 10, 14, ... while the
+    /// aggregate rises by more than the noise and the copies fit), or a comma-separated
+    /// list.
+    #[arg(long, default_value = "auto", value_name = "auto|LIST")]
     counts: String,
+    /// Measure every configuration this many times (round-robin, every other round in
+    /// reverse order).
+    #[arg(long, default_value = "1", value_name = "R")]
+    repeat: String,
+    /// A command that saturates the GPU in one process (e.g. the same training at 7x the
+    /// batch), measured in the same call as a yardstick that does not move with the
+    /// host; every configuration is also given as a fraction of it. One string, split as
+    /// a shell would.
+    #[arg(long, value_name = "CMD")]
+    reference: Option<String>,
+    /// Plan the configurations to fit this much wall time (e.g. 20m); what does not fit
+    /// is skipped and named.
+    #[arg(long, value_name = "TIME")]
+    budget: Option<String>,
+    /// Compare with an earlier bench.json (after measuring), or two reports with each
+    /// other (OLD NEW, with no workload); comparisons across hosts are flagged.
+    #[arg(long, value_name = "FILE", num_args = 1..=2)]
+    compare: Vec<PathBuf>,
     /// Measured time per configuration after warm-up (e.g. 60s, 2m, 1h30m, 500ms).
     #[arg(long, default_value = "60s", value_name = "TIME")]
     duration: String,
@@ -65,7 +91,8 @@ pub struct BenchArgs {
     /// GPU to use: NVML index or GPU UUID (default: the first of CUDA_VISIBLE_DEVICES, else 0).
     #[arg(long, value_name = "GPU")]
     gpu: Option<String>,
-    /// Least aggregate gain over solo for collocation to count as paying.
+    /// Least aggregate gain over solo for collocation to count as paying (it must also
+    /// hold at the low end of the measured noise).
     #[arg(long, default_value = "1.1", value_name = "RATIO")]
     min_gain: String,
     /// The workload and its arguments.
@@ -95,13 +122,51 @@ impl BenchMode {
     }
 }
 
+/// Which counts to measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Counts {
+    /// Grow until the aggregate stops rising ([`super::plan::auto_counts`]).
+    Auto,
+    /// These, ascending, without repeats.
+    List(Vec<usize>),
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Counts::Auto => f.write_str("auto"),
+            Counts::List(v) => {
+                let s: Vec<String> = v.iter().map(usize::to_string).collect();
+                f.write_str(&s.join(","))
+            }
+        }
+    }
+}
+
+/// What `colloc bench` was asked to do.
+#[derive(Debug, Clone)]
+pub enum Task {
+    /// Measure (and compare with an earlier report, where given).
+    Measure(Box<Spec>),
+    /// Compare two reports (old, new) without measuring.
+    Compare(PathBuf, PathBuf),
+}
+
 /// Checked arguments.
 #[derive(Debug, Clone)]
 pub struct Spec {
     /// Modes, in the order given, without repeats.
     pub modes: Vec<BenchMode>,
-    /// Counts, ascending, without repeats.
-    pub counts: Vec<usize>,
+    /// Counts.
+    pub counts: Counts,
+    /// Measurements of each configuration.
+    pub repeat: u32,
+    /// The yardstick command.
+    pub reference: Option<Vec<String>>,
+    /// Wall time to plan for.
+    pub budget: Option<Duration>,
+    /// An earlier report to compare with.
+    pub compare: Option<PathBuf>,
     /// Measured time per configuration.
     pub duration: Duration,
     /// Warm-up.
@@ -123,19 +188,44 @@ pub struct Spec {
 /// Most copies colloc bench runs at once.
 pub const MAX_COUNT: usize = 64;
 
-impl Spec {
+/// Most measurements of one configuration.
+pub const MAX_REPEAT: u32 = 20;
+
+impl Task {
     /// Check the arguments.
     ///
     /// # Errors
     /// One line per mistake, as bad input.
-    pub fn from_args(a: BenchArgs) -> anyhow::Result<Spec> {
+    pub fn from_args(a: BenchArgs) -> anyhow::Result<Task> {
         if a.cmd.is_empty() {
+            return match <[PathBuf; 2]>::try_from(a.compare) {
+                Ok([old, new]) => Ok(Task::Compare(old, new)),
+                Err(_) => Err(bad_input(
+                    "colloc bench needs a workload: colloc bench [OPTIONS] -- CMD [ARGS...] \
+                     (or two reports to compare: colloc bench --compare OLD.json NEW.json)",
+                )),
+            };
+        }
+        if a.compare.len() > 1 {
             return Err(bad_input(
-                "colloc bench needs a workload: colloc bench [OPTIONS] -- CMD [ARGS...]",
+                "--compare takes one earlier report when a workload is given (two only without one)",
             ));
         }
         let modes = parse_modes(&a.modes).map_err(bad_input)?;
         let counts = parse_counts(&a.counts).map_err(bad_input)?;
+        let repeat = parse_repeat(&a.repeat).map_err(bad_input)?;
+        let reference = a
+            .reference
+            .as_deref()
+            .map(parse_reference)
+            .transpose()
+            .map_err(bad_input)?;
+        let budget = a
+            .budget
+            .as_deref()
+            .map(|b| duration::parse(b, false))
+            .transpose()
+            .map_err(|e| bad_input(format!("--budget: {e}")))?;
         let duration = duration::parse(&a.duration, false)
             .map_err(|e| bad_input(format!("--duration: {e}")))?;
         let warmup =
@@ -170,9 +260,13 @@ impl Spec {
                 .and_then(|v| v.split(',').next().and_then(parse_gpu))
                 .unwrap_or(GpuSel::Index(0)),
         };
-        Ok(Spec {
+        Ok(Task::Measure(Box::new(Spec {
             modes,
             counts,
+            repeat,
+            reference,
+            budget,
+            compare: a.compare.into_iter().next(),
             duration,
             warmup,
             startup_timeout,
@@ -181,7 +275,29 @@ impl Spec {
             gpu,
             min_gain,
             cmd: a.cmd,
-        })
+        })))
+    }
+}
+
+/// `--repeat`: 1 to [`MAX_REPEAT`].
+pub fn parse_repeat(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(r) if (1..=MAX_REPEAT).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "--repeat: expected a whole number from 1 to {MAX_REPEAT}, got {s:?}"
+        )),
+    }
+}
+
+/// `--reference 'CMD ARGS'`: split as a shell would (quotes, backslashes), nothing
+/// expanded.
+pub fn parse_reference(s: &str) -> Result<Vec<String>, String> {
+    match shlex::split(s) {
+        Some(v) if !v.is_empty() => Ok(v),
+        Some(_) => Err("--reference: the command is empty; give it as one string, e.g. --reference 'python train.py --batch 896'".into()),
+        None => Err(format!(
+            "--reference: {s:?} has an unclosed quote or a trailing backslash; give the command as one string, e.g. --reference 'python train.py --batch 896'"
+        )),
     }
 }
 
@@ -214,14 +330,17 @@ pub fn parse_modes(s: &str) -> Result<Vec<BenchMode>, String> {
     Ok(out)
 }
 
-/// `1,2,3,7`: positive, at most [`MAX_COUNT`]; returned sorted and without repeats.
-pub fn parse_counts(s: &str) -> Result<Vec<usize>, String> {
+/// `auto`, or `1,2,3,7`: positive, at most [`MAX_COUNT`]; a list is returned sorted and
+/// without repeats.
+pub fn parse_counts(s: &str) -> Result<Counts, String> {
+    if s.trim() == "auto" {
+        return Ok(Counts::Auto);
+    }
     let mut out = Vec::new();
     for part in s.split(',') {
-        let n: usize = part
-            .trim()
-            .parse()
-            .map_err(|_| format!("--counts: {part:?} is not a number; write e.g. 1,2,3,7"))?;
+        let n: usize = part.trim().parse().map_err(|_| {
+            format!("--counts: {part:?} is not a number; write auto, or a list such as 1,2,4,7")
+        })?;
         if n == 0 || n > MAX_COUNT {
             return Err(format!(
                 "--counts: {n} is out of range; each count must be 1 to {MAX_COUNT}"
@@ -231,7 +350,7 @@ pub fn parse_counts(s: &str) -> Result<Vec<usize>, String> {
     }
     out.sort_unstable();
     out.dedup();
-    Ok(out)
+    Ok(Counts::List(out))
 }
 
 #[cfg(test)]
@@ -249,7 +368,26 @@ mod tests {
 
     #[test]
     fn counts_and_modes() {
-        assert_eq!(parse_counts("7,1, 3,3").unwrap(), vec![1, 3, 7]);
+        assert_eq!(
+            parse_counts("7,1, 3,3").unwrap(),
+            Counts::List(vec![1, 3, 7])
+        );
+        assert_eq!(parse_counts(" auto").unwrap(), Counts::Auto);
+        assert_eq!(Counts::List(vec![1, 2]).to_string(), "1,2");
+        assert!(parse_counts("automatic")
+            .unwrap_err()
+            .contains("write auto"));
+        assert_eq!(parse_repeat("2"), Ok(2));
+        assert!(parse_repeat("0").unwrap_err().contains("1 to 20"));
+        assert!(parse_repeat("x").is_err());
+        assert_eq!(
+            parse_reference("python 't.py' --batch \"8 96\"").unwrap(),
+            ["python", "t.py", "--batch", "8 96"]
+        );
+        assert!(parse_reference("  ").unwrap_err().contains("empty"));
+        assert!(parse_reference("python 'x")
+            .unwrap_err()
+            .contains("unclosed"));
         assert!(parse_counts("0").unwrap_err().contains("1 to 64"));
         assert!(parse_counts("1,,2").unwrap_err().contains("not a number"));
         assert_eq!(

@@ -22,6 +22,7 @@ pub mod scan;
 pub mod signals;
 pub mod supervisor;
 pub mod sys;
+pub mod text;
 pub mod throughput;
 pub mod window;
 

@@ -191,6 +191,8 @@ struct Running {
     left: u32,
     escaped: Vec<(u32, String)>,
     deadline: Option<Instant>,
+    /// The deadline is the end of a measuring window the driver set, not a time limit.
+    window_end: bool,
     term_at: Option<Instant>,
     killed: bool,
     timed_out: bool,
@@ -225,6 +227,16 @@ impl Ctl<'_> {
     /// Seconds on the engine's clock.
     pub fn now(&self) -> f64 {
         self.clock.now()
+    }
+
+    /// End a running attempt `after` from now (SIGTERM, then SIGKILL after the grace
+    /// period), as the planned end of a measuring window rather than a time-out: its
+    /// state is the driver's to decide. Does nothing to an attempt already stopping.
+    pub fn end_after(&mut self, id: AttemptId, after: Duration) {
+        if let Some(r) = self.running.get_mut(&id).filter(|r| r.term_at.is_none()) {
+            r.deadline = Some(Instant::now() + after);
+            r.window_end = true;
+        }
     }
 
     /// Is the engine stopping?
@@ -420,6 +432,7 @@ impl<'a> Engine<'a> {
         };
         let mut r = Running {
             deadline: job.timeout.map(|t| Instant::now() + t),
+            window_end: false,
             job,
             slot,
             start,
@@ -643,7 +656,11 @@ impl<'a> Engine<'a> {
             return;
         }
         if r.term_at.is_none() && r.deadline.is_some_and(|d| now >= d) {
-            log::warn!("{}: timed out; sending SIGTERM", r.job.label);
+            if r.window_end {
+                log::info!("{}: its window is over; sending SIGTERM", r.job.label);
+            } else {
+                log::warn!("{}: timed out; sending SIGTERM", r.job.label);
+            }
             r.timed_out = true;
             r.term_at = Some(now);
             self.launcher.send(r.slot, id, Cmd::Signal(libc::SIGTERM));
@@ -761,7 +778,11 @@ fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock: &Clock) {
     if raw.is_empty() {
         return;
     }
-    let text = String::from_utf8_lossy(raw);
+    let raw_text = String::from_utf8_lossy(raw);
+    let text = super::text::plain(&raw_text, false);
+    if text.trim().is_empty() {
+        return;
+    }
     r.seen.lines += 1;
     let scanner = Arc::clone(&r.job.scanner);
     let facts = scanner.scan(&text);
@@ -790,12 +811,17 @@ fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock: &Clock) {
             }
             r.last_cr = Some(now);
         }
+        let shown = if super::text::colour_ok() {
+            super::text::plain(&raw_text, true)
+        } else {
+            std::borrow::Cow::Borrowed(text.as_ref())
+        };
         let mut out = io::stdout().lock();
         let _ = out
             .write_all(b"[")
             .and_then(|_| out.write_all(r.job.label.as_bytes()))
             .and_then(|_| out.write_all(b"] "))
-            .and_then(|_| out.write_all(text.as_bytes()))
+            .and_then(|_| out.write_all(shown.as_bytes()))
             .and_then(|_| out.write_all(b"\n"));
     }
 }

@@ -109,6 +109,20 @@ impl Measured {
         let len = self.window.len();
         self.work.iter().map(|s| s / len).collect()
     }
+
+    /// Aggregate throughput in each of `k` equal parts of the window (batch means, for
+    /// the noise of the measurement): the copies' summed work in the part over its
+    /// length. `copies` are the samples the window was measured from.
+    pub fn blocks(&self, copies: &[Vec<Sample>], k: usize) -> Vec<f64> {
+        let len = self.window.len() / k.max(1) as f64;
+        (0..k)
+            .map(|i| {
+                let from = self.window.start + len * i as f64;
+                let to = from + len;
+                copies.iter().map(|s| integrate(s, from, to)).sum::<f64>() / len
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -136,11 +150,27 @@ mod tests {
                 end: 14.0
             }
         );
-        let t = Measured::over(&[a, b], 2.0, 1.0).unwrap();
+        let t = Measured::over(&[a.clone(), b.clone()], 2.0, 1.0).unwrap();
         assert!((t.work[0] - 700.0).abs() < 1e-9);
         assert!((t.work[1] - 350.0).abs() < 1e-9);
         assert!((t.aggregate() - 150.0).abs() < 1e-9);
         assert_eq!(t.per_copy(), vec![100.0, 50.0]);
+        let b = t.blocks(&[a, b], 7);
+        assert_eq!(b.len(), 7);
+        assert!(b.iter().all(|v| (v - 150.0).abs() < 1e-9), "{b:?}");
+    }
+
+    #[test]
+    fn blocks_follow_a_rate_that_changes_inside_the_window() {
+        // 100/s until t = 5, then 200/s; window (0, 10]
+        let s: Vec<Sample> = (0..=10)
+            .map(|k| Sample {
+                t: f64::from(k),
+                rate: if k <= 5 { 100.0 } else { 200.0 },
+            })
+            .collect();
+        let m = Measured::over(std::slice::from_ref(&s), 0.0, 1.0).unwrap();
+        assert_eq!(m.blocks(&[s], 2), vec![100.0, 200.0]);
     }
 
     #[test]

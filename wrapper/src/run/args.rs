@@ -68,7 +68,7 @@ pub struct RunArgs {
     /// --solo-window to measure its solo throughput, within --solo-budget.
     #[arg(long, conflicts_with = "baseline")]
     pub solo_baseline: bool,
-    /// Length of each --solo-baseline measurement.
+    /// Length of each --solo-baseline measurement, from the command's first throughput line.
     #[arg(long, value_name = "DUR", default_value = "60s")]
     pub solo_window: String,
     /// Most time all --solo-baseline measurements together may take.

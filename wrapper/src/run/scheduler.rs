@@ -379,9 +379,14 @@ impl<'a> Common<'a> {
     }
 }
 
+/// How long a `--solo-baseline` measurement may take to print its first throughput line
+/// (CUDA start-up, an MPS server's first client, autotuning: over a minute seen on a cold
+/// H200); its window begins at that line, since start-up does no work.
+pub const SOLO_STARTUP: Duration = Duration::from_secs(180);
+
 /// `--solo-baseline`: each distinct command (a sweep point) alone on slot 0, for the
-/// solo window each, until the budget is spent. Runs with the same command, environment
-/// and working directory share one measurement.
+/// solo window each, counted from its first throughput line, until the budget is spent.
+/// Runs with the same command, environment and working directory share one measurement.
 pub struct Calibrate<'a> {
     common: Common<'a>,
     queue: VecDeque<usize>,
@@ -389,6 +394,8 @@ pub struct Calibrate<'a> {
     budget: Duration,
     started: Instant,
     quiet: bool,
+    /// Attempts whose window has begun (their first throughput line was read).
+    windowed: HashSet<AttemptId>,
     /// Distinct commands and how many were measured.
     pub total: usize,
     /// Measured so far (this session).
@@ -428,6 +435,7 @@ impl<'a> Calibrate<'a> {
             budget: opts.solo_budget,
             started: Instant::now(),
             quiet: opts.quiet,
+            windowed: HashSet::new(),
             total,
             measured: 0,
             logs,
@@ -451,13 +459,14 @@ impl Driver for Calibrate<'_> {
         }
         let idx = self.queue.pop_front()?;
         let window = self.window.min(left);
+        let limit = (self.window + SOLO_STARTUP).min(left);
         let name = &self.common.specs[idx].name;
         if let Err(e) = std::fs::create_dir_all(&self.logs) {
             log::warn!("cannot create {}: {e}", self.logs.display());
         }
         if !self.quiet {
             outln!(
-                "colloc: measuring {name} alone for up to {} ({} of {} distinct commands)",
+                "colloc: measuring {name} alone for up to {} from its first throughput line ({} of {} distinct commands)",
                 duration::show(window),
                 self.total - self.queue.len(),
                 self.total
@@ -468,7 +477,7 @@ impl Driver for Calibrate<'_> {
             idx,
             attempt,
             self.logs.join(format!("{name}.log")),
-            Some(window),
+            Some(limit),
         ))
     }
 
@@ -488,8 +497,9 @@ impl Driver for Calibrate<'_> {
             self.common.node_health(&f);
         }
         let name = e.job.label.clone();
+        self.windowed.remove(&e.id);
         match (stats.rate(), unit) {
-            (Some(rate), Some(unit)) if stats.count >= 2 => {
+            (Some(rate), Some(unit)) if stats.count >= 2 && e.state == State::Succeeded => {
                 let key = self.common.rec.fold().identities()[e.job.run].solo_key();
                 let ev = Event::Solo {
                     ts: self.common.rec.now(),
@@ -515,6 +525,22 @@ impl Driver for Calibrate<'_> {
     }
 
     fn tick(&mut self, ctl: &mut Ctl<'_>) {
+        // A measurement's window begins at its first throughput line.
+        let now = ctl.now();
+        let budget_left = self.budget.saturating_sub(self.started.elapsed());
+        let begun: Vec<(AttemptId, Duration)> = ctl
+            .running()
+            .filter(|v| !self.windowed.contains(&v.id))
+            .filter_map(|v| {
+                let first = v.seen.series.stats.first_t?;
+                let since = Duration::from_secs_f64((now - first).max(0.0));
+                Some((v.id, self.window.saturating_sub(since).min(budget_left)))
+            })
+            .collect();
+        for (id, rest) in begun {
+            ctl.end_after(id, rest);
+            self.windowed.insert(id);
+        }
         self.common.progress(ctl);
     }
 

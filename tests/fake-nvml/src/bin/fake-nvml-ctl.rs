@@ -172,8 +172,10 @@ fn main() -> ExitCode {
     let path = cli.state.clone().unwrap_or_else(store::state_path);
     match run(cli.cmd, &path) {
         Ok(out) => {
+            // A reader that went away (`| head`) is not an error of ours.
+            use std::io::Write;
             if !out.is_empty() {
-                println!("{out}");
+                let _ = writeln!(std::io::stdout().lock(), "{out}");
             }
             ExitCode::SUCCESS
         }

@@ -1,0 +1,313 @@
+//! What colloc needs to know of the node's Slurm configuration: whether jobs have an
+//! extern step (`PrologFlags=Contain`), and whether they run in a job container
+//! (`JobContainerType=job_container/tmpfs`) and where it keeps its files (`BasePath` in
+//! `job_container.conf` next to `slurm.conf`).
+//!
+//! Why it matters (docs/slurm-callbacks.md): under `job_container/tmpfs` each job gets a
+//! private `/tmp` and `/dev/shm`, made after the prolog. An MPS daemon the prolog started
+//! does not share the job's `/dev/shm`, so colloc starts the job's daemons from the extern
+//! step instead, inside the job's namespace; and colloc's own files must not lie where a
+//! job cannot see them (`/tmp`, `/dev/shm`, `BasePath`).
+//!
+//! `slurm.conf` is `$SLURM_CONF` (slurmd passes it on to the prolog and to slurmstepd,
+//! also in configless mode), else `/etc/slurm/slurm.conf`. Only a file root can trust is
+//! read (root's, writable by no one else), with a size cap; `Include` lines are followed
+//! (absolute, or relative to `slurm.conf`'s folder; four levels deep at most). Keys are
+//! case-insensitive, as Slurm reads them.
+
+use std::path::{Path, PathBuf};
+
+use crate::fs::FsError;
+
+/// Where `slurm.conf` is unless `SLURM_CONF` says otherwise.
+pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
+/// The job container plugin that makes `/tmp` and `/dev/shm` private to each job.
+pub const TMPFS_PLUGIN: &str = "job_container/tmpfs";
+/// Largest Slurm configuration file read.
+const CONF_LIMIT: u64 = 16 << 20;
+/// Deepest chain of `Include` lines followed.
+const INCLUDE_DEPTH: u32 = 4;
+
+/// The facts colloc uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlurmFacts {
+    /// The `slurm.conf` read.
+    pub slurm_conf: PathBuf,
+    /// `PrologFlags` has `Contain`: each job has an extern step on each of its nodes.
+    pub contain: bool,
+    /// `PrologFlags` has `Serial`: prologs and epilogs of a node run one at a time.
+    pub serial: bool,
+    /// `JobContainerType=job_container/tmpfs`: each job has a private `/tmp` and
+    /// `/dev/shm`.
+    pub tmpfs_container: bool,
+    /// The `BasePath`s of `job_container.conf` (the global one and those of `NodeName`
+    /// lines); empty without a job container or without the file.
+    pub base_paths: Vec<PathBuf>,
+}
+
+/// Why the Slurm configuration could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmConfError {
+    /// A file could not be read or is not one root can trust.
+    #[error("{0}")]
+    Read(#[from] FsError),
+    /// An `Include` chain deeper than colloc follows (or a loop).
+    #[error("{path}: Include lines nested more than {INCLUDE_DEPTH} deep")]
+    TooDeep {
+        /// The file with the Include too many.
+        path: PathBuf,
+    },
+}
+
+impl SlurmFacts {
+    /// The `slurm.conf` of this node: `$SLURM_CONF`, else [`DEFAULT_SLURM_CONF`].
+    pub fn conf_path() -> PathBuf {
+        match std::env::var_os("SLURM_CONF") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => PathBuf::from(DEFAULT_SLURM_CONF),
+        }
+    }
+
+    /// Read the facts of the node's `slurm.conf` ([`SlurmFacts::conf_path`]); `Ok(None)`
+    /// where there is no such file (a host without Slurm's configuration).
+    ///
+    /// # Errors
+    /// [`SlurmConfError`]: unreadable, not root's alone, or Includes too deep.
+    pub fn of_node() -> Result<Option<SlurmFacts>, SlurmConfError> {
+        let path = SlurmFacts::conf_path();
+        match SlurmFacts::load(&path) {
+            Err(SlurmConfError::Read(e)) if e.is_not_found() => Ok(None),
+            r => r.map(Some),
+        }
+    }
+
+    /// Read the facts of the `slurm.conf` at `path` and of the `job_container.conf`
+    /// beside it.
+    ///
+    /// # Errors
+    /// [`SlurmConfError`].
+    pub fn load(path: &Path) -> Result<SlurmFacts, SlurmConfError> {
+        let mut pairs = Vec::new();
+        read_conf(path, 0, &mut pairs)?;
+        let mut facts = SlurmFacts::from_pairs(&pairs);
+        facts.slurm_conf = path.to_path_buf();
+        if facts.tmpfs_container {
+            let jc = path.with_file_name("job_container.conf");
+            match crate::fs::open_trusted_file(&jc) {
+                Ok(f) => {
+                    let bytes = crate::fs::read_file_capped(f, &jc, CONF_LIMIT)?;
+                    facts.base_paths = base_paths(&String::from_utf8_lossy(&bytes));
+                }
+                // No job_container.conf: Slurm then refuses to start the plugin; nothing
+                // to say about BasePath.
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(facts)
+    }
+
+    /// The facts of `key=value` pairs (keys in any case), as [`parse_pairs`] gives them.
+    pub fn from_pairs(pairs: &[(String, String)]) -> SlurmFacts {
+        let mut facts = SlurmFacts::default();
+        for (k, v) in pairs {
+            match k.to_ascii_lowercase().as_str() {
+                "prologflags" => {
+                    let flags: Vec<String> = v
+                        .split(',')
+                        .map(|f| f.trim().to_ascii_lowercase())
+                        .collect();
+                    facts.contain = flags.iter().any(|f| f == "contain");
+                    facts.serial = flags.iter().any(|f| f == "serial");
+                }
+                "jobcontainertype" => {
+                    facts.tmpfs_container = v.trim().eq_ignore_ascii_case(TMPFS_PLUGIN);
+                }
+                _ => {}
+            }
+        }
+        facts
+    }
+
+    /// The directories a job container makes private to each job: `/tmp`, `/dev/shm`
+    /// and the container's `BasePath`s. Empty without `job_container/tmpfs`.
+    pub fn private_dirs(&self) -> Vec<PathBuf> {
+        if !self.tmpfs_container {
+            return Vec::new();
+        }
+        let mut dirs = vec![PathBuf::from("/tmp"), PathBuf::from("/dev/shm")];
+        dirs.extend(self.base_paths.iter().cloned());
+        dirs
+    }
+}
+
+/// Read `path` (and what it includes) into `pairs`.
+fn read_conf(
+    path: &Path,
+    depth: u32,
+    pairs: &mut Vec<(String, String)>,
+) -> Result<(), SlurmConfError> {
+    if depth > INCLUDE_DEPTH {
+        return Err(SlurmConfError::TooDeep {
+            path: path.to_path_buf(),
+        });
+    }
+    let f = crate::fs::open_trusted_file(path)?;
+    let bytes = crate::fs::read_file_capped(f, path, CONF_LIMIT)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let (found, includes) = parse_pairs(&text);
+    pairs.extend(found);
+    for inc in includes {
+        let inc = PathBuf::from(inc);
+        let inc = if inc.is_absolute() {
+            inc
+        } else {
+            path.parent().unwrap_or(Path::new("/")).join(inc)
+        };
+        match read_conf(&inc, depth + 1, pairs) {
+            // Slurm itself refuses a missing include; for colloc's questions the rest of
+            // the file still answers.
+            Err(SlurmConfError::Read(e)) if e.is_not_found() => {
+                log::debug!("{}: included file missing", inc.display());
+            }
+            r => r?,
+        }
+    }
+    Ok(())
+}
+
+/// The `Key=Value` words of a Slurm configuration text (comments removed; the first word
+/// of each line and the ones after it, as on `NodeName=` lines), and the files its
+/// `Include` lines name.
+pub fn parse_pairs(text: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let mut pairs = Vec::new();
+    let mut includes = Vec::new();
+    for line in text.lines() {
+        let line = strip_comment(line);
+        let mut words = line.split_whitespace().peekable();
+        if words
+            .peek()
+            .is_some_and(|w| w.eq_ignore_ascii_case("include"))
+        {
+            words.next();
+            includes.extend(words.next().map(str::to_string));
+            continue;
+        }
+        for w in words {
+            if let Some((k, v)) = w.split_once('=') {
+                pairs.push((k.to_string(), v.trim_matches('"').to_string()));
+            }
+        }
+    }
+    (pairs, includes)
+}
+
+/// A line without its comment: from the first `#` that is not escaped (`\#`).
+fn strip_comment(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'#' && (i == 0 || bytes[i - 1] != b'\\') {
+            return &line[..i];
+        }
+    }
+    line
+}
+
+/// The `BasePath` values of a `job_container.conf`, absolute ones only, without
+/// duplicates.
+pub fn base_paths(text: &str) -> Vec<PathBuf> {
+    let (pairs, _) = parse_pairs(text);
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (k, v) in pairs {
+        let p = PathBuf::from(v);
+        if k.eq_ignore_ascii_case("basepath") && p.is_absolute() && !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_comments_and_includes() {
+        let text = "# a comment\nSlurmctldHost=h(127.0.0.1) # trailing\n\
+                    prologflags=alloc,CONTAIN\nJobContainerType=job_container/tmpfs\n\
+                    NodeName=n1 CPUs=4 Gres=gpu:2\ninclude nodes.conf\nInclude /etc/x.conf\n\
+                    Comment=a\\#b\n";
+        let (pairs, includes) = parse_pairs(text);
+        assert_eq!(includes, vec!["nodes.conf", "/etc/x.conf"]);
+        assert!(pairs.contains(&("CPUs".into(), "4".into())));
+        assert!(pairs.contains(&("Comment".into(), "a\\#b".into())));
+        assert!(!pairs.iter().any(|(k, _)| k.contains('#')));
+        let f = SlurmFacts::from_pairs(&pairs);
+        assert!(f.contain && f.tmpfs_container && !f.serial);
+        assert_eq!(f.private_dirs().len(), 2);
+    }
+
+    #[test]
+    fn flags_and_plugins() {
+        let facts = |t: &str| SlurmFacts::from_pairs(&parse_pairs(t).0);
+        assert!(!facts("PrologFlags=Alloc\n").contain);
+        assert!(facts("PrologFlags=Alloc,Contain,Serial\n").serial);
+        assert!(!facts("PrologFlags=NoContain\n").contain);
+        assert!(!facts("JobContainerType=job_container/none\n").tmpfs_container);
+        assert!(facts("JOBCONTAINERTYPE=Job_Container/TMPFS\n").tmpfs_container);
+        assert!(facts("#JobContainerType=job_container/tmpfs\n")
+            .private_dirs()
+            .is_empty());
+    }
+
+    #[test]
+    fn base_paths_of_job_container_conf() {
+        let t = "AutoBasePath=true\nBasePath=/var/spool/jc\n\
+                 NodeName=gpu[01-04] BasePath=/local/jc\nNodeName=x BasePath=rel\n\
+                 BasePath=/var/spool/jc\n";
+        assert_eq!(
+            base_paths(t),
+            vec![PathBuf::from("/var/spool/jc"), PathBuf::from("/local/jc")]
+        );
+    }
+
+    #[test]
+    fn files_and_includes_are_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let conf = tmp.path().join("slurm.conf");
+        std::fs::write(
+            &conf,
+            "ClusterName=x\nInclude more.conf\nInclude missing.conf\n",
+        )
+        .unwrap();
+        std::fs::write(
+            tmp.path().join("more.conf"),
+            "PrologFlags=Alloc,Contain\nJobContainerType=job_container/tmpfs\n",
+        )
+        .unwrap();
+        std::fs::write(
+            tmp.path().join("job_container.conf"),
+            "AutoBasePath=true\nBasePath=/var/spool/jc\n",
+        )
+        .unwrap();
+        let f = SlurmFacts::load(&conf).unwrap();
+        assert!(f.contain && f.tmpfs_container);
+        assert_eq!(
+            f.private_dirs(),
+            vec![
+                PathBuf::from("/tmp"),
+                PathBuf::from("/dev/shm"),
+                PathBuf::from("/var/spool/jc")
+            ]
+        );
+        // An include loop ends with an error, not a hang.
+        std::fs::write(tmp.path().join("more.conf"), "Include more.conf\n").unwrap();
+        let e = SlurmFacts::load(&conf).unwrap_err().to_string();
+        assert!(e.contains("nested more than 4 deep"), "{e}");
+        // A file others may change is not read.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = SlurmFacts::load(&conf).unwrap_err().to_string();
+        assert!(e.contains("mode 0666"), "{e}");
+    }
+}

@@ -1,0 +1,250 @@
+//! What `colloc bench` measures, in which order, and what fits its time budget. No I/O
+//! here: every rule is unit-tested.
+//!
+//! - **Counts.** `--counts auto` grows the number of copies along [`AUTO_STEPS`] (2, 4,
+//!   7, 10, 14, …, then the mode's limit) while each step raises the aggregate by more
+//!   than the noise and by at least [`MIN_RISE`] ([`step_rises`]); one copy is the
+//!   solo run. MIG takes the counts of the GPU's largest equal layouts instead.
+//! - **Order.** Round 1 finds the configurations; rounds 2 to R measure the same ones
+//!   again, every other round in reverse, so a drift that runs through the benchmark
+//!   falls on every configuration alike ([`in_round_order`]). The solo run opens every
+//!   round and closes the benchmark.
+//! - **Budget.** With `--budget`, a configuration is started only when it and its
+//!   repeats still fit, with the closing solo run and the repeats already owed kept in
+//!   reserve ([`Budget`]). Costs are estimated from what was measured so far.
+
+use super::stats::{Obs, COVERAGE};
+
+/// The steps of `--counts auto` before a mode's limit.
+pub const AUTO_STEPS: [usize; 9] = [2, 4, 7, 10, 14, 20, 28, 40, 56];
+
+/// Least rise of the aggregate worth more copies: a step of `--counts auto` must raise
+/// it by this much (besides beating the noise) for the search to go on, and the
+/// recommendation takes fewer copies unless more give this much more
+/// ([`super::analysis::pick`]). More copies for less gain slow every run down for little.
+pub const MIN_RISE: f64 = 0.05;
+
+/// Most clients one MPS server serves per GPU (Volta and later).
+pub const MPS_MAX_CLIENTS: usize = 48;
+
+/// The counts `--counts auto` tries up to `limit`: [`AUTO_STEPS`] below it, then the
+/// limit itself.
+pub fn auto_counts(limit: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = AUTO_STEPS.iter().copied().filter(|&n| n < limit).collect();
+    if limit >= 2 {
+        out.push(limit);
+    }
+    out
+}
+
+/// The MIG counts of `--counts auto`: the number of instances of each largest equal
+/// layout (`mig:Xg` as many as fit), two or more, each count once, from
+/// `(slices, instances)` of the GPU's layouts.
+pub fn mig_auto_counts(layouts: &[(u32, usize)]) -> Vec<usize> {
+    let mut sorted = layouts.to_vec();
+    sorted.sort_by_key(|l| std::cmp::Reverse(l.0));
+    let mut out: Vec<usize> = Vec::new();
+    for (_, n) in sorted {
+        if n >= 2 && !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// One step of `--counts auto`: how much the aggregate rose and whether to go on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step {
+    /// Relative rise of the aggregate (0.1 = 10 %).
+    pub rise: f64,
+    /// Relative noise of that rise ([`COVERAGE`] standard errors of both measurements).
+    pub noise: f64,
+    /// Rose by more than the noise and by at least [`MIN_RISE`].
+    pub go_on: bool,
+}
+
+/// Did the aggregate rise from `prev` to `cur` by more than the noise of both and by at
+/// least [`MIN_RISE`]? Unknown noise counts as none.
+pub fn step_rises(prev: Obs, cur: Obs) -> Step {
+    if !(prev.value > 0.0 && cur.value.is_finite()) {
+        return Step {
+            rise: 0.0,
+            noise: 0.0,
+            go_on: false,
+        };
+    }
+    let rel = |o: Obs| o.se.filter(|s| s.is_finite()).unwrap_or(0.0) / o.value.abs().max(1e-300);
+    let rise = cur.value / prev.value - 1.0;
+    let noise = COVERAGE * (rel(prev).powi(2) + rel(cur).powi(2)).sqrt();
+    Step {
+        rise,
+        noise,
+        go_on: rise > noise && rise >= MIN_RISE,
+    }
+}
+
+/// Items of round `round` (1-based) in its order: as found in round 1 for odd rounds,
+/// reversed for even ones.
+pub fn in_round_order<T: Clone>(items: &[T], round: u32) -> Vec<T> {
+    let mut v = items.to_vec();
+    if round.is_multiple_of(2) {
+        v.reverse();
+    }
+    v
+}
+
+/// Extra margin on an estimated cost: start-up time varies.
+const MARGIN: f64 = 1.1;
+
+/// The time budget and the costs seen so far.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    /// Seconds allowed in all (`None`: no budget).
+    pub limit: Option<f64>,
+    /// Wall seconds of each measurement so far: (copies, seconds, configuration key).
+    seen: Vec<(usize, f64, String)>,
+    /// The warm-up run's wall seconds, with its measured time made up to a full one.
+    warmup: Option<f64>,
+}
+
+impl Budget {
+    /// A budget of `limit` seconds.
+    pub fn new(limit: Option<f64>) -> Budget {
+        Budget {
+            limit,
+            seen: Vec::new(),
+            warmup: None,
+        }
+    }
+
+    /// The warm-up run took `wall` seconds and measured `short` seconds less than a
+    /// configuration does.
+    pub fn saw_warmup(&mut self, wall: f64, short: f64) {
+        self.warmup = Some(wall + short.max(0.0));
+    }
+
+    /// A measurement of configuration `key` with `n` copies took `wall` seconds.
+    pub fn saw(&mut self, key: &str, n: usize, wall: f64) {
+        self.seen.push((n, wall, key.to_string()));
+    }
+
+    /// Estimated wall seconds of one measurement of `key` with `n` copies: its own last
+    /// one where there was one; else the longest seen with at most `n` copies (more
+    /// copies start no faster), else the warm-up's; with a margin.
+    pub fn estimate(&self, key: &str, n: usize) -> f64 {
+        let own = self.seen.iter().rev().find(|(_, _, k)| k == key);
+        let base = match own {
+            Some((_, w, _)) => *w,
+            None => self
+                .seen
+                .iter()
+                .filter(|(m, _, _)| *m <= n)
+                .map(|(_, w, _)| *w)
+                .fold(self.warmup.unwrap_or(0.0), f64::max),
+        };
+        base * MARGIN
+    }
+
+    /// Does work of `cost` seconds, started at `now` (seconds since the benchmark
+    /// began), fit with `reserve` seconds still owed after it?
+    pub fn fits(&self, now: f64, cost: f64, reserve: f64) -> bool {
+        self.limit.is_none_or(|l| now + cost + reserve <= l)
+    }
+
+    /// Seconds left at `now`.
+    pub fn left(&self, now: f64) -> Option<f64> {
+        self.limit.map(|l| (l - now).max(0.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_counts_grow_to_the_limit() {
+        assert_eq!(
+            auto_counts(MPS_MAX_CLIENTS),
+            [2, 4, 7, 10, 14, 20, 28, 40, 48]
+        );
+        assert_eq!(auto_counts(64), [2, 4, 7, 10, 14, 20, 28, 40, 56, 64]);
+        assert_eq!(auto_counts(7), [2, 4, 7]);
+        assert_eq!(auto_counts(3), [2, 3]);
+        assert!(auto_counts(1).is_empty());
+    }
+
+    #[test]
+    fn mig_counts_are_the_largest_equal_layouts() {
+        // H200: 7g x1, 4g x1, 3g x2, 2g x3, 1g x7
+        assert_eq!(
+            mig_auto_counts(&[(7, 1), (4, 1), (3, 2), (2, 3), (1, 7)]),
+            [2, 3, 7]
+        );
+        // A30: 4g x1, 2g x2, 1g x4
+        assert_eq!(mig_auto_counts(&[(4, 1), (2, 2), (1, 4)]), [2, 4]);
+    }
+
+    fn o(value: f64, se: f64) -> Obs {
+        Obs {
+            value,
+            se: Some(se),
+        }
+    }
+
+    #[test]
+    fn a_step_must_beat_the_noise_and_the_least_rise() {
+        let s = step_rises(o(100.0, 1.0), o(200.0, 2.0));
+        assert!(s.go_on && (s.rise - 1.0).abs() < 1e-12, "{s:?}");
+        // 4 % up with no noise: below the least rise.
+        assert!(!step_rises(o(100.0, 0.0), o(104.0, 0.0)).go_on);
+        // 8 % up, but 5 % noise on each: 2 x √(0.05² + 0.046²) ≈ 13.6 % > 8 %.
+        let s = step_rises(o(100.0, 5.0), o(108.0, 5.0));
+        assert!(!s.go_on && s.noise > 0.13, "{s:?}");
+        // Falling never goes on; an unknown noise counts as none.
+        assert!(!step_rises(o(100.0, 0.0), o(90.0, 0.0)).go_on);
+        let bare = Obs {
+            value: 100.0,
+            se: None,
+        };
+        assert!(
+            step_rises(
+                bare,
+                Obs {
+                    value: 110.0,
+                    se: None
+                }
+            )
+            .go_on
+        );
+        assert!(!step_rises(o(0.0, 0.0), o(1.0, 0.0)).go_on);
+    }
+
+    #[test]
+    fn even_rounds_run_backwards() {
+        let v = ["a", "b", "c"];
+        assert_eq!(in_round_order(&v, 1), ["a", "b", "c"]);
+        assert_eq!(in_round_order(&v, 2), ["c", "b", "a"]);
+        assert_eq!(in_round_order(&v, 3), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn costs_come_from_what_was_seen() {
+        let mut b = Budget::new(Some(100.0));
+        assert_eq!(b.estimate("mps 2", 2), 0.0);
+        b.saw_warmup(20.0, 5.0);
+        assert!((b.estimate("mps 2", 2) - 25.0 * MARGIN).abs() < 1e-9);
+        b.saw("solo 1", 1, 22.0);
+        b.saw("mps 4", 4, 30.0);
+        // mps 2: nothing with 2 copies yet; the most with at most 2 is solo's 22 (< 25).
+        assert!((b.estimate("mps 2", 2) - 25.0 * MARGIN).abs() < 1e-9);
+        assert!((b.estimate("mps 7", 7) - 30.0 * MARGIN).abs() < 1e-9);
+        b.saw("mps 4", 4, 28.0);
+        assert!((b.estimate("mps 4", 4) - 28.0 * MARGIN).abs() < 1e-9);
+        assert!(b.fits(10.0, 50.0, 40.0));
+        assert!(!b.fits(10.0, 50.0, 41.0));
+        assert_eq!(b.left(120.0), Some(0.0));
+        let none = Budget::new(None);
+        assert!(none.fits(1e9, 1e9, 1e9) && none.left(5.0).is_none());
+    }
+}
