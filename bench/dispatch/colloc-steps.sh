@@ -4,7 +4,8 @@
 # `sbatch -N NODES --gres=gpu:2 --colloc=mig:3g` allocation (4 slots per node):
 #
 #   bare    K steps of `srun --overlap -N1 -n1 -w nK date +%s.%N`, one at a time: from
-#           before srun to the task's first instruction (the `date`), and steps/s;
+#           before srun to the task's first instruction (the `date`); then K steps of
+#           `srun … true` one at a time, steps/s;
 #   colloc  `colloc run --steps on -j 1 -n K -- true` on one node (one step at a time):
 #           from colloc's srun to the run's start on its node (the report's dispatch_s),
 #           and runs/s (K over the makespan);
@@ -54,11 +55,15 @@ export COLLOC_CONFIG=$work/etc/colloc.toml
 cd $work/jobs
 ns() { date +%s.%N; }
 for r in \$(seq $R); do
-  # bare, one at a time: srun to the task's start; steps/s
-  t0=\$(ns)
+  # bare, one at a time: srun to the task's start
   for i in \$(seq 0 \$(($K - 1))); do
     a=\$(ns); b=\$(srun --overlap -N1 -n1 -w n\$((i % $NODES + 1)) date +%s.%N)
     echo "bare_start \$(echo "\$b - \$a" | bc)" >> figs
+  done
+  # bare, one at a time: steps/s (nothing else in the loop)
+  t0=\$(ns)
+  for i in \$(seq 0 \$(($K - 1))); do
+    srun --overlap -N1 -n1 -w n\$((i % $NODES + 1)) true
   done
   echo "bare_rate \$(echo "$K / (\$(ns) - \$t0)" | bc -l)" >> figs
   # bare, 4 x NODES at a time
