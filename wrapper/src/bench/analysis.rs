@@ -194,7 +194,9 @@ pub fn mode_rank(mode: &str) -> u8 {
 /// the configuration [`pick`] chooses. Collocation pays when it runs more than one copy
 /// and its ratio to solo beats `min_gain` and 1 even at the low end of its uncertainty.
 pub fn recommend(solo: &Spread, measured: &[Candidate], min_gain: f64) -> Option<Recommendation> {
-    if !positive(solo.mean) {
+    // Nothing collocated measured (a budget spent on solo and the reference): nothing
+    // to recommend either way.
+    if !positive(solo.mean) || !measured.iter().any(|c| c.n > 1) {
         return None;
     }
     let (best, chosen, equivalent) = pick(measured)?;
@@ -383,6 +385,8 @@ mod tests {
         );
         let zero = c("solo", 1, &[0.0], 0.0);
         assert!(recommend(&zero.aggregate, &worse, 1.1).is_none());
+        let only_solo: Vec<Candidate> = worse.iter().filter(|c| c.n == 1).cloned().collect();
+        assert!(recommend(&solo.aggregate, &only_solo, 1.1).is_none());
     }
 
     #[test]

@@ -700,6 +700,15 @@ pub fn table(report: &Report) -> String {
     }
     if let Some(r) = &report.recommendation {
         line(&mut out, &r.text);
+    } else if !report
+        .results
+        .iter()
+        .any(|r| r.status == Status::Measured && r.mode != "reference" && r.n > 1)
+    {
+        line(
+            &mut out,
+            "recommendation: none: no collocated configuration was measured (see what was skipped; a larger --budget measures them)",
+        );
     }
     if let Some(c) = &report.comparison {
         out.push_str(&c.text);
