@@ -80,6 +80,9 @@ fn solo_baseline_measures_each_sweep_point_and_the_speedup_says_what_it_covers()
     );
     assert!(stdout.contains("solo figures of all 2 runs"), "{stdout}");
     assert_eq!(rep["calibrations"].as_array().unwrap().len(), 2);
+    // Slower packed than alone: nothing to flag.
+    assert!(s.get("faster_than_solo").is_none(), "{s}");
+    assert!(!stdout.contains("baseline problem"), "{stdout}");
 
     // A budget for one measurement only: the speed-up covers one run and says so.
     let env = Env::new();
@@ -151,6 +154,42 @@ fn solo_window_begins_at_the_first_throughput_line() {
     let cal = &rep["calibrations"][0];
     let wall = cal["wall_s"].as_f64().unwrap();
     assert!((3.3..10.0).contains(&wall), "{cal}");
+}
+
+/// Runs faster packed than alone (1.3x each here; on the H200 a host-bound solo run did
+/// this): their solo figures are too low and the report says so, naming each run.
+#[test]
+fn runs_faster_packed_than_alone_are_a_baseline_problem() {
+    let env = Env::new();
+    let rate = fixture("rate.py");
+    let m = env.manifest(&format!(
+        "[defaults]\nenv = {{ RATE_DIR = '{}', BASE = '100', FACTORS = '1,1.3', DURATION = '2' }}\n[[run]]\nname = 'a'\ncommand = ['python3', '{rate}']\n[[run]]\nname = 'b'\ncommand = ['python3', '{rate}']\n",
+        env.mark().display()
+    ));
+    let out = env
+        .colloc()
+        .args(["-j", "2", "--solo-baseline", "--solo-window", "1s", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rep = env.report();
+    let f = rep["summary"]["faster_than_solo"].as_array().unwrap();
+    let names: Vec<&str> = f.iter().map(|x| x["run"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b"], "{f:?}");
+    for x in f {
+        let ratio = x["throughput"].as_f64().unwrap() / x["solo"].as_f64().unwrap();
+        assert!(close(ratio, 1.3, 0.08), "{x}");
+    }
+    assert!(
+        stdout.contains("note: baseline problem: 2 runs ran faster packed than alone (a +"),
+        "{stdout}"
+    );
 }
 
 /// The mark dir a manifest written by [`Env::manifest`] names in its RATE_DIR.

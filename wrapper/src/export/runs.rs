@@ -277,6 +277,19 @@ pub fn table(report: &Report) -> String {
         ),
     }
     out.push('\n');
+    if !s.faster_than_solo.is_empty() {
+        let which: Vec<String> = s
+            .faster_than_solo
+            .iter()
+            .map(|f| format!("{} {:+.0} %", f.run, (f.throughput / f.solo - 1.0) * 100.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "note: baseline problem: {} ran faster packed than alone ({}): their solo figures are too low (a solo run bound by the host's CPU measures the host as much as the GPU), so the speed-up overstates collocation",
+            if which.len() == 1 { "1 run".to_string() } else { format!("{} runs", which.len()) },
+            which.join(", ")
+        );
+    }
     for n in &report.nodes {
         let _ = write!(
             out,

@@ -26,8 +26,9 @@ use super::events::{
     Escaped, Event, Kind, MetricValue, Progress, RunIdentity, SlotRecord, StepInfo,
 };
 use super::model::{
-    AttemptRecord, AttemptStep, CalibrationRecord, EpochRecord, MetricRecord, NodeRecord, Report,
-    RunRecord, SessionRecord, SignalRecord, Summary, ThroughputRecord, SCHEMA,
+    AttemptRecord, AttemptStep, CalibrationRecord, EpochRecord, FasterThanSolo, MetricRecord,
+    NodeRecord, Report, RunRecord, SessionRecord, SignalRecord, Summary, ThroughputRecord,
+    FASTER_THAN_SOLO, SCHEMA,
 };
 use crate::engine::throughput::{keep, Stats};
 use crate::engine::State;
@@ -948,6 +949,20 @@ impl Fold {
             covered += 1;
             if !sources.contains(&solo.source) {
                 sources.push(solo.source.clone());
+            }
+            let (work, span, count) = r
+                .attempts
+                .iter()
+                .filter(|a| a.unit.as_deref() == Some(unit.as_str()))
+                .fold((0.0, 0.0, 0), |(w, t, n), a| {
+                    (w + a.stats.work, t + a.stats.span(), n + a.stats.count)
+                });
+            if count >= 2 && span > 0.0 && work / span > solo.throughput * FASTER_THAN_SOLO {
+                sum.faster_than_solo.push(FasterThanSolo {
+                    run: r.id.name.clone(),
+                    throughput: work / span,
+                    solo: solo.throughput,
+                });
             }
             for a in &r.attempts {
                 let end = self.end_of(a, now, live);

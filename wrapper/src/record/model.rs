@@ -323,6 +323,26 @@ pub struct Summary {
     /// Median time from colloc's `srun` to a run's start on its node, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub median_dispatch_s: Option<f64>,
+    /// Runs that ran more than [`FASTER_THAN_SOLO`] faster packed than their solo figure:
+    /// that figure is too low (a solo run bound by the host's CPU, a cold start), so the
+    /// speed-up overstates collocation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faster_than_solo: Vec<FasterThanSolo>,
+}
+
+/// How much faster than its solo figure a packed run may be before the figure is
+/// suspect: 5 %.
+pub const FASTER_THAN_SOLO: f64 = 1.05;
+
+/// A run that ran faster packed than alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FasterThanSolo {
+    /// The run.
+    pub run: String,
+    /// Its throughput packed (work over sampled time).
+    pub throughput: f64,
+    /// Its solo figure.
+    pub solo: f64,
 }
 
 fn is_zero(n: &usize) -> bool {
