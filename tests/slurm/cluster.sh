@@ -58,8 +58,10 @@
 # Fake GPU state. The fake NVML keeps its state in a JSON file. The job prolog runs with an
 # almost empty environment (no COLLOC_FAKE_NVML_STATE reaches it), so each slurmd runs in
 # its own mount namespace where the node's state folder is mounted on the fake's default
-# folder /tmp/colloc-fake-nvml: prolog, epilog and jobs see this node's state, nothing else
-# on the machine is touched. Jobs get COLLOC_FAKE_NVML_STATE=DIR/fake-nvml/state.json from
+# folder /run/colloc-fake-nvml: prolog, epilog and jobs see this node's state, nothing else
+# on the machine is touched. Not under /tmp: job_container/tmpfs gives a job its own /tmp,
+# and an epilog that starts while the extern step still tears the container down joins it
+# (seen in CI: the fake then read the dying container's /tmp and answered UNKNOWN). Jobs get COLLOC_FAKE_NVML_STATE=DIR/fake-nvml/state.json from
 # `cluster.sh env` (the job container hides /tmp in jobs, not DIR). One node: the state is
 # DIR/fake-nvml/state.json. Several nodes: node nK's is DIR/nodes/nK/fake-nvml/state.json,
 # and inside nK's namespace DIR/fake-nvml, DIR/state (colloc's journals) and DIR/run
@@ -71,7 +73,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-DEFAULT_FAKE_DIR=/tmp/colloc-fake-nvml
+DEFAULT_FAKE_DIR=/run/colloc-fake-nvml
 PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev libclang1-14 libclang-common-14-dev)
 USAGE="usage: cluster.sh deps | start DIR [--nodes N] [--gpus G] [--profile simple|production]
        | stop DIR | env DIR [--node NODE] | exec DIR --node NODE -- CMD... | nodes DIR

@@ -3,7 +3,7 @@
 //! Built as a cdylib (`libfake_nvml.so`) that exports the subset of the NVML C API colloc
 //! and nvml-wrapper call, with the real struct layouts (from `nvml-wrapper-sys`) and the
 //! driver's return codes. Its state lives in a JSON file (`COLLOC_FAKE_NVML_STATE`, else
-//! `/tmp/colloc-fake-nvml/state.json`), created on first use with the models named in
+//! `/run/colloc-fake-nvml/state.json`), created on first use with the models named in
 //! `COLLOC_FAKE_NVML_GPUS`, and locked on every call so concurrent processes agree.
 //! Faults are injected through the same file (see [`state::Fault`]); `fake-nvml-ctl`
 //! edits it from the shell.

@@ -17,7 +17,7 @@ pub const STATE_ENV: &str = "COLLOC_FAKE_NVML_STATE";
 /// Environment variable listing the GPU models of a fresh state.
 pub const GPUS_ENV: &str = "COLLOC_FAKE_NVML_GPUS";
 /// State file used when `COLLOC_FAKE_NVML_STATE` is unset.
-pub const DEFAULT_STATE: &str = "/tmp/colloc-fake-nvml/state.json";
+pub const DEFAULT_STATE: &str = "/run/colloc-fake-nvml/state.json";
 
 /// Errors of the state file, one line each.
 #[derive(Debug)]

@@ -15,7 +15,7 @@ use fake_nvml::tables;
     about = "Inspect and change the fake NVML state"
 )]
 struct Cli {
-    /// State file (default: $COLLOC_FAKE_NVML_STATE, then /tmp/colloc-fake-nvml/state.json).
+    /// State file (default: $COLLOC_FAKE_NVML_STATE, then /run/colloc-fake-nvml/state.json).
     #[arg(long, global = true)]
     state: Option<PathBuf>,
     #[command(subcommand)]
