@@ -930,7 +930,8 @@ impl Fold {
         let mut covered = 0;
         let mut ran = 0;
         let mut sources: Vec<String> = Vec::new();
-        for r in &self.runs {
+        // `rep.runs` is made from `self.runs`, in order.
+        for (r, rec) in self.runs.iter().zip(&rep.runs) {
             if r.attempts.is_empty() {
                 continue;
             }
@@ -950,17 +951,16 @@ impl Fold {
             if !sources.contains(&solo.source) {
                 sources.push(solo.source.clone());
             }
-            let (work, span, count) = r
-                .attempts
-                .iter()
-                .filter(|a| a.unit.as_deref() == Some(unit.as_str()))
-                .fold((0.0, 0.0, 0), |(w, t, n), a| {
-                    (w + a.stats.work, t + a.stats.span(), n + a.stats.count)
-                });
-            if count >= 2 && span > 0.0 && work / span > solo.throughput * FASTER_THAN_SOLO {
+            // Its throughput packed: work over sampled time of its attempts in this unit.
+            if let Some(t) = rec.throughput.as_ref().filter(|t| {
+                t.unit == unit
+                    && t.count >= 2
+                    && t.sampled_s > 0.0
+                    && t.mean > solo.throughput * FASTER_THAN_SOLO
+            }) {
                 sum.faster_than_solo.push(FasterThanSolo {
-                    run: r.id.name.clone(),
-                    throughput: work / span,
+                    run: rec.name.clone(),
+                    throughput: t.mean,
                     solo: solo.throughput,
                 });
             }
