@@ -672,7 +672,7 @@ pub enum ExternStart {
 pub fn start_mps_in_extern_step(
     cfg: &Config,
     job: u32,
-    facts: &SlurmFacts,
+    facts: impl FnOnce() -> SlurmFacts,
 ) -> Result<ExternStart, NodeFault> {
     let waiting = |j: &Journal| {
         j.mps_start == MpsStart::ExternStep
@@ -699,12 +699,15 @@ pub fn start_mps_in_extern_step(
     if !waiting(&j) {
         return Ok(ExternStart::Nothing);
     }
+    // Read slurm.conf only for a job that has daemons to start: every job's extern step
+    // comes here.
+    let facts = facts();
     let user = Some((j.uid, j.gid));
     let started = trusted_mps_control(cfg).and_then(|program| {
         // Where the job container cannot be entered, say where colloc looked.
         let entry =
-            container::Entry::for_extern_step(facts, job).map_err(|why| {
-                match entry_hint(facts) {
+            container::Entry::for_extern_step(&facts, job).map_err(|why| {
+                match entry_hint(&facts) {
                     Some(hint) => format!("{why} ({hint})"),
                     None => why,
                 }

@@ -314,7 +314,7 @@ fn a_real_daemon_started_into_a_job_container_serves_a_client_there() {
         ..SlurmFacts::default()
     };
     let t = Instant::now();
-    let started = reconfig::start_mps_in_extern_step(&cfg, job, &facts).unwrap();
+    let started = reconfig::start_mps_in_extern_step(&cfg, job, || facts.clone()).unwrap();
     println!(
         "extern-step start of a real daemon: {:.2} s: {started:?}",
         t.elapsed().as_secs_f64()

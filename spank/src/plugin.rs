@@ -506,8 +506,7 @@ pub fn task_post_fork(host: &mut dyn Host, args: &[&str]) -> Result<(), String> 
             return Ok(());
         }
     };
-    let facts = slurm_facts().unwrap_or_default();
-    match reconfig::start_mps_in_extern_step(&cfg, job, &facts) {
+    match reconfig::start_mps_in_extern_step(&cfg, job, || slurm_facts().unwrap_or_default()) {
         Ok(ExternStart::Nothing) => {}
         Ok(ExternStart::Started {
             daemons,

@@ -916,7 +916,7 @@ fn under_contain_the_extern_step_starts_the_daemons_where_it_runs() {
         "{e}"
     );
     // The extern step: no job container here, so its own namespace.
-    let r = start_mps_in_extern_step(&c, 50, &SlurmFacts::default()).unwrap();
+    let r = start_mps_in_extern_step(&c, 50, SlurmFacts::default).unwrap();
     assert_eq!(
         r,
         ExternStart::Started {
@@ -940,7 +940,7 @@ fn under_contain_the_extern_step_starts_the_daemons_where_it_runs() {
     assert_eq!(running.len(), 2, "one daemon per GPU");
     // Another task_post_fork of the extern step (or a late one) starts nothing more.
     assert_eq!(
-        start_mps_in_extern_step(&c, 50, &SlurmFacts::default()).unwrap(),
+        start_mps_in_extern_step(&c, 50, SlurmFacts::default).unwrap(),
         ExternStart::Nothing
     );
     assert_eq!(daemons_of(&j).len(), 2);
@@ -952,12 +952,12 @@ fn under_contain_the_extern_step_starts_the_daemons_where_it_runs() {
     assert!(!tmp.path().join("run/job-50").exists());
     // Nothing to do for a job without a journal, or one of another mode.
     assert_eq!(
-        start_mps_in_extern_step(&c, 50, &SlurmFacts::default()).unwrap(),
+        start_mps_in_extern_step(&c, 50, SlurmFacts::default).unwrap(),
         ExternStart::Nothing
     );
     env_of(&prolog_with(&c, &g, &user_spec(51, &[0], "naive"), MpsStart::ExternStep).unwrap());
     assert_eq!(
-        start_mps_in_extern_step(&c, 51, &SlurmFacts::default()).unwrap(),
+        start_mps_in_extern_step(&c, 51, SlurmFacts::default).unwrap(),
         ExternStart::Nothing
     );
     restore(&c, None, 51).unwrap();
@@ -980,8 +980,7 @@ fn a_failed_start_in_the_extern_step_refuses_the_job_never_the_node() {
     };
     let g = MemGpus::a100s(1);
     env_of(&prolog_with(&c, &g, &user_spec(52, &[0], "mps"), MpsStart::ExternStep).unwrap());
-    let ExternStart::Refused(why) =
-        start_mps_in_extern_step(&c, 52, &SlurmFacts::default()).unwrap()
+    let ExternStart::Refused(why) = start_mps_in_extern_step(&c, 52, SlurmFacts::default).unwrap()
     else {
         panic!("not refused");
     };
@@ -1002,7 +1001,7 @@ fn a_failed_start_in_the_extern_step_refuses_the_job_never_the_node() {
         base_paths: vec![tmp.path().join("containers")],
         ..SlurmFacts::default()
     };
-    let ExternStart::Refused(why) = start_mps_in_extern_step(&c2, 53, &facts).unwrap() else {
+    let ExternStart::Refused(why) = start_mps_in_extern_step(&c2, 53, || facts).unwrap() else {
         panic!("not refused");
     };
     assert!(
