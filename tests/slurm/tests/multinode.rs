@@ -494,6 +494,16 @@ fn node_lost_mid_sweep(c: &Cluster) {
     assert!(restored.status.success());
 }
 
+/// A `sleep` length that marks this cluster's runs: `base` with digits of this cluster's
+/// own, so that the same test on another cluster at the same time (CI runs both profiles
+/// at once) is not counted.
+fn marker_for(c: &Cluster, base: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    c.dir().hash(&mut h);
+    format!("{base}{:06}", h.finish() % 1_000_000)
+}
+
 /// Processes whose command line holds `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
     let mut out = Vec::new();
@@ -519,7 +529,7 @@ fn sigterm_then_resume(c: &Cluster) {
     let dir = c.jobs_dir().join("term-sweep");
     std::fs::create_dir_all(dir.join("seen")).unwrap();
     // Long runs until `fast` exists; a marker in their sleep to find them.
-    let marker = "31.4159";
+    let marker = &marker_for(c, "31.4159");
     let script = format!(
         r#"f={seen}/$COLLOC_RUN_NAME.$COLLOC_RUN_ATTEMPT; echo "$SLURMD_NODENAME|$CUDA_VISIBLE_DEVICES|$SLURM_JOB_ID.$SLURM_STEP_ID||||$(date +%s.%N)" > $f.start; if [ -e {fast} ]; then sleep 0.5; else sleep {marker}; fi; echo img/s=10; date +%s.%N > $f.end; echo $COLLOC_RUN_NAME >> {ok}"#,
         seen = dir.join("seen").display(),
@@ -613,7 +623,7 @@ fn sigterm_then_resume(c: &Cluster) {
 fn sigkill_leaves_nothing(c: &Cluster) {
     let dir = c.jobs_dir().join("kill-sweep");
     std::fs::create_dir_all(&dir).unwrap();
-    let marker = "27.1828";
+    let marker = &marker_for(c, "27.1828");
     std::fs::write(
         dir.join("runs.toml"),
         format!(
