@@ -28,7 +28,7 @@ cargo build --workspace --locked
 cargo build --locked -p colloc-spank --features test-seams --profile test-seams
 
 step "unit and CLI tests"
-tally cargo test --workspace --locked --exclude colloc-slurm-tests
+tally cargo test --workspace --locked --no-fail-fast --exclude colloc-slurm-tests
 
 step "packages: build .deb and .rpm, install the .deb, check it"
 tally packaging/test-packages.sh
@@ -43,7 +43,7 @@ slurm_suites() {
   COLLOC_CLUSTER_PROFILE=$1 \
   COLLOC_SPANK_PLUGIN="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so" \
   COLLOC_BIN=/usr/bin/colloc \
-    cargo test --locked -p colloc-slurm-tests --tests -- --test-threads=1 >"$log.$1" 2>&1
+    cargo test --locked --no-fail-fast -p colloc-slurm-tests --tests -- --test-threads=1 >"$log.$1" 2>&1
 }
 slurm_rc=0
 slurm_suites simple &

@@ -228,6 +228,7 @@ ${slurmd_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
 CredType=cred/munge
 MailProg=/bin/true
 AccountingStorageType=accounting_storage/none
@@ -392,12 +393,16 @@ EOF
 
   export SLURM_CONF=$dir/etc/slurm.conf
 
-  if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-    install -d -o munge -g munge -m 0755 /run/munge
-    runuser -u munge -- /usr/sbin/munged
-    touch "$dir/slurm/munged.ours"
-    wait_for 50 sh -c 'munge -n | unmunge' || die "munged did not start"
-  fi
+  # A munged of this cluster's own, on its own socket (slurm.conf's AuthInfo): clusters
+  # started at once (CI runs two profiles side by side) never race to start, or stop,
+  # one shared munged, and a munged the machine already runs is left alone.
+  install -d -o munge -g munge -m 0755 "$dir/munge"
+  runuser -u munge -- /usr/sbin/munged --socket="$dir/munge/munge.socket" \
+    --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
+    --seed-file="$dir/munge/munged.seed" ||
+    die "munged did not start (see $dir/munge/munged.log)"
+  wait_for 50 sh -c 'munge -S "$0" -n | unmunge -S "$0"' "$dir/munge/munge.socket" ||
+    die "munged did not answer on $dir/munge/munge.socket (see $dir/munge/munged.log)"
 
   slurmctld -c
   wait_for 100 sh -c 'scontrol ping | grep -q UP' || die "slurmctld did not come up (see $dir/slurm/slurmctld.log)"
@@ -451,13 +456,7 @@ stop() {
   for f in "$dir"/slurm/slurmd*.pid; do stop_daemon "$f" & done
   wait
   stop_daemon "$dir/slurm/slurmctld.pid"
-  if [[ -f $dir/slurm/munged.ours ]]; then
-    pid=$(cat /run/munge/munged.pid 2>/dev/null || true)
-    if [[ $pid =~ ^[0-9]+$ ]] && kill "$pid" 2>/dev/null; then
-      wait_for 50 sh -c "! kill -0 $pid" || true
-    fi
-    rm -f "$dir/slurm/munged.ours"
-  fi
+  stop_daemon "$dir/munge/munged.pid"
   if [[ -f $dir/fake-nvml/shared-default ]]; then
     rm -f "$dir/fake-nvml/state.json" "$dir/fake-nvml/shared-default"
     mv "$DEFAULT_FAKE_DIR/state.json" "$dir/fake-nvml/state.json" 2>/dev/null || true

@@ -1356,7 +1356,8 @@ pub fn run_suite_on(spec: &ClusterSpec, tests: &[Test], alone: &[Test]) {
     if shared.is_empty() {
         one_after_another(&mut outcomes);
     } else {
-        // The shared cluster first: it starts munged, which the others then use.
+        // The shared cluster first; the separate ones (each with its own munged, slurmctld
+        // and slurmds) start beside it where the fake NVML state allows.
         let cluster = start_cluster("shared");
         if cluster.shares_default_state() {
             for t in &shared {
