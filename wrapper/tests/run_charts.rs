@@ -7,7 +7,7 @@ mod run_support;
 
 use std::path::Path;
 
-use run_support::{is_root, Env};
+use run_support::{fixture, is_root, Env};
 
 struct Image {
     w: usize,
@@ -140,4 +140,54 @@ fn charts_have_text_without_system_fonts_and_a_lone_outlier_does_not_squash_the_
         lines > 300,
         "run lines in rows {band:?}: {lines} coloured pixels (axis set by the outlier?)"
     );
+}
+
+/// `--solo-baseline` measures runs alone before the pack starts: the timeline shows
+/// those calibrations as bars of their own colour on their slot, and the throughput
+/// chart shades their span (no run of the pack ran then), instead of an unexplained gap.
+#[test]
+fn solo_calibrations_are_drawn_where_they_ran() {
+    let env = Env::new();
+    let rate = fixture("rate.py");
+    let m = env.manifest(&format!(
+        "[defaults]\nenv = {{ RATE_DIR = '{}', BASE = '100', FACTORS = '1,0.5', DURATION = '2' }}\n[[run]]\nname = 'a'\ncommand = ['python3', '{rate}', 'a']\n[[run]]\nname = 'b'\ncommand = ['python3', '{rate}', 'b']\n",
+        env.mark().display()
+    ));
+    let out = env
+        .colloc()
+        .args(["-j", "2", "-q", "--solo-baseline", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rep = env.report();
+    assert_eq!(rep["calibrations"].as_array().unwrap().len(), 2, "{rep}");
+    let dir = env.report_dir();
+    let calibration = |p: (u8, u8, u8)| p == (158, 202, 225);
+    let band = |p: (u8, u8, u8)| p == (226, 238, 246);
+    // Timeline: slot 0's row holds the two calibrations, in the left part of the time
+    // axis (about 4 s of some 8 s); the legend names them.
+    let img = Image::open(&dir.join("colloc-timeline.png"));
+    let plot = img.w - 230;
+    let left = img.count(0..plot / 2, 0..img.h, calibration);
+    let right = img.count(plot * 3 / 4..plot, 0..img.h, calibration);
+    assert!(left > 2000, "calibration bars: {left} pixels");
+    assert_eq!(right, 0, "calibration colour late in the timeline");
+    assert!(
+        img.count(plot..img.w, 0..img.h, calibration) > 50,
+        "no legend key"
+    );
+    // Throughput over time: the calibrations' span shaded in both panels.
+    let img = Image::open(&dir.join("colloc-throughput.png"));
+    let top = img.count(0..plot, 40..340, band);
+    let bottom = img.count(0..plot, 400..840, band);
+    assert!(
+        top > 5000 && bottom > 5000,
+        "bands: {top} and {bottom} pixels"
+    );
+    assert_eq!(img.count(plot * 3 / 4..plot, 0..img.h, band), 0);
 }

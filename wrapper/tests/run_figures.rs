@@ -80,6 +80,32 @@ fn solo_baseline_measures_each_sweep_point_and_the_speedup_says_what_it_covers()
     );
     assert!(stdout.contains("solo figures of all 2 runs"), "{stdout}");
     assert_eq!(rep["calibrations"].as_array().unwrap().len(), 2);
+    // The calibrations ran one after another on slot 0, before any run of the pack, and
+    // the record says when (the charts draw them there).
+    let mut cals: Vec<(f64, f64, u64)> = rep["calibrations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["start_s"].as_f64().unwrap(),
+                c["wall_s"].as_f64().unwrap(),
+                c["slot"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    cals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!((0.0..2.0).contains(&cals[0].0), "{cals:?}");
+    assert!(cals[1].0 >= cals[0].0 + cals[0].1 - 0.05, "{cals:?}");
+    assert!(cals.iter().all(|c| c.2 == 0 && c.1 > 1.0), "{cals:?}");
+    let cal_end = cals[1].0 + cals[1].1;
+    for name in ["bs32", "bs64"] {
+        let start = run(&rep, name)["start_s"].as_f64().unwrap();
+        assert!(
+            start >= cal_end - 0.05,
+            "{name} at {start} s, calibrations until {cal_end} s"
+        );
+    }
     // Slower packed than alone: nothing to flag.
     assert!(s.get("faster_than_solo").is_none(), "{s}");
     assert!(!stdout.contains("baseline problem"), "{stdout}");

@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -182,9 +183,16 @@ fn x_end(report: &Report) -> f64 {
         .iter()
         .flat_map(|r| &r.attempts)
         .map(|a| a.start_s + a.wall_s)
+        .chain(report.calibrations.iter().map(|c| c.start_s + c.wall_s))
         .fold(0.0, f64::max)
         .max(1.0)
 }
+
+/// The colour of a `--solo-baseline` calibration: a run measured alone, not one of the
+/// pack's attempts.
+pub const CALIBRATION: RGBColor = RGBColor(158, 202, 225);
+/// The band behind the throughput lines while calibrations ran (no run of the pack ran).
+const CALIBRATION_BAND: RGBColor = RGBColor(226, 238, 246);
 
 /// A slot's row label: `slot 3`, or `n2 slot 3` where runs went to several nodes.
 fn slot_label(report: &Report, k: usize) -> String {
@@ -201,14 +209,18 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
         .iter()
         .flat_map(|r| r.attempts.iter().map(move |a| (r, a)))
         .collect();
-    if attempts.is_empty() {
+    if attempts.is_empty() && report.calibrations.is_empty() {
         return Ok(false);
     }
     let e = err(path);
-    let slots = report
-        .slots
-        .len()
-        .max(attempts.iter().map(|(_, a)| a.slot + 1).max().unwrap_or(1));
+    let slots = report.slots.len().max(
+        attempts
+            .iter()
+            .map(|(_, a)| a.slot + 1)
+            .chain(report.calibrations.iter().map(|c| c.slot + 1))
+            .max()
+            .unwrap_or(1),
+    );
     let row_h = (600 / slots as u32).clamp(6, 40);
     let h = (row_h * slots as u32 + 140).clamp(300, 2400);
     let root = BitMapBackend::new(path, (W, h)).into_drawing_area();
@@ -249,10 +261,36 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
         row_labels(&root, &chart, &rows, 0.0)?;
     }
     let px_per_s = f64::from(W - LEGEND_W - 100) / x_max;
-    for (r, a) in &attempts {
-        let y = n - a.slot as f64 - 1.0;
-        let color = outcome_color(a.state, a.oom);
-        let (x0, x1) = (a.start_s, a.start_s + a.wall_s.max(x_max / 2000.0));
+    // Calibrations first, then the pack's attempts: (slot, start, wall, colour, label).
+    let bars = report
+        .calibrations
+        .iter()
+        .map(|c| {
+            (
+                c.slot,
+                c.start_s,
+                c.wall_s,
+                CALIBRATION,
+                format!("{} alone", c.name),
+            )
+        })
+        .chain(attempts.iter().map(|(r, a)| {
+            let label = if a.attempt > 1 {
+                format!("{} #{}", r.name, a.attempt)
+            } else {
+                r.name.clone()
+            };
+            (
+                a.slot,
+                a.start_s,
+                a.wall_s,
+                outcome_color(a.state, a.oom),
+                label,
+            )
+        }));
+    for (slot, start_s, wall_s, color, label) in bars {
+        let y = n - slot as f64 - 1.0;
+        let (x0, x1) = (start_s, start_s + wall_s.max(x_max / 2000.0));
         chart
             .draw_series(std::iter::once(Rectangle::new(
                 [(x0, y + 0.12), (x1, y + 0.88)],
@@ -265,24 +303,19 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
                 WHITE.stroke_width(1),
             )))
             .map_err(|x| e(&x))?;
-        let label = if a.attempt > 1 {
-            format!("{} #{}", r.name, a.attempt)
-        } else {
-            r.name.clone()
-        };
         let width_px = (x1 - x0) * px_per_s;
         if row_h >= 14 && width_px > 7.0 * label.chars().count() as f64 + 6.0 {
             chart
                 .draw_series(std::iter::once(Text::new(
                     label,
                     (x0 + 3.0 / px_per_s, y + 0.5 + 0.3),
-                    font(12).color(&WHITE),
+                    font(12).color(if color == CALIBRATION { &BLACK } else { &WHITE }),
                 )))
                 .map_err(|x| e(&x))?;
         }
     }
     let bucket = |s: State, oom: bool| (s, s == State::Failed && oom);
-    let entries: Vec<(String, RGBColor, bool)> = OUTCOMES
+    let mut entries: Vec<(String, RGBColor, bool)> = OUTCOMES
         .iter()
         .filter(|(_, s, oom)| {
             attempts
@@ -291,6 +324,9 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
         })
         .map(|(n, s, oom)| (n.to_string(), outcome_color(*s, *oom), true))
         .collect();
+    if !report.calibrations.is_empty() {
+        entries.push(("measured alone (solo)".into(), CALIBRATION, true));
+    }
     legend(&side, "attempts", &entries)?;
     root.present().map_err(|x| e(&x))?;
     Ok(true)
@@ -464,6 +500,24 @@ fn aggregate_at(report: &Report, t: f64) -> f64 {
         .sum()
 }
 
+/// The spans of `--solo-baseline` calibrations as light bands from 0 to `top`: while
+/// they ran, no run of the pack did, so the lines have a gap there.
+fn calibration_bands<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    report: &Report,
+    top: f64,
+) -> Result<(), String> {
+    chart
+        .draw_series(report.calibrations.iter().map(|c| {
+            Rectangle::new(
+                [(c.start_s, 0.0), (c.start_s + c.wall_s, top)],
+                CALIBRATION_BAND.filled(),
+            )
+        }))
+        .map(|_| ())
+        .map_err(|x| format!("calibration bands: {x}"))
+}
+
 /// Throughput over time in two panels on one time axis: all runs together on top, each
 /// run below (coloured and named when few enough to tell apart), each panel with its own
 /// y axis.
@@ -548,6 +602,7 @@ pub fn throughput(report: &Report, path: &Path) -> Result<bool, E> {
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|x| e(&x))?;
+    calibration_bands(&mut c, report, agg_top)?;
     c.draw_series(LineSeries::new(
         agg.iter().map(|&(t, v)| (t, v.min(agg_top))),
         BLACK.stroke_width(3),
@@ -582,6 +637,7 @@ pub fn throughput(report: &Report, path: &Path) -> Result<bool, E> {
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|x| e(&x))?;
+    calibration_bands(&mut c, report, run_top)?;
     for (i, (name, s)) in series.iter().enumerate() {
         let color = if named {
             PALETTE[i % PALETTE.len()]
@@ -628,6 +684,9 @@ pub fn throughput(report: &Report, path: &Path) -> Result<bool, E> {
             RGBColor(150, 150, 150),
             false,
         ));
+    }
+    if !report.calibrations.is_empty() {
+        entries.push(("runs measured alone".into(), CALIBRATION_BAND, true));
     }
     legend(&side, "throughput", &entries)?;
     root.present().map_err(|x| e(&x))?;

@@ -442,7 +442,7 @@ impl Fold {
                     runs: runs.clone(),
                 })
                 .collect(),
-            calibrations: self.calibration_records(now),
+            calibrations: self.calibration_records(now, t0),
             nodes: self.node_records(&latest, t0),
             runs,
             sessions,
@@ -678,7 +678,7 @@ impl Fold {
         }
     }
 
-    fn calibration_records(&self, now: f64) -> Vec<CalibrationRecord> {
+    fn calibration_records(&self, now: f64, t0: f64) -> Vec<CalibrationRecord> {
         self.calibrations
             .iter()
             .filter_map(|(name, atts)| {
@@ -690,6 +690,8 @@ impl Fold {
                     name: name.clone(),
                     command: id.map(|i| i.command.clone()).unwrap_or_default(),
                     state: a.state.unwrap_or(State::Interrupted),
+                    start_s: a.start - t0,
+                    slot: a.slot,
                     wall_s: (a.end.unwrap_or(now.min(a.last_ts.max(a.start))) - a.start).max(0.0),
                     throughput: fig.map(|f| f.throughput),
                     unit: fig.map(|f| f.unit.clone()).or_else(|| a.unit.clone()),

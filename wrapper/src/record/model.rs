@@ -219,6 +219,13 @@ pub struct CalibrationRecord {
     pub command: Vec<String>,
     /// How the calibration ended.
     pub state: State,
+    /// When it started, seconds since the report's start (0 in reports written before
+    /// this field was recorded).
+    #[serde(default)]
+    pub start_s: f64,
+    /// The slot it ran on.
+    #[serde(default)]
+    pub slot: usize,
     /// Wall seconds.
     pub wall_s: f64,
     /// Throughput alone.
