@@ -172,3 +172,45 @@ fn a_run_waiting_for_its_oom_retry_is_reported_by_its_failed_attempt() {
     assert_eq!(oomy["attempts"].as_array().unwrap().len(), 1, "{oomy}");
     assert_eq!(oomy["exit_code"], 1, "{oomy}");
 }
+
+/// Slurm tears a job down by signalling every process in it (scancel, requeue, time
+/// limit), so a run can die of SIGTERM a moment before colloc gets its own. Such a run
+/// was interrupted with the pack, not failed (a resumed pack runs it again); a run that
+/// dies of SIGTERM while colloc is told nothing failed, as before.
+#[test]
+fn a_run_killed_by_the_job_teardown_just_before_colloc_is_interrupted() {
+    let env = Env::new();
+    let m = env.manifest(
+        "[[sweep]]\nname = 'r{i}'\ncommand = ['sh', '-c', 'echo $$ > \"$MARK/$COLLOC_RUN_NAME.pid.tmp\" && mv \"$MARK/$COLLOC_RUN_NAME.pid.tmp\" \"$MARK/$COLLOC_RUN_NAME.pid\" && exec sleep 60']\ngrid = { i = [1, 2] }\n",
+    );
+    let child = spawn_pack(&env, &["-j", "2"], &m);
+    wait_for("both runs to start", || {
+        env.marks().iter().filter(|m| m.ends_with(".pid")).count() == 2
+    });
+    let pid = |name: &str| -> u32 {
+        std::fs::read_to_string(env.mark().join(format!("{name}.pid")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // r1 alone: killed from outside, colloc goes on.
+    run_support::kill(pid("r1"), libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(2500));
+    // r2, then colloc 0.2 s later, as a job teardown does.
+    run_support::kill(pid("r2"), libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(200));
+    run_support::kill(child.id(), libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let rep = env.report();
+    let r1 = run(&rep, "r1");
+    assert_eq!(r1["state"], "failed", "{r1}");
+    assert_eq!(r1["attempts"][0]["signal"], libc::SIGTERM, "{r1}");
+    // Its end is when it died, not after the wait for colloc's own signal.
+    let wall = r1["wall_s"].as_f64().unwrap();
+    assert!(wall < 2.0, "r1 ran {wall} s");
+    let r2 = run(&rep, "r2");
+    assert_eq!(r2["state"], "interrupted", "{r2}\n{stderr}");
+}

@@ -28,6 +28,14 @@ const CR_LINE_EVERY: Duration = Duration::from_secs(2);
 /// How long the output may stay open after the supervisor is done (an unkillable process
 /// may hold it) before colloc stops reading it.
 const DRAIN_WAIT: Duration = Duration::from_secs(1);
+/// How long an attempt killed by a signal colloc did not send ([`TEARDOWN_SIGNALS`]) waits
+/// before it counts as failed. Slurm signals every process of a job at once (scancel,
+/// requeue, time limit, node shutdown), so a run may die of it just before colloc's own
+/// copy arrives; if colloc is told to stop within this time, the attempt was interrupted
+/// (and a resumed pack runs it again), not failed.
+const TEARDOWN_WAIT: Duration = Duration::from_secs(1);
+/// Signals with which Slurm (or a person) tears a whole job down.
+const TEARDOWN_SIGNALS: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGKILL];
 /// Longest line kept whole; longer ones are cut.
 const MAX_LINE: usize = 64 * 1024;
 
@@ -490,7 +498,12 @@ impl<'a> Engine<'a> {
                 wake = wake.min(t + self.opts.grace);
             }
             if let Some(d) = r.done_at {
-                wake = wake.min(if r.out.is_none() { now } else { d + DRAIN_WAIT });
+                let drained = if r.out.is_none() { now } else { d + DRAIN_WAIT };
+                wake = wake.min(if held_for_teardown(r) {
+                    drained.max(d + TEARDOWN_WAIT)
+                } else {
+                    drained
+                });
             }
         }
         let sig_fds = self.signals.fds();
@@ -686,7 +699,12 @@ impl<'a> Engine<'a> {
                 r.job.label
             );
         }
-        let end = self.clock.now();
+        // It ended when its supervisor said so, not after draining its output or the
+        // teardown hold.
+        let end = match r.done_at {
+            Some(d) => d.saturating_duration_since(self.clock.t0).as_secs_f64(),
+            None => self.clock.now(),
+        };
         let exit = r.exit.clone().unwrap_or(Exit::Lost);
         let state = match &exit {
             Exit::NotStarted(_) => State::Failed,
@@ -714,7 +732,18 @@ impl<'a> Engine<'a> {
 
 fn is_over(r: &Running, now: Instant) -> bool {
     let Some(done) = r.done_at else { return false };
-    !r.sup_open && (r.out.is_none() || now >= done + DRAIN_WAIT)
+    !r.sup_open
+        && (r.out.is_none() || now >= done + DRAIN_WAIT)
+        && (!held_for_teardown(r) || now >= done + TEARDOWN_WAIT)
+}
+
+/// Did the attempt die of a job-teardown signal that colloc neither sent nor was told of
+/// (yet)? Then it waits [`TEARDOWN_WAIT`] for colloc's own signal before it counts as
+/// failed.
+fn held_for_teardown(r: &Running) -> bool {
+    matches!(r.exit, Some(Exit::Signal(s)) if TEARDOWN_SIGNALS.contains(&s))
+        && r.term_at.is_none()
+        && !r.interrupted
 }
 
 fn note_in_log(r: &mut Running, msg: &str) {
