@@ -317,6 +317,17 @@ mod tests {
     }
 
     #[test]
+    fn nothing_collocated_measured_recommends_nothing_either_way() {
+        // A budget spent on solo (and the reference): no verdict, not "does not pay".
+        let solo = c("solo", 1, &[100.0, 101.0], 1.0);
+        let only_single = [solo.clone(), c("mps", 1, &[99.0], 1.0)];
+        assert!(recommend(&solo.aggregate, &only_single, 1.1).is_none());
+        // One collocated cell is enough for a verdict.
+        let with_two = [solo.clone(), c("mps", 2, &[150.0], 1.0)];
+        assert!(recommend(&solo.aggregate, &with_two, 1.1).is_some());
+    }
+
+    #[test]
     fn noise_does_not_flip_the_choice_along_a_plateau() {
         // True aggregates: 200 at N=2, 400 from N=4 on; each measurement jitters by up to
         // ±2.5 % (a fixed pseudo-random sequence), with the windows' own noise 0.2 %,

@@ -916,6 +916,12 @@ pub(crate) mod tests {
         assert!(t.contains("skipped: would not fit: a, b"), "{t}");
         assert_eq!(t.matches("would not fit").count(), 1, "{t}");
         assert!(t.contains("skipped (as above)"), "{t}");
+        // Only solo measured: no verdict, and the table says why.
+        assert!(
+            t.contains("recommendation: none: no collocated configuration was measured"),
+            "{t}"
+        );
+        assert!(!t.contains("does not pay"), "{t}");
         assert!(
             t.contains("solo: 100.0 ± 4.0 img/s over 2 run(s); min 98.0, max 102.0: 4.0 % apart"),
             "{t}"
