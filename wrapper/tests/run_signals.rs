@@ -3,18 +3,9 @@
 
 mod run_support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use run_support::{fixture, run, Env};
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    // A generous cap only so a broken build cannot hang the suite.
-    let cap = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < cap, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use run_support::{fixture, run, wait_for, Env};
 
 /// `colloc run ARGS -f MANIFEST` in the background, its runs marking into `env.mark()`.
 fn spawn_pack(env: &Env, args: &[&str], manifest: &std::path::Path) -> std::process::Child {
@@ -48,9 +39,7 @@ fn stop_midway(sig: i32) {
             .count()
             == 3
     });
-    // SAFETY-free: libc::kill on our own child's pid.
-    let pid = child.id() as libc::pid_t;
-    assert_eq!(unsafe_kill(pid, sig), 0);
+    run_support::kill(child.id(), sig);
     let out = child.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),
@@ -95,11 +84,6 @@ fn stop_midway(sig: i32) {
     assert!(env.report_dir().join("colloc-runs.csv").is_file());
 }
 
-fn unsafe_kill(pid: libc::pid_t, sig: i32) -> i32 {
-    // SAFETY: kill takes plain integers; pid is our own child.
-    unsafe { libc::kill(pid, sig) }
-}
-
 #[test]
 fn sigterm_reaches_every_run_and_the_report_is_written() {
     stop_midway(libc::SIGTERM);
@@ -130,7 +114,7 @@ fn sigint_is_forwarded_too() {
             .stderr(std::process::Stdio::piped());
         let child = cmd.spawn().unwrap();
         wait_for("two runs", || env.marks().len() == 2);
-        assert_eq!(unsafe_kill(child.id() as libc::pid_t, libc::SIGINT), 0);
+        run_support::kill(child.id(), libc::SIGINT);
         child.wait_with_output().unwrap()
     };
     assert_eq!(out.status.code(), Some(1));
@@ -156,7 +140,7 @@ fn a_run_waiting_for_its_oom_retry_is_reported_by_its_failed_attempt() {
     wait_for("long to start", || {
         env.marks().iter().any(|m| m == "long.started")
     });
-    assert_eq!(unsafe_kill(child.id() as libc::pid_t, libc::SIGTERM), 0);
+    run_support::kill(child.id(), libc::SIGTERM);
     let out = child.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),

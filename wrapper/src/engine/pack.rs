@@ -497,13 +497,8 @@ impl<'a> Engine<'a> {
             if let Some(t) = r.term_at.filter(|_| !r.killed) {
                 wake = wake.min(t + self.opts.grace);
             }
-            if let Some(d) = r.done_at {
-                let drained = if r.out.is_none() { now } else { d + DRAIN_WAIT };
-                wake = wake.min(if held_for_teardown(r) {
-                    drained.max(d + TEARDOWN_WAIT)
-                } else {
-                    drained
-                });
+            if let Some(t) = over_at(r) {
+                wake = wake.min(t);
             }
         }
         let sig_fds = self.signals.fds();
@@ -731,10 +726,24 @@ impl<'a> Engine<'a> {
 }
 
 fn is_over(r: &Running, now: Instant) -> bool {
-    let Some(done) = r.done_at else { return false };
-    !r.sup_open
-        && (r.out.is_none() || now >= done + DRAIN_WAIT)
-        && (!held_for_teardown(r) || now >= done + TEARDOWN_WAIT)
+    over_at(r).is_some_and(|t| now >= t)
+}
+
+/// When a finished attempt counts as over: once its supervisor is done, its output read to
+/// the end (or [`DRAIN_WAIT`] later) and, if it is [`held_for_teardown`], [`TEARDOWN_WAIT`]
+/// later.
+fn over_at(r: &Running) -> Option<Instant> {
+    let done = r.done_at.filter(|_| !r.sup_open)?;
+    let drained = if r.out.is_none() {
+        done
+    } else {
+        done + DRAIN_WAIT
+    };
+    Some(if held_for_teardown(r) {
+        drained.max(done + TEARDOWN_WAIT)
+    } else {
+        drained
+    })
 }
 
 /// Did the attempt die of a job-teardown signal that colloc neither sent nor was told of
