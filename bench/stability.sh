@@ -13,22 +13,28 @@
 #
 #   COLLOC=target/release/colloc bash bench/stability.sh OUTDIR
 #
-# OUTDIR (must not hold results yet): colloc.toml, env.txt, timing.txt (exit and wall
-# seconds of each workload), stability.log, mps-left.txt (MPS processes of this script
-# left after it: must say none), and small-b128/, medium-b128/ (bench.json, bench.csv,
-# bench-measurements.csv, bench.png, table.txt, stderr.txt, command.txt, logs/).
+# OUTDIR: colloc.toml, env.txt (host, GPU, driver; one block a call), timing.txt (exit
+# and wall seconds of each workload), stability.log, mps-left.txt (MPS processes of this
+# script left after each call: must say none), and small-b128/, medium-b128/ (bench.json,
+# bench.csv, bench-measurements.csv, bench.png, table.txt, stderr.txt, command.txt,
+# logs/). A workload's folder must not exist yet; the text files are appended to, so
+# one run's workloads may come from separate calls (WORKLOADS=small, then
+# WORKLOADS=medium, into the same OUTDIR) when one call may not last long enough.
 #
-# Time: about 8.3 minutes: SMALL_BUDGET (270 s) + MEDIUM_BUDGET (225 s) of colloc
-# bench, each capped at its budget + 20 s by `timeout` (SIGTERM: colloc still writes what
-# it measured), plus ~10 s of setup. One configuration on the H200 takes ~20 s of wall
-# time (Python, torch and timm start-up, the CUDA context and cuDNN autotuning, then
-# WARMUP + DURATION), and --repeat 2 measures each twice, so the budgets can cut the
-# --counts auto search short (the small model still gained from 3 to 7 copies in the
-# earlier study): the report names what was skipped, and says when the search was cut
-# while the aggregate still rose. WORKLOADS=small (or medium) runs one workload alone,
-# with its budget, for a call that gives it all the time.
+# Time: SMALL_BUDGET (360 s) + MEDIUM_BUDGET (300 s) of colloc bench, each capped at its
+# budget + 20 s by `timeout` (SIGTERM: colloc still writes what it measured), plus ~10 s
+# of setup. One configuration on the H200 takes ~20 s of wall time (Python, torch and
+# timm start-up, the CUDA context and cuDNN autotuning, then WARMUP + DURATION), and
+# --repeat 2 measures each twice: the small model's search (solo 3 times, the reference
+# twice, 2, 4, 7 and 10 copies twice, mps:7 twice) needs about 340 s on a warm machine,
+# the medium's (up to 7 copies) about 300 s. Smaller budgets cut the --counts auto
+# search short: the report names what was skipped, and says when the search was cut
+# while the aggregate still rose. WORKLOADS=small (or medium) runs one workload alone.
+# The small model's reference runs at batch 2048: at 896 (64-93 steps a second) it
+# moved 30 % between two calls (57,300-83,400 img/s), as host-bound as solo; the
+# medium model's at 512 held to 0.1 %.
 # Env: PYTHON (python3), WARMUP (2s), DURATION (4s), SMALL_BUDGET, MEDIUM_BUDGET (s),
-# SMALL_REF_BATCH (896 = 7 x 128), MEDIUM_REF_BATCH (512 = 4 x 128), MODES (mps),
+# SMALL_REF_BATCH (2048 = 16 x 128), MEDIUM_REF_BATCH (512 = 4 x 128), MODES (mps),
 # MPS_CONTROL (the control program; default: the driver's, found as in bench/study.sh).
 #
 # Every MPS daemon colloc starts lives under a private TMPDIR of this script; on exit,
@@ -42,10 +48,10 @@ OUT=${1:?usage: COLLOC=... bash bench/stability.sh OUTDIR}
 PYTHON=${PYTHON:-python3}
 WARMUP=${WARMUP:-2s}
 DURATION=${DURATION:-4s}
-SMALL_BUDGET=${SMALL_BUDGET:-270}
-MEDIUM_BUDGET=${MEDIUM_BUDGET:-225}
+SMALL_BUDGET=${SMALL_BUDGET:-360}
+MEDIUM_BUDGET=${MEDIUM_BUDGET:-300}
 WORKLOADS=${WORKLOADS:-small medium}
-SMALL_REF_BATCH=${SMALL_REF_BATCH:-896}
+SMALL_REF_BATCH=${SMALL_REF_BATCH:-2048}
 MEDIUM_REF_BATCH=${MEDIUM_REF_BATCH:-512}
 MODES=${MODES:-mps}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -93,8 +99,10 @@ unset COLLOC_MODE COLLOC_DEVICES COLLOC_SLOTS SLURM_JOB_ID SLURM_RESTART_COUNT
 # colloc's MPS daemons go under $SCRATCH (PrivateDaemon: $TMPDIR/colloc-bench-PID-N).
 SCRATCH=$(mktemp -d /tmp/colloc-stability.XXXXXX)
 export TMPDIR=$SCRATCH
+# Appended to, so that the workloads of one run can come from separate calls
+# (WORKLOADS=small, then WORKLOADS=medium, into the same OUTDIR).
 LOG="$OUT/stability.log"
-: >"$LOG"
+touch "$LOG"
 PID=
 
 # Processes whose CUDA_MPS_PIPE_DIRECTORY lies under $SCRATCH (this script's daemons).
@@ -133,7 +141,7 @@ cleanup() {
   sleep 1
   local left
   left=$(ours | tr '\n' ' ')
-  echo "MPS processes of this script left: ${left:-none}" | tee "$OUT/mps-left.txt" | tee -a "$LOG"
+  echo "MPS processes of this script left ($WORKLOADS): ${left:-none}" | tee -a "$OUT/mps-left.txt" "$LOG"
   rm -rf "$SCRATCH"
   echo "stability.sh: exit $rc after $SECONDS s; outputs in $OUT" | tee -a "$LOG"
   exit "$rc"
@@ -143,6 +151,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 {
+  echo "== workloads: $WORKLOADS"
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "host: $(cat /proc/sys/kernel/hostname) $(uname -srm)"
   echo "colloc: $("$COLLOC" --version 2>&1)"
@@ -150,8 +159,8 @@ trap 'exit 143' TERM
   echo "cpu: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   echo "warmup: $WARMUP, duration: $DURATION, modes: $MODES"
   echo "budgets: small $SMALL_BUDGET s, medium $MEDIUM_BUDGET s"
-} >"$OUT/env.txt" 2>&1
-: >"$OUT/timing.txt"
+} >>"$OUT/env.txt" 2>&1
+touch "$OUT/timing.txt"
 
 # run NAME WORKLOAD REF_BATCH BUDGET_S
 run() {
