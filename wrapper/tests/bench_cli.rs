@@ -1063,3 +1063,68 @@ fn a_budget_plans_what_fits_and_says_what_it_skipped() {
     }
     assert!(stdout.contains(" time "), "{stdout}");
 }
+
+/// A repeat round that no longer fits in whole (a configuration of round 1 ran far
+/// longer than the ones before it, as a first start on a GPU can) is run in part: solo
+/// and what else fits are repeated, the rest is named, the closing solo run is kept.
+/// (On the H200 a whole round 2 was once dropped for 4 s, leaving 46 % of the budget
+/// unused and every cell measured once.)
+///
+/// Each measurement takes T ≈ 1.2 s here; the three copies of `naive 3` in round 1
+/// (start numbers 5-7) take 12 s more. Round 1 ends at ≈ 4T + 12; a whole round 2 then
+/// needs 1.1 x (3T + 12) and the closing solo run 1.1 T: over 32 s for any T > 0.81 s.
+/// Round 2 runs backwards: `naive 3` (1.1 x (T + 12)) does not fit for T > 0.94 s;
+/// solo and `naive 2` do for T < 2.78 s.
+#[test]
+fn a_round_that_does_not_fit_in_whole_is_repeated_in_part() {
+    let b = Bench::new();
+    let out = b
+        .cmd(
+            "1",
+            &[
+                "--modes",
+                "naive",
+                "--counts",
+                "2,3",
+                "--repeat",
+                "2",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+                "--budget",
+                "32s",
+            ],
+        )
+        .env("STANDIN_PERIOD", "0.05")
+        .env("STANDIN_SLOW_STARTS", "5,6,7")
+        .env("STANDIN_SLOW_S", "12")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let j = b.json();
+    assert_eq!(j["rounds"], 2, "{j}");
+    // Solo: rounds 1 and 2 and the closing run; naive 2 repeated; naive 3 once.
+    assert_eq!(row(&j, "solo", 1)["repeats"], 3, "{j}");
+    assert_eq!(row(&j, "naive", 2)["repeats"], 2, "{j}");
+    assert_eq!(row(&j, "naive", 3)["repeats"], 1, "{j}");
+    let skipped: Vec<&str> = j["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.as_str())
+        .collect();
+    assert!(
+        skipped.len() == 1 && skipped[0].starts_with("naive 3 in round 2: "),
+        "{skipped:?}"
+    );
+    assert!(
+        stderr.contains("round 2 needs about") && stderr.contains("repeating what fits of it"),
+        "{stderr}"
+    );
+    assert_eq!(order(&j).pop().unwrap().0, "solo");
+    let wall = j["wall_s"].as_f64().unwrap();
+    assert!(wall < 32.0 + 4.0, "took {wall} s");
+}

@@ -399,7 +399,11 @@ impl Ctx<'_> {
         let mut found: Vec<Block> = Vec::new();
         let mut measured_ref = false;
         for round in 1..=self.spec.repeat {
-            if round > 1 && !self.round_fits(round, &found, measured_ref) {
+            // A round that does not fit in whole is run in part (each measurement
+            // started only if it fits, the closing solo run kept), and is the last.
+            let part = round > 1 && !self.round_fits(round, &found, measured_ref);
+            if part && !self.repeat_fits(Cell::SOLO, round) {
+                self.skip_rounds(round, "no time left for its solo run");
                 break;
             }
             self.report.rounds = round;
@@ -418,7 +422,11 @@ impl Ctx<'_> {
             }
             if self.spec.reference.is_some() && (round == 1 || measured_ref) {
                 let fits = if round > 1 {
-                    Ok(())
+                    if !part || self.repeat_fits(Cell::REFERENCE, round) {
+                        Ok(())
+                    } else {
+                        Err(String::new())
+                    }
                 } else {
                     self.new_cell_fits(Cell::REFERENCE, &found, measured_ref, &[])
                 };
@@ -427,7 +435,8 @@ impl Ctx<'_> {
                         let o = self.measure(Cell::REFERENCE, round, &[], None)?;
                         measured_ref |= o.is_some();
                     }
-                    Err(why) => self.skip_for_budget(Cell::REFERENCE, why),
+                    Err(why) if round == 1 => self.skip_for_budget(Cell::REFERENCE, why),
+                    Err(_) => {}
                 }
             }
             if round == 1 {
@@ -440,6 +449,12 @@ impl Ctx<'_> {
                 for block in plan::in_round_order(&found, round) {
                     self.repeat_block(&block, round)?;
                 }
+            }
+            if part {
+                if round < self.spec.repeat {
+                    self.skip_rounds(round + 1, "the budget was spent");
+                }
+                break;
             }
         }
         // The closing solo run, after the last round.
@@ -526,7 +541,7 @@ impl Ctx<'_> {
             ConfigResult::skipped(&cell.mode(), cell.n, format!("budget: {why}"));
     }
 
-    /// Does round `round` fit in whole? Says what it skips otherwise.
+    /// Does round `round` fit in whole? Says so when it will run in part.
     fn round_fits(&mut self, round: u32, found: &[Block], with_ref: bool) -> bool {
         let mut cost = self.budget.estimate(&Cell::SOLO.key(), 1);
         if with_ref {
@@ -542,19 +557,43 @@ impl Ctx<'_> {
             return true;
         }
         let left = self.budget.left(self.now()).unwrap_or(0.0);
-        let what = if round == self.spec.repeat {
-            format!("round {round}")
-        } else {
-            format!("rounds {round} to {}", self.spec.repeat)
-        };
-        let msg = format!(
-            "{what} (repeats): round {round} needs about {}, and {} of the budget was left besides the closing solo run",
+        errln!(
+            "colloc bench: budget: round {round} needs about {}, and {} is left besides the closing solo run: repeating what fits of it",
             secs(cost),
             secs((left - closing).max(0.0))
+        );
+        false
+    }
+
+    /// Does one more measurement of `cell` fit in round `round`, with the closing solo
+    /// run kept? Says what it skips otherwise.
+    fn repeat_fits(&mut self, cell: Cell, round: u32) -> bool {
+        let closing = self.budget.estimate(&Cell::SOLO.key(), 1);
+        let cost = self.budget.estimate(&cell.key(), cell.n);
+        if self.budget.fits(self.now(), cost, closing) {
+            return true;
+        }
+        let msg = format!(
+            "{} in round {round}: about {} needed, {} left besides the closing solo run",
+            cell_name(&cell.mode(), cell.n),
+            secs(cost),
+            secs((self.budget.left(self.now()).unwrap_or(0.0) - closing).max(0.0))
         );
         errln!("colloc bench: budget: skipping {msg}");
         self.report.skipped.push(msg);
         false
+    }
+
+    /// Rounds `from` to the last are not run: says so.
+    fn skip_rounds(&mut self, from: u32, why: &str) {
+        let what = if from == self.spec.repeat {
+            format!("round {from}")
+        } else {
+            format!("rounds {from} to {}", self.spec.repeat)
+        };
+        let msg = format!("{what} (repeats): {why}");
+        errln!("colloc bench: budget: skipping {msg}");
+        self.report.skipped.push(msg);
     }
 
     /// The counts to try for `mode`.
@@ -818,17 +857,7 @@ impl Ctx<'_> {
             },
         }
         for c in cells {
-            let closing = self.budget.estimate(&Cell::SOLO.key(), 1);
-            let cost = self.budget.estimate(&c.key(), c.n);
-            if !self.budget.fits(self.now(), cost, closing) {
-                let msg = format!(
-                    "{} in round {round}: about {} needed, {} left besides the closing solo run",
-                    cell_name(&c.mode(), c.n),
-                    secs(cost),
-                    secs((self.budget.left(self.now()).unwrap_or(0.0) - closing).max(0.0))
-                );
-                errln!("colloc bench: budget: skipping {msg}");
-                self.report.skipped.push(msg);
+            if !self.repeat_fits(c, round) {
                 continue;
             }
             match c.kind {
