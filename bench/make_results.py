@@ -499,6 +499,13 @@ def mig_section(study):
     )
 
 
+def section(root, name):
+    """A hand-written section (sections/NAME: checks made after the study, with their own
+    results folders), kept as written; empty when absent."""
+    text = read(os.path.join(root, "sections", name))
+    return (text.rstrip("\n") + "\n\n") if text else ""
+
+
 def side_results(root):
     out = []
     s = read(os.path.join(root, "overhead-gpu-launch", "summary.txt"))
@@ -644,6 +651,8 @@ def main():
         comparison(study, root),
         "\n## Variance: how far one run per cell can be trusted\n",
         variance(study, EARLIER),
+        section(root, "repeatability.md"),
+        section(root, "colloc-run.md"),
         "## Side results\n",
         side_results(root),
         "## Per benchmark, with colloc's plots\n",

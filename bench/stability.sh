@@ -21,7 +21,7 @@
 # one run's workloads may come from separate calls (WORKLOADS=small, then
 # WORKLOADS=medium, into the same OUTDIR) when one call may not last long enough.
 #
-# Time: SMALL_BUDGET (360 s) + MEDIUM_BUDGET (300 s) of colloc bench, each capped at its
+# Time: SMALL_BUDGET (370 s) + MEDIUM_BUDGET (300 s) of colloc bench, each capped at its
 # budget + 20 s by `timeout` (SIGTERM: colloc still writes what it measured), plus ~10 s
 # of setup. One configuration on the H200 takes ~20 s of wall time (Python, torch and
 # timm start-up, the CUDA context and cuDNN autotuning, then WARMUP + DURATION), and
@@ -48,7 +48,7 @@ OUT=${1:?usage: COLLOC=... bash bench/stability.sh OUTDIR}
 PYTHON=${PYTHON:-python3}
 WARMUP=${WARMUP:-2s}
 DURATION=${DURATION:-4s}
-SMALL_BUDGET=${SMALL_BUDGET:-360}
+SMALL_BUDGET=${SMALL_BUDGET:-370}
 MEDIUM_BUDGET=${MEDIUM_BUDGET:-300}
 WORKLOADS=${WORKLOADS:-small medium}
 SMALL_REF_BATCH=${SMALL_REF_BATCH:-2048}
