@@ -1128,3 +1128,67 @@ fn a_round_that_does_not_fit_in_whole_is_repeated_in_part() {
     let wall = j["wall_s"].as_f64().unwrap();
     assert!(wall < 32.0 + 4.0, "took {wall} s");
 }
+
+/// A solo figure that moves with the host is named: the stand-in's host slows 4 % a
+/// second, so its solo runs (start of each round, end) come out more than 10 % apart;
+/// with no reference the note asks for one. A steady stand-in gets no such note.
+#[test]
+fn a_solo_that_moves_with_the_host_is_named() {
+    for (drift, named) in [("0.04", true), ("0", false)] {
+        let b = Bench::new();
+        let out = b
+            .cmd(
+                "1",
+                &[
+                    "--modes",
+                    "naive",
+                    "--counts",
+                    "2",
+                    "--repeat",
+                    "2",
+                    "--duration",
+                    "1s",
+                    "--warmup",
+                    "0s",
+                ],
+            )
+            .env("STANDIN_PERIOD", "0.05")
+            .env("STANDIN_DRIFT", drift)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j = b.json();
+        let solo = row(&j, "solo", 1);
+        let apart = (solo["aggregate_max"].as_f64().unwrap()
+            - solo["aggregate_min"].as_f64().unwrap())
+            / solo["aggregate"].as_f64().unwrap();
+        let notes: Vec<&str> = j["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.as_str())
+            .collect();
+        let note = notes
+            .iter()
+            .find(|n| n.starts_with("solo moves with the host"));
+        assert_eq!(
+            note.is_some(),
+            named,
+            "drift {drift}, solo {apart:.3} apart: {notes:?}"
+        );
+        if let Some(n) = note {
+            assert!(apart > 0.10, "{apart}");
+            assert!(n.contains(&format!("{:.1} % apart", apart * 100.0)), "{n}");
+            assert!(n.contains("a --reference"), "{n}");
+            assert!(
+                stdout.contains("note: solo moves with the host"),
+                "{stdout}"
+            );
+        }
+    }
+}

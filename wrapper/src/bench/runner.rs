@@ -1271,6 +1271,18 @@ impl Ctx<'_> {
                 }
             ));
         }
+        let runs = |r: &ConfigResult| match (r.aggregate_min, r.aggregate_max, r.aggregate) {
+            (Some(min), Some(max), Some(mean)) if r.repeats > 1 => {
+                Some(analysis::Runs { min, max, mean })
+            }
+            _ => None,
+        };
+        if let Some(note) = analysis::solo_unsteady(
+            report.row("solo", 1).and_then(runs),
+            report.row("reference", 1).and_then(runs),
+        ) {
+            report.notes.push(note);
+        }
         report.mps_limit = mps_limit(report);
         if let Some(s) = solo {
             let cands: Vec<Candidate> = report
