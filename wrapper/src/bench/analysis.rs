@@ -239,32 +239,18 @@ pub fn baseline_problem(slowdown_mean: f64, rel_u: f64) -> bool {
 /// from one machine to another).
 pub const UNSTEADY: f64 = 0.10;
 
-/// Min, max and mean of a figure's runs (two or more).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Runs {
-    pub min: f64,
-    pub max: f64,
-    pub mean: f64,
-}
-
-impl Runs {
-    /// (max - min) / mean.
-    pub fn apart(&self) -> f64 {
-        (self.max - self.min) / self.mean
-    }
-}
-
 /// Does the solo figure move with the host? Its runs are more than [`UNSTEADY`] apart
 /// and, where the reference was run twice or more, more than three times as far apart
 /// as the reference's. Then ratios to solo will not repeat on another machine or day to
 /// better than that spread, whatever the repeats: the note says so and points to the
 /// reference. `None`: steady, or too few runs to tell.
-pub fn solo_unsteady(solo: Option<Runs>, reference: Option<Runs>) -> Option<String> {
-    let s = solo.filter(|s| s.mean > 0.0 && s.apart().is_finite())?;
+pub fn solo_unsteady(solo: Option<Spread>, reference: Option<Spread>) -> Option<String> {
+    let runs = |s: &Spread| s.n > 1 && s.mean > 0.0 && s.apart().is_finite();
+    let s = solo.filter(runs)?;
     if s.apart() <= UNSTEADY {
         return None;
     }
-    let r = reference.filter(|r| r.mean > 0.0 && r.apart().is_finite());
+    let r = reference.filter(runs);
     if r.is_some_and(|r| r.apart() * 3.0 >= s.apart()) {
         return None;
     }
@@ -286,8 +272,15 @@ mod tests {
     use super::*;
     use crate::bench::stats::Obs;
 
-    fn runs(min: f64, max: f64, mean: f64) -> Option<Runs> {
-        Some(Runs { min, max, mean })
+    fn runs(min: f64, max: f64, mean: f64) -> Option<Spread> {
+        Some(Spread {
+            n: 3,
+            mean,
+            sd: None,
+            min,
+            max,
+            u: None,
+        })
     }
 
     /// The H200's figures (bench/results/stability-4, -5): medium solo 6,716-8,436

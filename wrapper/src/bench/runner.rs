@@ -422,21 +422,19 @@ impl Ctx<'_> {
             }
             if self.spec.reference.is_some() && (round == 1 || measured_ref) {
                 let fits = if round > 1 {
-                    if !part || self.repeat_fits(Cell::REFERENCE, round) {
-                        Ok(())
-                    } else {
-                        Err(String::new())
-                    }
+                    !part || self.repeat_fits(Cell::REFERENCE, round)
                 } else {
-                    self.new_cell_fits(Cell::REFERENCE, &found, measured_ref, &[])
-                };
-                match fits {
-                    Ok(()) => {
-                        let o = self.measure(Cell::REFERENCE, round, &[], None)?;
-                        measured_ref |= o.is_some();
+                    match self.new_cell_fits(Cell::REFERENCE, &found, measured_ref, &[]) {
+                        Ok(()) => true,
+                        Err(why) => {
+                            self.skip_for_budget(Cell::REFERENCE, why);
+                            false
+                        }
                     }
-                    Err(why) if round == 1 => self.skip_for_budget(Cell::REFERENCE, why),
-                    Err(_) => {}
+                };
+                if fits {
+                    let o = self.measure(Cell::REFERENCE, round, &[], None)?;
+                    measured_ref |= o.is_some();
                 }
             }
             if round == 1 {
@@ -476,16 +474,20 @@ impl Ctx<'_> {
     fn owed(&self, found: &[Block], with_ref: bool) -> f64 {
         let closing = self.budget.estimate(&Cell::SOLO.key(), 1);
         let repeats = f64::from(self.spec.repeat.saturating_sub(1));
-        let mut per_round = self.budget.estimate(&Cell::SOLO.key(), 1);
+        closing + repeats * self.round_cost(found, with_ref)
+    }
+
+    /// Estimated seconds of one repeat round: solo, the reference, every cell found.
+    fn round_cost(&self, found: &[Block], with_ref: bool) -> f64 {
+        let mut cost = self.budget.estimate(&Cell::SOLO.key(), 1);
         if with_ref {
-            per_round += self.budget.estimate(&Cell::REFERENCE.key(), 1);
+            cost += self.budget.estimate(&Cell::REFERENCE.key(), 1);
         }
-        per_round += found
+        cost + found
             .iter()
             .flat_map(|b| &b.cells)
             .map(|c| self.budget.estimate(&c.key(), c.n))
-            .sum::<f64>();
-        closing + repeats * per_round
+            .sum::<f64>()
     }
 
     /// Does a new configuration of round 1 fit, with all its repeats, and with what is
@@ -542,16 +544,8 @@ impl Ctx<'_> {
     }
 
     /// Does round `round` fit in whole? Says so when it will run in part.
-    fn round_fits(&mut self, round: u32, found: &[Block], with_ref: bool) -> bool {
-        let mut cost = self.budget.estimate(&Cell::SOLO.key(), 1);
-        if with_ref {
-            cost += self.budget.estimate(&Cell::REFERENCE.key(), 1);
-        }
-        cost += found
-            .iter()
-            .flat_map(|b| &b.cells)
-            .map(|c| self.budget.estimate(&c.key(), c.n))
-            .sum::<f64>();
+    fn round_fits(&self, round: u32, found: &[Block], with_ref: bool) -> bool {
+        let cost = self.round_cost(found, with_ref);
         let closing = self.budget.estimate(&Cell::SOLO.key(), 1);
         if self.budget.fits(self.now(), cost, closing) {
             return true;
@@ -1271,16 +1265,7 @@ impl Ctx<'_> {
                 }
             ));
         }
-        let runs = |r: &ConfigResult| match (r.aggregate_min, r.aggregate_max, r.aggregate) {
-            (Some(min), Some(max), Some(mean)) if r.repeats > 1 => {
-                Some(analysis::Runs { min, max, mean })
-            }
-            _ => None,
-        };
-        if let Some(note) = analysis::solo_unsteady(
-            report.row("solo", 1).and_then(runs),
-            report.row("reference", 1).and_then(runs),
-        ) {
+        if let Some(note) = analysis::solo_unsteady(solo, reference) {
             report.notes.push(note);
         }
         report.mps_limit = mps_limit(report);

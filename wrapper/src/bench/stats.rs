@@ -50,6 +50,11 @@ pub struct Spread {
 }
 
 impl Spread {
+    /// How far apart its runs were: (max - min) / mean.
+    pub fn apart(&self) -> f64 {
+        (self.max - self.min) / self.mean
+    }
+
     /// The spread of `obs` (finite values only); `None` without any.
     pub fn of(obs: &[Obs]) -> Option<Spread> {
         let ok: Vec<&Obs> = obs.iter().filter(|o| o.value.is_finite()).collect();
