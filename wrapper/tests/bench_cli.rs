@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 use assert_cmd::prelude::*;
 use serde_json::Value;
 
+mod run_support;
+use run_support::succeeded;
+
 fn standin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bench/standin.py")
 }
@@ -111,12 +114,7 @@ fn collocation_that_pays_gives_the_right_ratios_and_recommendation() {
         )
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, _) = succeeded(&out);
     let j = b.json();
     assert_eq!(j["schema"], 3);
     let solo = j["solo"].as_f64().unwrap();
@@ -201,8 +199,7 @@ fn collocation_that_does_not_pay_is_called_so() {
         )
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let (stdout, _) = succeeded(&out);
     let j = b.json();
     for n in [2, 3] {
         let vs = row(&j, "naive", n)["vs_solo"].as_f64().unwrap();
@@ -233,8 +230,7 @@ fn a_failing_count_stops_the_mode_and_unavailable_modes_say_why() {
         .env("STANDIN_FAIL_FROM", "3")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let (stdout, _) = succeeded(&out);
     let j = b.json();
     assert_eq!(row(&j, "naive", 2)["status"], "measured");
     let failed = row(&j, "naive", 3);
@@ -357,12 +353,7 @@ fn mps_runs_copies_as_clients_of_a_private_daemon_that_is_stopped_after() {
         )
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let j = b.json();
     for n in [1, 2] {
         assert_eq!(row(&j, "mps", n)["status"], "measured", "{j}");
@@ -443,9 +434,7 @@ fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
         .env("COLLOC_FAKE_NVML_GPUS", "H200")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    succeeded(&out);
     let j = b.json();
     let gpu = &j["gpu"];
     assert!(gpu["name"].as_str().unwrap().contains("H200"), "{gpu}");
@@ -600,12 +589,7 @@ fn builtin_patterns_and_units_are_colloc_runs() {
         ])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, _) = succeeded(&out);
     let j = b.json();
     assert_eq!(j["unit"], "it/s");
     assert!(close(j["solo"].as_f64().unwrap(), 100.0), "{}", j["solo"]);
@@ -671,11 +655,7 @@ fn nothing_of_a_copy_outlives_its_leader() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let deadline = Instant::now() + Duration::from_secs(10);
     while processes_with_env(&tag) > 0 {
         assert!(
@@ -747,9 +727,7 @@ fn drift_and_jitter_the_spread_covers_the_truth_and_auto_stops_at_the_knee() {
             .env("STANDIN_SEED", seed)
             .output()
             .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{stdout}\n{stderr}");
+        let (stdout, _) = succeeded(&out);
         let j = b.json();
         // auto: 2, 4, 7, then stop (7 is no better than 4).
         let counts: Vec<u64> = j["results"]
@@ -878,12 +856,7 @@ fn a_reference_and_the_mps_limit_are_measured_in_the_same_call() {
         .env("STANDIN_PERIOD", "0.05")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, _) = succeeded(&out);
     let j = b.json();
     assert!(
         close(j["reference"].as_f64().unwrap(), 500.0),
@@ -979,8 +952,7 @@ fn a_slowdown_below_one_is_a_baseline_problem() {
         .env("STANDIN_PERIOD", "0.05")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let (stdout, _) = succeeded(&out);
     let j = b.json();
     let r = row(&j, "naive", 2);
     assert!(
@@ -1024,12 +996,7 @@ fn a_budget_plans_what_fits_and_says_what_it_skipped() {
         .env("STANDIN_PERIOD", "0.05")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, _) = succeeded(&out);
     let j = b.json();
     assert_eq!(j["budget_s"], 12.0);
     let skipped = j["skipped"].as_array().unwrap();
@@ -1101,9 +1068,7 @@ fn a_round_that_does_not_fit_in_whole_is_repeated_in_part() {
         .env("STANDIN_SLOW_S", "12")
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (_, stderr) = succeeded(&out);
     let j = b.json();
     assert_eq!(j["rounds"], 2, "{j}");
     // Solo: rounds 1 and 2 and the closing run; naive 2 repeated; naive 3 once.
@@ -1156,12 +1121,7 @@ fn a_solo_that_moves_with_the_host_is_named() {
             .env("STANDIN_DRIFT", drift)
             .output()
             .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (stdout, _) = succeeded(&out);
         let j = b.json();
         let solo = row(&j, "solo", 1);
         let apart = (solo["aggregate_max"].as_f64().unwrap()

@@ -7,7 +7,7 @@ mod run_support;
 
 use std::path::Path;
 
-use run_support::{fixture, is_root, Env};
+use run_support::{fixture, is_root, succeeded, Env};
 
 struct Image {
     w: usize,
@@ -107,11 +107,7 @@ fn charts_have_text_without_system_fonts_and_a_lone_outlier_does_not_squash_the_
         .args(["-m", "--propagation", "private", "sh", "-c", &script])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(
         std::fs::read_to_string(&fonts).unwrap().trim(),
         "0",
@@ -159,11 +155,7 @@ fn solo_calibrations_are_drawn_where_they_ran() {
         .arg(&m)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rep = env.report();
     assert_eq!(rep["calibrations"].as_array().unwrap().len(), 2, "{rep}");
     let dir = env.report_dir();

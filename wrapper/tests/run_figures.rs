@@ -5,7 +5,7 @@
 
 mod run_support;
 
-use run_support::{fixture, run, Env};
+use run_support::{fixture, run, succeeded, Env};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol * b.abs()
@@ -43,12 +43,7 @@ fn solo_baseline_measures_each_sweep_point_and_the_speedup_says_what_it_covers()
         .arg(&m)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, _) = succeeded(&out);
     let rep = env.report();
     let solo32 = run(&rep, "bs32")["solo_throughput"].as_f64().unwrap();
     let solo64 = run(&rep, "bs64")["solo_throughput"].as_f64().unwrap();
@@ -131,9 +126,7 @@ fn solo_baseline_measures_each_sweep_point_and_the_speedup_says_what_it_covers()
         .arg(&m2)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = succeeded(&out);
     assert!(
         stderr.contains("1 of 2 distinct commands were not measured alone"),
         "{stderr}"
@@ -198,12 +191,7 @@ fn runs_faster_packed_than_alone_are_a_baseline_problem() {
         .arg(&m)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, _) = succeeded(&out);
     let rep = env.report();
     let f = rep["summary"]["faster_than_solo"].as_array().unwrap();
     let names: Vec<&str> = f.iter().map(|x| x["run"].as_str().unwrap()).collect();
@@ -267,8 +255,7 @@ fn retries_count_in_wall_time_and_makespan_and_the_oom_shows() {
         .args(["-j", "1", "--retries", "2", "--", "sh", "-c", script])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let (stdout, _) = succeeded(&out);
     let rep = env.report();
     let r = run(&rep, "run1");
     let wall = r["wall_s"].as_f64().unwrap();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use fake_nvml::state::State;
 use fake_nvml::store::{ctl_change, now_ms, Locked};
-use run_support::{run, Env};
+use run_support::{run, succeeded, Env};
 
 fn fake_library() -> PathBuf {
     if let Some(p) = std::env::var_os("COLLOC_FAKE_NVML_LIB") {
@@ -236,11 +236,7 @@ fn a_mig_slot_reports_its_instance_memory() {
     ctl_change(&state, |s| s.attach(0, Some(gi), pid, 2048, 10)).unwrap();
     std::fs::write(env.mark().join("go"), "").unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rep = env.report();
     assert_eq!(rep["source"], "job");
     let r = run(&rep, "run1");

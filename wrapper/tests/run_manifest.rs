@@ -3,7 +3,7 @@
 
 mod run_support;
 
-use run_support::{run, Env};
+use run_support::{run, succeeded, Env};
 
 #[test]
 fn a_2x2_sweep_expands_to_four_named_runs() {
@@ -17,11 +17,7 @@ fn a_2x2_sweep_expands_to_four_named_runs() {
         .arg(&m)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(
         env.marks(),
         ["bs128-lr0.01", "bs128-lr0.1", "bs64-lr0.01", "bs64-lr0.1"]

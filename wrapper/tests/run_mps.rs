@@ -6,7 +6,7 @@ mod run_support;
 
 use std::path::Path;
 
-use run_support::{fixture, run, Env};
+use run_support::{fixture, run, succeeded, Env};
 
 fn stand_in_path() -> String {
     let dir = Path::new(&fixture("mps")).to_path_buf();
@@ -34,11 +34,7 @@ fn mps_mode_starts_and_stops_a_private_daemon() {
         .args(["--mode", "mps:2", "-n", "3", "--", "sh", "-c", script])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let log = std::fs::read_to_string(env.path().join("mps-control.log")).unwrap();
     assert!(log.starts_with("start "), "{log}");
     assert!(log.contains("cmd quit"), "{log}");

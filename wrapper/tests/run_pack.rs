@@ -3,7 +3,7 @@
 
 mod run_support;
 
-use run_support::{fixture, run, Env};
+use run_support::{fixture, run, succeeded, Env};
 
 /// Parse `start NS` / `end NS` lines that a run logged itself.
 fn interval(env: &Env, name: &str) -> (u128, u128) {
@@ -51,11 +51,7 @@ fn six_runs_on_three_slots_never_exceed_three_and_all_are_recorded() {
         .arg(&m)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     // the live view is prefixed with the run's name
     assert!(stdout.contains("[r4] Epoch 1 step img/s=400.5"), "{stdout}");
@@ -165,11 +161,7 @@ fn oom_failures_are_retried() {
         .args(["-j", "1", "--retries", "1", "--", &fixture("oom.sh")])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rep = env.report();
     let r = run(&rep, "run1");
     let attempts = r["attempts"].as_array().unwrap();
@@ -235,11 +227,7 @@ fn solo_baseline_and_earlier_reports_give_a_speedup() {
         .args(cmd)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rep = env.report();
     let s = &rep["summary"];
     assert_eq!(run(&rep, "run1")["solo_throughput"], 50.0);
@@ -273,11 +261,7 @@ fn solo_baseline_and_earlier_reports_give_a_speedup() {
         .arg(&m)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rep = env2.report();
     assert_eq!(run(&rep, "same")["solo_throughput"], 50.0);
     assert!(run(&rep, "other")["solo_throughput"].is_null());
@@ -292,11 +276,7 @@ fn runs_get_their_name_index_and_manifest_env() {
         "[defaults]\nenv = { A = 'd', B = 'd' }\n[[run]]\nname = 'x'\nenv = { B = 'x' }\ncommand = 'echo \"$COLLOC_RUN_NAME $COLLOC_RUN_INDEX $A $B\" > \"$MARK/env\"'\n",
     );
     let out = env.colloc().arg("-f").arg(&m).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let got = std::fs::read_to_string(env.mark().join("env")).unwrap();
     assert_eq!(got.trim(), "x 0 d x");
 }
@@ -338,11 +318,7 @@ fn runs_in_a_multi_gpu_mps_job_get_their_gpus_daemon() {
         .arg(r#"echo "$CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY" > "$MARK/$COLLOC_RUN_INDEX""#)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let mut seen: Vec<String> = (0..4)
         .map(|i| {
             std::fs::read_to_string(env.mark().join(i.to_string()))
@@ -408,8 +384,7 @@ fn terminal_escapes_stay_out_of_a_piped_live_view() {
         "[[run]]\nname = 'bar'\ncommand = ['sh', '-c', 'for i in 1 2 3 4 5; do printf \"\\033[A\\033[2K\\033[32m%s%%|##|\\033[0m img/s=40\\r\" $i; sleep 0.1; done; printf \"\\033]0;title\\007done\\n\"']\n",
     );
     let out = env.colloc().arg("-f").arg(&m).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let (stdout, _) = succeeded(&out);
     assert!(!stdout.contains('\u{1b}'), "{stdout:?}");
     assert!(stdout.contains("[bar] done"), "{stdout}");
     let rep = env.report();

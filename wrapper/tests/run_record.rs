@@ -7,7 +7,7 @@ mod run_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use run_support::{kill, processes_with_env, run, wait_for, Env};
+use run_support::{kill, processes_with_env, run, succeeded, wait_for, Env};
 use serde_json::Value;
 
 /// A sweep of `n` runs `r1..rn`; run i > `quick` waits for `$MARK/go`. Each run starts a
@@ -34,7 +34,7 @@ fn count(env: &Env) -> BTreeMap<String, usize> {
     m
 }
 
-fn succeeded(rep: &Value) -> u64 {
+fn n_succeeded(rep: &Value) -> u64 {
     rep["summary"]["succeeded"].as_u64().unwrap_or(0)
 }
 
@@ -45,7 +45,7 @@ fn kill_9_mid_pack_leaves_a_valid_report_no_process_and_resume_finishes_the_rest
     let m = m.to_str().unwrap().to_string();
     let child = env.spawn(&["-j", "4", "-q", "-f", &m]);
     wait_for("10 runs to finish and be in the report", || {
-        count(&env).len() == 10 && env.try_report().is_some_and(|r| succeeded(&r) == 10)
+        count(&env).len() == 10 && env.try_report().is_some_and(|r| n_succeeded(&r) == 10)
     });
     // Four runs hold the slots now, each with a grandchild.
     wait_for("the blocked runs to start", || {
@@ -55,7 +55,7 @@ fn kill_9_mid_pack_leaves_a_valid_report_no_process_and_resume_finishes_the_rest
     let _ = child.wait_with_output();
     // The report in the directory is whole, and lists every run that had finished.
     let rep = env.report();
-    assert_eq!(succeeded(&rep), 10, "{}", rep["summary"]);
+    assert_eq!(n_succeeded(&rep), 10, "{}", rep["summary"]);
     for i in 1..=10 {
         assert_eq!(run(&rep, &format!("r{i}"))["state"], "succeeded");
     }
@@ -71,11 +71,7 @@ fn kill_9_mid_pack_leaves_a_valid_report_no_process_and_resume_finishes_the_rest
         .arg(env.report_dir())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rebuilt: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         rebuilt["summary"]["interrupted"], 4,
@@ -95,16 +91,12 @@ fn kill_9_mid_pack_leaves_a_valid_report_no_process_and_resume_finishes_the_rest
         .args(["-j", "4", "-q", "--resume", "-f", &m])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let c = count(&env);
     assert_eq!(c.len(), 30, "{c:?}");
     assert!(c.values().all(|&n| n == 1), "a run succeeded twice: {c:?}");
     let rep = env.report();
-    assert_eq!(succeeded(&rep), 30);
+    assert_eq!(n_succeeded(&rep), 30);
     assert_eq!(rep["sessions"].as_array().unwrap().len(), 2);
     let twice: Vec<&Value> = rep["runs"]
         .as_array()
@@ -159,7 +151,7 @@ fn sigusr1_reaches_every_run_is_recorded_and_does_not_stop_colloc() {
         );
     }
     let rep = env.report();
-    assert_eq!(succeeded(&rep), 3);
+    assert_eq!(n_succeeded(&rep), 3);
     let sig = &rep["signals"][0];
     assert_eq!(sig["signal"], "SIGUSR1");
     assert_eq!(sig["runs"].as_array().unwrap().len(), 3);
@@ -195,11 +187,7 @@ fn a_report_dir_with_a_record_is_refused_without_resume_and_resumed_in_a_requeue
         .arg(&m)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert!(count(&env).values().all(|&n| n == 1));
     let rep = env.report();
     assert_eq!(rep["sessions"].as_array().unwrap().len(), 2);
@@ -283,11 +271,7 @@ fn retries_on_any_failure_keep_every_attempt_and_its_log() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rep = env.report();
     let a = run(&rep, "run1")["attempts"].as_array().unwrap().clone();
     assert_eq!(a.len(), 2);
@@ -338,7 +322,7 @@ fn colloc_report_shows_a_pack_while_it_runs() {
     let m = sweep(&env, 2, 1);
     let child = env.spawn(&["-j", "2", "-f", m.to_str().unwrap()]);
     wait_for("the first run's end in the report", || {
-        env.try_report().is_some_and(|r| succeeded(&r) == 1)
+        env.try_report().is_some_and(|r| n_succeeded(&r) == 1)
     });
     let out = env
         .colloc_bin()
@@ -346,11 +330,7 @@ fn colloc_report_shows_a_pack_while_it_runs() {
         .arg(env.report_dir())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
         table
@@ -467,7 +447,7 @@ fn a_resume_waits_for_the_colloc_that_still_writes_the_record() {
     let m = m.to_str().unwrap().to_string();
     let first = env.spawn(&["-j", "2", "-q", "-f", &m]);
     wait_for("r1 in the report", || {
-        env.try_report().is_some_and(|r| succeeded(&r) == 1)
+        env.try_report().is_some_and(|r| n_succeeded(&r) == 1)
     });
     let second = env.spawn(&["-j", "2", "-q", "--resume", "-f", &m]);
     std::thread::sleep(Duration::from_millis(800));
@@ -482,6 +462,6 @@ fn a_resume_waits_for_the_colloc_that_still_writes_the_record() {
     );
     assert!(count(&env).values().all(|&n| n == 1), "{:?}", count(&env));
     let rep = env.report();
-    assert_eq!(succeeded(&rep), 2);
+    assert_eq!(n_succeeded(&rep), 2);
     assert_eq!(rep["sessions"].as_array().unwrap().len(), 2);
 }

@@ -9,7 +9,7 @@ mod run_support;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use run_support::Env;
+use run_support::{succeeded, Env};
 
 /// Stand-ins for `srun` and `scontrol` in `DIR/bin`; steps on a node named in
 /// `DIR/bin/broken` fail as Slurm's do when a node is gone.
@@ -96,12 +96,7 @@ fn every_nodes_slots_one_step_per_run_and_the_report_names_the_node() {
         .arg(&m)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, _) = succeeded(&out);
     assert!(
         stdout.contains("4 slots on 2 node(s) (n1: 2, n2: 2)"),
         "{stdout}"
@@ -157,9 +152,7 @@ fn a_node_whose_steps_fail_gets_no_more_runs_and_its_runs_go_elsewhere() {
         .arg(&m)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = succeeded(&out);
     let rep = env.report();
     assert_eq!(rep["summary"]["succeeded"], 6, "{}", rep["summary"]);
     for r in rep["runs"].as_array().unwrap() {

@@ -1,8 +1,9 @@
-//! Shared helpers of the `colloc run` tests: a temp dir, a clean environment (no GPU, no
-//! node config, no colloc job) and the report reader.
+//! Shared helpers of the `colloc run` tests (and `succeeded` of the bench tests): a temp
+//! dir, a clean environment (no GPU, no node config, no colloc job) and the report reader.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
 
 use assert_cmd::Command;
 use serde_json::Value;
@@ -217,4 +218,14 @@ impl Drop for Background {
             let _ = c.wait();
         }
     }
+}
+
+/// Asserts that a finished colloc exited 0, showing what it printed otherwise; its
+/// stdout and stderr.
+#[track_caller]
+pub fn succeeded(out: &Output) -> (String, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
 }
