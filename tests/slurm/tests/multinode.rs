@@ -183,6 +183,35 @@ fn report(dir: &Path) -> Value {
     .unwrap()
 }
 
+/// Each run's attempts in one short line (`r1: interrupted@n1 succeeded@n2; …`), so a
+/// failure says what happened before the report's full text.
+fn attempts_line(rep: &Value) -> String {
+    let mut parts = Vec::new();
+    for r in rep["runs"].as_array().into_iter().flatten() {
+        let atts: Vec<String> = r["attempts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| {
+                let failed = a["step"]["failed"]
+                    .as_str()
+                    .map_or(String::new(), |f| format!(" ({f})"));
+                format!(
+                    "{}@{}{failed}",
+                    a["state"].as_str().unwrap_or("?"),
+                    a["node"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        parts.push(format!(
+            "{}: {}",
+            r["name"].as_str().unwrap_or("?"),
+            atts.join(" ")
+        ));
+    }
+    parts.join("; ")
+}
+
 /// What every sweep must show: each run succeeded exactly once, as a step of its own
 /// (named after it where Slurm was seen listing it) on the node the report names, in the
 /// slot the report names, never more runs at once on a node than it has slots.
@@ -504,6 +533,19 @@ fn marker_for(c: &Cluster, base: &str) -> String {
     format!("{base}{:06}", h.finish() % 1_000_000)
 }
 
+/// Runs in their long sleep: processes whose command line is `sleep MARKER`. (Not
+/// [`processes_with`]: the sruns and step-side colloc that launch a run carry the marker
+/// in their arguments too, before the run itself has started.)
+fn sleeping(marker: &str) -> usize {
+    let want = format!("sleep\0{marker}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want.as_bytes()))
+        .count()
+}
+
 /// Processes whose command line holds `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
     let mut out = Vec::new();
@@ -558,7 +600,7 @@ fn sigterm_then_resume(c: &Cluster) {
     let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=mig:3g"], &job);
     c.wait_until("12 runs to hold the 12 slots", || {
         let n = std::fs::read_dir(dir.join("seen")).ok()?.count();
-        (n >= 12 && processes_with(marker).len() >= 12).then_some(())
+        (n >= 12 && sleeping(marker) >= 12).then_some(())
     });
     let pid: i32 = std::fs::read_to_string(dir.join("pid"))
         .unwrap()
@@ -610,7 +652,7 @@ fn sigterm_then_resume(c: &Cluster) {
             interrupted_on.insert(atts[0]["node"].as_str().unwrap().to_string());
         }
     }
-    assert_eq!(again, 12, "{}", rep["runs"]);
+    assert_eq!(again, 12, "{}\n{}", attempts_line(&rep), rep["runs"]);
     assert_eq!(
         interrupted_on.into_iter().collect::<Vec<_>>(),
         ["n1", "n2", "n3"]
@@ -640,7 +682,7 @@ fn sigkill_leaves_nothing(c: &Cluster) {
     );
     let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=mig:3g"], &job);
     c.wait_until("12 runs to hold the 12 slots", || {
-        (processes_with(marker).len() >= 12).then_some(())
+        (sleeping(marker) >= 12).then_some(())
     });
     let pid: i32 = std::fs::read_to_string(dir.join("pid"))
         .unwrap()
