@@ -1150,15 +1150,28 @@ pub fn parse_kv(line: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The pids of this host's processes (those in `/proc` now).
+pub fn pids() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+}
+
+/// The pids of processes whose command line (`/proc/PID/cmdline`: the arguments, each
+/// ended by a NUL) `keep` accepts.
+pub fn pids_by_cmdline(keep: impl Fn(&[u8]) -> bool) -> Vec<u32> {
+    pids()
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| keep(&c)))
+        .collect()
+}
+
 /// MPS programs (process name `nvidia-cuda-mps…`) whose environment has
 /// `CUDA_MPS_PIPE_DIRECTORY=<dir>`: the daemons of that pipe directory.
 pub fn processes_of_pipe_dir(dir: &str) -> Vec<u32> {
     let needle = format!("CUDA_MPS_PIPE_DIRECTORY={dir}");
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    pids()
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|c| c.starts_with("nvidia-cuda-mps"))

@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use colloc_slurm_tests::{colloc_bin, run_suite_on, Cluster, ClusterSpec, Node, Profile, Test};
+use colloc_slurm_tests::{
+    colloc_bin, pids_by_cmdline, run_suite_on, Cluster, ClusterSpec, Node, Profile, Test,
+};
 use serde_json::Value;
 
 fn main() {
@@ -538,30 +540,16 @@ fn marker_for(c: &Cluster, base: &str) -> String {
 /// in their arguments too, before the run itself has started.)
 fn sleeping(marker: &str) -> usize {
     let want = format!("sleep\0{marker}\0");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want.as_bytes()))
-        .count()
+    pids_by_cmdline(|c| c == want.as_bytes()).len()
 }
 
 /// Processes whose command line holds `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmd)
+    pids_by_cmdline(|c| {
+        String::from_utf8_lossy(c)
             .replace('\0', " ")
             .contains(marker)
-        {
-            out.push(pid);
-        }
-    }
-    out
+    })
 }
 
 /// SIGTERM to colloc in a sweep over three nodes: every node's runs get it and end

@@ -15,8 +15,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use colloc_slurm_tests::{
-    pid_alive, pid_mount_ns, processes_of_pipe_dir, run_suite_on, Cluster, ClusterSpec, Profile,
-    Test,
+    pid_alive, pid_mount_ns, pids_by_cmdline, processes_of_pipe_dir, run_suite_on, Cluster,
+    ClusterSpec, Profile, Test,
 };
 
 /// The MPS part of an epilog (colloc_core::reconfig::MPS_RESTORE_BUDGET) plus the 5 s the
@@ -587,16 +587,7 @@ fn requeued(c: &Cluster) {
 /// The pids of processes whose command line starts with `prefix` (e.g. a slurmstepd's
 /// `slurmstepd: [J.extern]`).
 fn pids_named(prefix: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).starts_with(prefix))
-        })
-        .collect()
+    pids_by_cmdline(|c| String::from_utf8_lossy(c).starts_with(prefix))
 }
 
 /// The extern step's slurmstepd SIGKILLed while an MPS job runs (under the production
