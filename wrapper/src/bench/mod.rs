@@ -12,11 +12,13 @@
 //!   what fits `--budget`.
 //! - [`runner`]: running the configurations through the engine.
 //! - [`stats`]: the spread of repeated measurements and the uncertainty of ratios.
-//! - [`analysis`]: slowdown, memory, energy, the recommendation.
+//! - [`analysis`]: slowdown, memory, energy, how far solo can be trusted.
+//! - [`answer`]: wide cells and the rule that names the configuration to run.
 //! - [`host`]: the host a report comes from; [`compare`]: two reports side by side.
 //! - [`report`]: the table, JSON and CSV.
 
 mod analysis;
+mod answer;
 mod args;
 mod compare;
 mod host;

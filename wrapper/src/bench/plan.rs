@@ -14,7 +14,9 @@
 //!   reserve ([`Budget`]). Costs are estimated from what was measured so far. A
 //!   repeat round that no longer fits in whole (a configuration ran longer than its
 //!   estimate) is run in part, each measurement started only if it fits, and is the
-//!   last.
+//!   last. Under MPS, once a count was measured, the search keeps room for `mps:N`
+//!   at the chosen N ([`kept_for_limit`]); wide cells are measured again with what is
+//!   left after the rounds ([`super::answer`]).
 
 use super::stats::{Obs, COVERAGE};
 
@@ -22,9 +24,9 @@ use super::stats::{Obs, COVERAGE};
 pub const AUTO_STEPS: [usize; 9] = [2, 4, 7, 10, 14, 20, 28, 40, 56];
 
 /// Least rise of the aggregate worth more copies: a step of `--counts auto` must raise
-/// it by this much (besides beating the noise) for the search to go on, and the
-/// recommendation takes fewer copies unless more give this much more
-/// ([`super::analysis::pick`]). More copies for less gain slow every run down for little.
+/// it by this much (besides beating the noise) for the search to go on (the
+/// recommendation's like line is [`super::answer::AS_GOOD`]). More copies for less gain
+/// slow every run down for little.
 pub const MIN_RISE: f64 = 0.05;
 
 /// Most clients one MPS server serves per GPU (Volta and later).
@@ -166,6 +168,14 @@ impl Budget {
     }
 }
 
+/// Seconds kept for `mps:N` (its measurement `key`, `n` copies, `repeat` times) while
+/// `--counts auto` searches on under MPS: the configuration a user runs under
+/// `--colloc=mps:N` is measured at the chosen N, so a further count is tried only where
+/// it and `mps:N` both fit (the count about to be tried is the largest N it could be).
+pub fn kept_for_limit(budget: &Budget, key: &str, n: usize, repeat: u32) -> f64 {
+    budget.estimate(key, n) * f64::from(repeat)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +265,39 @@ mod tests {
         assert_eq!(b.left(120.0), Some(0.0));
         let none = Budget::new(None);
         assert!(none.fits(1e9, 1e9, 1e9) && none.left(5.0).is_none());
+    }
+
+    /// The H200 calls (`--budget 500s`, a cold machine, ~27-30 s a
+    /// measurement): the search went on to 10 copies and left no room for mps:7. With
+    /// room kept for mps:N, 10 copies are not tried and mps:7 fits.
+    #[test]
+    fn the_search_keeps_room_for_mps_at_the_chosen_n() {
+        let mut b = Budget::new(Some(500.0));
+        b.saw_warmup(50.0, 0.0);
+        let seen = [
+            ("solo 1", 1, 27.0),
+            ("reference 1", 1, 30.0),
+            ("mps 2", 2, 27.0),
+            ("mps 4", 4, 27.0),
+            ("mps 7", 7, 28.0),
+        ];
+        for (k, n, w) in seen {
+            b.saw(k, n, w);
+        }
+        let now = 50.0 + 27.0 + 30.0 + 27.0 + 27.0 + 28.0;
+        // Owed: the closing solo run and round 2 (solo, reference, 2, 4, 7 copies).
+        let owed = b.estimate("solo 1", 1)
+            + seen.iter().map(|(k, n, _)| b.estimate(k, *n)).sum::<f64>();
+        let ten = 2.0 * b.estimate("mps 10", 10);
+        assert!(b.fits(now, ten, owed), "without the room kept, 10 copies fit");
+        let kept = kept_for_limit(&b, "mps:10 10", 10, 2);
+        assert!((kept - 2.0 * 30.0 * MARGIN).abs() < 1e-9, "{kept}");
+        assert!(!b.fits(now, ten, owed + kept));
+        // Stopped at 7: mps:7 with its repeat fits.
+        let seven = 2.0 * b.estimate("mps:7 7", 7);
+        assert!(b.fits(now, seven, owed), "{seven} {owed}");
+        // Where 10 copies were tried anyway, mps:7 would not have.
+        assert!(!b.fits(now + ten, seven, owed + ten / 2.0));
     }
 
     /// The H200 call that cut the search: a cold warm-up of 48.6 s, then solo,

@@ -16,7 +16,8 @@
 use colloc_core::gpu::GpuInfo;
 use serde::Serialize;
 
-use super::analysis::{gib, Recommendation, Verdict};
+use super::analysis::gib;
+use super::answer::{Candidate, Recommendation, Verdict, AS_GOOD};
 use super::compare::Comparison;
 use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
@@ -285,7 +286,8 @@ impl ConfigResult {
 /// The recommendation as written to JSON.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RecommendationOut {
-    /// Mode of the recommended configuration (`solo`: run one at a time).
+    /// Mode of the configuration the answer names (to run where `pays`; else the
+    /// collocated one the rule would have chosen, and the answer is one at a time).
     pub mode: String,
     /// Its copies.
     pub n: usize,
@@ -299,16 +301,22 @@ pub struct RecommendationOut {
     pub vs_solo_u: Option<f64>,
     /// As a fraction of the reference command.
     pub vs_reference: Option<f64>,
+    /// Its uncertainty.
+    pub vs_reference_u: Option<f64>,
     /// Whether collocation pays.
     pub pays: bool,
     /// Why: `pays`, `one_at_a_time`, `below_min_gain`, `within_noise`.
     pub verdict: String,
     /// How far the low end of `vs_solo` is above the larger of `--min-gain` and 1.
     pub margin: f64,
-    /// The configuration with the most aggregate throughput on average.
+    /// The collocated configuration with the highest figure (its mean; the low end of
+    /// its interval where its repeats stayed wide).
     pub best: String,
-    /// Configurations within the noise of the best, besides the recommended one.
-    pub within_noise: Vec<String>,
+    /// The other collocated configurations as good as the best (figure within 5 %).
+    pub as_good: Vec<String>,
+    /// For each configuration whose repeats stayed wide: which, and why the answer
+    /// does not rest on it (printed after the recommendation).
+    pub wide: Vec<String>,
     /// The sentence printed.
     pub text: String,
 }
@@ -451,46 +459,71 @@ fn copies(n: usize, mode: &str) -> String {
     format!("{n} cop{} under {mode}", if n == 1 { "y" } else { "ies" })
 }
 
-/// The recommendation sentence.
+/// The recommendation sentence. With a reference it leads with the fraction of the
+/// reference (the figure that repeats from one machine to the next), then the ratio to
+/// solo, flagged where solo moves with the host (`solo_moves`: the note says so).
 pub fn recommendation_text(
     r: &Recommendation,
     min_gain: f64,
     unit: &str,
-    vs_reference: Option<f64>,
+    vs_reference: Option<(f64, Option<f64>)>,
+    solo_moves: bool,
 ) -> String {
     let ratio = times(r.ratio.value, r.ratio.u);
+    let solo_flag = if solo_moves {
+        " (solo moves with the host: see its note)"
+    } else {
+        ""
+    };
     let c = &r.chosen;
     match r.verdict {
         Verdict::Pays => {
-            let mut s = format!(
-                "recommendation: run {}: {ratio} the solo aggregate throughput ({} {unit})",
-                copies(c.n, &c.mode),
-                pm(c.aggregate.mean, c.aggregate.u, 1)
-            );
-            if let Some(f) = vs_reference {
-                s.push_str(&format!(", {f:.2} of the reference"));
+            let mut s = format!("recommendation: run {}: ", copies(c.n, &c.mode));
+            match vs_reference {
+                Some((f, u)) => s.push_str(&format!(
+                    "{} of the reference, {ratio} solo{solo_flag} ({} {unit})",
+                    pm(f, u, 2),
+                    pm(c.aggregate.mean, c.aggregate.u, 1)
+                )),
+                None => s.push_str(&format!(
+                    "{ratio} the solo aggregate throughput{solo_flag} ({} {unit})",
+                    pm(c.aggregate.mean, c.aggregate.u, 1)
+                )),
             }
-            s.push_str(&format!(
-                "; margin: its low end {:.2}x clears --min-gain {min_gain:.2} by {:.2}",
-                r.ratio.lo(),
-                r.ratio.lo() - min_gain
-            ));
-            if !r.equivalent.is_empty() {
+            if r.margin >= 0.0 {
+                s.push_str(&format!(
+                    "; margin: its low end {:.2}x clears --min-gain {min_gain:.2} by {:.2}",
+                    r.ratio.lo(),
+                    r.ratio.lo() - min_gain
+                ));
+            } else if let Some(o) = &r.cleared_by {
+                s.push_str(&format!(
+                    "; its low end {:.2}x is within the noise of --min-gain {min_gain:.2}, but {}'s clears it: collocation pays, and {} is within {:.0} % of the best",
+                    r.ratio.lo(),
+                    cell_name(&o.mode, o.n),
+                    cell_name(&c.mode, c.n),
+                    AS_GOOD * 100.0
+                ));
+            }
+            if !c.n.eq(&r.best.n) || c.mode != r.best.mode {
+                s.push_str(&format!(
+                    "; the best, {} ({:.1}), is at most {:.0} % above it",
+                    cell_name(&r.best.mode, r.best.n),
+                    r.best.figure(),
+                    AS_GOOD * 100.0
+                ));
+            }
+            if !r.as_good.is_empty() {
                 let eq: Vec<String> = r
-                    .equivalent
+                    .as_good
                     .iter()
-                    .map(|e| {
-                        format!(
-                            "{} ({:.1})",
-                            cell_name(&e.mode, e.n),
-                            e.aggregate.mean
-                        )
-                    })
+                    .map(|e| format!("{} ({:.1})", cell_name(&e.mode, e.n), e.figure()))
                     .collect();
                 s.push_str(&format!(
-                    "; within the noise of it: {} (no measurable gain for {})",
+                    "; as good (within {:.0} % of the best): {} ({} gains too little to count)",
+                    AS_GOOD * 100.0,
                     eq.join(", "),
-                    if r.equivalent.iter().all(|e| e.n > c.n) {
+                    if r.as_good.iter().all(|e| e.n > c.n) {
                         "more copies"
                     } else {
                         "another mode"
@@ -499,26 +532,65 @@ pub fn recommendation_text(
             }
             s
         }
-        Verdict::OneAtATime if r.best.n > 1 => format!(
-            "recommendation: collocation does not pay: the best on average, {} ({:.1} {unit}), cannot be told from one copy at a time (within the noise, or less than {:.0} % above it); run one at a time",
-            copies(r.best.n, &r.best.mode),
-            r.best.aggregate.mean,
-            super::plan::MIN_RISE * 100.0
-        ),
         Verdict::OneAtATime => format!(
-            "recommendation: collocation does not pay: no collocated configuration beat solo (best {ratio}); run one at a time"
+            "recommendation: collocation does not pay: no collocated configuration beat solo (best {}: {ratio}{solo_flag}); run one at a time",
+            cell_name(&c.mode, c.n)
         ),
         Verdict::BelowMinGain => format!(
-            "recommendation: collocation does not pay: the best, {}, gives only {}x solo (< {min_gain:.2}x); run one at a time",
+            "recommendation: collocation does not pay: the best, {}, gives only {}x solo{solo_flag} (< {min_gain:.2}x); run one at a time",
             copies(c.n, &c.mode),
             below(r.ratio.value, min_gain)
         ),
         Verdict::WithinNoise => format!(
-            "recommendation: collocation does not pay beyond the noise: {} gives {ratio} solo, whose low end {:.2}x is below --min-gain {min_gain:.2}; run one at a time (a longer --duration or more --repeat narrows the noise)",
+            "recommendation: collocation does not pay beyond the noise: {} gives {ratio} solo{solo_flag}, and no collocated configuration's low end clears --min-gain {min_gain:.2} (its is {:.2}x); run one at a time (a longer --duration or more --repeat narrows the noise)",
             copies(c.n, &c.mode),
             r.ratio.lo()
         ),
     }
+}
+
+/// Why the answer does not rest on `w`, a configuration whose repeats stayed wide.
+pub fn wide_text(w: &Candidate, r: &Recommendation, unit: &str) -> String {
+    let Some(wide) = w.wide else {
+        return String::new();
+    };
+    let a = &w.aggregate;
+    let head = format!(
+        "wide: {} stayed wide after {} runs ({:.1} to {:.1} {unit}: ± {:.1} % between its repeats, beyond max({:.0} x the other cells' median ± {:.1} %, {:.0} %))",
+        cell_name(&w.mode, w.n),
+        a.n,
+        a.min,
+        a.max,
+        wide.spread * 100.0,
+        super::answer::WIDE_FACTOR,
+        wide.others * 100.0,
+        super::answer::WIDE_FLOOR * 100.0
+    );
+    let best = &r.best;
+    let line = best.figure() - AS_GOOD * best.figure().abs();
+    let why = if w.mode == "reference" {
+        "the fractions of the reference carry its uncertainty; the choice of configuration does not depend on it".to_string()
+    } else if w.mode == r.chosen.mode && w.n == r.chosen.n {
+        format!(
+            "it is recommended even judged by the low end of its interval ({:.1}), so its noise does not carry the answer",
+            a.lo()
+        )
+    } else if a.hi() < line {
+        format!(
+            "even its high end ({:.1}) is more than {:.0} % below the best, {} ({:.1}): the answer does not rest on it",
+            a.hi(),
+            AS_GOOD * 100.0,
+            cell_name(&best.mode, best.n),
+            best.figure()
+        )
+    } else {
+        format!(
+            "it was judged by the low end of its interval ({:.1}), not its mean ({:.1}), so its noise could not pull the answer its way; more --repeat or a longer --duration may settle it",
+            a.lo(),
+            a.mean
+        )
+    };
+    format!("{head}: {why}")
 }
 
 fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
@@ -700,6 +772,9 @@ pub fn table(report: &Report) -> String {
     }
     if let Some(r) = &report.recommendation {
         line(&mut out, &r.text);
+        for w in &r.wide {
+            line(&mut out, w);
+        }
     } else if !report
         .results
         .iter()
@@ -830,7 +905,6 @@ pub fn measurements_csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::bench::analysis::Candidate;
 
     pub(crate) fn measurement(round: u32, seq: u32, aggregate: f64) -> Measurement {
         Measurement {
@@ -959,38 +1033,77 @@ pub(crate) mod tests {
         assert!(rows[3].starts_with("3,solo,1,2,3,"), "{m}");
     }
 
+    fn cand(mode: &str, n: usize, values: &[f64], se: f64) -> Candidate {
+        let obs: Vec<Obs> = values
+            .iter()
+            .map(|&value| Obs {
+                value,
+                se: Some(se),
+            })
+            .collect();
+        Candidate {
+            mode: mode.into(),
+            n,
+            aggregate: Spread::of(&obs).unwrap(),
+            wide: None,
+        }
+    }
+
     #[test]
     fn does_not_pay_never_prints_the_threshold_itself() {
         // Measured on the H200: ResNet-152 b128, 2 copies under MPS, 1.0970x solo.
-        let s = |v: f64| {
-            Spread::of(&[Obs {
-                value: v,
-                se: Some(0.0),
-            }])
-            .unwrap()
-        };
-        let r = Recommendation {
-            chosen: Candidate {
-                mode: "mps".into(),
-                n: 2,
-                aggregate: s(1097.8),
-            },
-            best: Candidate {
-                mode: "mps".into(),
-                n: 2,
-                aggregate: s(1097.8),
-            },
-            equivalent: vec![],
-            ratio: Ratio {
-                value: 1.0970,
-                u: None,
-            },
-            verdict: Verdict::BelowMinGain,
-            margin: -0.003,
-        };
-        let t = recommendation_text(&r, 1.1, "img/s", None);
+        let solo = cand("solo", 1, &[1000.75], 0.0);
+        let two = cand("mps", 2, &[1097.8], 0.0);
+        let r = crate::bench::answer::recommend(&solo.aggregate, &[two], 1.1).unwrap();
+        assert_eq!(r.verdict, Verdict::BelowMinGain);
+        let t = recommendation_text(&r, 1.1, "img/s", None, false);
         assert!(t.contains("gives only 1.097x solo (< 1.10x)"), "{t}");
         assert_eq!(below(1.0999999, 1.1), "1.0999999");
         assert_eq!(below(0.9, 1.1), "0.90");
+        let _ = Ratio { value: 1.0, u: None };
+    }
+
+    /// The H200 call: the answer leads with the fraction of the reference, the
+    /// ratio to solo second and flagged where solo moves with the host; the wide mps 4
+    /// gets a line that says why the answer does not rest on it.
+    #[test]
+    fn the_answer_leads_with_the_fraction_of_the_reference_and_names_wide_cells() {
+        use crate::bench::answer::{recommend, wide_cells};
+        let solo = cand("solo", 1, &[13_315.0, 15_681.0, 14_498.0], 500.0);
+        let mut all = vec![
+            cand("mps", 4, &[49_710.0, 63_145.0], 300.0),
+            cand("mps", 7, &[69_222.0, 69_714.0], 100.0),
+            cand("mps", 10, &[65_400.0, 65_720.0], 100.0),
+        ];
+        let sp: Vec<Spread> = all.iter().map(|c| c.aggregate).collect();
+        for (c, w) in all.iter_mut().zip(wide_cells(&sp)) {
+            c.wide = w;
+        }
+        let r = recommend(&solo.aggregate, &all, 1.1).unwrap();
+        let t = recommendation_text(&r, 1.1, "img/s", Some((0.722, Some(0.006))), true);
+        assert!(
+            t.starts_with(
+                "recommendation: run 7 copies under mps: 0.72 ± 0.01 of the reference, 4.79x ± "
+            ),
+            "{t}"
+        );
+        assert!(t.contains("solo (solo moves with the host: see its note) (69468.0 ± "), "{t}");
+        assert!(t.contains("margin: its low end"), "{t}");
+        let w = wide_text(&r.wide[0], &r, "img/s");
+        assert!(
+            w.starts_with("wide: mps 4 stayed wide after 2 runs (49710.0 to 63145.0 img/s: ± 23.8 % between its repeats, beyond max(2 x the other cells' median ± 0.6 %, 3 %))"),
+            "{w}"
+        );
+        // Its high end (69,862.5) reaches the best: judged by its low end.
+        assert!(
+            w.ends_with("judged by the low end of its interval (42992.5), not its mean (56427.5), so its noise could not pull the answer its way; more --repeat or a longer --duration may settle it"),
+            "{w}"
+        );
+        // Without a reference: the ratio to solo leads, as before.
+        let t = recommendation_text(&r, 1.1, "img/s", None, false);
+        assert!(
+            t.starts_with("recommendation: run 7 copies under mps: 4.79x ± "),
+            "{t}"
+        );
     }
 }

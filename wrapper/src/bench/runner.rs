@@ -21,7 +21,8 @@ use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, Outcome};
 use colloc_core::telemetry::{GpuId, NvmlProbe, Reading, Sampler, SamplerConfig, SlotMap};
 
-use super::analysis::{self, Candidate, Verdict};
+use super::analysis;
+use super::answer::{self, Candidate};
 use super::args::{BenchMode, Counts, GpuSel, Spec, MAX_COUNT};
 use super::compare;
 use super::host::Host;
@@ -158,6 +159,8 @@ struct Ctx<'a> {
     solo_peak: Option<u64>,
     /// The earlier report of `--compare`.
     old: Option<serde_json::Value>,
+    /// The first round that only measures wide cells again (after the repeats).
+    extra_from: Option<u32>,
     report: Report,
 }
 
@@ -284,6 +287,7 @@ pub fn run(
         seq: 0,
         solo_peak: None,
         old,
+        extra_from: None,
         report,
     };
 
@@ -424,7 +428,7 @@ impl Ctx<'_> {
                 let fits = if round > 1 {
                     !part || self.repeat_fits(Cell::REFERENCE, round)
                 } else {
-                    match self.new_cell_fits(Cell::REFERENCE, &found, measured_ref, &[]) {
+                    match self.new_cell_fits(Cell::REFERENCE, &found, measured_ref, &[], None) {
                         Ok(()) => true,
                         Err(why) => {
                             self.skip_for_budget(Cell::REFERENCE, why);
@@ -455,6 +459,7 @@ impl Ctx<'_> {
                 break;
             }
         }
+        self.remeasure_wide(&found, measured_ref)?;
         // The closing solo run, after the last round.
         let last = self.report.rounds + 1;
         self.measure(Cell::SOLO, last, &[], None)?;
@@ -499,6 +504,7 @@ impl Ctx<'_> {
         found: &[Block],
         with_ref: bool,
         extra: &[Cell],
+        keep: Option<(Cell, f64)>,
     ) -> Result<(), String> {
         let repeat = self.spec.repeat;
         let cost = self.budget.estimate(&cell.key(), cell.n) * f64::from(repeat);
@@ -508,12 +514,13 @@ impl Ctx<'_> {
             .map(|c| self.budget.estimate(&c.key(), c.n))
             .sum::<f64>()
             * repeats;
-        let owed = self.owed(found, with_ref) + extra;
+        let kept = keep.map_or(0.0, |(_, s)| s);
+        let owed = self.owed(found, with_ref) + extra + kept;
         if self.budget.fits(self.now(), cost, owed) {
             return Ok(());
         }
         Err(format!(
-            "not run: the budget ({}) had {} left; this needs about {}{}, and about {} is owed to {}the closing solo run",
+            "not run: the budget ({}) had {} left; this needs about {}{}, and about {} is owed to {}the closing solo run{}",
             secs(self.budget.limit.unwrap_or(0.0)),
             secs(self.budget.left(self.now()).unwrap_or(0.0)),
             secs(cost),
@@ -527,7 +534,13 @@ impl Ctx<'_> {
                 "the repeats of what was measured and "
             } else {
                 ""
-            }
+            },
+            keep.map_or_else(String::new, |(c, s)| format!(
+                ", {} of it kept for {} (what --colloc={} runs)",
+                secs(s),
+                c.mode(),
+                c.mode()
+            ))
         ))
     }
 
@@ -576,6 +589,75 @@ impl Ctx<'_> {
         errln!("colloc bench: budget: skipping {msg}");
         self.report.skipped.push(msg);
         false
+    }
+
+    /// After the rounds: the cells whose repeats disagree by more than the others'
+    /// noise ([`answer::wide_cells`]) are measured again while the budget allows (the
+    /// closing solo run kept), those that could change the answer first
+    /// ([`answer::remeasure_order`]), each at most `max(--repeat, 2)` more times; every
+    /// pass is a round of its own and judges the cells afresh.
+    fn remeasure_wide(&mut self, found: &[Block], with_ref: bool) -> anyhow::Result<()> {
+        let cap = self.spec.repeat.max(2);
+        let mut again: Vec<(Cell, u32)> = Vec::new();
+        loop {
+            let cands = judged_candidates(&self.report);
+            let closing = self.budget.estimate(&Cell::SOLO.key(), 1);
+            let mut planned = 0.0;
+            let mut now_cells: Vec<Cell> = Vec::new();
+            for i in answer::remeasure_order(&cands) {
+                let c = &cands[i];
+                let cell = if c.mode == "reference" {
+                    Some(Cell::REFERENCE).filter(|_| with_ref)
+                } else {
+                    found
+                        .iter()
+                        .flat_map(|b| &b.cells)
+                        .find(|x| x.mode() == c.mode && x.n == c.n)
+                        .copied()
+                };
+                let Some(cell) = cell else { continue };
+                if again.iter().any(|(x, k)| *x == cell && *k >= cap) {
+                    continue;
+                }
+                let cost = self.budget.estimate(&cell.key(), cell.n);
+                if !self.budget.fits(self.now(), planned + cost, closing) {
+                    continue;
+                }
+                planned += cost;
+                now_cells.push(cell);
+            }
+            if now_cells.is_empty() {
+                return Ok(());
+            }
+            let round = self.report.rounds + 1;
+            self.report.rounds = round;
+            self.extra_from.get_or_insert(round);
+            let names: Vec<String> = now_cells.iter().map(|c| cell_name(&c.mode(), c.n)).collect();
+            errln!(
+                "colloc bench: measuring again what disagreed with itself more than the other cells: {}",
+                names.join(", ")
+            );
+            for cell in &now_cells {
+                match again.iter_mut().find(|(x, _)| x == cell) {
+                    Some((_, k)) => *k += 1,
+                    None => again.push((*cell, 1)),
+                }
+            }
+            if now_cells.contains(&Cell::REFERENCE) {
+                self.measure(Cell::REFERENCE, round, &[], None)?;
+            }
+            for b in found {
+                let cells: Vec<Cell> = b
+                    .cells
+                    .iter()
+                    .filter(|c| now_cells.contains(c))
+                    .copied()
+                    .collect();
+                if !cells.is_empty() {
+                    self.repeat_block(&Block { mode: b.mode, cells }, round)?;
+                }
+            }
+        }
     }
 
     /// Rounds `from` to the last are not run: says so.
@@ -711,7 +793,18 @@ impl Ctx<'_> {
                 stopped = Some(why);
                 continue;
             }
-            if let Err(why) = self.new_cell_fits(cell, found, with_ref, &block.cells) {
+            // Under MPS, once a count was measured, room stays for `mps:N` at the chosen N:
+            // a count further is tried only where both fit.
+            let measured_mps = block.cells.iter().any(|c| c.kind == Kind::Mps && c.n > 1);
+            let keep = (mode == BenchMode::Mps && guard.is_some() && measured_mps).then(|| {
+                let limited = Cell {
+                    kind: Kind::MpsLimited,
+                    n,
+                };
+                let s = plan::kept_for_limit(&self.budget, &limited.key(), n, self.spec.repeat);
+                (limited, s)
+            });
+            if let Err(why) = self.new_cell_fits(cell, found, with_ref, &block.cells, keep) {
                 self.skip_for_budget(cell, why.clone());
                 if auto {
                     if let Some((pn, _)) = prev.filter(|(pn, _)| *pn > 1) {
@@ -770,8 +863,16 @@ impl Ctx<'_> {
                     kind: Kind::MpsLimited,
                     n,
                 };
-                if let Err(why) = self.new_cell_fits(cell, found, with_ref, &block.cells) {
-                    self.skip_for_budget(cell, why);
+                if let Err(why) = self.new_cell_fits(cell, found, with_ref, &block.cells, None) {
+                    self.skip_for_budget(cell, why.clone());
+                    // Said first: the question "does mps:N cost anything here" stays open.
+                    self.report.notes.insert(
+                        0,
+                        format!(
+                            "{m} was not measured: the budget could not hold it even after the search for N stopped to keep room for it ({why}); whether --colloc={m}'s limits cost anything against unlimited mps at {n} copies stays open: a larger --budget measures it",
+                            m = cell.mode()
+                        ),
+                    );
                 } else {
                     let limited = self.limited_env(&env, n);
                     if self.measure(cell, 1, &limited, None)?.is_some() {
@@ -797,10 +898,11 @@ impl Ctx<'_> {
                     mode: c.mode(),
                     n: c.n,
                     aggregate: Spread::of(&[o])?,
+                    wide: None,
                 })
             })
             .collect();
-        let (_, chosen, _) = analysis::pick(&cands)?;
+        let chosen = answer::pick(&cands)?.chosen;
         (chosen.n > 1).then_some(chosen.n)
     }
 
@@ -1056,6 +1158,12 @@ impl Ctx<'_> {
             "warm-up run (discarded)".to_string()
         } else if round > self.report.rounds {
             "closing solo run".to_string()
+        } else if let Some(from) = self.extra_from.filter(|f| round >= *f) {
+            format!(
+                "[again {}] {mode} with {n} cop{}, whose repeats disagreed",
+                round - from + 1,
+                if n == 1 { "y" } else { "ies" }
+            )
         } else {
             format!(
                 "[{round}/{}] {mode} with {n} cop{}",
@@ -1270,22 +1378,15 @@ impl Ctx<'_> {
         }
         report.mps_limit = mps_limit(report);
         if let Some(s) = solo {
-            let cands: Vec<Candidate> = report
-                .results
-                .iter()
-                .filter(|r| r.status == Status::Measured && r.mode != "reference")
-                .filter_map(|r| {
-                    Some(Candidate {
-                        mode: r.mode.clone(),
-                        n: r.n,
-                        aggregate: r.spread()?,
-                    })
-                })
-                .collect();
-            if let Some(rec) = analysis::recommend(&s, &cands, self.spec.min_gain) {
+            let cands = judged_candidates(report);
+            if let Some(rec) = answer::recommend(&s, &cands, self.spec.min_gain) {
                 let vs_ref = report
                     .row(&rec.chosen.mode, rec.chosen.n)
-                    .and_then(|r| r.vs_reference);
+                    .and_then(|r| r.vs_reference.map(|v| (v, r.vs_reference_u)));
+                let solo_moves = report
+                    .notes
+                    .iter()
+                    .any(|n| n.starts_with(analysis::SOLO_MOVES));
                 report.recommendation = Some(RecommendationOut {
                     mode: rec.chosen.mode.clone(),
                     n: rec.chosen.n,
@@ -1293,27 +1394,28 @@ impl Ctx<'_> {
                     aggregate_u: rec.chosen.aggregate.u,
                     vs_solo: rec.ratio.value,
                     vs_solo_u: rec.ratio.u,
-                    vs_reference: vs_ref,
+                    vs_reference: vs_ref.map(|v| v.0),
+                    vs_reference_u: vs_ref.and_then(|v| v.1),
                     pays: rec.pays(),
-                    verdict: match rec.verdict {
-                        Verdict::Pays => "pays",
-                        Verdict::OneAtATime => "one_at_a_time",
-                        Verdict::BelowMinGain => "below_min_gain",
-                        Verdict::WithinNoise => "within_noise",
-                    }
-                    .into(),
+                    verdict: rec.verdict.as_str().into(),
                     margin: rec.margin,
                     best: cell_name(&rec.best.mode, rec.best.n),
-                    within_noise: rec
-                        .equivalent
+                    as_good: rec
+                        .as_good
                         .iter()
                         .map(|c| cell_name(&c.mode, c.n))
+                        .collect(),
+                    wide: rec
+                        .wide
+                        .iter()
+                        .map(|c| report::wide_text(c, &rec, &report.unit))
                         .collect(),
                     text: report::recommendation_text(
                         &rec,
                         self.spec.min_gain,
                         &report.unit,
                         vs_ref,
+                        solo_moves,
                     ),
                 });
             }
@@ -1369,6 +1471,29 @@ impl Ctx<'_> {
         errln!("colloc bench: reports in {}", dir.display());
         Ok(())
     }
+}
+
+/// Every measured configuration but solo, with the cells whose repeats stayed wide
+/// marked ([`answer::wide_cells`]).
+fn judged_candidates(report: &Report) -> Vec<Candidate> {
+    let mut cands: Vec<Candidate> = report
+        .results
+        .iter()
+        .filter(|r| r.status == Status::Measured && r.mode != "solo")
+        .filter_map(|r| {
+            Some(Candidate {
+                mode: r.mode.clone(),
+                n: r.n,
+                aggregate: r.spread()?,
+                wide: None,
+            })
+        })
+        .collect();
+    let spreads: Vec<Spread> = cands.iter().map(|c| c.aggregate).collect();
+    for (c, w) in cands.iter_mut().zip(answer::wide_cells(&spreads)) {
+        c.wide = w;
+    }
+    cands
 }
 
 /// `mps:N` against unlimited MPS at the same N, where both were measured.
