@@ -1152,3 +1152,297 @@ fn a_solo_that_moves_with_the_host_is_named() {
         }
     }
 }
+
+fn rec_cell(j: &Value) -> (String, u64) {
+    let r = &j["recommendation"];
+    (
+        r["mode"].as_str().unwrap_or("-").to_string(),
+        r["n"].as_u64().unwrap_or(0),
+    )
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The stand-in: 3 copies steady at 2.4x solo, 2 copies whose repeats read 3.2x
+/// and 0.8x (every round alike: they never agree). The wide cell is measured again (twice:
+/// `max(--repeat, 2)`), stays wide, is named with why the answer does not rest on it, and
+/// the answer is 3 copies: it pays. (The old rule let the wide cell's error bar reach the
+/// steady one, preferred it for its fewer copies, and said collocation does not pay.)
+#[test]
+fn a_wide_cell_beside_a_steady_better_one_is_measured_again_and_not_chosen() {
+    let b = Bench::new();
+    let out = b
+        .cmd(
+            "1,1,0.8",
+            &[
+                "--modes",
+                "naive",
+                "--counts",
+                "2,3",
+                "--repeat",
+                "2",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+            ],
+        )
+        .env("STANDIN_PERIOD", "0.05")
+        .env("STANDIN_ROUND_FACTORS", "naive-n2:1.6,0.4")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = succeeded(&out);
+    let j = b.json();
+    assert_eq!(rec_cell(&j), ("naive".to_string(), 3), "{stdout}");
+    let rec = &j["recommendation"];
+    assert_eq!(rec["pays"], true, "{rec}");
+    assert!(close(rec["vs_solo"].as_f64().unwrap(), 2.4), "{rec}");
+    // Measured again twice, after the rounds; the steady cells not.
+    let two = row(&j, "naive", 2);
+    assert_eq!(two["repeats"], 4, "{two}");
+    assert_eq!(row(&j, "naive", 3)["repeats"], 2);
+    assert_eq!(row(&j, "solo", 1)["repeats"], 3);
+    let seen: Vec<(String, u64, u64)> = order(&j)
+        .into_iter()
+        .map(|(m, n, r, _)| (m, n, r))
+        .collect();
+    assert_eq!(
+        seen[seen.len() - 3..],
+        [
+            ("naive".to_string(), 2, 3),
+            ("naive".to_string(), 2, 4),
+            ("solo".to_string(), 1, 5)
+        ]
+    );
+    assert!(
+        stderr.contains(
+            "measuring again what disagreed with itself more than the other cells: naive 2"
+        ),
+        "{stderr}"
+    );
+    let wide = strings(&rec["wide"]);
+    assert_eq!(wide.len(), 1, "{wide:?}");
+    assert!(
+        wide[0].starts_with("wide: naive 2 stayed wide after 4 runs (")
+            && wide[0].contains("judged by the low end of its interval"),
+        "{wide:?}"
+    );
+    assert!(stdout.contains(&wide[0]), "{stdout}");
+    assert!(
+        stdout.contains("recommendation: run 3 copies under naive"),
+        "{stdout}"
+    );
+}
+
+/// Two cells with the same aggregate (2 copies at 1.0 each, 3 at 0.667 each: 200 both):
+/// the fewer copies, the other named as good; nothing is wide, nothing measured again.
+#[test]
+fn two_equal_cells_give_the_fewer_copies() {
+    let b = Bench::new();
+    let out = b
+        .cmd(
+            "1,1,0.6667",
+            &[
+                "--modes",
+                "naive",
+                "--counts",
+                "2,3",
+                "--repeat",
+                "2",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+            ],
+        )
+        .env("STANDIN_PERIOD", "0.05")
+        .output()
+        .unwrap();
+    let (stdout, _) = succeeded(&out);
+    let j = b.json();
+    assert_eq!(rec_cell(&j), ("naive".to_string(), 2), "{stdout}");
+    let rec = &j["recommendation"];
+    assert_eq!(strings(&rec["as_good"]), ["naive 3"], "{rec}");
+    assert!(strings(&rec["wide"]).is_empty(), "{rec}");
+    for n in [2, 3] {
+        assert_eq!(row(&j, "naive", n)["repeats"], 2);
+    }
+    assert!(
+        stdout.contains("as good (within 5 % of the best): naive 3"),
+        "{stdout}"
+    );
+}
+
+/// A solo run that moves with the host (its rounds read 1.3x, 0.7x, 1.3x its rate) does
+/// not move the answer (4 copies: 3.6x the per-copy base, 2 copies 1.8x), is not measured
+/// again, makes no steady cell wide, and the answer flags its ratio to solo.
+#[test]
+fn a_noisy_solo_does_not_move_the_answer() {
+    let b = Bench::new();
+    let out = b
+        .cmd(
+            "1,0.9",
+            &[
+                "--modes",
+                "naive",
+                "--counts",
+                "2,4",
+                "--repeat",
+                "2",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+            ],
+        )
+        .env("STANDIN_PERIOD", "0.05")
+        .env("STANDIN_ROUND_FACTORS", "solo-n1:1.3,0.7")
+        .output()
+        .unwrap();
+    let (stdout, _) = succeeded(&out);
+    let j = b.json();
+    assert_eq!(rec_cell(&j), ("naive".to_string(), 4), "{stdout}");
+    let rec = &j["recommendation"];
+    assert_eq!(rec["pays"], true, "{rec}");
+    assert!(close(rec["aggregate"].as_f64().unwrap(), 360.0), "{rec}");
+    assert_eq!(row(&j, "solo", 1)["repeats"], 3);
+    for n in [2, 4] {
+        assert_eq!(row(&j, "naive", n)["repeats"], 2);
+    }
+    assert!(strings(&rec["wide"]).is_empty(), "{rec}");
+    assert!(
+        stdout.contains("note: solo moves with the host")
+            && stdout.contains(" img/s; solo moves with the host: see its note)"),
+        "{stdout}"
+    );
+}
+
+/// The H200 table in a stand-in (per 100 img/s of solo): reference 664, mps 2
+/// 170, mps 4 wide (343 and 435 in turn), mps 7 479 steady, mps 10 445 (7 % lower; the
+/// H200's was 5.6 %), mps:7 as mps 7. `--counts auto` stops at 10, mps:7 is measured at the
+/// chosen N, mps 4 is measured again and stays wide, and the answer is 7 copies under
+/// mps, led by its fraction of the reference (0.72), the ratio to solo second.
+#[test]
+fn the_h200_table_mps_4_wide_mps_7_steady_mps_10_lower_recommends_7() {
+    let b = Bench::new();
+    let fake =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
+    let reference = format!("python3 '{}' --rate 664", standin().display());
+    let out = b
+        .cmd_with_config(
+            "1,0.85,0.85,0.9725,0.9725,0.9725,0.6843,0.6843,0.6843,0.445",
+            &[
+                "--modes",
+                "mps",
+                "--counts",
+                "auto",
+                "--repeat",
+                "2",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+                "--reference",
+                &reference,
+            ],
+            &format!("mps_control = \"{}\"\n", fake.display()),
+        )
+        .env("STANDIN_PERIOD", "0.05")
+        .env("STANDIN_ROUND_FACTORS", "mps-n4:0.881,1.119")
+        .output()
+        .unwrap();
+    let (stdout, _) = succeeded(&out);
+    let j = b.json();
+    assert_eq!(rec_cell(&j), ("mps".to_string(), 7), "{stdout}");
+    let rec = &j["recommendation"];
+    assert_eq!(rec["pays"], true);
+    assert!(
+        close(rec["vs_reference"].as_f64().unwrap(), 479.0 / 664.0),
+        "{rec}"
+    );
+    assert_eq!(strings(&rec["as_good"]), ["mps:7"], "{rec}");
+    for (mode, n, runs) in [
+        ("mps", 2, 2),
+        ("mps", 4, 4),
+        ("mps", 7, 2),
+        ("mps", 10, 2),
+        ("mps:7", 7, 2),
+    ] {
+        assert_eq!(row(&j, mode, n)["repeats"], runs, "{mode} {n}");
+    }
+    let wide = strings(&rec["wide"]);
+    assert_eq!(wide.len(), 1, "{wide:?}");
+    assert!(
+        wide[0].starts_with("wide: mps 4 stayed wide after 4 runs"),
+        "{wide:?}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("recommendation: "))
+        .unwrap();
+    assert!(
+        line.starts_with("recommendation: run 7 copies under mps: 0.72 ± ")
+            && line.contains(" of the reference, 4.79x"),
+        "{line}"
+    );
+    assert!(line.find("of the reference").unwrap() < line.find("solo").unwrap());
+}
+
+/// `--budget` under MPS with an aggregate that keeps rising: the search for N stops
+/// where the next count and `mps:N` would not both fit, and `mps:N` is measured at the
+/// chosen N (the configuration a user runs under `--colloc=mps:N`). Before, the search
+/// spent the budget and `mps:N` was skipped.
+#[test]
+fn a_budget_keeps_room_for_mps_at_the_chosen_n() {
+    let b = Bench::new();
+    let fake =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
+    let out = b
+        .cmd_with_config(
+            "1",
+            &[
+                "--modes",
+                "mps",
+                "--counts",
+                "auto",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+                "--budget",
+                "12s",
+            ],
+            &format!("mps_control = \"{}\"\n", fake.display()),
+        )
+        .env("STANDIN_KNEE", "64")
+        .env("STANDIN_PERIOD", "0.05")
+        .output()
+        .unwrap();
+    let (stdout, _) = succeeded(&out);
+    let j = b.json();
+    let measured: Vec<u64> = j["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["mode"] == "mps" && r["status"] == "measured")
+        .map(|r| r["n"].as_u64().unwrap())
+        .collect();
+    let top = *measured.iter().max().expect("no mps count measured");
+    let limited = format!("mps:{top}");
+    assert_eq!(row(&j, &limited, top)["status"], "measured", "{stdout}");
+    assert_eq!(rec_cell(&j), ("mps".to_string(), top), "{stdout}");
+    let skipped = strings(&j["skipped"]);
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s.contains("kept for mps:") && s.contains("(what --colloc=mps:")),
+        "{skipped:?}"
+    );
+    assert!(!stdout.contains("was not measured"), "{stdout}");
+}

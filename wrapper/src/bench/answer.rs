@@ -135,19 +135,13 @@ pub struct Pick {
 /// The rule: of the cells whose figure is within [`AS_GOOD`] of the best, the fewest
 /// copies, then the lightest mode, then the higher figure. `None` without a finite one.
 pub fn pick(measured: &[Candidate]) -> Option<Pick> {
-    let usable: Vec<&Candidate> = measured
-        .iter()
-        .filter(|c| c.figure().is_finite())
-        .collect();
+    let usable: Vec<&Candidate> = measured.iter().filter(|c| c.figure().is_finite()).collect();
     let best = (*usable
         .iter()
         .max_by(|a, b| a.figure().total_cmp(&b.figure()))?)
     .clone();
     let line = best.figure() - AS_GOOD * best.figure().abs();
-    let good: Vec<&Candidate> = usable
-        .into_iter()
-        .filter(|c| c.figure() >= line)
-        .collect();
+    let good: Vec<&Candidate> = usable.into_iter().filter(|c| c.figure() >= line).collect();
     let chosen = lightest(&good)?.clone();
     let as_good = good
         .iter()
@@ -496,17 +490,14 @@ mod tests {
         ]);
         let r = recommend(&solo.aggregate, &all, 1.1).unwrap();
         assert_eq!(named(&r.chosen), ("naive", 2));
-        assert_eq!(r.as_good.iter().map(named).collect::<Vec<_>>(), [("naive", 3)]);
+        assert_eq!(
+            r.as_good.iter().map(named).collect::<Vec<_>>(),
+            [("naive", 3)]
+        );
         // 4.9 % below the best is as good; 5.1 % is not, however wide the error bars.
-        let all = [
-            c("mps", 4, &[951.0], 100.0),
-            c("mps", 7, &[1000.0], 100.0),
-        ];
+        let all = [c("mps", 4, &[951.0], 100.0), c("mps", 7, &[1000.0], 100.0)];
         assert_eq!(named(&pick(&all).unwrap().chosen), ("mps", 4));
-        let all = [
-            c("mps", 4, &[949.0], 100.0),
-            c("mps", 7, &[1000.0], 100.0),
-        ];
+        let all = [c("mps", 4, &[949.0], 100.0), c("mps", 7, &[1000.0], 100.0)];
         assert_eq!(named(&pick(&all).unwrap().chosen), ("mps", 7));
         // Same count: the lighter mode, then the higher figure.
         let all = [

@@ -286,10 +286,13 @@ mod tests {
         }
         let now = 50.0 + 27.0 + 30.0 + 27.0 + 27.0 + 28.0;
         // Owed: the closing solo run and round 2 (solo, reference, 2, 4, 7 copies).
-        let owed = b.estimate("solo 1", 1)
-            + seen.iter().map(|(k, n, _)| b.estimate(k, *n)).sum::<f64>();
+        let owed =
+            b.estimate("solo 1", 1) + seen.iter().map(|(k, n, _)| b.estimate(k, *n)).sum::<f64>();
         let ten = 2.0 * b.estimate("mps 10", 10);
-        assert!(b.fits(now, ten, owed), "without the room kept, 10 copies fit");
+        assert!(
+            b.fits(now, ten, owed),
+            "without the room kept, 10 copies fit"
+        );
         let kept = kept_for_limit(&b, "mps:10 10", 10, 2);
         assert!((kept - 2.0 * 30.0 * MARGIN).abs() < 1e-9, "{kept}");
         assert!(!b.fits(now, ten, owed + kept));

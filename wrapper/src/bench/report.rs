@@ -471,7 +471,7 @@ pub fn recommendation_text(
 ) -> String {
     let ratio = times(r.ratio.value, r.ratio.u);
     let solo_flag = if solo_moves {
-        " (solo moves with the host: see its note)"
+        "; solo moves with the host: see its note"
     } else {
         ""
     };
@@ -481,12 +481,12 @@ pub fn recommendation_text(
             let mut s = format!("recommendation: run {}: ", copies(c.n, &c.mode));
             match vs_reference {
                 Some((f, u)) => s.push_str(&format!(
-                    "{} of the reference, {ratio} solo{solo_flag} ({} {unit})",
+                    "{} of the reference, {ratio} solo ({} {unit}{solo_flag})",
                     pm(f, u, 2),
                     pm(c.aggregate.mean, c.aggregate.u, 1)
                 )),
                 None => s.push_str(&format!(
-                    "{ratio} the solo aggregate throughput{solo_flag} ({} {unit})",
+                    "{ratio} the solo aggregate throughput ({} {unit}{solo_flag})",
                     pm(c.aggregate.mean, c.aggregate.u, 1)
                 )),
             }
@@ -537,12 +537,12 @@ pub fn recommendation_text(
             cell_name(&c.mode, c.n)
         ),
         Verdict::BelowMinGain => format!(
-            "recommendation: collocation does not pay: the best, {}, gives only {}x solo{solo_flag} (< {min_gain:.2}x); run one at a time",
+            "recommendation: collocation does not pay: the best, {}, gives only {}x solo (< {min_gain:.2}x{solo_flag}); run one at a time",
             copies(c.n, &c.mode),
             below(r.ratio.value, min_gain)
         ),
         Verdict::WithinNoise => format!(
-            "recommendation: collocation does not pay beyond the noise: {} gives {ratio} solo{solo_flag}, and no collocated configuration's low end clears --min-gain {min_gain:.2} (its is {:.2}x); run one at a time (a longer --duration or more --repeat narrows the noise)",
+            "recommendation: collocation does not pay beyond the noise: {} gives {ratio} solo (its low end {:.2}x{solo_flag}), and no collocated configuration's low end clears --min-gain {min_gain:.2}; run one at a time (a longer --duration or more --repeat narrows the noise)",
             copies(c.n, &c.mode),
             r.ratio.lo()
         ),
@@ -1060,7 +1060,10 @@ pub(crate) mod tests {
         assert!(t.contains("gives only 1.097x solo (< 1.10x)"), "{t}");
         assert_eq!(below(1.0999999, 1.1), "1.0999999");
         assert_eq!(below(0.9, 1.1), "0.90");
-        let _ = Ratio { value: 1.0, u: None };
+        let _ = Ratio {
+            value: 1.0,
+            u: None,
+        };
     }
 
     /// The H200 call: the answer leads with the fraction of the reference, the
@@ -1087,7 +1090,10 @@ pub(crate) mod tests {
             ),
             "{t}"
         );
-        assert!(t.contains("solo (solo moves with the host: see its note) (69468.0 ± "), "{t}");
+        assert!(
+            t.contains(" solo (69468.0 ± 492.0 img/s; solo moves with the host: see its note)"),
+            "{t}"
+        );
         assert!(t.contains("margin: its low end"), "{t}");
         let w = wide_text(&r.wide[0], &r, "img/s");
         assert!(

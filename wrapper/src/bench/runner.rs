@@ -632,7 +632,10 @@ impl Ctx<'_> {
             let round = self.report.rounds + 1;
             self.report.rounds = round;
             self.extra_from.get_or_insert(round);
-            let names: Vec<String> = now_cells.iter().map(|c| cell_name(&c.mode(), c.n)).collect();
+            let names: Vec<String> = now_cells
+                .iter()
+                .map(|c| cell_name(&c.mode(), c.n))
+                .collect();
             errln!(
                 "colloc bench: measuring again what disagreed with itself more than the other cells: {}",
                 names.join(", ")
@@ -654,7 +657,13 @@ impl Ctx<'_> {
                     .copied()
                     .collect();
                 if !cells.is_empty() {
-                    self.repeat_block(&Block { mode: b.mode, cells }, round)?;
+                    self.repeat_block(
+                        &Block {
+                            mode: b.mode,
+                            cells,
+                        },
+                        round,
+                    )?;
                 }
             }
         }
