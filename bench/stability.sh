@@ -35,7 +35,8 @@
 # medium model's at 512 held to 0.1 %.
 # Env: PYTHON (python3), WARMUP (2s), DURATION (4s), SMALL_BUDGET, MEDIUM_BUDGET (s),
 # SMALL_REF_BATCH (2048 = 16 x 128), MEDIUM_REF_BATCH (512 = 4 x 128), MODES (mps),
-# MPS_CONTROL (the control program; default: the driver's, found as in bench/study.sh).
+# MPS_CONTROL (the control program; default: the driver's, found as in bench/study.sh),
+# TRAIN (the training script, bench/train.py; a stand-in to test this script's plumbing).
 #
 # Every MPS daemon colloc starts lives under a private TMPDIR of this script; on exit,
 # also after a failure or a signal, the script stops colloc (SIGTERM: it stops its copies
@@ -55,6 +56,7 @@ SMALL_REF_BATCH=${SMALL_REF_BATCH:-2048}
 MEDIUM_REF_BATCH=${MEDIUM_REF_BATCH:-512}
 MODES=${MODES:-mps}
 HERE=$(cd "$(dirname "$0")" && pwd)
+TRAIN=${TRAIN:-$HERE/train.py}
 
 if [[ -z "${COLLOC:-}" ]]; then
   for c in "$HERE/../target/release/colloc" "$HERE/../target/debug/colloc"; do
@@ -169,7 +171,7 @@ run() {
   mkdir -p "$dir"
   # Lines every 0.5 s: a 4 s window then has 8 per copy, enough to cut it into blocks
   # for the noise inside the window.
-  local train=("$PYTHON" "$HERE/train.py" --workload "$workload" --duration 0 --log-interval 0.5)
+  local train=("$PYTHON" "$TRAIN" --workload "$workload" --duration 0 --log-interval 0.5)
   local reference
   reference=$(printf '%q ' "${train[@]}" --batch "$refbatch")
   local cmd=("$COLLOC" --config "$CONF" bench --modes "$MODES" --counts auto --repeat 2

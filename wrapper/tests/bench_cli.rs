@@ -1434,9 +1434,8 @@ fn a_budget_keeps_room_for_mps_at_the_chosen_n() {
         .map(|r| r["n"].as_u64().unwrap())
         .collect();
     let top = *measured.iter().max().expect("no mps count measured");
-    let limited = format!("mps:{top}");
-    assert_eq!(row(&j, &limited, top)["status"], "measured", "{stdout}");
     assert_eq!(rec_cell(&j), ("mps".to_string(), top), "{stdout}");
+    // The count after the last was not tried for the room kept.
     let skipped = strings(&j["skipped"]);
     assert!(
         skipped
@@ -1444,5 +1443,29 @@ fn a_budget_keeps_room_for_mps_at_the_chosen_n() {
             .any(|s| s.contains("kept for mps:") && s.contains("(what --colloc=mps:")),
         "{skipped:?}"
     );
-    assert!(!stdout.contains("was not measured"), "{stdout}");
+    // mps:N is measured at the chosen N, unless the last count ran so much longer than
+    // its estimate (a loaded machine starts copies slowly) that not even one
+    // measurement of mps:N fit: then the report says so first.
+    let limited = format!("mps:{top}");
+    let notes = strings(&j["notes"]);
+    if row(&j, &limited, top)["status"] == "measured" {
+        assert!(!stdout.contains("was not measured"), "{stdout}");
+    } else {
+        assert!(
+            notes[0].starts_with(&format!("{limited} was not measured: the budget could not hold it even after the search for N stopped")),
+            "{notes:?}"
+        );
+        let first_note = stdout
+            .lines()
+            .position(|l| l.starts_with("note: "))
+            .unwrap();
+        assert!(
+            stdout
+                .lines()
+                .nth(first_note)
+                .unwrap()
+                .contains("was not measured"),
+            "{stdout}"
+        );
+    }
 }

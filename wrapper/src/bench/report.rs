@@ -505,11 +505,13 @@ pub fn recommendation_text(
                     AS_GOOD * 100.0
                 ));
             }
-            if !c.n.eq(&r.best.n) || c.mode != r.best.mode {
+            let above = r.best.figure() / c.figure() - 1.0;
+            if above >= 0.0005 {
                 s.push_str(&format!(
-                    "; the best, {} ({:.1}), is at most {:.0} % above it",
+                    "; the best, {} ({:.1}), is {:.1} % above it (within {:.0} %: as good)",
                     cell_name(&r.best.mode, r.best.n),
                     r.best.figure(),
+                    above * 100.0,
                     AS_GOOD * 100.0
                 ));
             }
@@ -520,13 +522,15 @@ pub fn recommendation_text(
                     .map(|e| format!("{} ({:.1})", cell_name(&e.mode, e.n), e.figure()))
                     .collect();
                 s.push_str(&format!(
-                    "; as good (within {:.0} % of the best): {} ({} gains too little to count)",
+                    "; as good (within {:.0} % of the best): {} ({} would gain too little to count)",
                     AS_GOOD * 100.0,
                     eq.join(", "),
                     if r.as_good.iter().all(|e| e.n > c.n) {
                         "more copies"
-                    } else {
+                    } else if r.as_good.iter().all(|e| e.n == c.n) {
                         "another mode"
+                    } else {
+                        "more copies or another mode"
                     }
                 ));
             }
