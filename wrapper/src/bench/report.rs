@@ -11,7 +11,9 @@
 //! `started_unix`, `repeat`, `counts`, `modes`, `reference_command`, `reference`,
 //! `solo_u`, `warmup_run` (the discarded first run), `mps_limit`, `notes`, `skipped`,
 //! `budget_s` and `comparison`; `window` moved into the measurements. Both CSVs carry
-//! the schema in a column.
+//! the schema in a column. The recommendation names `best`, the cells `as_good` as it
+//! (mean within 5 %), the `wide` cells with why the answer does not rest on them, and
+//! `vs_reference_u`; measurements of rounds after `repeat` re-measured wide cells.
 
 use colloc_core::gpu::GpuInfo;
 use serde::Serialize;
@@ -361,7 +363,8 @@ pub struct Report {
     pub counts: String,
     /// Measurements asked for per configuration.
     pub repeat: u32,
-    /// Rounds measured in whole or part.
+    /// Rounds measured in whole or part, then any rounds that measured wide cells
+    /// again (their measurements carry the round numbers after `repeat`).
     pub rounds: u32,
     /// Measurement seconds per configuration after warm-up.
     pub duration_s: f64,
