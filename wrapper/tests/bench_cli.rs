@@ -745,9 +745,13 @@ fn drift_and_jitter_the_spread_covers_the_truth_and_auto_stops_at_the_knee() {
         let r4 = row(&j, "naive", 4)["rise"].as_f64().unwrap();
         assert!((r4 - 1.0).abs() < 0.15, "seed {seed}: rise to 4 {r4}");
         // The truth: aggregate = 100 x min(N, 4), drift alike for all (round-robin).
+        // Rounds after the second measured again a cell whose repeats the host's drift
+        // pulled apart by more than the others' (the cells measured furthest apart in
+        // time: round 2 runs backwards).
+        let rounds = j["rounds"].as_u64().unwrap();
         for (n, truth) in [(2, 2.0), (4, 4.0), (7, 4.0)] {
             let r = row(&j, "naive", n);
-            assert_eq!(r["repeats"], 2, "{r}");
+            assert!(r["repeats"].as_u64().unwrap() >= 2, "{r}");
             let (lo, hi) = interval(r, "vs_solo");
             assert!(
                 lo <= truth && truth <= hi,
@@ -769,13 +773,14 @@ fn drift_and_jitter_the_spread_covers_the_truth_and_auto_stops_at_the_knee() {
         }
         // Solo: at the start of rounds 1 and 2 and at the end; the drift shows in its spread.
         let solo = row(&j, "solo", 1);
+        let rounds_all = rounds;
         let rounds: Vec<u64> = solo["measurements"]
             .as_array()
             .unwrap()
             .iter()
             .map(|m| m["round"].as_u64().unwrap())
             .collect();
-        assert_eq!(rounds, [1, 2, 3], "{solo}");
+        assert_eq!(rounds, [1, 2, rounds_all + 1], "{solo}");
         assert!(solo["aggregate_u"].as_f64().unwrap() > 0.0, "{solo}");
         assert!(
             stdout.contains("solo: ") && stdout.contains("over 3 run(s); min"),
@@ -795,12 +800,19 @@ fn drift_and_jitter_the_spread_covers_the_truth_and_auto_stops_at_the_knee() {
             ("naive", 7, 2),
             ("naive", 4, 2),
             ("naive", 2, 2),
-            ("solo", 1, 3),
         ]
         .iter()
         .map(|(m, n, r)| (m.to_string(), *n, *r))
         .collect();
-        assert_eq!(seen, want);
+        assert_eq!(seen[..8], want, "{seen:?}");
+        let (extra, last) = seen[8..].split_at(seen.len() - 9);
+        assert!(
+            extra
+                .iter()
+                .all(|(m, _, r)| m == "naive" && *r > 2 && *r <= rounds_all),
+            "{seen:?}"
+        );
+        assert_eq!(last, [("solo".to_string(), 1, rounds_all + 1)]);
         assert_eq!(j["warmup_run"]["round"], 0);
         let rec = &j["recommendation"];
         assert_eq!(
@@ -819,7 +831,7 @@ fn drift_and_jitter_the_spread_covers_the_truth_and_auto_stops_at_the_knee() {
             "{stdout}"
         );
         let m = std::fs::read_to_string(b.report.join("bench-measurements.csv")).unwrap();
-        assert_eq!(m.lines().count(), 1 + 1 + 9, "{m}");
+        assert_eq!(m.lines().count(), 1 + 1 + 9 + extra.len(), "{m}");
         assert_eq!(live_copies(&b.shared), 0);
     }
 }
