@@ -266,3 +266,74 @@ fn gpu_memory_errors_name_the_line_and_what_is_valid() {
         "{stderr}"
     );
 }
+
+/// `colloc plan --fit`: a MIG layout for a student's sweep of three model sizes, each
+/// size class with an instance of its own, and a clear refusal for a run no profile holds.
+#[test]
+fn plan_fit_proposes_a_layout_for_the_declared_memory() {
+    let env = Env::new();
+    let m = env.manifest(
+        r#"
+[[sweep]]
+name = "small-{lr}"
+command = ["python", "train.py", "--lr", "{lr}"]
+grid = { lr = ["0.1", "0.01", "0.001"] }
+gpu_memory = "3GiB"
+[[sweep]]
+name = "medium-{lr}"
+command = ["python", "train.py", "--lr", "{lr}"]
+grid = { lr = ["0.1", "0.01"] }
+gpu_memory = "8GiB"
+[[run]]
+name = "large"
+command = ["python", "train.py"]
+gpu_memory = "15GiB"
+"#,
+    );
+    let plan = |extra: &[&str]| {
+        let mut c = assert_cmd::Command::cargo_bin("colloc").unwrap();
+        c.env("COLLOC_CONFIG", env.path().join("no-config.toml"))
+            .args(["plan", "--fit"])
+            .arg(&m)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = plan(&["--gpu-model", "A100-40GB", "--json"]);
+    let (stdout, _) = succeeded(&out);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["colloc_mode"], "mig:3g.20gb,1g.10gb,1g.5gbx2", "{v}");
+    let profile_of = |name: &str| {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap()["profile"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(profile_of("large"), "3g.20gb");
+    assert_eq!(profile_of("medium-0.1"), "1g.10gb");
+    assert_eq!(profile_of("small-0.001"), "1g.5gb");
+    let out = plan(&["--gpu-model", "A100-40GB"]);
+    let (text, _) = succeeded(&out);
+    assert!(
+        text.contains("sbatch --colloc=mig:3g.20gb,1g.10gb,1g.5gbx2"),
+        "{text}"
+    );
+    // On an A30 (24 GB) nothing holds a 30 GiB run.
+    std::fs::write(
+        &m,
+        "[[run]]\nname = \"big\"\ncommand = [\"true\"]\ngpu_memory = \"30GiB\"\n",
+    )
+    .unwrap();
+    let out = plan(&["--gpu-model", "A30"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("\"big\" needs 30.0 GiB") && stderr.contains("largest MIG profile"),
+        "{stderr}"
+    );
+}

@@ -18,6 +18,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use colloc_core::mig::{layout_mode_string, Catalog, PlannedInstance, Profile};
 use colloc_core::mode::Mode;
 
 use super::memsize::{self, MIB};
@@ -224,6 +225,103 @@ impl Placer {
     }
 }
 
+/// Up to `k` names, then how many more: `a, b, c and 4 more`.
+pub fn shorten(names: &[&str], k: usize) -> String {
+    if names.len() <= k {
+        return names.join(", ");
+    }
+    format!("{} and {} more", names[..k].join(", "), names.len() - k)
+}
+
+/// A MIG layout proposed for a manifest's declared memory (`colloc plan --fit`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposal {
+    /// The normalized mode to submit with (`--colloc=...`).
+    pub mode: String,
+    /// The instances, with where each sits.
+    pub instances: Vec<PlannedInstance>,
+    /// Per run (manifest order): its name, need (MiB) and the smallest profile that holds
+    /// it.
+    pub runs: Vec<(String, u64, String)>,
+}
+
+/// Propose a MIG layout for runs that declared their GPU memory (MiB): every run gets a
+/// profile that holds it (the smallest by memory, then by compute), the layout takes one
+/// instance of each profile needed first (biggest first), then one per further run,
+/// smallest needs first, while it still has a valid placement on this GPU. So every run
+/// can run, no size class waits behind another, and then as many run at once as fit.
+///
+/// # Errors
+/// A run that no profile of this GPU holds (one line naming it and the largest profile),
+/// or no run to plan for.
+pub fn propose(catalog: &Catalog, runs: &[(String, u64)]) -> Result<Proposal, String> {
+    if runs.is_empty() {
+        return Err(
+            "no run in the manifest declares gpu_memory: nothing to fit a layout to".into(),
+        );
+    }
+    let mut profiles: Vec<&Profile> = catalog
+        .profiles
+        .iter()
+        .filter(|p| !p.is_variant())
+        .collect();
+    profiles.sort_by_key(|p| (p.memory_mib, p.slices));
+    let largest = profiles
+        .last()
+        .ok_or_else(|| format!("{} has no MIG profiles", catalog.model))?;
+    let mut picked = Vec::new();
+    for (name, need) in runs {
+        let p = profiles
+            .iter()
+            .find(|p| p.memory_mib >= *need)
+            .ok_or_else(|| {
+                format!(
+                    "run {name:?} needs {} but the largest MIG profile of {} ({}) holds {}",
+                    memsize::show(need * MIB),
+                    catalog.model,
+                    largest.name,
+                    memsize::show(largest.memory_mib * MIB)
+                )
+            })?;
+        picked.push((name.clone(), *need, p.name.clone()));
+    }
+    // One instance for each profile the runs need, biggest first, so no size class
+    // waits behind another; then one per further run, smallest needs first.
+    let mut by_need: Vec<usize> = (0..picked.len()).collect();
+    by_need.sort_by_key(|&i| (std::cmp::Reverse(picked[i].1), i));
+    let mut order: Vec<usize> = Vec::new();
+    for &i in &by_need {
+        if !order.iter().any(|&o| picked[o].2 == picked[i].2) {
+            order.push(i);
+        }
+    }
+    let rest: Vec<usize> = by_need
+        .iter()
+        .rev()
+        .copied()
+        .filter(|i| !order.contains(i))
+        .collect();
+    order.extend(rest);
+    let mut chosen: Vec<String> = Vec::new();
+    let mut instances = Vec::new();
+    for i in order {
+        let mut trial = chosen.clone();
+        trial.push(picked[i].2.clone());
+        let Ok(Mode::Mig(req)) = format!("mig:{}", trial.join(",")).parse::<Mode>() else {
+            continue;
+        };
+        if let Ok(planned) = catalog.plan(&req) {
+            chosen = trial;
+            instances = planned;
+        }
+    }
+    Ok(Proposal {
+        mode: layout_mode_string(&instances),
+        instances,
+        runs: picked,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,6 +459,53 @@ mod tests {
             placed.iter().map(|&(_, r)| r).collect::<Vec<_>>(),
             vec![2, 3]
         );
+    }
+
+    #[test]
+    fn proposed_layouts_hold_every_run_and_as_many_at_once_as_fit() {
+        let a100 = colloc_core::mig::builtin_catalog("A100-40GB").unwrap();
+        let runs = |v: &[u64]| -> Vec<(String, u64)> {
+            v.iter()
+                .enumerate()
+                .map(|(i, m)| (format!("r{i}"), m * 1024))
+                .collect()
+        };
+        // Three sizes of a student's sweep: 15 GiB (3g.20gb), 8 GiB (1g.10gb: the least
+        // compute that holds it), 3 GiB (1g.5gb).
+        let p = propose(&a100, &runs(&[3, 3, 8, 15, 3, 3, 3, 8])).unwrap();
+        assert_eq!(p.runs[3].2, "3g.20gb");
+        assert_eq!(p.runs[2].2, "1g.10gb");
+        assert_eq!(p.runs[0].2, "1g.5gb");
+        // One instance per size class (3g for the biggest, 1g.10gb, 1g.5gb), then one more
+        // 1g.5gb for the small runs.
+        assert_eq!(p.mode, "mig:3g.20gb,1g.10gb,1g.5gbx2");
+        assert!(p.instances.iter().any(|i| i.profile == "3g.20gb"));
+        let slices: u32 = p
+            .instances
+            .iter()
+            .map(|i| i.profile[..1].parse::<u32>().unwrap())
+            .sum();
+        assert!(slices <= 7 && p.instances.len() == 4, "{:?}", p.instances);
+        // Two classes leave room for more of the smaller one.
+        let p = propose(&a100, &runs(&[3, 3, 3, 15, 3])).unwrap();
+        assert_eq!(p.mode, "mig:3g.20gb,1g.5gbx4");
+        // What it proposes is a layout the planner accepts as a mode.
+        let Ok(Mode::Mig(req)) = p.mode.parse::<Mode>() else {
+            panic!("{}", p.mode)
+        };
+        assert_eq!(a100.plan(&req).unwrap().len(), p.instances.len());
+        // Only small runs: seven 1g instances.
+        let p = propose(&a100, &runs(&[2; 9])).unwrap();
+        assert_eq!(p.mode, "mig:1g.5gbx7");
+        // A run that no profile holds.
+        let e = propose(&a100, &runs(&[3, 60])).unwrap_err();
+        assert!(
+            e.contains("\"r1\" needs 60.0 GiB") && e.contains("7g.40gb"),
+            "{e}"
+        );
+        assert!(propose(&a100, &[])
+            .unwrap_err()
+            .contains("declares gpu_memory"));
     }
 
     #[test]
