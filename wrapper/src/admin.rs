@@ -21,7 +21,13 @@ use crate::{bad_input, Global};
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
     /// The mode, e.g. mig:3g, mig:4g,2g,1g, mps:4.
-    mode: String,
+    #[arg(required_unless_present = "fit", conflicts_with = "fit")]
+    mode: Option<String>,
+    /// Propose a MIG layout for the runs of this manifest (runs.toml) from the GPU
+    /// memory they declare (`gpu_memory`): each run a profile that holds it, as many at
+    /// once as fit.
+    #[arg(long, value_name = "RUNS_TOML")]
+    fit: Option<std::path::PathBuf>,
     /// Plan for a GPU model without a GPU, from colloc's built-in tables: the name NVML
     /// reports ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H100 NVL", …) or
     /// an alias (A100-40GB, A100-PCIE-40GB, A100-80GB, A100-80GB-PCIE, A30, H100-80GB,
@@ -138,7 +144,12 @@ fn catalog_of(ctl: &dyn GpuControl, gpu: u32) -> anyhow::Result<Catalog> {
 
 /// `colloc plan`.
 pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
-    let mode = parse_mode(&a.mode)?;
+    // Bad input first: the mode or the manifest, before any GPU is asked.
+    let mode = a.mode.as_deref().map(parse_mode).transpose()?;
+    let fit_runs = match &a.fit {
+        Some(path) => Some(fit_needs(path)?),
+        None => None,
+    };
     let catalog = match (&a.gpu_model, a.gpu) {
         (Some(name), _) => mig::builtin_catalog(name).map_err(|e| bad_input(e.to_string()))?,
         (None, Some(i)) => {
@@ -147,6 +158,9 @@ pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
             catalog_of(&gpus, i)?
         }
         (None, None) => return Err(bad_input("give --gpu-model NAME or --gpu INDEX")),
+    };
+    let (Some(mode), None) = (mode, &fit_runs) else {
+        return plan_fit(&catalog, &fit_runs.unwrap_or_default(), a.json);
     };
     let mut out = String::new();
     let value = match &mode {
@@ -231,6 +245,94 @@ pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
     } else {
         out!("{out}");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The runs of a manifest that declare `gpu_memory`: (name, MiB).
+fn fit_needs(path: &std::path::Path) -> anyhow::Result<Vec<(String, u64)>> {
+    let specs = crate::run::manifest::load(path).map_err(|e| bad_input(e.to_string()))?;
+    Ok(specs
+        .iter()
+        .filter_map(|s| {
+            s.gpu_memory
+                .map(|b| (s.name.clone(), b.div_ceil(crate::run::memsize::MIB)))
+        })
+        .collect())
+}
+
+/// `colloc plan --fit runs.toml`: a MIG layout for the runs' declared memory.
+fn plan_fit(
+    catalog: &mig::Catalog,
+    runs: &[(String, u64)],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let p = crate::run::fit::propose(catalog, runs).map_err(bad_input)?;
+    let slots_of = |profile: &str| p.instances.iter().filter(|i| i.profile == profile).count();
+    if json {
+        let value = json!({
+            "gpu_model": catalog.model,
+            "colloc_mode": p.mode,
+            "instances": p.instances.iter().map(|i| {
+                let prof = catalog.by_id(i.profile_id);
+                json!({
+                    "profile": i.profile, "profile_id": i.profile_id,
+                    "start": i.placement.start, "size": i.placement.size,
+                    "memory_mib": prof.map(|p| p.memory_mib),
+                })
+            }).collect::<Vec<_>>(),
+            "runs": p.runs.iter().map(|(name, need, profile)| json!({
+                "name": name, "gpu_memory_mib": need, "profile": profile,
+            })).collect::<Vec<_>>(),
+        });
+        outln!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} runs declare gpu_memory; on {}: sbatch --colloc={} ({} MIG instance(s), as many runs at once)",
+        p.runs.len(),
+        catalog.model,
+        p.mode,
+        p.instances.len()
+    );
+    let mut profiles: Vec<&str> = p.runs.iter().map(|r| r.2.as_str()).collect();
+    profiles.sort_unstable();
+    profiles.dedup();
+    let _ = writeln!(
+        out,
+        "  {:<12} {:>10}  {:>5}  runs that need it",
+        "profile", "memory", "slots"
+    );
+    for prof in profiles {
+        let mem = catalog
+            .profiles
+            .iter()
+            .find(|q| q.name == prof)
+            .map_or(0, |q| q.memory_mib);
+        let names: Vec<&str> = p
+            .runs
+            .iter()
+            .filter(|r| r.2 == prof)
+            .map(|r| r.0.as_str())
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {:<12} {:>6} MiB  {:>5}  {} ({})",
+            prof,
+            mem,
+            slots_of(prof),
+            names.len(),
+            crate::run::fit::shorten(&names, 6)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "A run goes to the smallest free instance that holds it; runs whose profile has no \
+         instance of its own use a larger one. Check with `colloc plan {} --gpu-model {:?}`.",
+        p.mode, catalog.model
+    );
+    out!("{out}");
     Ok(ExitCode::SUCCESS)
 }
 

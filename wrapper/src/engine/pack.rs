@@ -158,6 +158,11 @@ pub trait Driver {
     /// is to stay idle (every free slot is asked). Not asked while the engine is
     /// stopping.
     fn next_job(&mut self, slot: usize) -> Option<Job>;
+    /// The order in which free slots are offered to [`Driver::next_job`]: lowest rank
+    /// first, ties by slot index (the default keeps slot order).
+    fn slot_rank(&self, _slot: usize) -> u64 {
+        0
+    }
     /// An attempt was handed to its supervisor.
     fn started(&mut self, _v: &View<'_>) {}
     /// An attempt ended.
@@ -404,7 +409,9 @@ impl<'a> Engine<'a> {
     }
 
     fn start_jobs(&mut self, driver: &mut dyn Driver, running: &mut BTreeMap<AttemptId, Running>) {
-        for slot in self.free_slots(running) {
+        let mut free = self.free_slots(running);
+        free.sort_by_key(|&s| driver.slot_rank(s));
+        for slot in free {
             // A driver may keep a slot idle (its node is out of service) while others
             // take work.
             let Some(job) = driver.next_job(slot) else {

@@ -74,6 +74,8 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
         "escaped",
         "log",
         "error",
+        "gpu_memory_mib",
+        "slot_memory_mib",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -121,6 +123,8 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
                 .join(" "),
             opt(r.log.clone()),
             opt(r.error.clone()),
+            opt(r.gpu_memory_mib),
+            opt(r.slot_memory_mib),
         ];
         for k in &grid {
             row.push(
@@ -175,6 +179,13 @@ pub fn table(report: &Report) -> String {
     if nodes {
         headers.insert(5, "node".into());
     }
+    // Right-sized slots: what each run declared and what its slot holds, beside its peak.
+    let declared = report.runs.iter().any(|r| r.gpu_memory_mib.is_some());
+    let peak_col = headers.iter().position(|h| h == "peak MiB").unwrap_or(0);
+    if declared {
+        headers.insert(peak_col + 1, "need MiB".into());
+        headers.insert(peak_col + 2, "slot MiB".into());
+    }
     headers.extend(metrics.iter().map(|m| format!("{m} best")));
     let mut right = vec![false, false];
     right.resize(headers.len(), true);
@@ -219,6 +230,16 @@ pub fn table(report: &Report) -> String {
         ];
         if nodes {
             row.insert(5, or_dash(r.node.clone()));
+        }
+        if declared {
+            row.insert(
+                peak_col + 1,
+                or_dash(r.gpu_memory_mib.map(|m| m.to_string())),
+            );
+            row.insert(
+                peak_col + 2,
+                or_dash(r.slot_memory_mib.map(|m| m.to_string())),
+            );
         }
         for m in &metrics {
             row.push(or_dash(

@@ -37,6 +37,9 @@ pub struct RunIdentity {
     /// Its throughput regex, where it has one of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metric: Option<String>,
+    /// GPU memory it declared it needs (`gpu_memory`), MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_mib: Option<u64>,
 }
 
 impl RunIdentity {
@@ -65,6 +68,10 @@ pub struct SlotRecord {
     /// Its node, where runs go to several nodes as Slurm steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// GPU memory it holds, MiB: a MIG instance's, an `mps:N` client's limit, or the
+    /// usable memory of the GPU its slots share (where NVML told it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
 }
 
 /// What an attempt is for.
@@ -378,6 +385,7 @@ mod tests {
             grid: None,
             metrics: vec![],
             metric: None,
+            gpu_memory_mib: None,
         };
         let mut b = a.clone();
         b.metrics.push(("loss".into(), Best::Min));

@@ -204,6 +204,7 @@ impl Fold {
                         grid: None,
                         metrics: Vec::new(),
                         metric: None,
+                        gpu_memory_mib: None,
                     },
                     index: i,
                     attempts: Vec::new(),
@@ -651,6 +652,14 @@ impl Fold {
             node: last
                 .filter(|a| a.step.is_some())
                 .and_then(|a| a.node.clone()),
+            gpu_memory_mib: r.id.gpu_memory_mib,
+            slot_memory_mib: r.attempts.last().and_then(|a| {
+                self.sessions
+                    .iter()
+                    .find(|s| s.session == a.session)
+                    .and_then(|s| s.slots.iter().find(|x| x.index == a.slot))
+                    .and_then(|x| x.memory_mib)
+            }),
             oom: attempts.iter().any(|a| a.oom),
             log: last.map(|a| a.log.clone()),
             throughput: tp,
@@ -1092,6 +1101,7 @@ mod tests {
             grid: None,
             metrics: vec![("loss".into(), Best::Min)],
             metric: None,
+            gpu_memory_mib: None,
         }
     }
 
@@ -1188,6 +1198,7 @@ mod tests {
                     index: i,
                     device: Some(format!("MIG-{i}")),
                     node: Some(if i < 2 { "n1" } else { "n2" }.into()),
+                    memory_mib: None,
                 })
                 .collect();
         }

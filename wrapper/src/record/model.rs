@@ -184,6 +184,12 @@ pub struct RunRecord {
     /// Node of its last attempt, where it ran as a Slurm step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// GPU memory it declared it needs (`gpu_memory`), MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_mib: Option<u64>,
+    /// GPU memory its last attempt's slot holds, MiB (see the session's slots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_memory_mib: Option<u64>,
     /// Every attempt, first to last.
     pub attempts: Vec<AttemptRecord>,
     /// Some attempt's output showed a CUDA out-of-memory error.

@@ -43,6 +43,9 @@ pub struct RunSpec {
     pub timeout: Option<Duration>,
     /// The grid values of its sweep point (`None` for a `[[run]]`).
     pub grid: Option<BTreeMap<String, String>>,
+    /// GPU memory it declared it needs (`gpu_memory`), bytes: it goes only onto a slot
+    /// that holds it.
+    pub gpu_memory: Option<u64>,
 }
 
 impl RunSpec {
@@ -56,6 +59,7 @@ impl RunSpec {
             scanner: Arc::new(Scanner::default()),
             timeout: None,
             grid: None,
+            gpu_memory: None,
         }
     }
 }
@@ -160,6 +164,7 @@ struct RawDefaults {
     metrics: Option<Metrics>,
     env: Option<Env>,
     timeout: Option<Spanned<String>>,
+    gpu_memory: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,6 +178,7 @@ struct RawRun {
     unit: Option<Spanned<String>>,
     metrics: Option<Metrics>,
     timeout: Option<Spanned<String>>,
+    gpu_memory: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -187,6 +193,7 @@ struct RawSweep {
     unit: Option<Spanned<String>>,
     metrics: Option<Metrics>,
     timeout: Option<Spanned<String>>,
+    gpu_memory: Option<Spanned<String>>,
 }
 
 /// Most runs one manifest may expand to (a typo in a grid should not start a million).
@@ -273,6 +280,10 @@ impl Ctx<'_> {
             }
         }
         Ok(out)
+    }
+
+    fn gpu_memory(&self, s: &Spanned<String>) -> Result<u64, ManifestError> {
+        super::memsize::parse(s.get_ref()).map_err(|e| self.err(Some(s.span()), e))
     }
 
     fn timeout(&self, s: &Spanned<String>) -> Result<Duration, ManifestError> {
@@ -436,6 +447,11 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
         metrics: cx.metrics(None, &d)?,
     });
     let d_timeout = d.timeout.as_ref().map(|t| cx.timeout(t)).transpose()?;
+    let d_memory = d
+        .gpu_memory
+        .as_ref()
+        .map(|m| cx.gpu_memory(m))
+        .transpose()?;
     let d_workdir = d
         .workdir
         .as_ref()
@@ -478,6 +494,10 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
                     None => d_timeout,
                 },
                 grid: None,
+                gpu_memory: match &r.gpu_memory {
+                    Some(m) => Some(cx.gpu_memory(m)?),
+                    None => d_memory,
+                },
             },
             span,
         ));
@@ -553,6 +573,9 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
             Some(t) => Some(cx.timeout(t)?),
             None => d_timeout,
         };
+        if let Some(m) = &s.gpu_memory {
+            tcheck(m.get_ref(), m.span())?;
+        }
         for combo in combinations(&grid) {
             let name = fill(&name_t, &combo);
             check_name(&name).map_err(|m| cx.err(Some(name_span.clone()), m))?;
@@ -570,6 +593,13 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
                     workdir,
                     scanner: Arc::clone(&scanner),
                     timeout,
+                    gpu_memory: match &s.gpu_memory {
+                        Some(m) => Some(
+                            super::memsize::parse(&fill(m.get_ref(), &combo))
+                                .map_err(|e| cx.err(Some(m.span()), e))?,
+                        ),
+                        None => d_memory,
+                    },
                     grid: Some(
                         combo
                             .iter()

@@ -27,7 +27,9 @@ use crate::record::events::{Event, SlotRecord, EVENTS_VERSION};
 use crate::record::fold::Fold;
 
 pub mod args;
+pub mod fit;
 pub mod manifest;
+pub mod memsize;
 pub mod nodes;
 pub mod record;
 pub mod scheduler;
@@ -119,6 +121,33 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         None => setup::gpus(&args, config.as_ref())?,
     };
     let specs = setup::specs(&args, gpus.layout.slots.len())?;
+    // Right-sized slots: refuse what no slot can hold before anything starts.
+    let fit = {
+        let memory = match &topo {
+            Some((_, t)) => t.slot_memory_mib(),
+            None => gpus
+                .nvml
+                .as_ref()
+                .map(|(_, m)| m.slot_memory_mib.clone())
+                .unwrap_or_default(),
+        };
+        fit::Fit::new(&gpus.layout.mode, &gpus.layout.slots, &memory)
+    };
+    let declared = specs.iter().any(|s| s.gpu_memory.is_some());
+    if declared {
+        if fit.known() {
+            let needs: Vec<(&str, Option<u64>)> = specs
+                .iter()
+                .map(|s| (s.name.as_str(), s.gpu_memory))
+                .collect();
+            fit.check(&needs).map_err(bad_input)?;
+        } else {
+            log::warn!(
+                "gpu_memory is declared but the slots' memory is unknown (no NVML answer): \
+                 runs are placed in manifest order, unchecked"
+            );
+        }
+    }
     let ids = setup::identities(&specs);
     let restarted = setup::restart_count().is_some_and(|n| n > 0);
     let (dir, start, _lock) = setup::report_dir(&args, &ids, restarted)?;
@@ -160,7 +189,14 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         .into(),
         steps: topo.is_some(),
         slots: match &topo {
-            Some((_, t)) => t.slot_records(),
+            Some((_, t)) => t
+                .slot_records()
+                .into_iter()
+                .map(|s| SlotRecord {
+                    memory_mib: fit.slot_mib(s.index),
+                    ..s
+                })
+                .collect(),
             None => gpus
                 .layout
                 .slots
@@ -170,6 +206,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
                     index,
                     device: device.clone(),
                     node: None,
+                    memory_mib: fit.slot_mib(index),
                 })
                 .collect(),
         },
@@ -274,6 +311,9 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
             &opts,
             step_ctx.clone(),
         );
+        if declared && fit.known() {
+            pack = pack.with_fit(fit.clone());
+        }
         let mut engine = Engine::new(
             &mut *launcher,
             gpus.slots.clone(),

@@ -206,6 +206,24 @@ impl Topology {
         out
     }
 
+    /// Each slot's device memory (MiB: a MIG instance's own, else its GPU's), as its
+    /// node's NVML told it.
+    pub fn slot_memory_mib(&self) -> Vec<Option<u64>> {
+        let mut out = Vec::new();
+        for n in &self.nodes {
+            for dev in &n.layout.slots {
+                out.push(dev.as_deref().and_then(|d| {
+                    n.report
+                        .resolved
+                        .iter()
+                        .find(|r| r.device == d)
+                        .and_then(|r| r.memory_mib)
+                }));
+            }
+        }
+        out
+    }
+
     /// The slots for the record, each with its node.
     pub fn slot_records(&self) -> Vec<SlotRecord> {
         let mut out = Vec::new();
@@ -215,6 +233,7 @@ impl Topology {
                     index: n.first + k,
                     device: dev.clone(),
                     node: Some(n.name.clone()),
+                    memory_mib: None,
                 });
             }
         }

@@ -10,6 +10,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::args::{Options, RetryOn};
+use super::fit::{Fit, Placer};
 use super::manifest::RunSpec;
 use super::record::Recorder;
 use super::steps::{self, StepBook, StepFacts};
@@ -564,6 +565,8 @@ pub struct Pack<'a> {
     last_status: Instant,
     /// Per run: times it went back to the queue because its step failed.
     step_requeues: Vec<u32>,
+    /// Right-sized placement by declared GPU memory, where slot sizes are known.
+    placer: Option<Placer>,
 }
 
 impl<'a> Pack<'a> {
@@ -610,7 +613,14 @@ impl<'a> Pack<'a> {
             logs,
             unmatched_warned: 0,
             last_status: Instant::now(),
+            placer: None,
         }
+    }
+
+    /// Place runs by their declared `gpu_memory` on slots of these sizes.
+    pub fn with_fit(mut self, fit: Fit) -> Self {
+        self.placer = Some(Placer::new(fit));
+        self
     }
 
     /// The log of a run's next attempt: `logs/NAME.log`; the previous attempt's log is
@@ -672,7 +682,15 @@ impl Driver for Pack<'_> {
         if !self.common.slot_open(slot) {
             return None;
         }
-        let idx = self.queue.pop_front()?;
+        let idx = match &self.placer {
+            Some(p) => {
+                let needs: Vec<Option<u64>> =
+                    self.common.specs.iter().map(|s| s.gpu_memory).collect();
+                let pos = p.choose(slot, &self.queue, &needs)?;
+                self.queue.remove(pos)?
+            }
+            None => self.queue.pop_front()?,
+        };
         self.attempts[idx] += 1;
         let attempt = self.attempts[idx];
         let spec = &self.common.specs[idx];
@@ -684,12 +702,22 @@ impl Driver for Pack<'_> {
         Some(self.common.job(idx, attempt, log, timeout))
     }
 
+    fn slot_rank(&self, slot: usize) -> u64 {
+        self.placer.as_ref().map_or(0, |p| p.rank(slot))
+    }
+
     fn started(&mut self, v: &View<'_>) {
+        if let Some(p) = &mut self.placer {
+            p.started(v.id, v.slot, self.common.specs[v.job.run].gpu_memory);
+        }
         let log = format!("{LOGS_DIR}/{}.log", v.job.label);
         self.common.started(v, Kind::Run, &log);
     }
 
     fn ended(&mut self, mut e: Ended, ctl: &mut Ctl<'_>) {
+        if let Some(p) = &mut self.placer {
+            p.ended(e.id);
+        }
         let facts = self.common.ended(&mut e, Kind::Run);
         let name = e.job.label.clone();
         if let Some(f) = &facts {

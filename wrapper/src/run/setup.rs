@@ -79,6 +79,7 @@ pub fn identities(specs: &[RunSpec]) -> Vec<RunIdentity> {
                 Throughput::Custom { pattern, .. } => Some(pattern.as_str().to_string()),
                 Throughput::Builtin => None,
             },
+            gpu_memory_mib: s.gpu_memory.map(|b| b.div_ceil(super::memsize::MIB)),
         })
         .collect()
 }
@@ -585,6 +586,7 @@ pub fn baseline(path: &Path) -> Result<Vec<(String, f64, String)>, String> {
             grid: None,
             metrics: Vec::new(),
             metric: None,
+            gpu_memory_mib: None,
         };
         out.push((id.solo_key(), f, t.unit.clone()));
     }
@@ -609,6 +611,7 @@ mod tests {
             grid: None,
             metrics: vec![],
             metric: None,
+            gpu_memory_mib: None,
         }
     }
 
