@@ -456,7 +456,7 @@ fn foreign_instances_refused(c: &Cluster) {
     assert_eq!(end.state, "FAILED", "{end:?}");
     let err = c.job_err(id);
     assert!(
-        err.contains("has MIG instances colloc does not own (3g.20gb at start"),
+        err.contains("has MIG instances colloc does not own (3g.20gb at start 4"),
         "stderr: {err}"
     );
     assert!(!c.job_out(id).contains("RAN"));
