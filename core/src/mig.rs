@@ -195,6 +195,16 @@ struct StaticModel {
 //   NVIDIA/gpu-operator#900 and mig-parted#101 (10.75/21.62/46.38 GiB, 93.12 GiB 7g).
 // - H200: what NVML reported on the lent card (driver 580, MIG off); the H200 NVL has
 //   the same profiles (MIG User Guide), its figures here are the SXM card's.
+// - GH200 480GB (96 GB HBM3): `-lgip` in public Grace Hopper install logs (11.00/23.00/
+//   46.50/93.00 GiB); the total (97871 MiB) is not from a reading found.
+// - GH200 144G HBM3e: `-lgip` in NVIDIA/mig-parted#139 for 1g/1g.36gb/2g (17.50/35.25 GiB),
+//   total 146831 MiB from `nvidia-smi`; NOT CONFIRMED: 3g/4g/7g memory and SMs (estimates:
+//   the H200's share of its 7g; SMs as the H200's).
+// - B200: `-lgip` in NVIDIA/mig-parted#187 (1g 20.50 GiB; #166 showed 22.00 with an earlier
+//   driver), 1g.45gb/2g.45gb 44.25 GiB, SMs 18/30/36; total 183359 MiB. NOT CONFIRMED: 3g/4g/7g
+//   memory (estimated from the 2g as on the H100) and SMs (NVIDIA's go-nvml mock).
+// tests/fake-nvml/fixtures/documented-mig-models.json holds every figure with its source;
+// core/tests/mig_models.rs holds these tables to it.
 static MODELS: &[StaticModel] = &[
     StaticModel {
         name: "NVIDIA A100-SXM4-40GB",
@@ -296,7 +306,94 @@ static MODELS: &[StaticModel] = &[
         slots: 8,
         profiles: H200,
     },
+    StaticModel {
+        name: "NVIDIA GH200 480GB",
+        alias: "GH200-96GB",
+        memory_total_mib: 97871,
+        slots: 8,
+        profiles: &[
+            sp(19, 0, "1g.12gb", 1, 7, 11264, 16),
+            sp(14, 1, "2g.24gb", 2, 3, 23552, 32),
+            sp(9, 2, "3g.48gb", 3, 2, 47616, 60),
+            sp(5, 3, "4g.48gb", 4, 1, 47616, 64),
+            sp(0, 4, "7g.96gb", 7, 1, 95232, 132),
+            sp(20, 7, "1g.12gb+me", 1, 1, 11264, 16),
+            sp(15, 9, "1g.24gb", 1, 4, 23552, 26),
+        ],
+    },
+    StaticModel {
+        name: "NVIDIA GH200 144G HBM3e",
+        alias: "GH200-144GB",
+        memory_total_mib: 146831,
+        slots: 8,
+        profiles: &[
+            sp(19, 0, "1g.18gb", 1, 7, 17920, 16),
+            sp(14, 1, "2g.36gb", 2, 3, 36096, 32),
+            // 3g/4g/7g memory and SMs: estimates (see above).
+            sp(9, 2, "3g.72gb", 3, 2, 72960, 60),
+            sp(5, 3, "4g.72gb", 4, 1, 72960, 64),
+            sp(0, 4, "7g.144gb", 7, 1, 146432, 132),
+            sp(20, 7, "1g.18gb+me", 1, 1, 17920, 16),
+            sp(15, 9, "1g.36gb", 1, 4, 36096, 26),
+        ],
+    },
+    StaticModel {
+        name: "NVIDIA B200",
+        alias: "B200",
+        memory_total_mib: 183359,
+        slots: 8,
+        profiles: &[
+            sp(19, 0, "1g.23gb", 1, 7, 20992, 18),
+            sp(14, 1, "2g.45gb", 2, 3, 45312, 36),
+            // 3g/4g/7g memory and SMs: estimates (see above).
+            sp(9, 2, "3g.90gb", 3, 2, 90880, 54),
+            sp(5, 3, "4g.90gb", 4, 1, 90880, 72),
+            sp(0, 4, "7g.180gb", 7, 1, 182784, 126),
+            sp(20, 7, "1g.23gb+me", 1, 1, 20992, 18),
+            sp(15, 9, "1g.45gb", 1, 4, 45312, 30),
+        ],
+    },
 ];
+
+/// More names users type for a model (`--gpu-model`), beside its alias and NVML name.
+static OTHER_NAMES: &[(&str, &str)] = &[("H100-80GB", "H100-SXM"), ("GH200-96GB", "GH200-480GB")];
+
+/// Profiles a driver or card names otherwise: `(model alias, other name, name in the
+/// table)`. Both names are accepted wherever a profile is named (`--colloc`, `colloc
+/// plan`, journals), whichever the node's driver reports.
+static RENAMED: &[(&str, &str, &str)] = &[
+    // Drivers 535/545 named the A100 80GB's 3g profile 3g.39gb (NVIDIA/mig-parted#31).
+    ("A100-80GB", "3g.39gb", "3g.40gb"),
+    ("A100-80GB-PCIE", "3g.39gb", "3g.40gb"),
+    // Some drivers named its 7g profile 7g.79gb (NVIDIA/gpu-operator#351, nebuly-ai/nos#51).
+    ("A100-80GB", "7g.79gb", "7g.80gb"),
+    ("A100-80GB-PCIE", "7g.79gb", "7g.80gb"),
+    // The GB100 boards name their 1g profile 1g.23gb or 1g.24gb by card (HGX GB200:
+    // 1g.24gb, NVIDIA/gpu-operator#1303; others 1g.23gb, NVIDIA/mig-parted#227). Seen on a
+    // B200 only as 1g.23gb; accepted in both forms.
+    ("B200", "1g.24gb", "1g.23gb"),
+];
+
+/// The other names of a profile of a model (by NVML name or alias): the names a driver
+/// or card may give it instead of `profile`, in either direction of a rename.
+pub fn other_profile_names(model: &str, profile: &str) -> Vec<&'static str> {
+    let Some(m) = find_model(model) else {
+        return Vec::new();
+    };
+    RENAMED
+        .iter()
+        .filter(|(alias, _, _)| *alias == m.alias)
+        .filter_map(|&(_, other, current)| {
+            if other == profile {
+                Some(current)
+            } else if current == profile {
+                Some(other)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
 
 const A100_40GB: &[StaticProfile] = &[
     sp(19, 0, "1g.5gb", 1, 7, 4864, 14),
@@ -372,9 +469,13 @@ fn find_model(name: &str) -> Option<&'static StaticModel> {
         let n = n.to_ascii_lowercase();
         n.strip_prefix("nvidia ").map_or(n.clone(), str::to_string)
     };
-    MODELS
-        .iter()
-        .find(|m| m.alias.eq_ignore_ascii_case(wanted) || bare(m.name) == bare(wanted))
+    MODELS.iter().find(|m| {
+        m.alias.eq_ignore_ascii_case(wanted)
+            || bare(m.name) == bare(wanted)
+            || OTHER_NAMES
+                .iter()
+                .any(|(alias, other)| *alias == m.alias && other.eq_ignore_ascii_case(wanted))
+    })
 }
 
 /// The built-in catalog of a model, by NVML name (with or without the `NVIDIA ` prefix)
@@ -420,7 +521,12 @@ impl Catalog {
                 .min_by_key(|p| (p.memory_mib, p.id)),
             ProfileSel::Full { .. } => {
                 let name = sel.to_string();
-                self.profiles.iter().find(|p| p.name == name)
+                let others = other_profile_names(&self.model, &name);
+                self.profiles.iter().find(|p| p.name == name).or_else(|| {
+                    self.profiles
+                        .iter()
+                        .find(|p| others.contains(&p.name.as_str()))
+                })
             }
         };
         found.ok_or_else(|| PlanError::UnknownProfile {

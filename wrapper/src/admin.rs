@@ -25,7 +25,7 @@ pub struct PlanArgs {
     /// Plan for a GPU model without a GPU, from colloc's built-in tables: the name NVML
     /// reports ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H100 NVL", …) or
     /// an alias (A100-40GB, A100-PCIE-40GB, A100-80GB, A100-80GB-PCIE, A30, H100-80GB,
-    /// H100-PCIE, H100-NVL, H200, H200-NVL).
+    /// H100-PCIE, H100-NVL, H200, H200-NVL, GH200-96GB, GH200-144GB, B200).
     #[arg(
         long,
         value_name = "NAME",
