@@ -47,7 +47,9 @@ fn plan_json(args: &[&str]) -> Value {
 }
 
 /// `(profile, start, size)` of each planned instance: the JSON contract of `colloc plan`.
-fn instances(v: &Value) -> Vec<(String, u64, u64)> {
+type Layout = Vec<(String, u64, u64)>;
+
+fn instances(v: &Value) -> Layout {
     v["instances"]
         .as_array()
         .unwrap()
@@ -76,7 +78,7 @@ fn standard(m: &Value, slices: u64) -> Option<(String, u64)> {
 
 /// What `mig:1g`, `mig:3g` and `mig:4g,2g,1g` plan on a model, from its documented
 /// profiles (`None`: refused, the A30 has no 3g and only four slices).
-fn expected(m: &Value) -> Vec<(&'static str, Option<Vec<(String, u64, u64)>>)> {
+fn expected(m: &Value) -> Vec<(&'static str, Option<Layout>)> {
     let slots = u(&m["mem_slots"]);
     let one = standard(m, 1).unwrap().0;
     let ones = (0..slots.min(7)).map(|s| (one.clone(), s, 1)).collect();
