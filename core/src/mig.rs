@@ -116,6 +116,24 @@ pub enum PlanError {
         /// Examples of valid layouts on this model.
         valid: String,
     },
+    /// More MPS clients per instance than MPS serves in an instance of that size.
+    #[error(
+        "{mode}: a {profile} instance serves at most {limit} MPS client(s) (MPS's 48 scaled \
+         to its {slices} of {gpu_slices} compute slices); ask for :mps:{limit} or fewer, or \
+         a larger profile"
+    )]
+    TooManyMpsClients {
+        /// The mode as written.
+        mode: String,
+        /// The smallest instance of the layout.
+        profile: String,
+        /// Its compute slices.
+        slices: u32,
+        /// The GPU's compute slices.
+        gpu_slices: u32,
+        /// The most clients it serves.
+        limit: u32,
+    },
     /// No GPU model of that name is known.
     #[error(
         "unknown GPU model {0}: colloc has no built-in MIG table for it (on a node with that \
@@ -542,6 +560,47 @@ impl Catalog {
         })
     }
 
+    /// The most MPS clients one MPS daemon serves inside an instance of `slices` compute
+    /// slices: MPS's 48, lowered in proportion to the instance's share of the GPU's compute
+    /// slices (MIG User Guide, "MIG with CUDA MPS"), at least 1.
+    pub fn mps_client_limit(&self, slices: u32) -> u32 {
+        let gpu_slices = self.compute_slices().max(1);
+        (crate::mode::MAX_MPS_CLIENTS * slices.min(gpu_slices) / gpu_slices).max(1)
+    }
+
+    /// The GPU's compute slices: its largest profile's.
+    pub fn compute_slices(&self) -> u32 {
+        self.profiles.iter().map(|p| p.slices).max().unwrap_or(0)
+    }
+
+    /// Check `mps:N` inside each planned instance against [`Catalog::mps_client_limit`].
+    ///
+    /// # Errors
+    /// [`PlanError::TooManyMpsClients`], naming the smallest instance.
+    pub fn check_mps_clients(
+        &self,
+        mode: &str,
+        instances: &[PlannedInstance],
+        clients: u32,
+    ) -> Result<(), PlanError> {
+        let smallest = instances
+            .iter()
+            .filter_map(|i| self.by_id(i.profile_id))
+            .min_by_key(|p| p.slices);
+        match smallest {
+            Some(p) if clients > self.mps_client_limit(p.slices) => {
+                Err(PlanError::TooManyMpsClients {
+                    mode: mode.to_string(),
+                    profile: p.name.clone(),
+                    slices: p.slices,
+                    gpu_slices: self.compute_slices(),
+                    limit: self.mps_client_limit(p.slices),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Profile by NVML profile id.
     pub fn by_id(&self, id: u32) -> Option<&Profile> {
         self.profiles.iter().find(|p| p.id == id)
@@ -892,6 +951,35 @@ mod tests {
             err.contains("NVIDIA A100 80GB PCIe (A100-80GB-PCIE)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn mps_clients_inside_instances_scale_with_their_slices() {
+        let a100 = builtin_catalog("A100-40GB").unwrap();
+        // 48 in proportion to the instance's compute slices, of 7.
+        let limits: Vec<u32> = [1, 2, 3, 4, 7]
+            .iter()
+            .map(|&s| a100.mps_client_limit(s))
+            .collect();
+        assert_eq!(limits, [6, 13, 20, 27, 48]);
+        // The A30 has four slices: its 1g takes a quarter.
+        let a30 = builtin_catalog("A30").unwrap();
+        assert_eq!(a30.mps_client_limit(1), 12);
+        assert_eq!(a30.mps_client_limit(4), 48);
+        // The smallest instance of a layout decides.
+        let p = plan("A100-40GB", "mig:4g,2g,1g").unwrap();
+        assert!(a100.check_mps_clients("m", &p, 6).is_ok());
+        let err = a100
+            .check_mps_clients("mig:4g,2g,1g:mps:7", &p, 7)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "mig:4g,2g,1g:mps:7: a 1g.5gb instance serves at most 6 MPS client(s) (MPS's 48 \
+             scaled to its 1 of 7 compute slices); ask for :mps:6 or fewer, or a larger profile"
+        );
+        let p = plan("A100-40GB", "mig:3g").unwrap();
+        assert!(a100.check_mps_clients("m", &p, 20).is_ok());
+        assert!(a100.check_mps_clients("m", &p, 21).is_err());
     }
 
     #[test]

@@ -282,3 +282,63 @@ fn apply_takes_the_old_name_of_a_renamed_profile() {
     let status = node.status();
     assert_eq!(status["gpus"][0]["instances"], Value::Array(vec![]));
 }
+
+#[test]
+fn plan_mps_inside_mig_instances() {
+    // mig:3g:mps:4 on an A100 40GB: the layout of mig:3g, one daemon per instance, four
+    // clients in each, each limited to a quarter of its instance.
+    let v = plan_json(&["plan", "mig:3g:mps:4", "--gpu-model", "A100-40GB", "--json"]);
+    assert_eq!(v["mode"], "mig:3g:mps:4");
+    assert_eq!(
+        instances(&v),
+        [("3g.20gb".into(), 0, 4), ("3g.20gb".into(), 4, 4)]
+    );
+    assert_eq!(v["mps"]["clients_per_instance"], 4);
+    assert_eq!(v["mps"]["slots"], 8);
+    for i in v["instances"].as_array().unwrap() {
+        assert_eq!(i["mps_clients"], 4);
+        assert_eq!(i["active_thread_percentage"], 25);
+        assert_eq!(i["pinned_mem_limit_mib"], 19968 / 4);
+    }
+    // Without N: unlimited clients, no slot count.
+    let v = plan_json(&["plan", "mig:4g,2g,1g:mps", "--gpu-model", "H200", "--json"]);
+    assert_eq!(instances(&v).len(), 3);
+    assert_eq!(v["mps"]["slots"], Value::Null);
+    assert_eq!(v["instances"][0]["mps_clients"], Value::Null);
+    // Human output says what each client gets.
+    let out = colloc(&["plan", "mig:2g:mps:3", "--gpu-model", "B200"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        human.contains("one MPS daemon per instance, 3 client slot(s) in each (9 in all)"),
+        "{human}"
+    );
+    assert!(human.contains("2g.45gb"), "{human}");
+    // More clients than MPS serves in the smallest instance: one line, exit 2.
+    let out = colloc(&["plan", "mig:4g,2g,1g:mps:7", "--gpu-model", "A100-40GB"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("1g.5gb instance serves at most 6 MPS client(s)"),
+        "{err}"
+    );
+    assert!(
+        plan_json(&["plan", "mig:1g:mps:6", "--gpu-model", "A100-40GB", "--json"])["mps"]["slots"]
+            == 42
+    );
+    // A malformed MPS part: the grammar's one line, exit 2.
+    let out = colloc(&["plan", "mig:3g:mps:0", "--gpu-model", "A100-40GB"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn apply_refuses_mps_inside_mig_and_changes_nothing() {
+    let node = Node::new("A100-40GB");
+    let out = node.colloc(&["apply", "mig:3g:mps:2", "--gpu", "0", "--job", "32"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not available on this cluster yet"), "{err}");
+    assert!(err.contains("ask for mig:3g or mps:N"), "{err}");
+    assert_eq!(node.status()["gpus"][0]["instances"], Value::Array(vec![]));
+}
