@@ -368,9 +368,8 @@ const H200: &[GiProfile] = &[
 
 /// GH200 96GB ("NVIDIA GH200 480GB", the H100 96GB of the guide) [lgip-gh200], names
 /// [guide]/[mig-parted].
-const GH200_96_1G: GiProfile = p(0, 19, "1g.12gb", 1, 7, 11264, 16, (1, 1, 1, 0), ONE, 1);
 const GH200_96: &[GiProfile] = &[
-    GH200_96_1G,
+    p(0, 19, "1g.12gb", 1, 7, 11264, 16, (1, 1, 1, 0), ONE, 1),
     p(1, 14, "2g.24gb", 2, 3, 23552, 32, (2, 2, 2, 0), TWO, 2),
     p(2, 9, "3g.48gb", 3, 2, 47616, 60, (3, 3, 3, 0), THREE, 4),
     p(3, 5, "4g.48gb", 4, 1, 47616, 64, (4, 4, 4, 0), AT0, 4),
