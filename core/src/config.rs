@@ -286,6 +286,15 @@ impl Config {
     /// # Errors
     /// A one-line message naming the allowed modes.
     pub fn check_allowed(&self, mode: &Mode) -> Result<(), String> {
+        if let Mode::MigMps { layout, .. } = mode {
+            // The grammar and `colloc plan` know it; the prolog cannot start MPS daemons
+            // inside MIG instances yet, so no node offers it.
+            return Err(format!(
+                "mode {mode} (MPS inside MIG instances) is not available on this cluster \
+                 yet; `colloc plan {mode} --gpu-model NAME` shows what it would make; ask \
+                 for mig:{layout} or mps:N"
+            ));
+        }
         let kind = mode.kind();
         if kind == ModeKind::Off || self.allowed_modes.contains(&kind) {
             return Ok(());
@@ -755,6 +764,22 @@ node_comment = true
             err,
             "mode mig:3g is not allowed on this cluster; allowed: off, mps"
         );
+        // MPS inside MIG instances: planned by `colloc plan`, not yet made by the prolog,
+        // so refused on every node, with what to ask for instead.
+        let c = parse("version = 1\nallowed_modes = [\"mps\", \"mig\"]").unwrap();
+        assert!(c.check_allowed(&"mig:3g".parse().unwrap()).is_ok());
+        let err = c
+            .check_allowed(&"mig:4g,2g:mps:2".parse().unwrap())
+            .unwrap_err();
+        assert!(
+            err.contains("mig:4g,2g:mps:2 (MPS inside MIG instances)"),
+            "{err}"
+        );
+        assert!(
+            err.contains("colloc plan mig:4g,2g:mps:2 --gpu-model"),
+            "{err}"
+        );
+        assert!(err.contains("ask for mig:4g,2g or mps:N"), "{err}");
     }
 
     #[test]

@@ -116,6 +116,24 @@ pub enum PlanError {
         /// Examples of valid layouts on this model.
         valid: String,
     },
+    /// More MPS clients per instance than MPS serves in an instance of that size.
+    #[error(
+        "{mode}: a {profile} instance serves at most {limit} MPS client(s) (MPS's 48 scaled \
+         to its {slices} of {gpu_slices} compute slices); ask for :mps:{limit} or fewer, or \
+         a larger profile"
+    )]
+    TooManyMpsClients {
+        /// The mode as written.
+        mode: String,
+        /// The smallest instance of the layout.
+        profile: String,
+        /// Its compute slices.
+        slices: u32,
+        /// The GPU's compute slices.
+        gpu_slices: u32,
+        /// The most clients it serves.
+        limit: u32,
+    },
     /// No GPU model of that name is known.
     #[error(
         "unknown GPU model {0}: colloc has no built-in MIG table for it (on a node with that \
@@ -195,6 +213,16 @@ struct StaticModel {
 //   NVIDIA/gpu-operator#900 and mig-parted#101 (10.75/21.62/46.38 GiB, 93.12 GiB 7g).
 // - H200: what NVML reported on the lent card (driver 580, MIG off); the H200 NVL has
 //   the same profiles (MIG User Guide), its figures here are the SXM card's.
+// - GH200 480GB (96 GB HBM3): `-lgip` in public Grace Hopper install logs (11.00/23.00/
+//   46.50/93.00 GiB); the total (97871 MiB) is not from a reading found.
+// - GH200 144G HBM3e: `-lgip` in NVIDIA/mig-parted#139 for 1g/1g.36gb/2g (17.50/35.25 GiB),
+//   total 146831 MiB from `nvidia-smi`; NOT CONFIRMED: 3g/4g/7g memory and SMs (estimates:
+//   the H200's share of its 7g; SMs as the H200's).
+// - B200: `-lgip` in NVIDIA/mig-parted#187 (1g 20.50 GiB; #166 showed 22.00 with an earlier
+//   driver), 1g.45gb/2g.45gb 44.25 GiB, SMs 18/30/36; total 183359 MiB. NOT CONFIRMED: 3g/4g/7g
+//   memory (estimated from the 2g as on the H100) and SMs (NVIDIA's go-nvml mock).
+// tests/fake-nvml/fixtures/documented-mig-models.json holds every figure with its source;
+// core/tests/mig_models.rs holds these tables to it.
 static MODELS: &[StaticModel] = &[
     StaticModel {
         name: "NVIDIA A100-SXM4-40GB",
@@ -296,7 +324,94 @@ static MODELS: &[StaticModel] = &[
         slots: 8,
         profiles: H200,
     },
+    StaticModel {
+        name: "NVIDIA GH200 480GB",
+        alias: "GH200-96GB",
+        memory_total_mib: 97871,
+        slots: 8,
+        profiles: &[
+            sp(19, 0, "1g.12gb", 1, 7, 11264, 16),
+            sp(14, 1, "2g.24gb", 2, 3, 23552, 32),
+            sp(9, 2, "3g.48gb", 3, 2, 47616, 60),
+            sp(5, 3, "4g.48gb", 4, 1, 47616, 64),
+            sp(0, 4, "7g.96gb", 7, 1, 95232, 132),
+            sp(20, 7, "1g.12gb+me", 1, 1, 11264, 16),
+            sp(15, 9, "1g.24gb", 1, 4, 23552, 26),
+        ],
+    },
+    StaticModel {
+        name: "NVIDIA GH200 144G HBM3e",
+        alias: "GH200-144GB",
+        memory_total_mib: 146831,
+        slots: 8,
+        profiles: &[
+            sp(19, 0, "1g.18gb", 1, 7, 17920, 16),
+            sp(14, 1, "2g.36gb", 2, 3, 36096, 32),
+            // 3g/4g/7g memory and SMs: estimates (see above).
+            sp(9, 2, "3g.72gb", 3, 2, 72960, 60),
+            sp(5, 3, "4g.72gb", 4, 1, 72960, 64),
+            sp(0, 4, "7g.144gb", 7, 1, 146432, 132),
+            sp(20, 7, "1g.18gb+me", 1, 1, 17920, 16),
+            sp(15, 9, "1g.36gb", 1, 4, 36096, 26),
+        ],
+    },
+    StaticModel {
+        name: "NVIDIA B200",
+        alias: "B200",
+        memory_total_mib: 183359,
+        slots: 8,
+        profiles: &[
+            sp(19, 0, "1g.23gb", 1, 7, 20992, 18),
+            sp(14, 1, "2g.45gb", 2, 3, 45312, 36),
+            // 3g/4g/7g memory and SMs: estimates (see above).
+            sp(9, 2, "3g.90gb", 3, 2, 90880, 54),
+            sp(5, 3, "4g.90gb", 4, 1, 90880, 72),
+            sp(0, 4, "7g.180gb", 7, 1, 182784, 126),
+            sp(20, 7, "1g.23gb+me", 1, 1, 20992, 18),
+            sp(15, 9, "1g.45gb", 1, 4, 45312, 30),
+        ],
+    },
 ];
+
+/// More names users type for a model (`--gpu-model`), beside its alias and NVML name.
+static OTHER_NAMES: &[(&str, &str)] = &[("H100-80GB", "H100-SXM"), ("GH200-96GB", "GH200-480GB")];
+
+/// Profiles a driver or card names otherwise: `(model alias, other name, name in the
+/// table)`. Both names are accepted wherever a profile is named (`--colloc`, `colloc
+/// plan`, journals), whichever the node's driver reports.
+static RENAMED: &[(&str, &str, &str)] = &[
+    // Drivers 535/545 named the A100 80GB's 3g profile 3g.39gb (NVIDIA/mig-parted#31).
+    ("A100-80GB", "3g.39gb", "3g.40gb"),
+    ("A100-80GB-PCIE", "3g.39gb", "3g.40gb"),
+    // Some drivers named its 7g profile 7g.79gb (NVIDIA/gpu-operator#351, nebuly-ai/nos#51).
+    ("A100-80GB", "7g.79gb", "7g.80gb"),
+    ("A100-80GB-PCIE", "7g.79gb", "7g.80gb"),
+    // The GB100 boards name their 1g profile 1g.23gb or 1g.24gb by card (HGX GB200:
+    // 1g.24gb, NVIDIA/gpu-operator#1303; others 1g.23gb, NVIDIA/mig-parted#227). Seen on a
+    // B200 only as 1g.23gb; accepted in both forms.
+    ("B200", "1g.24gb", "1g.23gb"),
+];
+
+/// The other names of a profile of a model (by NVML name or alias): the names a driver
+/// or card may give it instead of `profile`, in either direction of a rename.
+pub fn other_profile_names(model: &str, profile: &str) -> Vec<&'static str> {
+    let Some(m) = find_model(model) else {
+        return Vec::new();
+    };
+    RENAMED
+        .iter()
+        .filter(|(alias, _, _)| *alias == m.alias)
+        .filter_map(|&(_, other, current)| {
+            if other == profile {
+                Some(current)
+            } else if current == profile {
+                Some(other)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
 
 const A100_40GB: &[StaticProfile] = &[
     sp(19, 0, "1g.5gb", 1, 7, 4864, 14),
@@ -372,9 +487,13 @@ fn find_model(name: &str) -> Option<&'static StaticModel> {
         let n = n.to_ascii_lowercase();
         n.strip_prefix("nvidia ").map_or(n.clone(), str::to_string)
     };
-    MODELS
-        .iter()
-        .find(|m| m.alias.eq_ignore_ascii_case(wanted) || bare(m.name) == bare(wanted))
+    MODELS.iter().find(|m| {
+        m.alias.eq_ignore_ascii_case(wanted)
+            || bare(m.name) == bare(wanted)
+            || OTHER_NAMES
+                .iter()
+                .any(|(alias, other)| *alias == m.alias && other.eq_ignore_ascii_case(wanted))
+    })
 }
 
 /// The built-in catalog of a model, by NVML name (with or without the `NVIDIA ` prefix)
@@ -420,7 +539,12 @@ impl Catalog {
                 .min_by_key(|p| (p.memory_mib, p.id)),
             ProfileSel::Full { .. } => {
                 let name = sel.to_string();
-                self.profiles.iter().find(|p| p.name == name)
+                let others = other_profile_names(&self.model, &name);
+                self.profiles.iter().find(|p| p.name == name).or_else(|| {
+                    self.profiles
+                        .iter()
+                        .find(|p| others.contains(&p.name.as_str()))
+                })
             }
         };
         found.ok_or_else(|| PlanError::UnknownProfile {
@@ -434,6 +558,47 @@ impl Catalog {
                 .collect::<Vec<_>>()
                 .join(", "),
         })
+    }
+
+    /// The most MPS clients one MPS daemon serves inside an instance of `slices` compute
+    /// slices: MPS's 48, lowered in proportion to the instance's share of the GPU's compute
+    /// slices (MIG User Guide, "MIG with CUDA MPS"), at least 1.
+    pub fn mps_client_limit(&self, slices: u32) -> u32 {
+        let gpu_slices = self.compute_slices().max(1);
+        (crate::mode::MAX_MPS_CLIENTS * slices.min(gpu_slices) / gpu_slices).max(1)
+    }
+
+    /// The GPU's compute slices: its largest profile's.
+    pub fn compute_slices(&self) -> u32 {
+        self.profiles.iter().map(|p| p.slices).max().unwrap_or(0)
+    }
+
+    /// Check `mps:N` inside each planned instance against [`Catalog::mps_client_limit`].
+    ///
+    /// # Errors
+    /// [`PlanError::TooManyMpsClients`], naming the smallest instance.
+    pub fn check_mps_clients(
+        &self,
+        mode: &str,
+        instances: &[PlannedInstance],
+        clients: u32,
+    ) -> Result<(), PlanError> {
+        let smallest = instances
+            .iter()
+            .filter_map(|i| self.by_id(i.profile_id))
+            .min_by_key(|p| p.slices);
+        match smallest {
+            Some(p) if clients > self.mps_client_limit(p.slices) => {
+                Err(PlanError::TooManyMpsClients {
+                    mode: mode.to_string(),
+                    profile: p.name.clone(),
+                    slices: p.slices,
+                    gpu_slices: self.compute_slices(),
+                    limit: self.mps_client_limit(p.slices),
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Profile by NVML profile id.
@@ -786,6 +951,35 @@ mod tests {
             err.contains("NVIDIA A100 80GB PCIe (A100-80GB-PCIE)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn mps_clients_inside_instances_scale_with_their_slices() {
+        let a100 = builtin_catalog("A100-40GB").unwrap();
+        // 48 in proportion to the instance's compute slices, of 7.
+        let limits: Vec<u32> = [1, 2, 3, 4, 7]
+            .iter()
+            .map(|&s| a100.mps_client_limit(s))
+            .collect();
+        assert_eq!(limits, [6, 13, 20, 27, 48]);
+        // The A30 has four slices: its 1g takes a quarter.
+        let a30 = builtin_catalog("A30").unwrap();
+        assert_eq!(a30.mps_client_limit(1), 12);
+        assert_eq!(a30.mps_client_limit(4), 48);
+        // The smallest instance of a layout decides.
+        let p = plan("A100-40GB", "mig:4g,2g,1g").unwrap();
+        assert!(a100.check_mps_clients("m", &p, 6).is_ok());
+        let err = a100
+            .check_mps_clients("mig:4g,2g,1g:mps:7", &p, 7)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "mig:4g,2g,1g:mps:7: a 1g.5gb instance serves at most 6 MPS client(s) (MPS's 48 \
+             scaled to its 1 of 7 compute slices); ask for :mps:6 or fewer, or a larger profile"
+        );
+        let p = plan("A100-40GB", "mig:3g").unwrap();
+        assert!(a100.check_mps_clients("m", &p, 20).is_ok());
+        assert!(a100.check_mps_clients("m", &p, 21).is_err());
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! The mode grammar shared by `--colloc`, `colloc run --mode` and `colloc plan`.
 //!
 //! ```text
-//! off | naive | mps | mps:N | mig:P[,P...]
+//! off | naive | mps | mps:N | mig:P[,P...] | mig:P[,P...]:mps | mig:P[,P...]:mps:N
 //! P = 1g | 2g | 3g | 4g | 7g | <slices>g.<mem>gb   optionally followed by xK
 //! ```
 //! A single profile without a count means "as many as fit"; a list is a mixed layout.
+//! `:mps` after a layout puts one MPS daemon in each MIG instance (`:mps:N`: N clients
+//! per instance). A profile list never holds a `:`, so the first `:` after the layout
+//! ends it whatever its profile names look like (media variants such as `1g.10gb+me`
+//! included, should the grammar take them one day).
 //! Input is at most [`MAX_LEN`] bytes of `[a-z0-9.:,x]`.
 
 use std::fmt;
@@ -22,7 +26,8 @@ pub const MIG_SLICES: [u32; 5] = [1, 2, 3, 4, 7];
 /// The one-line summary of what is valid, used in every rejection.
 pub const VALID_MODES: &str = "valid modes: off, naive, mps, mps:N (N = 1..48), \
 mig:P[,P...] with P a profile 1g, 2g, 3g, 4g, 7g or a full name such as 3g.20gb, \
-optionally with a count xK (e.g. mig:3g, mig:2gx3, mig:4g,2g,1g)";
+optionally with a count xK (e.g. mig:3g, mig:2gx3, mig:4g,2g,1g), and \
+mig:P[,P...]:mps or :mps:N for MPS inside each MIG instance (e.g. mig:3g:mps:4)";
 
 /// A parsed collocation mode.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -38,6 +43,15 @@ pub enum Mode {
     },
     /// MIG instances on each allocated GPU.
     Mig(MigRequest),
+    /// MIG instances with one MPS control daemon in each (`mig:LAYOUT:mps`,
+    /// `mig:LAYOUT:mps:N`; the MIG guide's "MIG with CUDA MPS").
+    MigMps {
+        /// The MIG layout.
+        layout: MigRequest,
+        /// `:mps:N`: N clients per instance, each limited to 1/N of its instance's SMs
+        /// and memory. `None`: unlimited.
+        clients: Option<u32>,
+    },
 }
 
 /// The broad kind of a mode, as named in `allowed_modes`.
@@ -189,7 +203,9 @@ impl Mode {
             Mode::Off => ModeKind::Off,
             Mode::Naive => ModeKind::Naive,
             Mode::Mps { .. } => ModeKind::Mps,
-            Mode::Mig(_) => ModeKind::Mig,
+            // MPS inside MIG instances reconfigures the GPU: `mig` is what a node must
+            // allow first.
+            Mode::Mig(_) | Mode::MigMps { .. } => ModeKind::Mig,
         }
     }
 
@@ -239,7 +255,14 @@ impl FromStr for Mode {
             ("naive", None) => Ok(Mode::Naive),
             ("mps", None) => Ok(Mode::Mps { clients: None }),
             ("mps", Some(n)) => parse_mps(input, n),
-            ("mig", Some(list)) => parse_mig(input, list).map(Mode::Mig),
+            ("mig", Some(rest)) => match rest.split_once(':') {
+                None => parse_mig(input, rest).map(Mode::Mig),
+                Some((list, inner)) => {
+                    let layout = parse_mig(input, list)?;
+                    let clients = parse_inner_mps(input, inner)?;
+                    Ok(Mode::MigMps { layout, clients })
+                }
+            },
             ("mig", None) => Err(ModeError::new(
                 input,
                 "mig needs a profile list, e.g. mig:3g",
@@ -270,6 +293,25 @@ fn parse_mps(input: &str, n: &str) -> Result<Mode, ModeError> {
             format!(
                 "mps:N needs a client count N from 1 to {MAX_MPS_CLIENTS}, got {}",
                 show_input(n)
+            ),
+        )),
+    }
+}
+
+/// What may follow a MIG layout: `mps` or `mps:N`.
+fn parse_inner_mps(input: &str, inner: &str) -> Result<Option<u32>, ModeError> {
+    match inner.split_once(':') {
+        None if inner == "mps" => Ok(None),
+        Some(("mps", n)) => match parse_mps(input, n)? {
+            Mode::Mps { clients } => Ok(clients),
+            _ => unreachable!("parse_mps gives Mode::Mps"),
+        },
+        _ => Err(ModeError::new(
+            input,
+            format!(
+                "after a MIG layout only :mps or :mps:N (MPS inside each instance) may \
+                 follow, not :{}",
+                show_input(inner).trim_matches('"')
             ),
         )),
     }
@@ -397,6 +439,14 @@ impl fmt::Display for Mode {
             Mode::Mps { clients: None } => f.write_str("mps"),
             Mode::Mps { clients: Some(n) } => write!(f, "mps:{n}"),
             Mode::Mig(req) => write!(f, "mig:{req}"),
+            Mode::MigMps {
+                layout,
+                clients: None,
+            } => write!(f, "mig:{layout}:mps"),
+            Mode::MigMps {
+                layout,
+                clients: Some(n),
+            } => write!(f, "mig:{layout}:mps:{n}"),
         }
     }
 }
@@ -438,6 +488,80 @@ mod tests {
         assert_eq!(p("mig:3gx1").to_string(), "mig:3gx1");
         assert_ne!(p("mig:3gx1"), p("mig:3g"));
         assert_eq!(p("mig:3g.20gbx2").to_string(), "mig:3g.20gbx2");
+    }
+
+    #[test]
+    fn mps_inside_mig_instances() {
+        let fill3 = MigRequest::Fill(ProfileSel::Short(3));
+        assert_eq!(
+            p("mig:3g:mps"),
+            Mode::MigMps {
+                layout: fill3.clone(),
+                clients: None
+            }
+        );
+        assert_eq!(
+            p("mig:3g:mps:4"),
+            Mode::MigMps {
+                layout: fill3,
+                clients: Some(4)
+            }
+        );
+        assert_eq!(p("mig:3g:mps:4").kind(), ModeKind::Mig);
+        // The layout keeps its own grammar and normal form; the MPS part follows it.
+        assert_eq!(p("mig:1g,4g,2g:mps:2").to_string(), "mig:4g,2g,1g:mps:2");
+        assert_eq!(p("mig:3gx1:mps").to_string(), "mig:3gx1:mps");
+        assert_eq!(
+            p("mig:3g.20gbx2:mps:48").to_string(),
+            "mig:3g.20gbx2:mps:48"
+        );
+        let Mode::MigMps { layout, clients } = p("mig:1g.10gbx2,2g:mps:3") else {
+            panic!()
+        };
+        assert_eq!(clients, Some(3));
+        assert_eq!(layout.to_string(), "2g,1g.10gbx2");
+        // Not the same as the layout alone, nor as plain MPS.
+        assert_ne!(p("mig:3g:mps"), p("mig:3g"));
+        assert_ne!(p("mig:3g:mps:4"), p("mps:4"));
+        for bad in [
+            "mig:3g:mps:0",
+            "mig:3g:mps:49",
+            "mig:3g:mps:",
+            "mig:3g:mps:4:2",
+            "mig:3g:mps:x2",
+            "mig:3g:naive",
+            "mig:3g:mig:2g",
+            "mig:3g:",
+            "mig::mps",
+            "mig:3g,:mps",
+            "mig:mps",
+            "mig:3gx0:mps",
+            "mps:4:mig:3g",
+            "mig:3g:mpsx2",
+        ] {
+            let err = bad.parse::<Mode>().expect_err(bad).to_string();
+            assert!(err.starts_with("invalid mode"), "{bad}: {err}");
+            assert!(err.contains("mig:P[,P...]:mps or :mps:N"), "{bad}: {err}");
+            assert!(!err.contains('\n'), "{bad}: {err}");
+        }
+        let err = "mig:3g:naive".parse::<Mode>().unwrap_err();
+        assert!(
+            err.reason().contains("only :mps or :mps:N"),
+            "{}",
+            err.reason()
+        );
+        let err = "mig:3g:mps:49".parse::<Mode>().unwrap_err();
+        assert!(err.reason().contains("from 1 to 48"), "{}", err.reason());
+        // A media variant's name cannot be mistaken for the MPS part: `+` is outside the
+        // grammar's characters, refused as such, wherever it stands.
+        for media in ["mig:1g.10gb+me:mps", "mig:1g.10gb+me", "mig:3g:mps+me"] {
+            let err = media.parse::<Mode>().unwrap_err();
+            assert!(
+                err.reason().contains("\"+\" is not allowed"),
+                "{}",
+                err.reason()
+            );
+        }
     }
 
     #[test]
@@ -509,6 +633,12 @@ mod tests {
             Just(Mode::Mps { clients: None }),
             (1..=MAX_MPS_CLIENTS).prop_map(|n| Mode::Mps { clients: Some(n) }),
             profile_strategy().prop_map(|p| Mode::Mig(MigRequest::Fill(p))),
+            (profile_strategy(), prop::option::of(1..=MAX_MPS_CLIENTS)).prop_map(|(p, clients)| {
+                Mode::MigMps {
+                    layout: MigRequest::Fill(p),
+                    clients,
+                }
+            }),
             prop::collection::vec((profile_strategy(), 1u32..3), 1..4).prop_filter_map(
                 "layout too long",
                 |items| {

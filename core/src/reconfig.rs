@@ -463,6 +463,11 @@ fn apply_fresh(
             .map_err(Failure::Fault),
         Mode::Mps { .. } => start_mps(cfg, &mut j, mps_start),
         Mode::Naive | Mode::Off => Ok(()),
+        // Config::check_allowed refuses it before anything is planned.
+        Mode::MigMps { .. } => Err(Failure::Refuse(format!(
+            "mode {} is not available on this cluster yet",
+            spec.mode
+        ))),
     }
     .and_then(|()| match refusal.take() {
         // The GPU cannot take the layout now (its MIG mode stays pending): a known state,
@@ -796,7 +801,7 @@ pub fn mps_reachable(j: &Journal, task_ns: u64) -> Result<(), String> {
 fn job_env(j: &Journal, gpus: &[GpuInfo], mode: &Mode) -> Vec<(String, String)> {
     let mut env = Vec::new();
     match mode {
-        Mode::Mig(_) => {
+        Mode::Mig(_) | Mode::MigMps { .. } => {
             let planned: Vec<PlannedInstance> = j
                 .gpus
                 .iter()

@@ -9,7 +9,7 @@ use colloc_core::config::Config;
 use colloc_core::gpu::GpuControl;
 use colloc_core::journal::JournalError;
 use colloc_core::mig::{self, Catalog};
-use colloc_core::mode::Mode;
+use colloc_core::mode::{MigRequest, Mode};
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, NodeFault, Outcome};
 use colloc_core::{journal, mps};
@@ -31,7 +31,7 @@ pub struct PlanArgs {
     /// Plan for a GPU model without a GPU, from colloc's built-in tables: the name NVML
     /// reports ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H100 NVL", …) or
     /// an alias (A100-40GB, A100-PCIE-40GB, A100-80GB, A100-80GB-PCIE, A30, H100-80GB,
-    /// H100-PCIE, H100-NVL, H200, H200-NVL).
+    /// H100-PCIE, H100-NVL, H200, H200-NVL, GH200-96GB, GH200-144GB, B200).
     #[arg(
         long,
         value_name = "NAME",
@@ -164,47 +164,9 @@ pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
     };
     let mut out = String::new();
     let value = match &mode {
-        Mode::Mig(req) => {
-            let instances = catalog.plan(req).map_err(|e| bad_input(e.to_string()))?;
-            let _ = writeln!(
-                out,
-                "{} on {}: {} MIG instance(s), COLLOC_MODE={}",
-                mode,
-                catalog.model,
-                instances.len(),
-                mig::layout_mode_string(&instances)
-            );
-            // A MIG placement (where an instance sits in the GPU's memory slots) is not a
-            // `colloc run` slot (where one run goes): say "placement", "start", "size".
-            let _ = writeln!(
-                out,
-                "  {:<12} {:<18} {:>10}  {:>3}",
-                "profile", "placement", "memory", "SMs"
-            );
-            for i in &instances {
-                let p = catalog.by_id(i.profile_id);
-                let _ = writeln!(
-                    out,
-                    "  {:<12} {:<18} {:>6} MiB  {:>3}",
-                    i.profile,
-                    format!("start {} size {}", i.placement.start, i.placement.size),
-                    p.map_or(0, |p| p.memory_mib),
-                    p.map_or(0, |p| p.sms)
-                );
-            }
-            json!({
-                "mode": mode.to_string(),
-                "gpu_model": catalog.model,
-                "colloc_mode": mig::layout_mode_string(&instances),
-                "instances": instances.iter().map(|i| {
-                    let p = catalog.by_id(i.profile_id);
-                    json!({
-                        "profile": i.profile, "profile_id": i.profile_id,
-                        "start": i.placement.start, "size": i.placement.size,
-                        "memory_mib": p.map(|p| p.memory_mib), "sms": p.map(|p| p.sms),
-                    })
-                }).collect::<Vec<_>>(),
-            })
+        Mode::Mig(req) => mig_plan(&catalog, &mode, req, None, &mut out)?,
+        Mode::MigMps { layout, clients } => {
+            mig_plan(&catalog, &mode, layout, Some(*clients), &mut out)?
         }
         Mode::Mps { clients } => {
             let mut v = json!({
@@ -334,6 +296,94 @@ fn plan_fit(
     );
     out!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plan of a MIG layout, printed into `out` and returned as `colloc plan --json`'s
+/// value; `mps`: `Some(clients)` for one MPS daemon inside each instance
+/// (`mig:LAYOUT:mps[:N]`), each instance's clients limited to 1/N of it.
+fn mig_plan(
+    catalog: &Catalog,
+    mode: &Mode,
+    req: &MigRequest,
+    mps: Option<Option<u32>>,
+    out: &mut String,
+) -> anyhow::Result<serde_json::Value> {
+    let instances = catalog.plan(req).map_err(|e| bad_input(e.to_string()))?;
+    if let Some(Some(n)) = mps {
+        catalog
+            .check_mps_clients(&mode.to_string(), &instances, n)
+            .map_err(|e| bad_input(e.to_string()))?;
+    }
+    let _ = writeln!(
+        out,
+        "{} on {}: {} MIG instance(s), COLLOC_MODE={}",
+        mode,
+        catalog.model,
+        instances.len(),
+        mig::layout_mode_string(&instances)
+    );
+    match mps {
+        Some(Some(n)) => {
+            let _ = writeln!(
+                out,
+                "  one MPS daemon per instance, {n} client slot(s) in each ({} in all), each \
+                 client limited to {}% of its instance's SMs and 1/{n} of its memory",
+                instances.len() * n as usize,
+                100 / n
+            );
+        }
+        Some(None) => {
+            let _ = writeln!(
+                out,
+                "  one MPS daemon per instance, clients unlimited (no thread or memory limit)"
+            );
+        }
+        None => {}
+    }
+    // A MIG placement (where an instance sits in the GPU's memory slots) is not a
+    // `colloc run` slot (where one run goes): say "placement", "start", "size".
+    let _ = writeln!(
+        out,
+        "  {:<12} {:<18} {:>10}  {:>3}",
+        "profile", "placement", "memory", "SMs"
+    );
+    for i in &instances {
+        let p = catalog.by_id(i.profile_id);
+        let _ = writeln!(
+            out,
+            "  {:<12} {:<18} {:>6} MiB  {:>3}",
+            i.profile,
+            format!("start {} size {}", i.placement.start, i.placement.size),
+            p.map_or(0, |p| p.memory_mib),
+            p.map_or(0, |p| p.sms)
+        );
+    }
+    let mut value = json!({
+        "mode": mode.to_string(),
+        "gpu_model": catalog.model,
+        "colloc_mode": mig::layout_mode_string(&instances),
+        "instances": instances.iter().map(|i| {
+            let p = catalog.by_id(i.profile_id);
+            let mut v = json!({
+                "profile": i.profile, "profile_id": i.profile_id,
+                "start": i.placement.start, "size": i.placement.size,
+                "memory_mib": p.map(|p| p.memory_mib), "sms": p.map(|p| p.sms),
+            });
+            if let (Some(Some(n)), Some(p)) = (mps, p) {
+                v["mps_clients"] = json!(n);
+                v["active_thread_percentage"] = json!(100 / n);
+                v["pinned_mem_limit_mib"] = json!(p.memory_mib / u64::from(n));
+            }
+            v
+        }).collect::<Vec<_>>(),
+    });
+    if let Some(clients) = mps {
+        value["mps"] = json!({
+            "clients_per_instance": clients,
+            "slots": clients.map(|n| instances.len() * n as usize),
+        });
+    }
+    Ok(value)
 }
 
 /// Publish the node's journals in its Slurm node comment, as the prolog and epilog do

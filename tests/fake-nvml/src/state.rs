@@ -543,7 +543,8 @@ impl State {
             .ok_or(code::NOT_SUPPORTED)
     }
 
-    /// Create a GPU instance, at `placement` or the first free one.
+    /// Create a GPU instance, at `placement` or where the driver would put it
+    /// ([`tables::driver_placement`]).
     ///
     /// # Errors
     /// As the driver: NOT_SUPPORTED (MIG off), INVALID_ARGUMENT (profile, placement),
@@ -581,11 +582,16 @@ impl State {
         }
         let (start, size) = match placement {
             Some(pl) => pl,
-            None => possible
-                .iter()
-                .copied()
-                .find(|&(s, z)| used & mask(s, z) == 0)
-                .ok_or(code::INSUFFICIENT_RESOURCES)?,
+            None => {
+                let listed = model
+                    .listed(self.driver)
+                    .filter(|p| self.all_media || p.media != Media::All)
+                    .map(|p| {
+                        let made = g.gis.iter().filter(|gi| gi.profile_id == p.id).count();
+                        (p, made as u32)
+                    });
+                tables::driver_placement(prof, listed, used).ok_or(code::INSUFFICIENT_RESOURCES)?
+            }
         };
         if used & mask(start, size) != 0 {
             return Err(code::INSUFFICIENT_RESOURCES);

@@ -29,6 +29,24 @@
 //!   `NVML_GPU_INSTANCE_PROFILE_COUNT` 0xA in R535 and 0x11 in API 13.
 //! - [issue16]: the project's issue 16, from mig-parted, k8s-device-plugin, DRA driver,
 //!   DCGM and go-nvml#146 threads.
+//! - [mig-parted]: NVIDIA/mig-parted `deployments/systemd/config-default.yaml` (profile
+//!   names per GPU: GH200 96GB and 144G, B200).
+//! - [lgip-gh200]: `nvidia-smi mig -lgip` of a GH200 480GB (96 GB HBM3; Grace Hopper
+//!   install logs in a public repository): 11.00/23.00/46.50/93.00 GiB, SMs
+//!   16/26/32/60/64/132.
+//! - [lgip-gh200-144]: `nvidia-smi mig -lgip` of a GH200 144G HBM3e (NVIDIA/mig-parted#139):
+//!   17.50/35.25 GiB, SMs 16/26/32 (the reading found stops at 2g); total 146831 MiB
+//!   (`nvidia-smi --query-gpu`, driver 580.173).
+//! - [lgip-b200]: `nvidia-smi mig -lgip` of a B200 (NVIDIA/mig-parted#166 and #187; the
+//!   later shows 1g at 20.50 GiB instead of 22.00, as NVIDIA/gpu-operator#2155's MIG
+//!   device table does), 1g.45gb/2g.45gb 44.25 GiB, SMs 18/30/36; total 183359 MiB.
+//! - [create]: where the driver puts an instance created without a placement: the
+//!   guide's `nvidia-smi mig -cgi` examples and field logs, collected with their
+//!   placements in `fixtures/documented-mig-models.json` (`default_placement`).
+//!
+//! `fixtures/documented-mig-models.json` holds the documented figures of every model as
+//! expected values; `tests/models.rs` holds these tables to them (and core's tests hold
+//! core's to the same file). Figures no reading confirmed are marked there and below.
 
 /// GPU architecture: decides how MIG mode changes and whether profiles answer with MIG off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,9 +55,10 @@ pub enum Family {
     /// idle; the mode is kept in the InfoROM across reboots; profile queries answer
     /// NOT_SUPPORTED with MIG off ([guide] "Enable MIG Mode", [nvml.h]).
     Ampere,
-    /// H100, H200: a mode change takes effect at once without a reset and is lost on
-    /// driver reload or reboot ([guide] "Enable MIG Mode"); profiles and placements
-    /// answer with MIG off ([h200]).
+    /// H100, H200, GH200 (and the B200, which this fake lets answer as Hopper does: the
+    /// guide's no-reset rule covers Hopper and later): a mode change takes effect at once
+    /// without a reset and is lost on driver reload or reboot ([guide] "Enable MIG
+    /// Mode"); profiles and placements answer with MIG off ([h200]).
     Hopper,
 }
 
@@ -347,6 +366,79 @@ const H200: &[GiProfile] = &[
     all_me(H200_2G, 16, 66, "2g.35gb+me.all"),
 ];
 
+/// GH200 96GB ("NVIDIA GH200 480GB", the H100 96GB of the guide) [lgip-gh200], names
+/// [guide]/[mig-parted].
+const GH200_96: &[GiProfile] = &[
+    p(0, 19, "1g.12gb", 1, 7, 11264, 16, (1, 1, 1, 0), ONE, 1),
+    p(1, 14, "2g.24gb", 2, 3, 23552, 32, (2, 2, 2, 0), TWO, 2),
+    p(2, 9, "3g.48gb", 3, 2, 47616, 60, (3, 3, 3, 0), THREE, 4),
+    p(3, 5, "4g.48gb", 4, 1, 47616, 64, (4, 4, 4, 0), AT0, 4),
+    p(4, 0, "7g.96gb", 7, 1, 95232, 132, (8, 7, 7, 1), AT0, 8),
+    p(7, 20, "1g.12gb+me", 1, 1, 11264, 16, (1, 1, 1, 1), ONE, 1),
+    p(
+        9,
+        15,
+        "1g.24gb",
+        1,
+        4,
+        23552,
+        26,
+        (1, 1, 1, 0),
+        ONE_DOUBLE,
+        2,
+    ),
+];
+
+/// GH200 144G HBM3e: 1g, 1g.36gb and 2g [lgip-gh200-144]. NOT CONFIRMED: 3g/4g/7g memory
+/// and SMs (no reading found): memory estimated as the H200's share of its 7g, the 7g
+/// as the total less the H200's margin; SMs as the H200's (same GH100).
+const GH200_144: &[GiProfile] = &[
+    p(0, 19, "1g.18gb", 1, 7, 17920, 16, (1, 1, 1, 0), ONE, 1),
+    p(1, 14, "2g.36gb", 2, 3, 36096, 32, (2, 2, 2, 0), TWO, 2),
+    p(2, 9, "3g.72gb", 3, 2, 72960, 60, (3, 3, 3, 0), THREE, 4),
+    p(3, 5, "4g.72gb", 4, 1, 72960, 64, (4, 4, 4, 0), AT0, 4),
+    p(4, 0, "7g.144gb", 7, 1, 146432, 132, (8, 7, 7, 1), AT0, 8),
+    p(7, 20, "1g.18gb+me", 1, 1, 17920, 16, (1, 1, 1, 1), ONE, 1),
+    p(
+        9,
+        15,
+        "1g.36gb",
+        1,
+        4,
+        36096,
+        26,
+        (1, 1, 1, 0),
+        ONE_DOUBLE,
+        2,
+    ),
+];
+
+/// B200 180GB: 1g, 1g.45gb, 2g [lgip-b200] (1g memory of the later driver), names and
+/// counts [guide]. NOT CONFIRMED: 3g/4g/7g memory (estimated: twice the 2g plus 256 MiB as
+/// on the H100; the 7g as the total less ~575 MiB) and SMs (go-nvml's mock: 54/72/126);
+/// placements from the guide's 8-slot fractions (no `-lgipp` reading found); engines
+/// as the guide's table (2/3/6/8/16 copy engines).
+const B200: &[GiProfile] = &[
+    p(0, 19, "1g.23gb", 1, 7, 20992, 18, (2, 1, 1, 0), ONE, 1),
+    p(1, 14, "2g.45gb", 2, 3, 45312, 36, (3, 1, 1, 0), TWO, 2),
+    p(2, 9, "3g.90gb", 3, 2, 90880, 54, (6, 1, 1, 0), THREE, 4),
+    p(3, 5, "4g.90gb", 4, 1, 90880, 72, (8, 1, 1, 0), AT0, 4),
+    p(4, 0, "7g.180gb", 7, 1, 182784, 126, (16, 1, 1, 1), AT0, 8),
+    p(7, 20, "1g.23gb+me", 1, 1, 20992, 18, (2, 1, 1, 1), ONE, 1),
+    p(
+        9,
+        15,
+        "1g.45gb",
+        1,
+        4,
+        45312,
+        30,
+        (2, 1, 1, 0),
+        ONE_DOUBLE,
+        2,
+    ),
+];
+
 const fn model(
     alias: &'static str,
     name: &'static str,
@@ -429,6 +521,21 @@ pub static MODELS: &[Model] = &[
     ),
     model("H200", "NVIDIA H200", Family::Hopper, 143771, H200),
     model("H200-NVL", "NVIDIA H200 NVL", Family::Hopper, 143771, H200),
+    model(
+        "GH200-96GB",
+        "NVIDIA GH200 480GB",
+        Family::Hopper,
+        97871,
+        GH200_96,
+    ),
+    model(
+        "GH200-144GB",
+        "NVIDIA GH200 144G HBM3e",
+        Family::Hopper,
+        146831,
+        GH200_144,
+    ),
+    model("B200", "NVIDIA B200", Family::Hopper, 183359, B200),
 ];
 
 /// Driver generations the fake can answer as.
@@ -509,6 +616,46 @@ impl GiProfile {
 pub fn gi_id_for(mem_slots: u32, start: u32, size: u32) -> u32 {
     let size = size.max(1);
     mem_slots / size - 1 + start / size
+}
+
+/// The memory slots a placement takes, as a bit mask.
+fn slot_mask(start: u32, size: u32) -> u64 {
+    if size == 0 || start + size > 64 {
+        return 0;
+    }
+    ((1u64 << size) - 1) << start
+}
+
+/// Where the driver puts a GPU instance of `prof` created without a placement
+/// (`nvmlDeviceCreateGpuInstance`), given the memory slots already taken (`used`) and the
+/// profiles the GPU lists with how many instances of each exist (`listed`): of the free
+/// placements, the one that spoils the fewest placements a later instance could still
+/// take (of every profile not yet at its instance limit), the lowest start on a tie.
+///
+/// NVIDIA does not publish the rule. This one reproduces every documented creation
+/// order [create]: two 3g at 4 then 0; seven 1g at 6, 4, 5, 0, 1, 2, 3 (A100, H100 PCIe,
+/// H100 NVL); a 2g first at 4, then 1g at 6, 0, 1, 2, 3; after 1g at 6 and 4 a 2g at 0.
+/// "Highest free slot first" does not: the guide's driver put the second 1g at 4, not 5,
+/// and that 2g at 0, not 2.
+pub fn driver_placement<'a>(
+    prof: &GiProfile,
+    listed: impl Iterator<Item = (&'a GiProfile, u32)>,
+    used: u64,
+) -> Option<(u32, u32)> {
+    let open: Vec<u64> = listed
+        .filter(|(p, made)| *made < p.instances)
+        .flat_map(|(p, _)| p.placements())
+        .map(|(s, z)| slot_mask(s, z))
+        .filter(|m| used & m == 0)
+        .collect();
+    prof.placements()
+        .into_iter()
+        .filter(|&(s, z)| used & slot_mask(s, z) == 0)
+        .min_by_key(|&(s, z)| {
+            let taken = slot_mask(s, z);
+            let spoiled = open.iter().filter(|m| *m & taken != 0).count();
+            (spoiled, s)
+        })
 }
 
 /// A compute instance profile: `(index = id, slices)` for the CI profile index, or `None`

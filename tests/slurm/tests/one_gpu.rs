@@ -456,7 +456,7 @@ fn foreign_instances_refused(c: &Cluster) {
     assert_eq!(end.state, "FAILED", "{end:?}");
     let err = c.job_err(id);
     assert!(
-        err.contains("has MIG instances colloc does not own (3g.20gb at start"),
+        err.contains("has MIG instances colloc does not own (3g.20gb at start 4"),
         "stderr: {err}"
     );
     assert!(!c.job_out(id).contains("RAN"));
@@ -588,6 +588,16 @@ fn not_allowed_rejected(c: &Cluster) {
     let err = String::from_utf8_lossy(&err.stderr);
     assert!(
         err.contains("--colloc: mode mig:3g is not allowed on this cluster; allowed: off, mps"),
+        "{err}"
+    );
+    // MPS inside MIG instances (issue 29) parses and `colloc plan` shows it, but no node
+    // makes it yet: refused before queueing where mig and mps are both allowed.
+    let err = c
+        .sbatch(&["--colloc=mig:3g:mps:2", "--gres=gpu:1"], "true")
+        .expect_err("mig:3g:mps:2 queued though no node makes it");
+    let err = String::from_utf8_lossy(&err.stderr);
+    assert!(
+        err.contains("--colloc: mode mig:3g:mps:2 (MPS inside MIG instances) is not available"),
         "{err}"
     );
     let held = accepted_off.expect("--colloc=off is always allowed");

@@ -58,7 +58,7 @@ enum Cmd {
         /// Profile name, e.g. 3g.20gb.
         #[arg(long)]
         profile: String,
-        /// Placement start slot (default: first free).
+        /// Placement start slot (default: where the driver would put it).
         #[arg(long)]
         start: Option<u32>,
     },
@@ -146,7 +146,8 @@ enum Cmd {
     /// Write a fresh state with these GPUs.
     Init {
         /// Comma list of models: A100-40GB, A100-PCIE-40GB, A100-80GB, A100-80GB-PCIE,
-        /// A30, H100-80GB, H100-PCIE, H100-NVL, H200, H200-NVL (or NVML names).
+        /// A30, H100-80GB, H100-PCIE, H100-NVL, H200, H200-NVL, GH200-96GB, GH200-144GB,
+        /// B200 (or NVML names).
         #[arg(long, default_value = "A100-40GB")]
         gpus: String,
         /// Driver generation to answer as: 535, 550, 570 or 580.
