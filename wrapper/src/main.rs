@@ -24,6 +24,7 @@ mod run;
 mod slurm;
 mod status;
 mod step;
+mod userfs;
 
 pub use cli::{bad_input, BadInput, Global};
 
