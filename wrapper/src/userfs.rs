@@ -294,14 +294,14 @@ impl CheckedDir {
     }
 
     fn open_at<Fd: AsFd>(at: Fd, name: &Path, shown: &Path) -> Result<CheckedDir, UserFsError> {
-        let fd = rustix::fs::openat(at, name, DIR_FLAGS, Mode::empty()).map_err(|e| match e {
+        let fd = rustix::fs::openat(&at, name, DIR_FLAGS, Mode::empty()).map_err(|e| match e {
             Errno::LOOP | Errno::NOTDIR => UserFsError::WrongType {
                 path: shown.to_path_buf(),
-                what: if e == Errno::LOOP {
-                    "a symbolic link".into()
-                } else {
-                    "not a directory".into()
-                },
+                what: rustix::fs::statat(&at, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_or("not a directory", |st| {
+                        type_name(FileType::from_raw_mode(st.st_mode))
+                    })
+                    .into(),
                 expected: "a directory",
             },
             e => io("open", shown, e),

@@ -892,7 +892,7 @@ fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock: &Clock) {
         let mut out = io::stdout().lock();
         let _ = out
             .write_all(b"[")
-            .and_then(|_| out.write_all(r.job.label.as_bytes()))
+            .and_then(|_| out.write_all(super::text::escape(&r.job.label).as_bytes()))
             .and_then(|_| out.write_all(b"] "))
             .and_then(|_| out.write_all(shown.as_bytes()))
             .and_then(|_| out.write_all(b"\n"));

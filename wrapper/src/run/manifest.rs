@@ -801,6 +801,15 @@ command = ['x']
     #[test]
     fn manifests_are_read_through_a_bounded_reader() {
         let e = load(Path::new("/dev/zero")).unwrap_err();
+        assert!(
+            e.msg.contains("a character device, not a regular file"),
+            "{e}"
+        );
+        let t = tempfile::tempdir().unwrap();
+        let big = t.path().join("runs.toml");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_MANIFEST_BYTES + 1).unwrap();
+        let e = load(&big).unwrap_err();
         assert!(e.msg.contains("larger than 16 MiB"), "{e}");
     }
 
