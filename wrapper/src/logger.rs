@@ -17,7 +17,9 @@ impl Log for StderrLog {
                 Level::Debug => "debug",
                 Level::Trace => "trace",
             };
-            errln!("colloc: {level}: {}", r.args());
+            // Run and host names in a message never reach the terminal raw.
+            let msg = r.args().to_string();
+            errln!("colloc: {level}: {}", crate::engine::text::escape(&msg));
         }
     }
     fn flush(&self) {}

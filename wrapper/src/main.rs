@@ -24,6 +24,7 @@ mod run;
 mod slurm;
 mod status;
 mod step;
+mod userfs;
 
 pub use cli::{bad_input, BadInput, Global};
 
@@ -126,7 +127,8 @@ fn main() -> ExitCode {
                 1
             };
             let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            errln!("colloc: error: {}", chain.join(": ").replace('\n', " "));
+            let line = chain.join(": ").replace('\n', " ");
+            errln!("colloc: error: {}", engine::text::escape(&line));
             ExitCode::from(code)
         }
         Err(_) => ExitCode::from(1),

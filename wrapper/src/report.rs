@@ -2,23 +2,26 @@
 //! log at any time: while its pack runs (runs still going show as `running`), after it
 //! finished, or after colloc was killed (attempts it never saw end show as
 //! `interrupted`). Prints the table (or the JSON, the CSV, one line) and rewrites the
-//! report files and charts, into DIR or `--out`.
+//! report files and charts, into DIR (only when it is the caller's) or `--out`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
-
 use crate::bad_input;
 use crate::export::{chart, runs};
-use crate::record::fold::Fold;
-use crate::record::store::{self, DirLock, LockState};
+use crate::record::store::{self, LockState, RecordError, ReportDir};
 use crate::run::record::{write_report, REPORT_JSON};
+use crate::userfs::UserFsError;
 
 /// Arguments of `colloc report`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
+DIR's report files and charts are rewritten only when DIR is yours, writable by no one
+else and not read-only; otherwise (someone else's report, also as root) the report is
+only printed and nothing is written, unless --out names a directory of yours. --json and
+--csv only print (and write only with --out).
+
 Examples:
   colloc report colloc-1234              the table, and the report files rewritten
   colloc report --json colloc-1234 | jq '.runs[] | select(.state != \"succeeded\") | .name'
@@ -27,16 +30,17 @@ pub struct ReportArgs {
     /// A report directory of `colloc run`.
     #[arg(value_name = "DIR")]
     dir: PathBuf,
-    /// Print the report's JSON instead of the table.
+    /// Print the report's JSON instead of the table (writes nothing without --out).
     #[arg(long, conflicts_with_all = ["csv", "quiet"])]
     json: bool,
-    /// Print the CSV instead of the table.
+    /// Print the CSV instead of the table (writes nothing without --out).
     #[arg(long, conflicts_with = "quiet")]
     csv: bool,
     /// Print only the one-line summary.
     #[arg(short = 'q', long)]
     quiet: bool,
-    /// Write the report files and charts here instead of into DIR.
+    /// Write the report files and charts here instead of into DIR: a new directory, or
+    /// one of yours that no one else can write.
     #[arg(long, value_name = "OUT", conflicts_with = "no_write")]
     out: Option<PathBuf>,
     /// Write nothing; only print.
@@ -44,15 +48,37 @@ pub struct ReportArgs {
     no_write: bool,
 }
 
+/// Where `colloc report` writes: `--out`, DIR when the caller may write it, or nowhere.
+fn destination(a: &ReportArgs, dir: ReportDir) -> anyhow::Result<Option<ReportDir>> {
+    if a.no_write {
+        return Ok(None);
+    }
+    if let Some(out) = &a.out {
+        let (d, _) = ReportDir::create(out).map_err(|e| e.into_anyhow().context("--out"))?;
+        return Ok(Some(d));
+    }
+    if a.json || a.csv {
+        return Ok(None);
+    }
+    match dir.why_not_writable() {
+        None => Ok(dir.into_writable().ok()),
+        Some(why) => {
+            log::info!(
+                "{} is {why}: the report is only printed (--out DIR writes its files elsewhere)",
+                dir.path().display()
+            );
+            Ok(None)
+        }
+    }
+}
+
 /// Entry point of `colloc report`.
 ///
 /// # Errors
-/// Bad input: DIR has no record (exit 2).
+/// Bad input: DIR has no record, or a record colloc did not write (exit 2).
 pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
-    let dir = &a.dir;
-    if !dir.join(store::EVENTS_DIR).is_dir() {
-        let old = dir.join(REPORT_JSON).is_file();
-        return Err(bad_input(format!(
+    let no_record = |dir: &Path, old: bool| {
+        bad_input(format!(
             "{} holds no colloc event log ({}/){}",
             dir.display(),
             store::EVENTS_DIR,
@@ -61,30 +87,32 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
             } else {
                 "; give a report directory of colloc run"
             }
-        )));
-    }
-    let (events, bad) = store::read_events(dir)
-        .with_context(|| format!("cannot read the record in {}", dir.display()))?;
+        ))
+    };
+    let dir = match ReportDir::open_read(&a.dir) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return Err(no_record(&a.dir, false)),
+        Err(e) => return Err(e.into_anyhow()),
+    };
+    let Some((fold, bad)) = dir.fold().map_err(RecordError::into_anyhow)? else {
+        return Err(no_record(&a.dir, dir.has(store::REPORT_JSON)));
+    };
     if bad > 0 {
         log::warn!(
             "{bad} line(s) of the event log could not be read (cut by a kill or a full disk); skipped"
         );
     }
-    let mut fold = Fold::new();
-    for e in events {
-        fold.apply(e);
-    }
     if fold.sessions() == 0 {
         return Err(bad_input(format!(
             "{}: the event log has no session (not written by colloc run?)",
-            dir.display()
+            a.dir.display()
         )));
     }
-    let live = match DirLock::state(dir) {
+    let live = match dir.lock_state().map_err(UserFsError::into_anyhow)? {
         LockState::Held => Some(fold.sessions()),
         LockState::Free => None,
         LockState::Unknown => {
-            log::warn!("cannot tell whether a pack still writes {} (file locks do not work there); attempts without an end show as interrupted", dir.display());
+            log::warn!("cannot tell whether a pack still writes {} (file locks do not work there); attempts without an end show as interrupted", a.dir.display());
             None
         }
     };
@@ -92,13 +120,10 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     let report = fold.report(now, live);
+    let shown_json = dir.shown(REPORT_JSON);
     let mut failed = None;
-    if !a.no_write {
-        let out = a.out.clone().unwrap_or_else(|| dir.clone());
-        let written = std::fs::create_dir_all(&out)
-            .map_err(|e| format!("cannot create {}: {e}", out.display()))
-            .and_then(|()| write_report(&out, &report));
-        match written {
+    if let Some(out) = destination(&a, dir)? {
+        match write_report(&out, &report) {
             Ok(()) => {
                 chart::run_charts(&report, &out);
             }
@@ -113,7 +138,7 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
     } else if a.quiet {
         outln!(
             "{}",
-            runs::one_line(&report, &dir.join(REPORT_JSON).display().to_string())
+            runs::one_line(&report, &shown_json.display().to_string())
         );
     } else {
         out!("{}", runs::table(&report));

@@ -632,6 +632,50 @@ fn bench_takes_the_durations_colloc_run_takes() {
     assert_eq!(b.json()["duration_s"], 5400.0);
 }
 
+/// An earlier bench's results are never silently replaced or mixed with new ones: a
+/// second bench into the same directory is refused (exit 2, nothing changed) unless
+/// `--replace`, which removes the old results and logs first.
+#[test]
+fn an_earlier_bench_is_refused_unless_replace() {
+    let b = Bench::new();
+    let bench = |extra: &[&str]| {
+        Command::cargo_bin("colloc")
+            .unwrap()
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("COLLOC_CONFIG")
+            .arg("--config")
+            .arg(config(b.tmp.path(), ""))
+            .args(["bench", "--report-dir"])
+            .arg(&b.report)
+            .args(extra)
+            .args(["--modes", "naive", "--counts", "1", "--", "false"])
+            .output()
+            .unwrap()
+    };
+    // The first: the workload fails alone, but its report and logs are written.
+    let out = bench(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let first = std::fs::read(b.report.join("bench.json")).unwrap();
+    std::fs::write(b.report.join("logs/earlier.log"), "old").unwrap();
+    let out = bench(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "already holds the results of an earlier colloc bench (bench.json, bench.csv"
+        ) && stderr.contains("give another --report-dir, or add --replace to replace them"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(b.report.join("bench.json")).unwrap(), first);
+    assert!(b.report.join("logs/earlier.log").exists());
+    // --replace: the old results and logs go, the new ones are written.
+    let out = bench(&["--replace"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_ne!(std::fs::read(b.report.join("bench.json")).unwrap(), first);
+    assert!(!b.report.join("logs/earlier.log").exists());
+    assert!(std::fs::read_dir(b.report.join("logs")).unwrap().count() > 0);
+}
+
 /// A copy that ends by itself leaves nothing behind: its process group and every
 /// descendant are killed when its leader exits.
 #[test]

@@ -121,19 +121,33 @@ fn manifest_errors_say_where_and_start_nothing() {
     }
 }
 
-/// A manifest is read through a bounded reader: `/dev/zero` is refused, not read until the
-/// OOM killer ends colloc.
+/// A manifest is read through a bounded reader: `/dev/zero` is refused at once (a device,
+/// not read until the OOM killer ends colloc), a file over 16 MiB by its size.
 #[test]
 fn a_manifest_larger_than_16_mib_is_refused() {
     let env = Env::new();
-    let out = env.colloc().args(["-f", "/dev/zero"]).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("/dev/zero: the run manifest is larger than 16 MiB"),
-        "{stderr}"
-    );
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let big = env.path().join("big.toml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(16 * 1024 * 1024 + 1)
+        .unwrap();
+    for (path, want) in [
+        (
+            "/dev/zero".to_string(),
+            "/dev/zero: cannot read the run manifest: a character device, not a regular file"
+                .to_string(),
+        ),
+        (
+            big.display().to_string(),
+            format!("{}: the run manifest is larger than 16 MiB", big.display()),
+        ),
+    ] {
+        let out = env.colloc().args(["-f", &path]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&want), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
 }
 
 #[test]

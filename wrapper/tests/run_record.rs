@@ -387,7 +387,7 @@ fn a_process_that_leaves_the_runs_session_is_named_and_killed() {
 
 /// A full filesystem as report directory: the previous report stays whole, the table is
 /// printed, colloc says what failed and exits 1. Needs root (a small tmpfs in a private
-/// mount namespace).
+/// mount namespace; mode 0755, as colloc writes only into a directory no one else can).
 #[test]
 fn a_full_disk_keeps_the_previous_report_prints_the_table_and_exits_1() {
     if !run_support::is_root()
@@ -411,7 +411,7 @@ fn a_full_disk_keeps_the_previous_report_prints_the_table_and_exits_1() {
     let after = env.path().join("after.json");
     let colloc = assert_cmd::cargo::cargo_bin("colloc");
     let script = format!(
-        "mount -t tmpfs -o size=192k tmpfs {dir} && {colloc} run -j 1 --report-dir {dir} -f {m}; rc=$?; cp {dir}/colloc-report.json {after}; exit $rc",
+        "mount -t tmpfs -o size=192k,mode=0755 tmpfs {dir} && {colloc} run -j 1 --report-dir {dir} -f {m}; rc=$?; cp {dir}/colloc-report.json {after}; exit $rc",
         dir = dir.display(),
         colloc = colloc.display(),
         m = m.display(),

@@ -78,9 +78,14 @@ pub struct BenchArgs {
     /// Longest wait for every copy's first throughput line.
     #[arg(long, default_value = "300s", value_name = "TIME")]
     startup_timeout: String,
-    /// Where to write bench.json, bench.csv, bench.png and the copies' logs.
+    /// Where to write bench.json, bench.csv, bench.png and the copies' logs: a new
+    /// directory, or one of yours that holds no earlier results (see --replace).
     #[arg(long, default_value = "colloc-bench", value_name = "DIR")]
     report_dir: PathBuf,
+    /// Replace the results of an earlier colloc bench in DIR (its bench.json, CSVs,
+    /// chart and logs/) instead of refusing.
+    #[arg(long)]
+    replace: bool,
     /// Regex for throughput lines; the number is group `value` or the first group
     /// (default: colloc run's built-in patterns).
     #[arg(long, value_name = "REGEX")]
@@ -175,6 +180,8 @@ pub struct Spec {
     pub startup_timeout: Duration,
     /// Output directory.
     pub report_dir: PathBuf,
+    /// Replace earlier results there.
+    pub replace: bool,
     /// What is read as throughput, and its unit.
     pub throughput: Throughput,
     /// GPU.
@@ -271,6 +278,7 @@ impl Task {
             warmup,
             startup_timeout,
             report_dir: a.report_dir,
+            replace: a.replace,
             throughput,
             gpu,
             min_gain,

@@ -82,17 +82,27 @@ pub enum CompareError {
     },
 }
 
+/// Largest bench.json read (colloc writes a few hundred KiB).
+pub const MAX_BENCH_REPORT: u64 = 64 << 20;
+
 /// Read a bench.json as JSON, checking that it is one.
 ///
 /// # Errors
 /// [`CompareError`].
 pub fn load(path: &Path) -> Result<Value, CompareError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| CompareError::Read {
-        path: shown.clone(),
-        source,
+    // Non-blocking, a regular file, capped: a FIFO or /dev/zero is refused at once.
+    let text = crate::userfs::read_user_file(path, MAX_BENCH_REPORT).map_err(|e| match e {
+        crate::userfs::UserFsError::Io { source, .. } => CompareError::Read {
+            path: shown.clone(),
+            source,
+        },
+        e => CompareError::NotAReport {
+            path: shown.clone(),
+            why: e.reason(),
+        },
     })?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| CompareError::NotAReport {
+    let v: Value = serde_json::from_slice(&text).map_err(|e| CompareError::NotAReport {
         path: shown.clone(),
         why: format!("not JSON: {e}"),
     })?;

@@ -7,12 +7,10 @@
 //! written.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use colloc_core::config::Config;
 use colloc_core::gpu::GpuControl;
 use colloc_core::mode::{MigRequest, Mode, ModeKind, ProfileSel};
@@ -34,6 +32,7 @@ use super::report::{
 use super::stats::{self, Obs, Spread};
 use crate::engine::copies::{self, Window};
 use crate::engine::launch::{LaunchSpec, LocalLauncher};
+use crate::engine::pack::LogFile;
 use crate::engine::pack::{Job, Slot};
 use crate::engine::scan::Scanner;
 use crate::engine::signals::{Signals, STOP};
@@ -41,7 +40,8 @@ use crate::engine::throughput::Sample;
 use crate::engine::window::Measured;
 use crate::engine::{signal_name, Clock};
 use crate::export::chart::{self, BenchPoint};
-use crate::record::store::write_atomic;
+use crate::record::store::{self, ReportDir};
+use crate::userfs::CheckedDir;
 
 /// How long copies get to stop on SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -150,7 +150,9 @@ struct Ctx<'a> {
     gpu: Option<BenchGpu>,
     /// `CUDA_VISIBLE_DEVICES` for copies: the GPU's UUID, or the selector as given.
     device: String,
-    logs: PathBuf,
+    /// The report directory, and its logs/ folder.
+    out: ReportDir,
+    logs: Arc<CheckedDir>,
     scanner: Arc<Scanner>,
     budget: Budget,
     /// Order of the next measurement.
@@ -198,6 +200,58 @@ fn open_gpu(spec: &Spec, config: &Config, clock: Clock) -> Result<(BenchGpu, Sam
     Ok((BenchGpu { info, driver }, sampler))
 }
 
+/// Open (or make) the report directory: the caller's own, writable by no one else, and
+/// holding no earlier results unless `--replace` (then they are removed first, so old
+/// logs never mix with new).
+///
+/// # Errors
+/// Bad input (exit 2): someone else's directory, earlier results without `--replace`.
+fn open_report_dir(spec: &Spec) -> anyhow::Result<ReportDir> {
+    let (dir, made) =
+        ReportDir::create(&spec.report_dir).map_err(crate::userfs::UserFsError::into_anyhow)?;
+    if made {
+        return Ok(dir);
+    }
+    let logs = dir
+        .dir()
+        .subdir(store::LOGS_DIR, None)
+        .map_err(crate::userfs::UserFsError::into_anyhow)?;
+    let old_logs = match &logs {
+        Some(l) => l
+            .entries()
+            .map_err(crate::userfs::UserFsError::into_anyhow)?,
+        None => Vec::new(),
+    };
+    let old_files: Vec<&str> = store::BENCH_FILES
+        .into_iter()
+        .filter(|f| dir.has(f))
+        .collect();
+    if old_files.is_empty() && old_logs.is_empty() {
+        return Ok(dir);
+    }
+    if !spec.replace {
+        let what = if old_files.is_empty() {
+            format!("{} log(s) in {}/", old_logs.len(), store::LOGS_DIR)
+        } else {
+            old_files.join(", ")
+        };
+        return Err(crate::bad_input(format!(
+            "{} already holds the results of an earlier colloc bench ({what}): give another --report-dir, or add --replace to replace them",
+            spec.report_dir.display()
+        )));
+    }
+    let gone = |e: crate::userfs::UserFsError| e.into_anyhow().context("--replace");
+    for f in old_files {
+        dir.dir().unlink(f).map_err(gone)?;
+    }
+    if let Some(l) = logs {
+        for (name, _) in old_logs {
+            l.unlink(&name).map_err(gone)?;
+        }
+    }
+    Ok(dir)
+}
+
 /// Run the benchmark and write its reports.
 ///
 /// # Errors
@@ -215,9 +269,12 @@ pub fn run(
         .map(compare::load)
         .transpose()
         .map_err(|e| crate::bad_input(format!("--compare: {e}")))?;
+    let out = open_report_dir(spec)?;
+    let logs = Arc::new(
+        out.logs(false)
+            .map_err(crate::userfs::UserFsError::into_anyhow)?,
+    );
     let clock = Clock::start();
-    let logs = spec.report_dir.join("logs");
-    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let (gpu, sampler, gpu_note) = match open_gpu(spec, config, clock) {
         Ok((g, s)) => (Some(g), Some(s), None),
         Err(why) => {
@@ -278,6 +335,7 @@ pub fn run(
         sampler,
         gpu,
         device,
+        out,
         logs,
         scanner: Arc::new(Scanner {
             throughput: spec.throughput.clone(),
@@ -1227,8 +1285,9 @@ impl Ctx<'_> {
         let mut slots = Vec::with_capacity(n);
         let mut jobs = Vec::with_capacity(n);
         for i in 0..n {
-            let log = self.logs.join(format!("{tag}-{i}.log"));
-            logs.push(log.display().to_string());
+            let name = format!("{tag}-{i}.log");
+            let log = LogFile::new(Some(&self.logs), name.clone(), self.logs.shown(&name));
+            logs.push(log.path.display().to_string());
             let dev = devices
                 .and_then(|d| d.get(i))
                 .unwrap_or(&self.device)
@@ -1462,18 +1521,20 @@ impl Ctx<'_> {
         }
         let report = &self.report;
         out!("{}", report::table(report));
-        let dir = &self.spec.report_dir;
+        let dir = &self.out;
         let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
-            let p = dir.join(name);
-            write_atomic(&p, bytes).with_context(|| format!("cannot write {}", p.display()))
+            dir.write(name, bytes).map_err(anyhow::Error::from)
         };
         write(
-            "bench.json",
+            store::BENCH_JSON,
             (serde_json::to_string_pretty(report)? + "\n").as_bytes(),
         )?;
-        write("bench.csv", &report::csv(report)?)?;
-        write("bench-measurements.csv", &report::measurements_csv(report)?)?;
-        let png = dir.join("bench.png");
+        write(store::BENCH_CSV, &report::csv(report)?)?;
+        write(
+            store::BENCH_MEASUREMENTS_CSV,
+            &report::measurements_csv(report)?,
+        )?;
+        let png = dir.shown(store::BENCH_PNG);
         let title = format!(
             "colloc bench: {}",
             report
@@ -1492,7 +1553,7 @@ impl Ctx<'_> {
                 hi: mean + u,
             })
         });
-        if let Err(e) = chart::bench(
+        let drawn = chart::bench(
             &lines(report),
             solo_point,
             report.reference,
@@ -1500,10 +1561,15 @@ impl Ctx<'_> {
             &title,
             &report.unit,
             &png,
-        ) {
+        )
+        .and_then(|bytes| {
+            dir.write(store::BENCH_PNG, &bytes)
+                .map_err(|e| e.to_string())
+        });
+        if let Err(e) = drawn {
             log::warn!("no plot: {e}");
         }
-        errln!("colloc bench: reports in {}", dir.display());
+        errln!("colloc bench: reports in {}", dir.path().display());
         Ok(())
     }
 }

@@ -9,11 +9,10 @@
 //! some copy within `startup_timeout` fails it. What the copies printed after the stop
 //! (their shutdown) is the caller's to leave out: it gets the time of the stop.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::launch::Launcher;
-use super::pack::{Ctl, Driver, Ended, Engine, Exit, Job, Options, Slot};
+use super::pack::{Ctl, Driver, Ended, Engine, Exit, Job, LogFile, Options, Slot};
 use super::signals::{Signals, STOP};
 use super::throughput::Sample;
 use super::{signal_name, Clock, State};
@@ -53,9 +52,17 @@ pub struct Outcome {
     pub signal: Option<i32>,
 }
 
-/// The last lines of a log, for an error message.
-fn log_tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+/// The last lines of a log, for an error message (read from its last 64 KiB, through
+/// its directory's handle).
+fn log_tail(log: &LogFile, lines: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = Vec::new();
+    if let Some(Ok(Some((mut f, len)))) = log.dir.as_ref().map(|d| d.open_file(&log.name, u64::MAX))
+    {
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 << 10)));
+        let _ = f.take(64 << 10).read_to_end(&mut bytes);
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let tail: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let from = tail.len().saturating_sub(lines);
     tail[from..].join(" | ")
@@ -142,7 +149,7 @@ impl Driver for Copies<'_> {
                 let log = ctl
                     .running()
                     .find(|v| v.job.run == slow)
-                    .map(|v| v.job.log.display().to_string())
+                    .map(|v| v.job.log.path.display().to_string())
                     .unwrap_or_default();
                 self.out.failure = Some(format!(
                     "copy {slow} printed no throughput line within {:.0} s ({}); see {log}",

@@ -22,6 +22,7 @@ use super::scan::{Epochs, Scanner};
 use super::signals::{Signals, FORWARD};
 use super::throughput::Series;
 use super::{signal_name, Clock, State};
+use crate::userfs::CheckedDir;
 
 /// Carriage-return progress lines (tqdm) reach the live view at most this often.
 const CR_LINE_EVERY: Duration = Duration::from_secs(2);
@@ -60,8 +61,39 @@ pub struct Job {
     pub scanner: Arc<Scanner>,
     /// Its time limit.
     pub timeout: Option<Duration>,
-    /// Its log file (created, or truncated).
-    pub log: PathBuf,
+    /// Its log file (made afresh).
+    pub log: LogFile,
+}
+
+/// An attempt's log: a file made afresh in a checked directory (a link or anything else
+/// at its name is replaced, never followed), and its path for messages.
+#[derive(Debug, Clone)]
+pub struct LogFile {
+    /// The directory it is made in (`None`: it could not be opened; the attempt runs
+    /// without a log).
+    pub dir: Option<Arc<CheckedDir>>,
+    /// Its name there.
+    pub name: String,
+    /// Its path, for messages and for reading it back.
+    pub path: PathBuf,
+}
+
+impl LogFile {
+    /// The log `name` in `dir` (shown as `path`).
+    pub fn new(dir: Option<&Arc<CheckedDir>>, name: String, path: PathBuf) -> LogFile {
+        LogFile {
+            dir: dir.cloned(),
+            name,
+            path,
+        }
+    }
+
+    fn create(&self) -> Result<File, String> {
+        match &self.dir {
+            Some(d) => d.create(&self.name).map_err(|e| e.to_string()),
+            None => Err(format!("no folder for {}", self.path.display())),
+        }
+    }
 }
 
 /// A slot: where one attempt at a time runs.
@@ -437,10 +469,10 @@ impl<'a> Engine<'a> {
         let mut env = self.slots[slot].env.clone();
         env.append(&mut spec.env);
         spec.env = env;
-        let (log, log_error) = match File::create(&job.log) {
+        let (log, log_error) = match job.log.create() {
             Ok(f) => (Some(f), None),
             Err(e) => {
-                let msg = format!("cannot write its log {}: {e}", job.log.display());
+                let msg = format!("cannot write its log: {e}");
                 log::warn!("{}: {msg}", job.label);
                 (None, Some(msg))
             }
@@ -789,7 +821,10 @@ fn read_output(r: &mut Running, live_view: bool, clock: &Clock) {
         };
         if let Some(f) = r.log.as_mut() {
             if let Err(e) = f.write_all(&buf[..n]) {
-                let msg = format!("cannot write its log {} any more: {e}", r.job.log.display());
+                let msg = format!(
+                    "cannot write its log {} any more: {e}",
+                    r.job.log.path.display()
+                );
                 log::warn!("{}: {msg}", r.job.label);
                 r.log_error = Some(msg);
                 r.log = None;
@@ -864,7 +899,7 @@ fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock: &Clock) {
         let mut out = io::stdout().lock();
         let _ = out
             .write_all(b"[")
-            .and_then(|_| out.write_all(r.job.label.as_bytes()))
+            .and_then(|_| out.write_all(super::text::escape(&r.job.label).as_bytes()))
             .and_then(|_| out.write_all(b"] "))
             .and_then(|_| out.write_all(shown.as_bytes()))
             .and_then(|_| out.write_all(b"\n"));

@@ -20,6 +20,7 @@ use plotters::prelude::*;
 use super::font::{ready, FAMILY};
 use crate::engine::State;
 use crate::record::model::{Report, RunRecord};
+use crate::record::store::{self, ReportDir};
 
 /// A palette whose colours can be told apart (matplotlib's tab10).
 pub const PALETTE: [RGBColor; 10] = [
@@ -154,21 +155,87 @@ fn legend(
     Ok(())
 }
 
+/// A picture drawn in memory (RGB), PNG-encoded afterwards: charts are written like
+/// every other file of a report directory, never through a path plotters opens.
+pub struct Canvas {
+    w: u32,
+    h: u32,
+    rgb: Vec<u8>,
+}
+
+impl Canvas {
+    /// A white-to-be canvas of `w`×`h` in `slot`, and the area to draw on it.
+    fn area(slot: &mut Option<Canvas>, w: u32, h: u32) -> DrawingArea<BitMapBackend<'_>, Shift> {
+        let c = slot.insert(Canvas {
+            w,
+            h,
+            rgb: vec![0; w as usize * h as usize * 3],
+        });
+        BitMapBackend::with_buffer(&mut c.rgb, (w, h)).into_drawing_area()
+    }
+
+    /// The drawn canvas as PNG bytes.
+    fn png(canvas: Option<Canvas>, path: &Path) -> Result<Vec<u8>, E> {
+        let c = canvas.ok_or_else(|| format!("cannot draw {}: nothing drawn", path.display()))?;
+        let mut png = Vec::new();
+        let mut enc = png::Encoder::new(&mut png, c.w, c.h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        enc.write_header()
+            .and_then(|mut wr| wr.write_image_data(&c.rgb))
+            .map_err(|x| err(path)(&x))?;
+        Ok(png)
+    }
+}
+
+/// One of the run charts as PNG bytes; `None` when it has nothing to show.
+type Draw = fn(&Report, &Path, &mut Option<Canvas>) -> Result<bool, E>;
+
+fn draw_png(draw: Draw, report: &Report, path: &Path) -> Result<Option<Vec<u8>>, E> {
+    let mut canvas = None;
+    if !draw(report, path, &mut canvas)? {
+        return Ok(None);
+    }
+    Canvas::png(canvas, path).map(Some)
+}
+
+/// Slot timeline (see [`timeline_into`]) as PNG bytes.
+pub fn timeline(report: &Report, path: &Path) -> Result<Option<Vec<u8>>, E> {
+    draw_png(timeline_into, report, path)
+}
+
+/// Per-run throughput (see [`runs_into`]) as PNG bytes.
+pub fn runs(report: &Report, path: &Path) -> Result<Option<Vec<u8>>, E> {
+    draw_png(runs_into, report, path)
+}
+
+/// Throughput over time (see [`throughput_into`]) as PNG bytes.
+pub fn throughput(report: &Report, path: &Path) -> Result<Option<Vec<u8>>, E> {
+    draw_png(throughput_into, report, path)
+}
+
 /// Draw the three charts of a run report into `dir`; the files drawn.
-pub fn run_charts(report: &Report, dir: &Path) -> Vec<PathBuf> {
+pub fn run_charts(report: &Report, dir: &ReportDir) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if !ready() {
         return out;
     }
-    type Draw = fn(&Report, &Path) -> Result<bool, E>;
-    let jobs: [(&str, Draw); 3] = [
-        ("colloc-timeline.png", timeline),
-        ("colloc-runs.png", runs),
-        ("colloc-throughput.png", throughput),
+    type Png = fn(&Report, &Path) -> Result<Option<Vec<u8>>, E>;
+    let jobs: [(&str, Png); 3] = [
+        (store::TIMELINE_PNG, timeline),
+        (store::RUNS_PNG, runs),
+        (store::THROUGHPUT_PNG, throughput),
     ];
     for (name, draw) in jobs {
-        let p = dir.join(name);
-        match draw(report, &p) {
+        let p = dir.shown(name);
+        let written = draw(report, &p).and_then(|png| match png {
+            Some(png) => dir
+                .write(name, &png)
+                .map(|()| true)
+                .map_err(|e| e.to_string()),
+            None => Ok(false),
+        });
+        match written {
             Ok(true) => out.push(p),
             Ok(false) => {}
             Err(e) => log::warn!("{e}"),
@@ -203,7 +270,7 @@ fn slot_label(report: &Report, k: usize) -> String {
 }
 
 /// Slot timeline: one row per slot, one bar per attempt.
-pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
+fn timeline_into(report: &Report, path: &Path, canvas: &mut Option<Canvas>) -> Result<bool, E> {
     let attempts: Vec<(&RunRecord, &crate::record::model::AttemptRecord)> = report
         .runs
         .iter()
@@ -223,7 +290,7 @@ pub fn timeline(report: &Report, path: &Path) -> Result<bool, E> {
     );
     let row_h = (600 / slots as u32).clamp(6, 40);
     let h = (row_h * slots as u32 + 140).clamp(300, 2400);
-    let root = BitMapBackend::new(path, (W, h)).into_drawing_area();
+    let root = Canvas::area(canvas, W, h);
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (plot, side) = root.split_horizontally(W - LEGEND_W);
     let x_max = x_end(report) * 1.02;
@@ -338,7 +405,7 @@ const FEW_SAMPLES: u64 = 3;
 /// Each run's throughput as a bar, coloured by outcome, its solo figure as a tick. A run
 /// with fewer than three samples is drawn hollow and does not set the axis; a bar past the
 /// axis ends in a triangle with its value.
-pub fn runs(report: &Report, path: &Path) -> Result<bool, E> {
+fn runs_into(report: &Report, path: &Path, canvas: &mut Option<Canvas>) -> Result<bool, E> {
     let with: Vec<&RunRecord> = report
         .runs
         .iter()
@@ -356,7 +423,7 @@ pub fn runs(report: &Report, path: &Path) -> Result<bool, E> {
         .unwrap_or_else(|| "throughput".into());
     let n = with.len();
     let h = (n as u32 * 24 + 150).clamp(300, 2400);
-    let root = BitMapBackend::new(path, (W, h)).into_drawing_area();
+    let root = Canvas::area(canvas, W, h);
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (plot, side) = root.split_horizontally(W - LEGEND_W);
     let solid = |r: &RunRecord| {
@@ -521,7 +588,7 @@ fn calibration_bands<DB: DrawingBackend>(
 /// Throughput over time in two panels on one time axis: all runs together on top, each
 /// run below (coloured and named when few enough to tell apart), each panel with its own
 /// y axis.
-pub fn throughput(report: &Report, path: &Path) -> Result<bool, E> {
+fn throughput_into(report: &Report, path: &Path, canvas: &mut Option<Canvas>) -> Result<bool, E> {
     let series: Vec<(&str, &[(f64, f64)])> = report
         .runs
         .iter()
@@ -578,7 +645,7 @@ pub fn throughput(report: &Report, path: &Path) -> Result<bool, E> {
         )],
     )
     .max(report.summary.aggregate_throughput.unwrap_or(0.0) * 1.15);
-    let root = BitMapBackend::new(path, (W, 900)).into_drawing_area();
+    let root = Canvas::area(canvas, W, 900);
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (plots, side) = root.split_horizontally(W - LEGEND_W);
     let (top, bottom) = plots.split_vertically(360);
@@ -717,6 +784,31 @@ pub fn bench(
     title: &str,
     unit: &str,
     path: &Path,
+) -> Result<Vec<u8>, E> {
+    let mut canvas = None;
+    bench_into(
+        lines,
+        solo,
+        reference,
+        max_n,
+        title,
+        unit,
+        path,
+        &mut canvas,
+    )?;
+    Canvas::png(canvas, path)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench_into(
+    lines: &[(String, Vec<BenchPoint>)],
+    solo: Option<BenchPoint>,
+    reference: Option<f64>,
+    max_n: usize,
+    title: &str,
+    unit: &str,
+    path: &Path,
+    canvas: &mut Option<Canvas>,
 ) -> Result<(), E> {
     if !ready() {
         return Err("no chart font".into());
@@ -730,7 +822,7 @@ pub fn bench(
         .chain(reference)
         .fold(1e-9, f64::max)
         * 1.15;
-    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    let root = Canvas::area(canvas, 1000, 600);
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (plot, side) = root.split_horizontally(1000 - 200);
     let mut chart = ChartBuilder::on(&plot)

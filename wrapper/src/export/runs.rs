@@ -359,7 +359,9 @@ pub fn table(report: &Report) -> String {
             );
         }
     }
-    out
+    // Names (runs, nodes, GPUs, reasons) come from the record: nothing in them reaches
+    // the terminal as a control character.
+    crate::engine::text::escape_lines(&out).into_owned()
 }
 
 /// The one line of `-q`.
@@ -393,5 +395,5 @@ pub fn one_line(report: &Report, where_: &str) -> String {
         parts.push(format!("speed-up {lb}{x:.2}x"));
     }
     parts.push(format!("report {where_}"));
-    format!("colloc: {}", parts.join("; "))
+    crate::engine::text::escape(&format!("colloc: {}", parts.join("; "))).into_owned()
 }

@@ -19,9 +19,15 @@ impl Table {
         }
     }
 
-    /// Add a row (missing cells are empty).
+    /// Add a row (missing cells are empty). Control characters in a cell (a run or host
+    /// name) are escaped.
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|c| crate::engine::text::escape(&c).into_owned())
+                .collect(),
+        );
     }
 
     /// The table as text, one line per row, header first.

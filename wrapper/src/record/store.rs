@@ -1,26 +1,292 @@
-//! The files of a report directory: the event log (appended, one line per event), the
-//! report files (replaced atomically: temporary file, fsync, rename, fsync of the
-//! directory, so a reader always sees a whole file and a failed write leaves the previous
-//! one), and the lock a running pack holds.
+//! The files of a report directory, and the one place their names are spelled
+//! ([`ReportDir`]): the event log (appended, one line per event), the report files
+//! (replaced atomically: a temporary file of an unpredictable name, fsync, `renameat`,
+//! fsync of the directory, so a reader always sees a whole file and a failed write leaves
+//! the previous one), charts, logs, the lock a running pack holds, and `colloc bench`'s
+//! files. Every file is opened relative to the directory's checked handle
+//! ([`crate::userfs::CheckedDir`]), never through a path.
+//!
+//! Reading a record streams it: each event file is read once to index its lines (time,
+//! offset), the index is sorted, and the events are parsed again one at a time in that
+//! order into a [`Fold`], so memory stays near the index's 32 bytes a line, not the
+//! events'. Every event is validated before it reaches the fold ([`validate`]).
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write};
-use std::os::fd::AsFd;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::events::Event;
+use super::events::{Event, Progress};
+use super::fold::Fold;
+use crate::userfs::{CheckedDir, UserFsError};
 
+/// `colloc run`'s report.
+pub const REPORT_JSON: &str = "colloc-report.json";
+/// `colloc run`'s CSV, one row per run.
+pub const REPORT_CSV: &str = "colloc-runs.csv";
+/// The slot timeline chart.
+pub const TIMELINE_PNG: &str = "colloc-timeline.png";
+/// The per-run throughput chart.
+pub const RUNS_PNG: &str = "colloc-runs.png";
+/// Throughput over time.
+pub const THROUGHPUT_PNG: &str = "colloc-throughput.png";
 /// Folder of event files in a report directory.
 pub const EVENTS_DIR: &str = "events";
 /// The lock a running pack holds.
 pub const LOCK_FILE: &str = ".colloc.lock";
+/// Folder of the runs' logs (`logs/NAME.log`, `logs/NAME.K.log` for earlier attempts).
+pub const LOGS_DIR: &str = "logs";
+/// Folder of the solo calibrations' logs, inside [`LOGS_DIR`].
+pub const SOLO_LOGS_DIR: &str = "solo";
+/// `colloc bench`'s report.
+pub const BENCH_JSON: &str = "bench.json";
+/// `colloc bench`'s summary CSV.
+pub const BENCH_CSV: &str = "bench.csv";
+/// `colloc bench`'s per-measurement CSV.
+pub const BENCH_MEASUREMENTS_CSV: &str = "bench-measurements.csv";
+/// `colloc bench`'s chart.
+pub const BENCH_PNG: &str = "bench.png";
+/// Every file `colloc bench` writes at the top of its directory.
+pub const BENCH_FILES: [&str; 4] = [BENCH_JSON, BENCH_CSV, BENCH_MEASUREMENTS_CSV, BENCH_PNG];
+
 /// Largest event file read (a guard against a wrong directory, not a limit of packs).
 pub const MAX_EVENT_FILE: u64 = 4 << 30;
+/// Longest event line read; a longer one is skipped as unreadable.
+pub const MAX_EVENT_LINE: usize = 256 << 20;
+/// Most event files a record may have (one per session and writer).
+pub const MAX_EVENT_FILES: usize = 4096;
+/// Most slots a session may declare.
+pub const MAX_SLOTS: usize = 1 << 16;
+/// Latest time an event may carry (Unix seconds, year 5138): larger is not a time colloc
+/// wrote.
+pub const MAX_TS: f64 = 1e11;
+/// Largest throughput or metric value read back.
+pub const MAX_VALUE: f64 = 1e18;
 
-/// An event file: `<session>.<writer>.jsonl`.
-pub fn event_file(dir: &Path, session: u32, writer: &str) -> PathBuf {
-    dir.join(EVENTS_DIR)
-        .join(format!("{session}.{writer}.jsonl"))
+/// The event file of a session and writer: `<session>.<writer>.jsonl` in [`EVENTS_DIR`].
+pub fn event_file_name(session: u32, writer: &str) -> String {
+    format!("{session}.{writer}.jsonl")
+}
+
+/// A report directory (of `colloc run` or `colloc bench`), opened once and checked.
+#[derive(Debug)]
+pub struct ReportDir {
+    dir: CheckedDir,
+}
+
+impl ReportDir {
+    /// Open `path` to write into it: made (mode 0755) when missing, else used only when
+    /// it is the caller's and writable by no one else. Also whether it was made here.
+    ///
+    /// # Errors
+    /// [`UserFsError`]: someone else's, a link, or I/O.
+    pub fn create(path: &Path) -> Result<(ReportDir, bool), UserFsError> {
+        let (dir, made) = CheckedDir::create_or_adopt(path, 0o755)?;
+        Ok((ReportDir { dir }, made))
+    }
+
+    /// Open an existing report directory to read it.
+    ///
+    /// # Errors
+    /// [`UserFsError`]: missing, not a directory.
+    pub fn open_read(path: &Path) -> Result<ReportDir, UserFsError> {
+        Ok(ReportDir {
+            dir: CheckedDir::open_read(path)?,
+        })
+    }
+
+    /// This directory, checked for writing; or why the caller may not write it.
+    ///
+    /// # Errors
+    /// [`UserFsError::NotYours`].
+    pub fn into_writable(self) -> Result<ReportDir, UserFsError> {
+        Ok(ReportDir {
+            dir: self.dir.into_writable()?,
+        })
+    }
+
+    /// Why the caller may not write here (`None`: it may).
+    pub fn why_not_writable(&self) -> Option<String> {
+        self.dir.why_not_writable()
+    }
+
+    /// The path it was opened as.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `DIR/name`, for messages.
+    pub fn shown(&self, name: &str) -> PathBuf {
+        self.dir.shown(name)
+    }
+
+    /// The handle.
+    pub fn dir(&self) -> &CheckedDir {
+        &self.dir
+    }
+
+    /// Is there an entry `name`?
+    pub fn has(&self, name: &str) -> bool {
+        matches!(self.dir.lstat(name), Ok(Some(_)))
+    }
+
+    /// Does it hold an event log folder?
+    pub fn has_events(&self) -> bool {
+        matches!(self.dir.lstat(EVENTS_DIR), Ok(Some(st))
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory)
+    }
+
+    /// Replace the file `name` atomically.
+    ///
+    /// # Errors
+    /// Not writable, or I/O.
+    pub fn write(&self, name: &str, bytes: &[u8]) -> Result<(), UserFsError> {
+        self.dir.write_atomic(name, bytes)
+    }
+
+    /// The runs' log folder (made when writable), or the solo calibrations' inside it.
+    ///
+    /// # Errors
+    /// A link or someone else's directory in its place, or I/O.
+    pub fn logs(&self, solo: bool) -> Result<CheckedDir, UserFsError> {
+        let missing = || UserFsError::Io {
+            what: "open",
+            path: self.shown(LOGS_DIR),
+            source: io::ErrorKind::NotFound.into(),
+        };
+        let logs = self
+            .dir
+            .subdir(LOGS_DIR, Some(0o755))?
+            .ok_or_else(missing)?;
+        if !solo {
+            return Ok(logs);
+        }
+        logs.subdir(SOLO_LOGS_DIR, Some(0o755))?.ok_or_else(missing)
+    }
+
+    /// Anything but colloc's own empty scaffolding (the lock, empty `logs/` and `events/`
+    /// left by a colloc run that stopped before its first run)?
+    pub fn non_empty(&self) -> bool {
+        let Ok(entries) = self.dir.entries() else {
+            return true;
+        };
+        entries.iter().any(|(name, _)| match name.as_str() {
+            LOCK_FILE => false,
+            LOGS_DIR | EVENTS_DIR => match self.dir.subdir(name, None) {
+                Ok(Some(d)) => d.entries().map_or(true, |e| !e.is_empty()),
+                _ => true,
+            },
+            _ => true,
+        })
+    }
+
+    /// Open (create) this writer's event file for appending.
+    ///
+    /// # Errors
+    /// The folder or file cannot be made, or is a link or someone else's.
+    pub fn event_log(&self, session: u32, writer: &str) -> Result<EventLog, UserFsError> {
+        let name = event_file_name(session, writer);
+        let events = self
+            .dir
+            .subdir(EVENTS_DIR, Some(0o755))?
+            .ok_or_else(|| UserFsError::Io {
+                what: "open",
+                path: self.shown(EVENTS_DIR),
+                source: io::ErrorKind::NotFound.into(),
+            })?;
+        let file = events.append(&name)?;
+        Ok(EventLog {
+            file: Some(file),
+            path: events.shown(&name),
+            broken: false,
+            error: None,
+        })
+    }
+
+    /// Fold the record (every event, in session order and within a session in time
+    /// order), and how many lines could not be read (cut by a full disk or a kill).
+    /// `None` when there is no `events/` folder.
+    ///
+    /// # Errors
+    /// [`RecordError`]: an event file that is not one colloc wrote (a link, a FIFO,
+    /// another user's, too large), an event whose values colloc never writes, or I/O.
+    pub fn fold(&self) -> Result<Option<(Fold, usize)>, RecordError> {
+        let Some(events) = self.dir.subdir(EVENTS_DIR, None)? else {
+            return Ok(None);
+        };
+        let mut fold = Fold::new();
+        let bad = read_events(&events, |e| fold.apply(e))?;
+        Ok(Some((fold, bad)))
+    }
+
+    /// Take the lock a running pack holds; `Ok(None)` when another process holds it.
+    ///
+    /// # Errors
+    /// The lock file cannot be opened (or is a link, a FIFO, someone else's).
+    pub fn lock(&self) -> Result<Option<DirLock>, UserFsError> {
+        let Some(file) = self.dir.lock_file(LOCK_FILE)? else {
+            return Err(UserFsError::Io {
+                what: "open",
+                path: self.shown(LOCK_FILE),
+                source: io::ErrorKind::NotFound.into(),
+            });
+        };
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(DirLock { _file: file })),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => {
+                log::debug!("no lock on {}: {e}", self.path().display());
+                Ok(Some(DirLock { _file: file }))
+            }
+        }
+    }
+
+    /// Is a pack running here?
+    ///
+    /// # Errors
+    /// The lock file is a link, a FIFO or not a regular file.
+    pub fn lock_state(&self) -> Result<LockState, UserFsError> {
+        let Some(file) = self.dir.lock_file(LOCK_FILE)? else {
+            return Ok(LockState::Free);
+        };
+        Ok(
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockShared) {
+                Ok(()) => LockState::Free,
+                Err(rustix::io::Errno::WOULDBLOCK) => LockState::Held,
+                Err(_) => LockState::Unknown,
+            },
+        )
+    }
+}
+
+/// Why a record could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// A file or folder of the record is not one colloc wrote, or cannot be read.
+    #[error(transparent)]
+    File(#[from] UserFsError),
+    /// An event with a value colloc never writes (a forged or corrupted record).
+    #[error("{path}, line {line}: {why}; refused (not a record colloc wrote)")]
+    Invalid {
+        /// The event file.
+        path: PathBuf,
+        /// Its line (1-based).
+        line: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// No event file at all.
+    #[error("no event files in {0}")]
+    Empty(PathBuf),
+}
+
+impl RecordError {
+    /// As an `anyhow::Error`: exit 2 unless the system failed.
+    pub fn into_anyhow(self) -> anyhow::Error {
+        match self {
+            RecordError::File(e) => e.into_anyhow(),
+            e => crate::bad_input(e.to_string()),
+        }
+    }
 }
 
 /// Appends events to one file, one line each, written with one call and flushed to the
@@ -37,23 +303,6 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    /// Open (create) an event file for appending.
-    ///
-    /// # Errors
-    /// The folder or file cannot be made.
-    pub fn open(path: &Path) -> io::Result<EventLog> {
-        if let Some(d) = path.parent() {
-            std::fs::create_dir_all(d)?;
-        }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(EventLog {
-            file: Some(file),
-            path: path.to_path_buf(),
-            broken: false,
-            error: None,
-        })
-    }
-
     /// Append one event.
     pub fn append(&mut self, ev: &Event) {
         let Some(f) = self.file.as_mut() else { return };
@@ -84,112 +333,351 @@ impl EventLog {
     }
 }
 
-/// The event files of a report directory, in session order.
-pub fn event_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let mut files: Vec<(u32, String, PathBuf)> = Vec::new();
-    for e in std::fs::read_dir(dir.join(EVENTS_DIR))? {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
+/// The event files of an `events/` folder, in session order: (session, name).
+fn event_files(events: &CheckedDir) -> Result<Vec<(u32, String)>, RecordError> {
+    let mut files: Vec<(u32, String)> = Vec::new();
+    for (name, _) in events.entries()? {
         let Some(stem) = name.strip_suffix(".jsonl") else {
             continue;
         };
-        let Some((session, writer)) = stem.split_once('.') else {
+        let Some((session, _writer)) = stem.split_once('.') else {
             continue;
         };
         let Ok(session) = session.parse::<u32>() else {
             continue;
         };
-        files.push((session, writer.to_string(), e.path()));
+        files.push((session, name));
+    }
+    if files.len() > MAX_EVENT_FILES {
+        return Err(RecordError::Invalid {
+            path: events.path().to_path_buf(),
+            line: 0,
+            why: format!(
+                "{} event files, more than the {MAX_EVENT_FILES} colloc reads",
+                files.len()
+            ),
+        });
     }
     files.sort();
-    Ok(files.into_iter().map(|f| f.2).collect())
+    Ok(files)
 }
 
-/// Every event of a report directory, in session order and, within a session, in time
-/// order; and how many lines could not be read (a line cut by a full disk or a kill).
+/// Where an event line is, for the second pass: 32 bytes a line.
+struct Entry {
+    ts: f64,
+    offset: u64,
+    line: u64,
+    len: u32,
+    file: u16,
+    session_event: bool,
+}
+
+/// The head of an event line: enough to order it.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(borrow)]
+    ev: std::borrow::Cow<'a, str>,
+    ts: f64,
+}
+
+/// Read one line of at most [`MAX_EVENT_LINE`] bytes into `buf` (without its newline);
+/// a longer line is skipped and reported as `Ok(Some(false))`. `None` at the end.
+fn next_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<(usize, bool)>> {
+    buf.clear();
+    let n = io::Read::take(&mut *r, MAX_EVENT_LINE as u64 + 1).read_until(b'\n', buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        return Ok(Some((n, true)));
+    }
+    if n <= MAX_EVENT_LINE {
+        return Ok(Some((n, true)));
+    }
+    // Too long: skip to the end of the line.
+    let mut skipped = n;
+    loop {
+        let chunk = r.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                r.consume(i + 1);
+                skipped += i + 1;
+                break;
+            }
+            None => {
+                let l = chunk.len();
+                r.consume(l);
+                skipped += l;
+            }
+        }
+    }
+    Ok(Some((skipped, false)))
+}
+
+/// Call `each` with every event of an `events/` folder, in session order and, within a
+/// session, in time order (the session event first); the number of lines that could not
+/// be read. Each event is validated first.
 ///
 /// # Errors
-/// The directory has no event files, or one cannot be read.
-pub fn read_events(dir: &Path) -> io::Result<(Vec<Event>, usize)> {
-    let files = event_files(dir)?;
-    if files.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no event files in {}", dir.join(EVENTS_DIR).display()),
-        ));
+/// [`RecordError`].
+pub fn read_events(events: &CheckedDir, mut each: impl FnMut(Event)) -> Result<usize, RecordError> {
+    let names = event_files(events)?;
+    if names.is_empty() {
+        return Err(RecordError::Empty(events.path().to_path_buf()));
     }
     let mut bad = 0;
-    let mut sessions: Vec<(u32, Vec<Event>)> = Vec::new();
-    for path in files {
-        let session: u32 = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.split('.').next())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let file = File::open(&path)?;
-        if file.metadata()?.len() > MAX_EVENT_FILE {
-            return Err(io::Error::other(format!(
-                "{} is larger than {} GiB: not an event log",
-                path.display(),
-                MAX_EVENT_FILE >> 30
-            )));
-        }
-        let mut events = Vec::new();
-        for line in BufReader::new(file).split(b'\n') {
-            let line = line?;
-            if line.iter().all(u8::is_ascii_whitespace) {
+    let mut files: Vec<(File, PathBuf)> = Vec::new();
+    // Per session: the index of its lines.
+    let mut sessions: Vec<(u32, Vec<Entry>)> = Vec::new();
+    let mut buf = Vec::new();
+    for (session, name) in &names {
+        let Some((file, _)) = events.open_file(name, MAX_EVENT_FILE)? else {
+            continue;
+        };
+        let path = events.shown(name);
+        let file_no = files.len() as u16;
+        let mut r = BufReader::with_capacity(1 << 16, &file);
+        let mut offset = 0u64;
+        let mut line = 0u64;
+        let index = match sessions.last_mut() {
+            Some((s, v)) if s == session => v,
+            _ => {
+                sessions.push((*session, Vec::new()));
+                &mut sessions.last_mut().expect("just pushed").1
+            }
+        };
+        while let Some((n, whole)) = next_line(&mut r, &mut buf).map_err(|source| {
+            RecordError::File(UserFsError::Io {
+                what: "read",
+                path: path.clone(),
+                source,
+            })
+        })? {
+            line += 1;
+            let at = offset;
+            offset += n as u64;
+            if !whole {
+                bad += 1;
                 continue;
             }
-            match serde_json::from_slice::<Event>(&line) {
-                Ok(e) => events.push(e),
+            if buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<Head<'_>>(&buf) {
+                Ok(h) => index.push(Entry {
+                    ts: h.ts,
+                    offset: at,
+                    line,
+                    len: buf.len() as u32,
+                    file: file_no,
+                    session_event: h.ev == "session",
+                }),
                 Err(_) => bad += 1,
             }
         }
-        match sessions.iter_mut().find(|(s, _)| *s == session) {
-            Some((_, v)) => v.extend(events),
-            None => sessions.push((session, events)),
+        files.push((file, path));
+    }
+    // The second pass reads through a buffer per file: the sorted order is nearly always
+    // the files' own, so this is a sequential read, not a system call per event.
+    let mut readers: Vec<(BufReader<&File>, u64)> = files
+        .iter()
+        .map(|(f, path)| {
+            io::Seek::rewind(&mut &*f)
+                .map(|()| (BufReader::with_capacity(1 << 16, f), 0))
+                .map_err(|source| {
+                    RecordError::File(UserFsError::Io {
+                        what: "read",
+                        path: path.clone(),
+                        source,
+                    })
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut check = Validator::default();
+    for (_, mut index) in sessions {
+        // Writers of one session merge by time; the session event comes first.
+        index.sort_by(|a, b| {
+            (!a.session_event)
+                .cmp(&!b.session_event)
+                .then(a.ts.total_cmp(&b.ts))
+        });
+        for e in index {
+            let path = &files[e.file as usize].1;
+            let (r, pos) = &mut readers[e.file as usize];
+            buf.resize(e.len as usize, 0);
+            let read = r
+                .seek_relative(e.offset.wrapping_sub(*pos) as i64)
+                .and_then(|()| r.read_exact(&mut buf));
+            *pos = e.offset + u64::from(e.len);
+            read.map_err(|source| {
+                RecordError::File(UserFsError::Io {
+                    what: "read",
+                    path: path.clone(),
+                    source,
+                })
+            })?;
+            let Ok(ev) = serde_json::from_slice::<Event>(&buf) else {
+                bad += 1;
+                continue;
+            };
+            check.event(&ev).map_err(|why| RecordError::Invalid {
+                path: path.clone(),
+                line: e.line,
+                why,
+            })?;
+            each(ev);
         }
     }
-    let mut out = Vec::new();
-    for (_, mut v) in sessions {
-        // Writers of one session merge by time; the session event comes first.
-        v.sort_by(|a, b| {
-            let first = |e: &Event| !matches!(e, Event::Session { .. });
-            first(a).cmp(&first(b)).then(a.ts().total_cmp(&b.ts()))
-        });
-        out.extend(v);
-    }
-    Ok((out, bad))
+    Ok(bad)
 }
 
-/// Replace `path` with `bytes` atomically. On any failure the previous file is left as it
-/// was and the temporary file removed.
-///
-/// # Errors
-/// Writing, syncing or renaming failed.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+/// Checks on the values of events read back, before they size a loop, an allocation or
+/// a `Duration`: times within Unix seconds colloc can have written, figures finite and
+/// bounded, slot indexes within the slots their session declared.
+#[derive(Default)]
+struct Validator {
+    /// Slots the latest session declared.
+    slots: Option<usize>,
+}
+
+fn check_ts(what: &str, ts: f64) -> Result<(), String> {
+    if (0.0..=MAX_TS).contains(&ts) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} {ts:e} is not a time colloc writes (0 to {MAX_TS:e} Unix seconds)"
+        ))
     }
-    result
+}
+
+fn check_value(what: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() && v.abs() <= MAX_VALUE {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} {v:e} is out of range (at most {MAX_VALUE:e})"
+        ))
+    }
+}
+
+fn check_seconds(what: &str, s: f64) -> Result<(), String> {
+    if (0.0..=MAX_TS).contains(&s) {
+        Ok(())
+    } else {
+        Err(format!("{what} {s:e} is not a duration colloc writes"))
+    }
+}
+
+fn check_progress(p: &Progress) -> Result<(), String> {
+    for &(t, v) in &p.samples {
+        check_ts("a sample's time", t)?;
+        check_value("a sample", v)?;
+    }
+    let s = &p.stats;
+    for t in [s.first_t, s.last_t].into_iter().flatten() {
+        check_ts("a throughput time", t)?;
+    }
+    for v in [Some(s.work), s.max, s.last].into_iter().flatten() {
+        check_value("a throughput figure", v)?;
+    }
+    for m in p.metrics.values() {
+        for v in [m.last, m.best].into_iter().flatten() {
+            check_value("a metric", v)?;
+        }
+    }
+    for &(_, secs) in &p.epochs {
+        check_seconds("an epoch's seconds", secs)?;
+    }
+    Ok(())
+}
+
+impl Validator {
+    fn event(&mut self, ev: &Event) -> Result<(), String> {
+        check_ts("time", ev.ts())?;
+        match ev {
+            Event::Session {
+                slots, interval_s, ..
+            } => {
+                if slots.len() > MAX_SLOTS {
+                    return Err(format!(
+                        "{} slots, more than the {MAX_SLOTS} colloc runs",
+                        slots.len()
+                    ));
+                }
+                if let Some(s) = slots.iter().find(|s| s.index >= slots.len()) {
+                    return Err(format!(
+                        "slot index {} but the session declares {} slot(s)",
+                        s.index,
+                        slots.len()
+                    ));
+                }
+                check_seconds("the sampling interval", *interval_s)?;
+                self.slots = Some(slots.len());
+            }
+            Event::Start { slot, .. } => {
+                let declared = self.slots.unwrap_or(0);
+                if *slot >= declared {
+                    return Err(format!(
+                        "slot index {slot} but its session declares {declared} slot(s)"
+                    ));
+                }
+            }
+            Event::Progress { progress, .. } => check_progress(progress)?,
+            Event::End {
+                progress,
+                step,
+                gpu,
+                ..
+            } => {
+                check_progress(progress)?;
+                if let Some(g) = gpu {
+                    for v in [g.mean_util_percent, g.mean_gpu_util_percent, g.energy_j]
+                        .into_iter()
+                        .flatten()
+                    {
+                        check_value("a GPU figure", v)?;
+                    }
+                }
+                if let Some(st) = step {
+                    if let Some(d) = st.dispatch_s {
+                        check_seconds("a step's dispatch seconds", d)?;
+                    }
+                    if let Some((a, b)) = st.span {
+                        check_ts("a step's start", a)?;
+                        check_ts("a step's end", b)?;
+                    }
+                    for r in &st.readings {
+                        check_ts("a GPU reading's time", r.0)?;
+                    }
+                }
+            }
+            Event::Solo { throughput, .. } => check_value("a solo figure", *throughput)?,
+            Event::Gpus { gpus, .. } => {
+                for g in gpus {
+                    for v in [
+                        g.energy_j,
+                        g.runs_energy_j,
+                        g.idle_energy_j,
+                        g.mean_util_percent,
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        check_value("a GPU figure", v)?;
+                    }
+                }
+            }
+            Event::Signal { .. }
+            | Event::Stop { .. }
+            | Event::NodeOut { .. }
+            | Event::SessionEnd { .. } => {}
+        }
+        Ok(())
+    }
 }
 
 /// The lock a running pack holds on its report directory, so two packs never write one
@@ -210,101 +698,130 @@ pub enum LockState {
     Unknown,
 }
 
-impl DirLock {
-    /// Take the lock; `Ok(None)` when another process holds it.
-    ///
-    /// # Errors
-    /// The lock file cannot be opened.
-    pub fn take(dir: &Path) -> io::Result<Option<DirLock>> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK_FILE))?;
-        match rustix::fs::flock(
-            file.as_fd(),
-            rustix::fs::FlockOperation::NonBlockingLockExclusive,
-        ) {
-            Ok(()) => Ok(Some(DirLock { _file: file })),
-            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
-            Err(e) => {
-                log::debug!("no lock on {}: {e}", dir.display());
-                Ok(Some(DirLock { _file: file }))
-            }
-        }
-    }
-
-    /// Is a pack running in `dir`?
-    pub fn state(dir: &Path) -> LockState {
-        let Ok(file) = File::open(dir.join(LOCK_FILE)) else {
-            return LockState::Free;
-        };
-        match rustix::fs::flock(
-            file.as_fd(),
-            rustix::fs::FlockOperation::NonBlockingLockShared,
-        ) {
-            Ok(()) => LockState::Free,
-            Err(rustix::io::Errno::WOULDBLOCK) => LockState::Held,
-            Err(_) => LockState::Unknown,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::record::events::Event;
 
+    fn events_of(d: &ReportDir) -> (Vec<Event>, usize) {
+        let ev = d.dir().subdir(EVENTS_DIR, None).unwrap().unwrap();
+        let mut out = Vec::new();
+        let bad = read_events(&ev, |e| out.push(e)).unwrap();
+        (out, bad)
+    }
+
+    fn session(ts: f64, slots: usize) -> Event {
+        Event::Session {
+            ts,
+            version: 1,
+            session: 1,
+            colloc_version: "x".into(),
+            host: "h".into(),
+            pid: 1,
+            job_id: None,
+            restart_count: None,
+            mode: "naive".into(),
+            source: "plain".into(),
+            steps: false,
+            slots: (0..slots)
+                .map(|index| crate::record::events::SlotRecord {
+                    index,
+                    device: None,
+                    node: None,
+                })
+                .collect(),
+            interval_s: 1.0,
+            runs: vec![],
+        }
+    }
+
     #[test]
     fn events_append_and_read_back_skipping_cut_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = event_file(dir.path(), 1, "main");
-        let mut log = EventLog::open(&p).unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let (d, made) = ReportDir::create(&t.path().join("r")).unwrap();
+        assert!(made);
+        let mut log = d.event_log(1, "main").unwrap();
         let ev = |ts| Event::Stop {
             ts,
             reason: "x".into(),
         };
         log.append(&ev(2.0));
+        log.append(&session(5.0, 1));
         log.append(&ev(1.0));
         // a line cut by a kill or a full disk
         std::fs::OpenOptions::new()
             .append(true)
-            .open(&p)
+            .open(t.path().join("r/events/1.main.jsonl"))
             .unwrap()
             .write_all(b"{\"ev\":\"sto")
             .unwrap();
         log.broken = true;
         log.append(&ev(3.0));
-        let (events, bad) = read_events(dir.path()).unwrap();
+        let (events, bad) = events_of(&d);
         assert_eq!(bad, 1);
         let ts: Vec<f64> = events.iter().map(Event::ts).collect();
-        assert_eq!(ts, [1.0, 2.0, 3.0]);
+        assert_eq!(ts, [5.0, 1.0, 2.0, 3.0]);
     }
 
     #[test]
     fn atomic_writes_replace_whole_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("r.json");
-        write_atomic(&p, b"one").unwrap();
-        write_atomic(&p, b"two").unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), b"two");
-        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        let t = tempfile::tempdir().unwrap();
+        let (d, _) = ReportDir::create(&t.path().join("r")).unwrap();
+        d.write("r.json", b"one").unwrap();
+        d.write("r.json", b"two").unwrap();
+        assert_eq!(std::fs::read(t.path().join("r/r.json")).unwrap(), b"two");
+        let names: Vec<String> = d
+            .dir()
+            .entries()
             .unwrap()
-            .filter(|e| e.as_ref().unwrap().file_name() != "r.json")
+            .into_iter()
+            .map(|e| e.0)
             .collect();
-        assert!(leftovers.is_empty());
-        // a directory that is not there: error, nothing made
-        assert!(write_atomic(&dir.path().join("no/r.json"), b"x").is_err());
+        assert_eq!(names, ["r.json"]);
+    }
+
+    #[test]
+    fn values_colloc_never_writes_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let (d, _) = ReportDir::create(&t.path().join("r")).unwrap();
+        let p = t.path().join("r/events/1.main.jsonl");
+        let mut log = d.event_log(1, "main").unwrap();
+        log.append(&session(5.0, 2));
+        drop(log);
+        let base = std::fs::read_to_string(&p).unwrap();
+        let start = |slot: &str, ts: &str| {
+            format!("{{\"ev\":\"start\",\"ts\":{ts},\"run\":\"a\",\"attempt\":1,\"session\":1,\"slot\":{slot},\"device\":null,\"node\":null,\"log\":\"logs/a.log\"}}\n")
+        };
+        for (line, want) in [
+            (
+                start("1000000000000000", "6"),
+                "slot index 1000000000000000 but its session declares 2 slot(s)",
+            ),
+            (
+                start("1", "1e308"),
+                "time 1e308 is not a time colloc writes",
+            ),
+            (start("1", "-1"), "time -1e0 is not a time"),
+        ] {
+            std::fs::write(&p, format!("{base}{line}")).unwrap();
+            let e = d.fold().unwrap_err();
+            assert!(matches!(e, RecordError::Invalid { line: 2, .. }), "{e}");
+            assert!(e.to_string().contains(want), "{e}");
+        }
+        std::fs::write(&p, format!("{base}{}", start("1", "6"))).unwrap();
+        let (f, bad) = d.fold().unwrap().unwrap();
+        assert_eq!((f.sessions(), bad), (1, 0));
     }
 
     #[test]
     fn the_lock_is_held_by_one_and_seen_by_others() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(DirLock::state(dir.path()), LockState::Free);
-        let l = DirLock::take(dir.path()).unwrap().unwrap();
-        assert_eq!(DirLock::state(dir.path()), LockState::Held);
-        assert!(DirLock::take(dir.path()).unwrap().is_none());
+        let t = tempfile::tempdir().unwrap();
+        let (d, _) = ReportDir::create(&t.path().join("r")).unwrap();
+        assert_eq!(d.lock_state().unwrap(), LockState::Free);
+        let l = d.lock().unwrap().unwrap();
+        assert_eq!(d.lock_state().unwrap(), LockState::Held);
+        assert!(d.lock().unwrap().is_none());
         drop(l);
-        assert_eq!(DirLock::state(dir.path()), LockState::Free);
+        assert_eq!(d.lock_state().unwrap(), LockState::Free);
     }
 }

@@ -12,7 +12,6 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use std::io::Read;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -408,18 +407,14 @@ pub fn load(path: &Path) -> Result<Vec<RunSpec>, ManifestError> {
         line: None,
         msg,
     };
-    let file =
-        std::fs::File::open(path).map_err(|e| err(format!("cannot read the run manifest: {e}")))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| err(format!("cannot read the run manifest: {e}")))?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(err(format!(
+    // Non-blocking, a regular file, capped: a FIFO or /dev/zero is refused at once.
+    let bytes = crate::userfs::read_user_file(path, MAX_MANIFEST_BYTES).map_err(|e| match e {
+        crate::userfs::UserFsError::TooLarge { .. } => err(format!(
             "the run manifest is larger than {} MiB; a manifest is at most that big",
             MAX_MANIFEST_BYTES / (1024 * 1024)
-        )));
-    }
+        )),
+        e => err(format!("cannot read the run manifest: {}", e.reason())),
+    })?;
     let text =
         String::from_utf8(bytes).map_err(|_| err("the run manifest is not UTF-8 text".into()))?;
     let base = path
@@ -836,6 +831,15 @@ command = ['x']
     #[test]
     fn manifests_are_read_through_a_bounded_reader() {
         let e = load(Path::new("/dev/zero")).unwrap_err();
+        assert!(
+            e.msg.contains("a character device, not a regular file"),
+            "{e}"
+        );
+        let t = tempfile::tempdir().unwrap();
+        let big = t.path().join("runs.toml");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_MANIFEST_BYTES + 1).unwrap();
+        let e = load(&big).unwrap_err();
         assert!(e.msg.contains("larger than 16 MiB"), "{e}");
     }
 

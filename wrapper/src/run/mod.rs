@@ -157,8 +157,9 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     if topo.is_none() {
         gpus.start(config.as_ref())?;
     }
-    std::fs::create_dir_all(dir.join(scheduler::LOGS_DIR))
-        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let dir = std::sync::Arc::new(dir);
+    dir.logs(false)
+        .map_err(crate::userfs::UserFsError::into_anyhow)?;
     let fold = match start {
         Start::Fresh => Fold::new(),
         Start::Resume(f) => *f,
@@ -166,8 +167,13 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     let session = fold.sessions() + 1;
     let clock = Clock::start();
     let sampler = setup::sampler(&gpus, opts.interval, clock.t0);
-    let mut rec = record::Recorder::open(&dir, session, clock, fold)
-        .with_context(|| format!("cannot start the event log in {}", dir.display()))?;
+    let mut rec = record::Recorder::open(std::sync::Arc::clone(&dir), session, clock, fold)
+        .map_err(|e| {
+            e.into_anyhow().context(format!(
+                "cannot start the event log in {}",
+                dir.path().display()
+            ))
+        })?;
     rec.emit(Event::Session {
         ts: rec.now(),
         version: EVENTS_VERSION,
@@ -343,14 +349,14 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     drop(gpus.own_mps);
     drop(launcher);
     let (report, error, charts) = rec.finish();
-    let json = dir.join(record::REPORT_JSON);
+    let json = dir.shown(record::REPORT_JSON);
     if opts.quiet {
         outln!("{}", runs::one_line(&report, &json.display().to_string()));
     } else {
         out!("\n{}", runs::table(&report));
         let mut files = vec![
             json.display().to_string(),
-            dir.join(record::REPORT_CSV).display().to_string(),
+            dir.shown(record::REPORT_CSV).display().to_string(),
         ];
         files.extend(charts.iter().map(|c| c.display().to_string()));
         if error.is_none() {
@@ -360,8 +366,8 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     if let Some(e) = &error {
         errln!(
             "colloc: error: {e}; the report files in {} are those of the last write that worked, and `colloc report {}` rebuilds them from the event log once there is room",
-            dir.display(),
-            dir.display()
+            dir.path().display(),
+            dir.path().display()
         );
     }
     let all_ok = report

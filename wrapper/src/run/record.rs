@@ -6,7 +6,7 @@
 //! not spend its time rewriting) and, for the progress of running attempts, every
 //! [`MAX_GAP`]; at the end once more, and the charts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -16,33 +16,25 @@ use crate::export::{chart, runs};
 use crate::record::events::Event;
 use crate::record::fold::Fold;
 use crate::record::model::Report;
-use crate::record::store::{self, EventLog};
+use crate::record::store::{EventLog, ReportDir};
+pub use crate::record::store::{REPORT_CSV, REPORT_JSON};
 
 /// Least time between two report rewrites after finished runs.
 pub const MIN_GAP: Duration = Duration::from_millis(250);
 /// Most time between two report rewrites while runs go on.
 pub const MAX_GAP: Duration = Duration::from_secs(30);
 
-/// The report files.
-pub const REPORT_JSON: &str = "colloc-report.json";
-/// The CSV.
-pub const REPORT_CSV: &str = "colloc-runs.csv";
-
 /// Write the report's JSON and CSV into `dir`, each atomically.
 ///
 /// # Errors
 /// What failed, naming the file.
-pub fn write_report(dir: &Path, report: &Report) -> Result<(), String> {
-    let json_path = dir.join(REPORT_JSON);
+pub fn write_report(dir: &ReportDir, report: &Report) -> Result<(), String> {
     let mut json =
         serde_json::to_vec_pretty(report).map_err(|e| format!("cannot encode the report: {e}"))?;
     json.push(b'\n');
-    store::write_atomic(&json_path, &json)
-        .map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
-    let csv_path = dir.join(REPORT_CSV);
+    dir.write(REPORT_JSON, &json).map_err(|e| e.to_string())?;
     let csv = runs::csv(report).map_err(|e| format!("cannot encode the CSV: {e}"))?;
-    store::write_atomic(&csv_path, &csv)
-        .map_err(|e| format!("cannot write {}: {e}", csv_path.display()))
+    dir.write(REPORT_CSV, &csv).map_err(|e| e.to_string())
 }
 
 #[derive(Default)]
@@ -62,7 +54,7 @@ struct Writer {
 }
 
 impl Writer {
-    fn start(dir: PathBuf) -> Writer {
+    fn start(dir: Arc<ReportDir>) -> Writer {
         let shared: Arc<(Mutex<Shared>, Condvar)> = Arc::default();
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -138,7 +130,7 @@ impl Writer {
 
 /// The record of one `colloc run` session.
 pub struct Recorder {
-    dir: PathBuf,
+    dir: Arc<ReportDir>,
     session: u32,
     clock: Clock,
     log: EventLog,
@@ -155,15 +147,20 @@ impl Recorder {
     ///
     /// # Errors
     /// The event file cannot be created.
-    pub fn open(dir: &Path, session: u32, clock: Clock, fold: Fold) -> std::io::Result<Recorder> {
-        let log = EventLog::open(&store::event_file(dir, session, "main"))?;
+    pub fn open(
+        dir: Arc<ReportDir>,
+        session: u32,
+        clock: Clock,
+        fold: Fold,
+    ) -> Result<Recorder, crate::userfs::UserFsError> {
+        let log = dir.event_log(session, "main")?;
         Ok(Recorder {
-            dir: dir.to_path_buf(),
+            writer: Writer::start(Arc::clone(&dir)),
+            dir,
             session,
             clock,
             log,
             fold,
-            writer: Writer::start(dir.to_path_buf()),
             last_write: Instant::now(),
             dirty: false,
             urgent: false,
@@ -176,7 +173,7 @@ impl Recorder {
     }
 
     /// The report directory.
-    pub fn dir(&self) -> &Path {
+    pub fn dir(&self) -> &Arc<ReportDir> {
         &self.dir
     }
 

@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::args::{Options, RetryOn};
@@ -15,9 +16,10 @@ use super::manifest::RunSpec;
 use super::record::Recorder;
 use super::steps::{self, StepBook, StepFacts};
 use crate::engine::launch::LaunchSpec;
-use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, Seen, View};
+use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, LogFile, Seen, View};
 use crate::engine::{duration, signal_name, State};
 use crate::record::events::{Escaped, Event, Kind, MetricValue, Progress, RunIdentity, StepInfo};
+use crate::userfs::CheckedDir;
 use colloc_core::telemetry::Sampler;
 
 /// How often running attempts' new output facts go to the record.
@@ -41,8 +43,8 @@ pub struct StepCtx {
     pub slot_nodes: Vec<String>,
 }
 
-/// Sub-directory of the report dir with one log per attempt.
-pub const LOGS_DIR: &str = "logs";
+pub use crate::record::store::LOGS_DIR;
+use crate::record::store::SOLO_LOGS_DIR;
 
 /// Node name for the record: Slurm's, else the host's.
 pub fn node_name() -> Option<String> {
@@ -212,7 +214,7 @@ impl<'a> Common<'a> {
             && book.starting() < steps::MAX_STARTING
     }
 
-    fn job(&self, idx: usize, attempt: u32, log: PathBuf, timeout: Option<Duration>) -> Job {
+    fn job(&self, idx: usize, attempt: u32, log: LogFile, timeout: Option<Duration>) -> Job {
         let spec = &self.specs[idx];
         let mut env = vec![
             ("COLLOC_RUN_NAME".to_string(), spec.name.clone()),
@@ -401,7 +403,7 @@ pub struct Calibrate<'a> {
     pub total: usize,
     /// Measured so far (this session).
     pub measured: usize,
-    logs: PathBuf,
+    logs: Logs,
 }
 
 impl<'a> Calibrate<'a> {
@@ -428,7 +430,7 @@ impl<'a> Calibrate<'a> {
                 queue.push_back(i);
             }
         }
-        let logs = rec.dir().join(LOGS_DIR).join("solo");
+        let logs = Logs::open(rec, true);
         Calibrate {
             common: Common::new(specs, rec, devices, sampler, steps),
             queue,
@@ -462,9 +464,6 @@ impl Driver for Calibrate<'_> {
         let window = self.window.min(left);
         let limit = (self.window + SOLO_STARTUP).min(left);
         let name = &self.common.specs[idx].name;
-        if let Err(e) = std::fs::create_dir_all(&self.logs) {
-            log::warn!("cannot create {}: {e}", self.logs.display());
-        }
         if !self.quiet {
             outln!(
                 "colloc: measuring {name} alone for up to {} from its first throughput line ({} of {} distinct commands)",
@@ -477,13 +476,13 @@ impl Driver for Calibrate<'_> {
         Some(self.common.job(
             idx,
             attempt,
-            self.logs.join(format!("{name}.log")),
+            self.logs.file(format!("{name}.log")),
             Some(limit),
         ))
     }
 
     fn started(&mut self, v: &View<'_>) {
-        let log = format!("{LOGS_DIR}/solo/{}.log", v.job.label);
+        let log = format!("{LOGS_DIR}/{SOLO_LOGS_DIR}/{}.log", v.job.label);
         self.common.started(v, Kind::Solo, &log);
     }
 
@@ -554,13 +553,41 @@ impl Driver for Calibrate<'_> {
     }
 }
 
+/// The folder of the attempts' logs, opened once through the report directory's handle.
+struct Logs {
+    dir: Option<Arc<CheckedDir>>,
+    path: PathBuf,
+}
+
+impl Logs {
+    fn open(rec: &Recorder, solo: bool) -> Logs {
+        let mut path = rec.dir().shown(LOGS_DIR);
+        if solo {
+            path.push(SOLO_LOGS_DIR);
+        }
+        let dir = match rec.dir().logs(solo) {
+            Ok(d) => Some(Arc::new(d)),
+            Err(e) => {
+                log::warn!("{e}; runs go on without logs");
+                None
+            }
+        };
+        Logs { dir, path }
+    }
+
+    fn file(&self, name: String) -> LogFile {
+        let path = self.path.join(&name);
+        LogFile::new(self.dir.as_ref(), name, path)
+    }
+}
+
 /// The manifest's runs on the slots, with retries.
 pub struct Pack<'a> {
     common: Common<'a>,
     queue: VecDeque<usize>,
     attempts: Vec<u32>,
     opts: &'a Options,
-    logs: PathBuf,
+    logs: Logs,
     unmatched_warned: usize,
     last_status: Instant,
     /// Per run: times it went back to the queue because its step failed.
@@ -603,7 +630,7 @@ impl<'a> Pack<'a> {
                 outln!("colloc: {msg}");
             }
         }
-        let logs = rec.dir().join(LOGS_DIR);
+        let logs = Logs::open(rec, false);
         Pack {
             common: Common::new(specs, rec, devices, sampler, steps),
             step_requeues: vec![0; specs.len()],
@@ -625,18 +652,17 @@ impl<'a> Pack<'a> {
 
     /// The log of a run's next attempt: `logs/NAME.log`; the previous attempt's log is
     /// kept as `logs/NAME.K.log`.
-    fn log_for(&self, name: &str, attempt: u32) -> PathBuf {
-        let cur = self.logs.join(format!("{name}.log"));
-        if attempt > 1 && cur.exists() {
-            let prev = self.logs.join(format!("{name}.{}.log", attempt - 1));
-            if let Err(e) = std::fs::rename(&cur, &prev) {
-                log::warn!(
-                    "{name}: cannot keep the earlier attempt's log as {}: {e}",
-                    prev.display()
-                );
+    fn log_for(&self, name: &str, attempt: u32) -> LogFile {
+        let cur = format!("{name}.log");
+        if let (true, Some(d)) = (attempt > 1, &self.logs.dir) {
+            if matches!(d.lstat(&cur), Ok(Some(_))) {
+                let prev = format!("{name}.{}.log", attempt - 1);
+                if let Err(e) = d.rename(&cur, &prev) {
+                    log::warn!("{name}: cannot keep the earlier attempt's log as {prev}: {e}");
+                }
             }
         }
-        cur
+        self.logs.file(cur)
     }
 
     fn status_line(&mut self, ctl: &Ctl<'_>) {
@@ -694,9 +720,6 @@ impl Driver for Pack<'_> {
         self.attempts[idx] += 1;
         let attempt = self.attempts[idx];
         let spec = &self.common.specs[idx];
-        if let Err(e) = std::fs::create_dir_all(&self.logs) {
-            log::warn!("cannot create {}: {e}", self.logs.display());
-        }
         let log = self.log_for(&spec.name, attempt);
         let timeout = spec.timeout.or(self.opts.timeout);
         Some(self.common.job(idx, attempt, log, timeout))

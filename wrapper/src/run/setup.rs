@@ -2,7 +2,6 @@
 //! directory (a fresh one, or the record it resumes), the slots and their environment,
 //! NVML, the MPS daemon, the GPU sampler and the solo figures of a baseline report.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -22,7 +21,8 @@ use crate::engine::scan::{Scanner, Throughput};
 use crate::record::events::RunIdentity;
 use crate::record::fold::Fold;
 use crate::record::model::{Report, SCHEMA};
-use crate::record::store;
+use crate::record::store::{self, RecordError, ReportDir};
+use crate::userfs::UserFsError;
 
 /// Largest report read as a `--baseline`.
 const MAX_BASELINE_BYTES: u64 = 256 * 1024 * 1024;
@@ -129,40 +129,17 @@ fn listed(items: &[String]) -> String {
 }
 
 /// Does `dir` hold a colloc record? Its fold if so.
-fn record_in(dir: &Path) -> anyhow::Result<Option<Fold>> {
-    if !dir.join(store::EVENTS_DIR).is_dir() {
+fn record_in(dir: &ReportDir) -> anyhow::Result<Option<Fold>> {
+    let Some((f, bad)) = dir.fold().map_err(RecordError::into_anyhow)? else {
         return Ok(None);
-    }
-    let (events, bad) = store::read_events(dir)
-        .with_context(|| format!("cannot read the record in {}", dir.display()))?;
+    };
     if bad > 0 {
         log::warn!(
             "{}: {bad} line(s) of its event log could not be read (cut by a kill or a full disk); skipped",
-            dir.display()
+            dir.path().display()
         );
     }
-    let mut f = Fold::new();
-    for e in events {
-        f.apply(e);
-    }
     Ok((f.sessions() > 0).then_some(f))
-}
-
-/// Does `dir` hold anything but colloc's own empty scaffolding (the lock, empty `logs/`
-/// and `events/` left by a colloc run that stopped before its first run)?
-fn non_empty(dir: &Path) -> bool {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    rd.flatten().any(|e| {
-        let name = e.file_name();
-        let empty_dir = |p: &Path| std::fs::read_dir(p).is_ok_and(|mut d| d.next().is_none());
-        match name.to_str() {
-            Some(store::LOCK_FILE) => false,
-            Some(super::scheduler::LOGS_DIR) | Some(store::EVENTS_DIR) => !empty_dir(&e.path()),
-            _ => true,
-        }
-    })
 }
 
 /// `SLURM_RESTART_COUNT` when above 0: this job was requeued.
@@ -189,37 +166,42 @@ fn default_base() -> PathBuf {
 /// in a requeued job or with `--resume` (the job's previous start shutting down).
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// Lock `dir` for this pack (creating it); with `wait`, wait up to [`LOCK_WAIT`] for a
-/// colloc that still writes it to end.
+/// Lock `dir` for this pack; with `wait`, wait up to [`LOCK_WAIT`] for a colloc that
+/// still writes it to end.
 ///
 /// # Errors
-/// Bad input: another colloc writes it (and did not end in time); or the lock file
-/// cannot be made.
-fn lock(dir: &Path, wait: bool) -> anyhow::Result<store::DirLock> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+/// Bad input: another colloc writes it (and did not end in time), or the lock file is a
+/// link or someone else's; or the lock file cannot be made.
+fn lock(dir: &ReportDir, wait: bool) -> anyhow::Result<store::DirLock> {
     let deadline = Instant::now() + LOCK_WAIT;
     let mut said = false;
     loop {
-        if let Some(l) =
-            store::DirLock::take(dir).with_context(|| format!("cannot lock {}", dir.display()))?
-        {
+        if let Some(l) = dir.lock().map_err(UserFsError::into_anyhow)? {
             return Ok(l);
         }
         if !wait || Instant::now() >= deadline {
             return Err(bad_input(format!(
                 "another colloc run is writing {}; give another --report-dir",
-                dir.display()
+                dir.path().display()
             )));
         }
         if !said {
             log::warn!(
                 "waiting for the colloc run that still writes {} to end (the job's previous start?)",
-                dir.display()
+                dir.path().display()
             );
             said = true;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// Open (or make) a report directory for writing: a directory of someone else's, or one
+/// others can write (a planted `colloc-<job id>`), is refused (exit 2).
+fn open_dir(path: &Path) -> anyhow::Result<ReportDir> {
+    ReportDir::create(path)
+        .map(|(d, _)| d)
+        .map_err(UserFsError::into_anyhow)
 }
 
 /// Where the record goes and how it starts (the directory locked for this pack).
@@ -230,6 +212,8 @@ fn lock(dir: &Path, wait: bool) -> anyhow::Result<store::DirLock> {
 /// - No `--report-dir`: `./colloc-<job id or time>`, or `-2`, `-3`, … when taken; the
 ///   first of them holding this manifest's record is resumed with `--resume` or in a
 ///   requeued job.
+/// - Either way, a directory that exists is used only when it is the caller's own and
+///   writable by no one else.
 ///
 /// # Errors
 /// Bad input (exit 2), changing nothing.
@@ -237,31 +221,32 @@ pub fn report_dir(
     a: &RunArgs,
     ids: &[RunIdentity],
     restarted: bool,
-) -> anyhow::Result<(PathBuf, Start, store::DirLock)> {
+) -> anyhow::Result<(ReportDir, Start, store::DirLock)> {
     let wait = a.resume || restarted;
-    if let Some(dir) = &a.report_dir {
-        if !dir.exists() || !non_empty(dir) {
+    if let Some(path) = &a.report_dir {
+        let dir = open_dir(path)?;
+        if !dir.non_empty() {
             if a.resume {
                 log::warn!(
                     "--resume: {} holds no record yet; starting a new one",
-                    dir.display()
+                    path.display()
                 );
             }
-            let l = lock(dir, false)?;
-            return Ok((dir.clone(), Start::Fresh, l));
+            let l = lock(&dir, false)?;
+            return Ok((dir, Start::Fresh, l));
         }
-        if !dir.join(store::EVENTS_DIR).is_dir() {
+        if !dir.has_events() {
             return Err(bad_input(format!(
                 "{} is not empty and holds no colloc record; give a new or empty --report-dir",
-                dir.display()
+                path.display()
             )));
         }
         // Read the record only once nobody writes it any more.
-        let l = lock(dir, wait)?;
-        let Some(fold) = record_in(dir)? else {
+        let l = lock(&dir, wait)?;
+        let Some(fold) = record_in(&dir)? else {
             return Err(bad_input(format!(
                 "{} is not empty and holds no colloc record; give a new or empty --report-dir",
-                dir.display()
+                path.display()
             )));
         };
         let diff = differences(&fold.identities(), ids);
@@ -269,18 +254,18 @@ pub fn report_dir(
             if !diff.is_empty() {
                 return Err(bad_input(format!(
                     "--resume: the manifest differs from the one recorded in {} ({}); nothing was mixed or started: run it with another --report-dir",
-                    dir.display(),
+                    path.display(),
                     listed(&diff)
                 )));
             }
-            return Ok((dir.clone(), Start::Resume(Box::new(fold)), l));
+            return Ok((dir, Start::Resume(Box::new(fold)), l));
         }
         if restarted && diff.is_empty() {
             log::warn!(
                 "requeued job (SLURM_RESTART_COUNT > 0): resuming the record in {}",
-                dir.display()
+                path.display()
             );
-            return Ok((dir.clone(), Start::Resume(Box::new(fold)), l));
+            return Ok((dir, Start::Resume(Box::new(fold)), l));
         }
         let (done, all) = {
             let r = fold.report(0.0, None);
@@ -293,7 +278,7 @@ pub fn report_dir(
         };
         return Err(bad_input(format!(
             "{} already holds a colloc record{other} ({done} of {all} runs succeeded): add --resume to continue it, or give another --report-dir",
-            dir.display()
+            path.display()
         )));
     }
     let base = default_base();
@@ -304,22 +289,30 @@ pub fn report_dir(
         } else {
             PathBuf::from(format!("{}-{k}", base.display()))
         };
-        if !p.exists() || !non_empty(&p) {
+        let fresh = !p.exists();
+        if fresh && a.resume {
+            return Err(bad_input(format!(
+                "--resume: no record of this manifest in {} (or its -2, -3, … siblings); give the directory with --report-dir",
+                base.display()
+            )));
+        }
+        let dir = open_dir(&p)?;
+        if !dir.non_empty() {
             if a.resume {
                 return Err(bad_input(format!(
                     "--resume: no record of this manifest in {} (or its -2, -3, … siblings); give the directory with --report-dir",
                     base.display()
                 )));
             }
-            let l = lock(&p, false)?;
-            return Ok((p, Start::Fresh, l));
+            let l = lock(&dir, false)?;
+            return Ok((dir, Start::Fresh, l));
         }
-        if wait && p.join(store::EVENTS_DIR).is_dir() {
-            let l = lock(&p, true)?;
-            if let Some(fold) = record_in(&p)? {
+        if wait && dir.has_events() {
+            let l = lock(&dir, true)?;
+            if let Some(fold) = record_in(&dir)? {
                 if differences(&fold.identities(), ids).is_empty() {
                     log::info!("resuming the record in {}", p.display());
-                    return Ok((p, Start::Resume(Box::new(fold)), l));
+                    return Ok((dir, Start::Resume(Box::new(fold)), l));
                 }
             }
         }
@@ -544,16 +537,9 @@ pub fn sampler(g: &Gpus, interval: std::time::Duration, base: Instant) -> Option
 /// A message: unreadable, too big, not a colloc report of this schema, no solo figures.
 pub fn baseline(path: &Path) -> Result<Vec<(String, f64, String)>, String> {
     let shown = path.display();
-    let file = std::fs::File::open(path)
-        .map_err(|e| format!("cannot read baseline report {shown}: {e}"))?;
-    let mut text = String::new();
-    file.take(MAX_BASELINE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read baseline report {shown}: {e}"))?;
-    if text.len() as u64 > MAX_BASELINE_BYTES {
-        return Err(format!("baseline report {shown} is larger than 256 MiB"));
-    }
-    let v: serde_json::Value = serde_json::from_str(&text)
+    let text = crate::userfs::read_user_file(path, MAX_BASELINE_BYTES)
+        .map_err(|e| format!("baseline report: {e}"))?;
+    let v: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| format!("baseline report {shown} is not JSON: {e}"))?;
     match v.get("schema").and_then(serde_json::Value::as_u64) {
         Some(s) if s == u64::from(SCHEMA) => {}
@@ -571,7 +557,7 @@ pub fn baseline(path: &Path) -> Result<Vec<(String, f64, String)>, String> {
     for run in &r.runs {
         let Some(t) = &run.throughput else { continue };
         let fig = run.solo_throughput.or(alone.then_some(t.mean));
-        let Some(f) = fig.filter(|f| *f > 0.0) else {
+        let Some(f) = fig.filter(|f| *f > 0.0 && *f <= store::MAX_VALUE) else {
             continue;
         };
         let id = RunIdentity {
@@ -631,9 +617,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join("logs")).unwrap();
         std::fs::write(d.path().join(store::LOCK_FILE), "").unwrap();
-        assert!(!non_empty(d.path()));
+        assert!(!ReportDir::open_read(d.path()).unwrap().non_empty());
         std::fs::write(d.path().join("logs/a.log"), "x").unwrap();
-        assert!(non_empty(d.path()));
+        assert!(ReportDir::open_read(d.path()).unwrap().non_empty());
     }
 
     #[test]

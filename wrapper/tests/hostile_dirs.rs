@@ -1,0 +1,555 @@
+//! The user-side commands in hostile directories (SECURITY.md, "User-side commands";
+//! issue 23): `colloc run`, `bench` and `report` against planted directories, links at
+//! the names colloc writes, another user's record linked in, FIFOs and `/dev/zero` where
+//! colloc reads, and forged records. The attacker and the victim are plain uids acting
+//! through `Command::uid` (no accounts are made, nothing is left on the host); the tests
+//! that need them run as root, as CI does.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The attacker's and the victim's uids (and gids): no account needs to exist.
+const ATTACKER: u32 = 64_201;
+const VICTIM: u32 = 64_202;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A temporary directory other uids can enter.
+fn tmp() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    t
+}
+
+/// `colloc` with a clean environment (no GPU, no node configuration, no job).
+fn colloc(cwd: &Path) -> Command {
+    let mut c = Command::new(assert_cmd::cargo::cargo_bin("colloc"));
+    for k in [
+        "COLLOC_MODE",
+        "COLLOC_DEVICES",
+        "COLLOC_SLOTS",
+        "CUDA_VISIBLE_DEVICES",
+        "SLURM_JOB_ID",
+        "SLURM_RESTART_COUNT",
+        "SLURM_STEP_ID",
+        "SLURM_JOB_NUM_NODES",
+        "SLURM_NNODES",
+        "COLLOC_LOG",
+    ] {
+        c.env_remove(k);
+    }
+    c.env("COLLOC_CONFIG", "/nonexistent/colloc.toml")
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    c
+}
+
+/// As `uid` (with the gid of the same number and no supplementary groups).
+fn as_user(c: &mut Command, uid: u32) -> &mut Command {
+    c.uid(uid).gid(uid)
+}
+
+/// Run it; a guard against a hang (the assertions are on what it says and its exit
+/// code, never on how long it took).
+fn output(c: &mut Command) -> Output {
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let guard = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > guard {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "colloc hung (killed after 60 s): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Exit 2 with one `colloc: error:` line containing `want`.
+fn refused(out: &Output, want: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(errors[0].starts_with("colloc: error: "), "{err}");
+    assert!(errors[0].contains(want), "wanted {want:?} in: {err}");
+    assert!(!err.contains("internal error"), "{err}");
+}
+
+/// A real record: one run of `colloc run` into `dir` (as `uid`, where given).
+fn record(cwd: &Path, dir: &Path, uid: Option<u32>, env: &[(&str, &str)]) {
+    let mut c = colloc(cwd);
+    c.args(["run", "-q", "-j", "1", "-n", "1", "--report-dir"])
+        .arg(dir)
+        .args(["--", "sh", "-c", "echo img/s=5"]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    if let Some(u) = uid {
+        // The user's own directory, made for them where they could not make it.
+        std::fs::create_dir(dir).unwrap();
+        std::os::unix::fs::lchown(dir, Some(u), Some(u)).unwrap();
+        as_user(&mut c, u);
+    }
+    let out = output(&mut c);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo");
+}
+
+/// Every entry below `dir` with its size and modification time.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, u64, i64, i64)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            out.push((p.clone(), m.size(), m.mtime(), m.mtime_nsec()));
+            if m.is_dir() {
+                todo.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn roots_report_on_another_users_dir_never_writes_through_a_chart_link() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as two users");
+        return;
+    }
+    let t = tmp();
+    let dir = t.path().join("theirs");
+    record(t.path(), &dir, Some(ATTACKER), &[]);
+    // The attacker swaps a chart and the report for links to root's files.
+    let roots = t.path().join("roots-file");
+    std::fs::write(&roots, "root's own\n").unwrap();
+    for name in ["colloc-timeline.png", "colloc-report.json"] {
+        let p = dir.join(name);
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&roots, &p).unwrap();
+        std::os::unix::fs::lchown(&p, Some(ATTACKER), Some(ATTACKER)).unwrap();
+    }
+    let before = snapshot(&dir);
+    let out = output(colloc(t.path()).arg("report").arg(&dir));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("run1"), "{}", text(&out.stdout));
+    assert_eq!(std::fs::read_to_string(&roots).unwrap(), "root's own\n");
+    assert_eq!(
+        snapshot(&dir),
+        before,
+        "root wrote into the attacker's directory"
+    );
+    // The attacker's own report replaces the links; it never follows them.
+    let out = output(as_user(colloc(t.path()).arg("report").arg(&dir), ATTACKER));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&roots).unwrap(), "root's own\n");
+    let png = std::fs::symlink_metadata(dir.join("colloc-timeline.png")).unwrap();
+    assert!(png.is_file() && png.uid() == ATTACKER);
+    // --out into a directory root owns writes there.
+    let out_dir = t.path().join("copy");
+    let out = output(
+        colloc(t.path())
+            .args(["report", "-q", "--out"])
+            .arg(&out_dir)
+            .arg(&dir),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out_dir.join("colloc-report.json").is_file());
+}
+
+#[test]
+fn a_planted_world_writable_colloc_dir_is_refused_by_colloc_run() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as two users");
+        return;
+    }
+    let t = tmp();
+    let shared = t.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // The attacker knows the next job id and plants its directory, open to all.
+    let planted = shared.join("colloc-4242");
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::os::unix::fs::lchown(&planted, Some(ATTACKER), Some(ATTACKER)).unwrap();
+    for uid in [VICTIM, 0] {
+        let mut c = colloc(&shared);
+        c.env("SLURM_JOB_ID", "4242")
+            .args(["run", "-q", "-j", "1", "-n", "1", "--", "true"]);
+        if uid != 0 {
+            as_user(&mut c, uid);
+        }
+        let out = output(&mut c);
+        refused(&out, "colloc-4242 is owned by uid 64201 (not you)");
+        assert_eq!(std::fs::read_dir(&planted).unwrap().count(), 0);
+    }
+    // The victim's own directory left writable by others is refused too.
+    let open = shared.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = output(
+        colloc(&shared)
+            .args(["run", "-q", "-n", "1", "--report-dir"])
+            .arg(&open)
+            .args(["--", "true"]),
+    );
+    refused(&out, "writable by group or others (mode 0777)");
+    // A link at the report directory's name is not followed.
+    std::os::unix::fs::symlink(&open, shared.join("link")).unwrap();
+    let out = output(colloc(&shared).args([
+        "run",
+        "-q",
+        "-n",
+        "1",
+        "--report-dir",
+        "link",
+        "--",
+        "true",
+    ]));
+    refused(&out, "a symbolic link");
+}
+
+#[test]
+fn an_event_file_linked_to_another_users_record_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as two users");
+        return;
+    }
+    let t = tmp();
+    let victims = t.path().join("victim");
+    record(t.path(), &victims, Some(VICTIM), &[]);
+    // The victim's run had a secret in its environment (as a manifest's env would).
+    let ev = victims.join("events/1.main.jsonl");
+    let forged = std::fs::read_to_string(&ev)
+        .unwrap()
+        .replace("\"env\":[]", "\"env\":[[\"TOKEN\",\"s3cret\"]]");
+    std::fs::write(&ev, forged).unwrap();
+    // The attacker's directory: its event file a link, then a hard link, to the victim's.
+    let theirs = t.path().join("theirs");
+    record(t.path(), &theirs, Some(ATTACKER), &[]);
+    let mine = theirs.join("events/1.main.jsonl");
+    for (how, want) in [
+        ("symlink", "a symbolic link"),
+        ("hard", "owned by uid 64202"),
+    ] {
+        std::fs::remove_file(&mine).unwrap();
+        if how == "symlink" {
+            std::os::unix::fs::symlink(&ev, &mine).unwrap();
+            std::os::unix::fs::lchown(&mine, Some(ATTACKER), Some(ATTACKER)).unwrap();
+        } else {
+            std::fs::hard_link(&ev, &mine).unwrap();
+        }
+        let before = snapshot(&theirs);
+        for args in [&["report"][..], &["report", "--json"][..]] {
+            let out = output(colloc(t.path()).args(args).arg(&theirs));
+            refused(&out, want);
+            assert!(!text(&out.stdout).contains("s3cret"));
+        }
+        // Even with --out, nothing of the victim's is copied anywhere.
+        let out = output(
+            colloc(t.path())
+                .args(["report", "--out"])
+                .arg(t.path().join("copy"))
+                .arg(&theirs),
+        );
+        refused(&out, want);
+        assert_eq!(snapshot(&theirs), before);
+    }
+    assert!(!t.path().join("copy/colloc-report.json").exists());
+}
+
+#[test]
+fn fifos_where_colloc_reads_are_refused_at_once() {
+    let t = tmp();
+    let fifo = t.path().join("fifo");
+    mkfifo(&fifo);
+    // an event file
+    let dir = t.path().join("rec");
+    std::fs::create_dir_all(dir.join("events")).unwrap();
+    mkfifo(&dir.join("events/1.main.jsonl"));
+    refused(
+        &output(colloc(t.path()).arg("report").arg(&dir)),
+        "1.main.jsonl is a FIFO, not a regular file",
+    );
+    // the lock of a record, for report and for run
+    let rec = t.path().join("rec2");
+    record(t.path(), &rec, None, &[]);
+    std::fs::remove_file(rec.join(".colloc.lock")).unwrap();
+    mkfifo(&rec.join(".colloc.lock"));
+    refused(
+        &output(colloc(t.path()).args(["report", "--no-write"]).arg(&rec)),
+        ".colloc.lock is a FIFO",
+    );
+    let empty = t.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    mkfifo(&empty.join(".colloc.lock"));
+    refused(
+        &output(
+            colloc(t.path())
+                .args(["run", "-q", "-n", "1", "--report-dir"])
+                .arg(&empty)
+                .args(["--", "true"]),
+        ),
+        ".colloc.lock is a FIFO",
+    );
+    // a manifest, a baseline, a bench report to compare with
+    refused(
+        &output(colloc(t.path()).args(["run", "-f"]).arg(&fifo)),
+        "a FIFO, not a regular file",
+    );
+    refused(
+        &output(
+            colloc(t.path())
+                .args(["run", "-q", "-n", "1", "--baseline"])
+                .arg(&fifo)
+                .args(["--", "true"]),
+        ),
+        "a FIFO, not a regular file",
+    );
+    refused(
+        &output(
+            colloc(t.path())
+                .args(["bench", "--compare"])
+                .arg(&fifo)
+                .arg(&fifo),
+        ),
+        "a FIFO, not a regular file",
+    );
+}
+
+#[test]
+fn dev_zero_where_colloc_reads_is_refused() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    std::fs::create_dir_all(dir.join("events")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.join("events/1.main.jsonl")).unwrap();
+    refused(
+        &output(colloc(t.path()).args(["report", "--no-write"]).arg(&dir)),
+        "1.main.jsonl is a symbolic link",
+    );
+    for args in [
+        &["bench", "--compare", "/dev/zero", "/dev/zero"][..],
+        &["run", "-f", "/dev/zero"][..],
+    ] {
+        refused(
+            &output(colloc(t.path()).args(args)),
+            "a character device, not a regular file",
+        );
+    }
+}
+
+/// Append forged event lines to a real record.
+fn forge(dir: &Path, lines: &str) {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("events/1.main.jsonl"))
+        .unwrap()
+        .write_all(lines.as_bytes())
+        .unwrap();
+}
+
+#[test]
+fn forged_slot_indexes_and_times_are_refused_with_a_clear_line() {
+    let t = tmp();
+    for (i, (line, want)) in [
+        (
+            r#"{"ev":"start","ts":1800000000,"run":"run1","attempt":2,"session":1,"slot":1000000000000000,"device":null,"node":null,"log":"logs/run1.log"}"#,
+            "line 5: slot index 1000000000000000 but its session declares 1 slot(s)",
+        ),
+        (
+            r#"{"ev":"stop","ts":1e308,"reason":"x"}"#,
+            "line 5: time 1e308 is not a time colloc writes",
+        ),
+        (
+            r#"{"ev":"progress","ts":1800000000,"run":"run1","attempt":1,"samples":[[1e300,1]]}"#,
+            "line 5: a sample's time 1e300 is not a time colloc writes",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = t.path().join(format!("rec{i}"));
+        record(t.path(), &dir, None, &[]);
+        let n = std::fs::read_to_string(dir.join("events/1.main.jsonl"))
+            .unwrap()
+            .lines()
+            .count();
+        assert_eq!(n, 4, "the record's shape changed: fix the line numbers");
+        forge(&dir, &format!("{line}\n"));
+        let before = snapshot(&dir);
+        refused(
+            &output(colloc(t.path()).arg("report").arg(&dir)),
+            want,
+        );
+        assert_eq!(snapshot(&dir), before);
+        // a resume reads the record the same way
+        refused(
+            &output(
+                colloc(t.path())
+                    .args(["run", "-q", "-j", "1", "-n", "1", "--resume", "--report-dir"])
+                    .arg(&dir)
+                    .args(["--", "sh", "-c", "echo img/s=5"]),
+            ),
+            want,
+        );
+    }
+}
+
+#[test]
+fn control_characters_in_names_never_reach_the_terminal() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[]);
+    let ev = dir.join("events/1.main.jsonl");
+    let forged = std::fs::read_to_string(&ev)
+        .unwrap()
+        .replace("\"run1\"", "\"r\\u001b[2J\\u001b]0;owned\\u0007\\n1\"");
+    std::fs::write(&ev, forged).unwrap();
+    for args in [
+        &["report", "--no-write"][..],
+        &["report", "-q", "--no-write"][..],
+    ] {
+        let out = output(colloc(t.path()).args(args).arg(&dir));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let all = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+        assert!(
+            !all.iter().any(|&b| b == 0x1b || b == 0x07),
+            "raw control characters: {}",
+            text(&all)
+        );
+    }
+    let out = output(colloc(t.path()).args(["report", "--no-write"]).arg(&dir));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains(r"r\u{1b}[2J\u{1b}]0;owned\u{7}\n1"),
+        "{table}"
+    );
+}
+
+#[test]
+fn report_on_a_read_only_dir_prints_and_writes_nothing() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[]);
+    std::fs::remove_file(dir.join("colloc-runs.csv")).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let before = snapshot(&dir);
+    for args in [
+        &["report"][..],
+        &["report", "--json"][..],
+        &["report", "--csv"][..],
+        &["report", "-q"][..],
+    ] {
+        let out = output(colloc(t.path()).args(args).arg(&dir));
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let shown = text(&out.stdout);
+        assert!(
+            shown.contains("run1") || shown.contains("1 runs"),
+            "{shown}"
+        );
+        assert_eq!(
+            snapshot(&dir),
+            before,
+            "{args:?} wrote into a read-only dir"
+        );
+    }
+    // --out into a directory others can write is refused like a report directory.
+    let open = t.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    refused(
+        &output(
+            colloc(t.path())
+                .args(["report", "--out"])
+                .arg(&open)
+                .arg(&dir),
+        ),
+        "--out: ",
+    );
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Writable again and the caller's: the report files are rewritten.
+    let out = output(colloc(t.path()).arg("report").arg(&dir));
+    assert!(out.status.success());
+    assert!(dir.join("colloc-runs.csv").is_file());
+}
+
+#[test]
+fn bench_refuses_to_replace_an_earlier_bench_json() {
+    let t = tmp();
+    let dir = t.path().join("bench");
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    std::fs::write(dir.join("bench.json"), "earlier\n").unwrap();
+    std::fs::write(dir.join("logs/solo-r1-0.log"), "earlier\n").unwrap();
+    // A node configuration that finds no NVML: the refusal comes before any GPU work.
+    let config = t.path().join("colloc.toml");
+    std::fs::write(
+        &config,
+        "version = 1\nnvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n",
+    )
+    .unwrap();
+    let bench = |extra: &[&str]| {
+        let mut c = colloc(t.path());
+        c.env("COLLOC_CONFIG", &config)
+            .args(["bench", "--report-dir"])
+            .arg(&dir)
+            .args(extra)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "while :; do echo img/s=5; sleep 0.1; done",
+            ]);
+        c
+    };
+    let out = output(&mut bench(&[]));
+    refused(
+        &out,
+        "already holds the results of an earlier colloc bench (bench.json): give another --report-dir, or add --replace",
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("bench.json")).unwrap(),
+        "earlier\n"
+    );
+    // Only old logs: refused too (they would mix with the new).
+    std::fs::remove_file(dir.join("bench.json")).unwrap();
+    refused(&output(&mut bench(&[])), "1 log(s) in logs/");
+    assert!(dir.join("logs/solo-r1-0.log").is_file());
+    // A planted directory others can write is refused as colloc run refuses it.
+    let open = t.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut c = colloc(t.path());
+    c.env("COLLOC_CONFIG", &config)
+        .args(["bench", "--report-dir"])
+        .arg(&open)
+        .args(["--", "true"]);
+    refused(&output(&mut c), "writable by group or others (mode 0777)");
+}
