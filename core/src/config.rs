@@ -179,6 +179,34 @@ impl Config {
         Config::parse_bytes(&bytes, path)
     }
 
+    /// The configuration for a command of the caller's: root ([`crate::sys::euid`] 0) gets
+    /// [`Config::load_trusted`] and, besides, an `nvml_library` and `mps_control` that no
+    /// one else can change (root loads the one and may run the other: `colloc status`,
+    /// `plan --gpu`, `run`, `bench` as root load NVML too); anyone else reads the file as
+    /// [`Config::load`] does (what it names runs with their own rights only).
+    ///
+    /// # Errors
+    /// As [`Config::load_trusted`] for root, [`Config::load`] for others.
+    pub fn load_for_caller(path: &Path) -> Result<Config, ConfigError> {
+        if crate::sys::euid() != 0 {
+            return Config::load(path);
+        }
+        // A path typed relative to the current directory is resolved from `/` like any.
+        let path = std::path::absolute(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let cfg = Config::load_trusted(&path)?;
+        cfg.check_nvml_library()?;
+        if let Some(p) = cfg.mps_control_path() {
+            match crate::fs::open_trusted_file(&p) {
+                Err(e) if !e.is_not_found() => return Err(ConfigError::Unsafe(e)),
+                _ => {}
+            }
+        }
+        Ok(cfg)
+    }
+
     fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Config, ConfigError> {
         let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),

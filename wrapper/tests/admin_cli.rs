@@ -960,3 +960,65 @@ fn check_config_refuses_a_run_dir_the_jobs_user_cannot_reach() {
         );
     }
 }
+
+/// Issue 23: root's `status` and `plan --gpu` load NVML, so as root they read only a
+/// configuration no one else can change, naming a library no one else can change.
+#[test]
+fn status_and_plan_as_root_refuse_a_users_config_and_library() {
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        return; // Only root is held to it; a user's own config hurts only that user.
+    }
+    let n = Node::new("H200");
+    // The fake library, copied where a user could change it.
+    let open = n.dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    chmod(&open, 0o777);
+    let lib = open.join("libnvidia-ml.so.1");
+    std::fs::copy(fake_lib(), &lib).unwrap();
+    // A user's own file (nobody's), naming that library.
+    let user_cfg = n.dir.path().join("user.toml");
+    let body = format!(
+        "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\nnvml_library = \"{1}\"\n\
+         node_comment = false\n",
+        n.dir.path().display(),
+        lib.display()
+    );
+    std::fs::write(&user_cfg, &body).unwrap();
+    std::os::unix::fs::chown(&user_cfg, Some(65534), Some(65534)).unwrap();
+    let run = |cfg: &Path, args: &[&str]| {
+        Command::cargo_bin("colloc")
+            .unwrap()
+            .env("COLLOC_FAKE_NVML_STATE", n.state())
+            .env_remove("COLLOC_CONFIG")
+            .arg("--config")
+            .arg(cfg)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["plan", "mig:3g", "--gpu", "0"],
+    ] {
+        let err = one_line_error(&run(&user_cfg, args), 2);
+        assert!(err.contains("owned by uid 65534"), "{args:?}: {err}");
+        assert!(err.contains("as root colloc uses only"), "{args:?}: {err}");
+    }
+    // Root's own file naming the library in the open directory: refused, not loaded.
+    let root_cfg = n.dir.path().join("root.toml");
+    std::fs::write(&root_cfg, &body).unwrap();
+    for args in [&["status"][..], &["plan", "mps:2", "--gpu", "0"]] {
+        let err = one_line_error(&run(&root_cfg, args), 2);
+        assert!(
+            err.contains("open is not safe") && err.contains("(mode 0777)"),
+            "{args:?}: {err}"
+        );
+    }
+    // The same library in a directory only root can change is used.
+    std::fs::remove_file(&lib).unwrap();
+    chmod(&open, 0o755);
+    std::fs::copy(fake_lib(), &lib).unwrap();
+    let out = run(&root_cfg, &["plan", "mps:2", "--gpu", "0"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
