@@ -83,6 +83,13 @@ pub struct Config {
     /// The MPS control program: a path, or a bare name looked up in [`SYSTEM_BIN_DIRS`].
     #[serde(default = "default_mps_control")]
     pub mps_control: String,
+    /// Size in MiB of the tmpfs that `colloc check-config --fix` mounts at `run_dir` (a cap
+    /// on what the jobs' MPS directories, the users' leaves, can take together).
+    #[serde(default = "default_run_dir_size_mib")]
+    pub run_dir_size_mib: u64,
+    /// Inodes of that tmpfs (its cap on files and directories).
+    #[serde(default = "default_run_dir_inodes")]
+    pub run_dir_inodes: u64,
     /// May the prolog switch MIG mode on and off itself.
     #[serde(default)]
     pub allow_mig_mode_change: bool,
@@ -107,6 +114,12 @@ fn default_state_dir() -> PathBuf {
 }
 fn default_run_dir() -> PathBuf {
     PathBuf::from("/run/colloc")
+}
+fn default_run_dir_size_mib() -> u64 {
+    256
+}
+fn default_run_dir_inodes() -> u64 {
+    65536
 }
 fn default_nvml() -> String {
     "libnvidia-ml.so.1".into()
@@ -146,6 +159,8 @@ impl Default for Config {
             run_dir: default_run_dir(),
             nvml_library: default_nvml(),
             mps_control: default_mps_control(),
+            run_dir_size_mib: default_run_dir_size_mib(),
+            run_dir_inodes: default_run_dir_inodes(),
             allow_mig_mode_change: false,
             node_comment: true,
         }
@@ -271,6 +286,16 @@ impl Config {
                 return Err(invalid(format!(
                     "{key} must be an absolute path without . or .. (and not /), got {}",
                     crate::mode::show_input(&text)
+                )));
+            }
+        }
+        for (key, value, lo, hi) in [
+            ("run_dir_size_mib", self.run_dir_size_mib, 1, 1 << 20),
+            ("run_dir_inodes", self.run_dir_inodes, 64, 1 << 32),
+        ] {
+            if !(lo..=hi).contains(&value) {
+                return Err(invalid(format!(
+                    "{key} must be between {lo} and {hi}, got {value}"
                 )));
             }
         }

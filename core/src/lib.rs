@@ -12,6 +12,8 @@
 //! - [`slurmconf`]: what colloc needs of the node's Slurm configuration (extern step, job
 //!   container and its `BasePath`).
 //! - [`container`]: entering a job's container and extern-step cgroup (MPS daemons).
+//! - [`sharedfs`]: directories users can write on the file systems of `state_dir` and
+//!   `run_dir` (a full one refuses jobs).
 //! - [`fs`]: root-side file system work that never follows a path a user can change.
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
 //! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
@@ -34,6 +36,7 @@ pub mod nvml;
 pub mod publish;
 pub mod reconfig;
 pub mod rundir;
+pub mod sharedfs;
 pub mod slurmconf;
 pub mod sys;
 pub mod telemetry;
