@@ -1022,3 +1022,77 @@ fn status_and_plan_as_root_refuse_a_users_config_and_library() {
     let out = run(&root_cfg, &["plan", "mps:2", "--gpu", "0"]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// Issue 23: `check-config --fix` makes the GPUs' lock files before any job (a prolog
+/// never has to make one on a full disk) and mounts run_dir as a capped tmpfs of its own;
+/// check-config warns about file systems users can fill.
+#[test]
+fn check_config_fix_makes_lock_files_and_a_capped_run_dir() {
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        return; // mounting takes root
+    }
+    let n = Node::new("A100-40GB,H200");
+    let cfg = n.dir.path().join("colloc.toml");
+    let body = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{body}run_dir_size_mib = 8\nrun_dir_inodes = 500\n"),
+    )
+    .unwrap();
+    let run = n.dir.path().join("run");
+    // Unmounted whatever happens below.
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(run.clone());
+    let out = n.colloc(&["check-config"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("is not a file system of its own"), "{err}");
+    assert!(
+        err.contains("state_dir") && err.contains("shares a file system with"),
+        "{err}"
+    );
+    let out = n.colloc(&["check-config", "--fix"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(stdout.contains("mounted a tmpfs at"), "{stdout}");
+    let locks: Vec<_> = std::fs::read_dir(n.dir.path().join("state/locks"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(locks.len(), 2, "{locks:?}");
+    assert!(locks.iter().all(|l| l.ends_with(".lock")), "{locks:?}");
+    let vfs = rustix::fs::statvfs(&run).unwrap();
+    assert_eq!(vfs.f_files, 500, "the inode cap");
+    assert_eq!(vfs.f_blocks * vfs.f_frsize, 8 << 20, "the size cap");
+    let m = std::fs::metadata(&run).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
+        0o755
+    );
+    // Again: nothing left to make, nothing mounted twice; no warning about run_dir now.
+    let out = n.colloc(&["check-config", "--fix"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("made"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("mounted"),
+        "{}",
+        text(&out)
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!err.contains("run_dir"), "{err}");
+    // Jobs work on it.
+    let out = n.colloc(&["apply", "naive", "--gpu", "0", "--job", "70"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = n.colloc(&["restore", "--job", "70"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
