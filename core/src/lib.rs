@@ -9,6 +9,7 @@
 //! - [`reconfig`]: apply a mode to a job's GPUs and restore them.
 //! - [`mps`]: per-job MPS control daemons.
 //! - [`rundir`]: the per-job MPS directories under `run_dir`.
+//! - [`dirholders`]: processes of a job's user that keep its `run_dir` tree busy.
 //! - [`slurmconf`]: what colloc needs of the node's Slurm configuration (extern step, job
 //!   container and its `BasePath`).
 //! - [`container`]: entering a job's container and extern-step cgroup (MPS daemons).
@@ -24,6 +25,7 @@
 pub mod buildid;
 pub mod config;
 pub mod container;
+pub mod dirholders;
 pub mod fs;
 pub mod gpu;
 pub mod holders;

@@ -454,7 +454,7 @@ fn is_mps_process(pid: u32) -> bool {
 
 /// Are all four user ids of `pid` (`Uid:` in its status) `uid`? A set-uid program a user
 /// started is not: root never kills a process that holds anyone else's privileges.
-fn runs_wholly_as(pid: u32, uid: u32) -> bool {
+pub(crate) fn runs_wholly_as(pid: u32, uid: u32) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     parse_uid_line(&status).is_some_and(|ids| ids.iter().all(|&i| i == uid))
 }

@@ -175,6 +175,10 @@ pub fn prolog_with(
         }
     }
     retry_marked(cfg, ctl, spec);
+    // What earlier epilogs had to move aside is tried again, briefly, at every prolog.
+    for left in rundir::clear_leftovers(cfg, Instant::now() + rundir::LEFTOVERS_TIME) {
+        log::warn!("{} is still there: {}", left.path.display(), left.why);
+    }
     if let Some(j) = journal::load(cfg, spec.job)? {
         // The same job asking again (a rerun of the prolog) gets what it got; anything
         // else under this id (a reused id, another user, other GPUs) is undone first.
@@ -896,6 +900,8 @@ pub struct RestoreReport {
     pub quarantined: Vec<Quarantined>,
     /// What could not be cleaned up of the jobs' own files (logged; not a failure).
     pub warnings: Vec<String>,
+    /// Trees in `run_dir/.leftovers` still there after `restore --all` tried them.
+    pub leftovers: Vec<rundir::Leftover>,
 }
 
 /// An unusable journal that `restore --all` moved aside.
@@ -1078,12 +1084,7 @@ pub fn restore_all(cfg: &Config, ctl: Option<&dyn GpuControl>) -> Result<Restore
             }
         }
     }
-    for left in rundir::clear_leftovers(cfg, Instant::now() + rundir::CLEANUP_TIME) {
-        total.warnings.push(format!(
-            "{} could not be removed (see the log); remove it by hand",
-            left.display()
-        ));
-    }
+    total.leftovers = rundir::clear_leftovers(cfg, Instant::now() + rundir::CLEANUP_TIME);
     match first_err {
         Some(e) => Err(e),
         None => Ok(total),

@@ -322,8 +322,10 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
     for w in &report.warnings {
         errln!("colloc: warning: {w}");
     }
-    if report.jobs.is_empty() {
+    if report.jobs.is_empty() && report.leftovers.is_empty() {
         outln!("nothing to restore");
+    } else if report.jobs.is_empty() {
+        outln!("no journal to restore");
     } else {
         outln!(
             "restored job(s) {:?}: {} MIG instance(s) destroyed, {} MPS daemon(s) stopped{}",
@@ -347,9 +349,19 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
             q.moved_to.display()
         );
     }
+    // What earlier epilogs moved aside and this restore could not remove either: named,
+    // and the exit code says it is not done.
+    for left in &report.leftovers {
+        errln!(
+            "colloc: {} could not be removed: {}; it stays (a process of its user may \
+             still use it, or it holds another user's files): remove it by hand",
+            left.path.display(),
+            left.why
+        );
+    }
     // Something outside colloc still holding instances keeps their journal: core has said
     // what holds which GPU (one warning line each); the exit code says it is not done.
-    if report.quarantined.is_empty() && report.held.is_empty() {
+    if report.quarantined.is_empty() && report.held.is_empty() && report.leftovers.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(1))

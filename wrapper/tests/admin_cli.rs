@@ -1096,3 +1096,73 @@ fn check_config_fix_makes_lock_files_and_a_capped_run_dir() {
     let out = n.colloc(&["restore", "--job", "70"]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// Issue 23: what earlier epilogs moved to run_dir/.leftovers is shown by `status`
+/// (text and JSON); `restore --all` removes what it can, names the rest and exits 1 while
+/// anything remains.
+#[test]
+fn leftovers_are_shown_and_restore_all_says_what_it_could_not_remove() {
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        return; // a tree its user cannot remove takes root to make
+    }
+    let n = Node::new("H200");
+    let run = n.dir.path().join("run");
+    let left = run.join(".leftovers");
+    std::fs::create_dir_all(&left).unwrap();
+    chmod(&run, 0o755);
+    chmod(&left, 0o700);
+    // One tree its user can remove, one with another user's directory inside.
+    for (name, stuck) in [("job-8.1700000000.0", false), ("job-9.1700000000.0", true)] {
+        let log = left.join(name).join("gpu0/log");
+        std::fs::create_dir_all(log.join("sub")).unwrap();
+        std::fs::write(log.join("sub/f"), "x").unwrap();
+        for p in [log.clone(), log.join("sub"), log.join("sub/f")] {
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        }
+        if stuck {
+            std::os::unix::fs::chown(log.join("sub"), Some(0), Some(0)).unwrap();
+        }
+    }
+    let human = String::from_utf8_lossy(&n.colloc(&["status"]).stdout).into_owned();
+    assert!(
+        human.contains("LEFTOVER FILES") && human.contains("job-8.1700000000.0"),
+        "{human}"
+    );
+    assert!(human.contains("job-9.1700000000.0"), "{human}");
+    let v = n.status();
+    assert_eq!(v["leftovers"].as_array().unwrap().len(), 2, "{v}");
+
+    let out = n.colloc(&["restore", "--all"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.contains("job-9.1700000000.0 could not be removed")
+            && err.contains("Permission denied"),
+        "{err}"
+    );
+    assert!(!err.contains("job-8"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("nothing to restore"));
+    assert!(
+        !left.join("job-8.1700000000.0").exists(),
+        "removed what it could"
+    );
+    let v = n.status();
+    assert_eq!(
+        v["leftovers"],
+        serde_json::json!([left.join("job-9.1700000000.0").display().to_string()])
+    );
+    // Again: still there, still exit 1 (not "nothing to restore", 0, every time).
+    assert_eq!(n.colloc(&["restore", "--all"]).status.code(), Some(1));
+    // Once its obstacle is gone, it goes, and all is well.
+    std::os::unix::fs::chown(
+        left.join("job-9.1700000000.0/gpu0/log/sub"),
+        Some(65534),
+        Some(65534),
+    )
+    .unwrap();
+    let out = n.colloc(&["restore", "--all"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!left.exists());
+    let v = n.status();
+    assert_eq!(v["leftovers"], serde_json::json!([]));
+}
