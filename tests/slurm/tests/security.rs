@@ -433,8 +433,16 @@ fn deep_tree(c: &Cluster) {
         if run_dir_entries(c).is_empty() {
             break;
         }
-        let o = c.colloc(&["restore", "--all"]);
-        println!("restore --all: {}", String::from_utf8_lossy(&o.stderr).trim());
+        // In the node's namespace, where run_dir is the tmpfs.
+        let o = c.nodes()[0]
+            .command(colloc_slurm_tests::colloc_bin())
+            .args(["restore", "--all"])
+            .output()
+            .unwrap();
+        println!(
+            "restore --all: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
         out = Some(o);
     }
     assert!(
@@ -463,7 +471,10 @@ fn full_state_dir(c: &Cluster) {
     let mig_ready = c.jobs_dir().join("full-state-mig");
     let mig = c.submit(
         &args(&["--colloc=mig:3g", "--gres=gpu:1"], &user),
-        &format!("echo MODE=$COLLOC_MODE\ntouch {}\n{wait_go}", mig_ready.display()),
+        &format!(
+            "echo MODE=$COLLOC_MODE\ntouch {}\n{wait_go}",
+            mig_ready.display()
+        ),
     );
     c.wait_for_file(mig, &mig_ready);
     assert_ne!(c.gpu_layout(), before, "the MIG job has its instances");
@@ -498,7 +509,11 @@ touch {filled}
     for p in pipes_of(&vars) {
         assert!(processes_of_pipe_dir(&p).is_empty(), "daemon of {p} left");
     }
-    assert_eq!(c.gpu_layout(), before, "the MIG instances were not destroyed");
+    assert_eq!(
+        c.gpu_layout(),
+        before,
+        "the MIG instances were not destroyed"
+    );
     assert_eq!(c.node_state(), "idle", "{}", c.node_reason());
     // Still full (the journals' inodes went to the filler's neighbours? fill again).
     let refill = Command::new("sh")
@@ -511,7 +526,10 @@ touch {filled}
         .unwrap();
     assert!(refill.success());
     let victim = as_user(VICTIM);
-    let id = c.submit(&args(&["--colloc=mps", "--gres=gpu:1"], &victim), "echo RAN");
+    let id = c.submit(
+        &args(&["--colloc=mps", "--gres=gpu:1"], &victim),
+        "echo RAN",
+    );
     let end = wait_job_end(c, id);
     assert_eq!(end.state, "FAILED", "{end:?}");
     assert!(!c.job_out(id).contains("RAN"), "the refused job ran");
@@ -520,7 +538,10 @@ touch {filled}
     assert!(!c.node_state().contains("drain"), "{}", c.node_reason());
     // Room again: jobs run.
     std::fs::remove_dir_all(&shared).unwrap();
-    let id = c.submit(&args(&["--colloc=mps", "--gres=gpu:1"], &victim), "echo RAN");
+    let id = c.submit(
+        &args(&["--colloc=mps", "--gres=gpu:1"], &victim),
+        "echo RAN",
+    );
     let end = wait_job_end(c, id);
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
     assert!(c.job_out(id).contains("RAN"));
