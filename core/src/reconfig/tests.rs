@@ -1129,3 +1129,36 @@ fn a_full_state_dir_does_not_stop_the_undo_and_refuses_later_jobs_not_the_node()
     restore(&c, Some(&g), 54).unwrap();
     assert_eq!(g.count(2), 0);
 }
+
+/// Issue 23: what an earlier epilog moved to run_dir/.leftovers is tried again at every
+/// prolog (briefly): here it can go now, and it does.
+#[test]
+fn every_prolog_retries_the_leftovers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    let s = user_spec(60, &[0], "mps");
+    let log = c.run_dir.join(".leftovers/job-59.1700000000.0/gpu0/log");
+    std::fs::create_dir_all(log.join("a/b")).unwrap();
+    std::fs::write(log.join("a/b/f"), "x").unwrap();
+    for p in [c.run_dir.clone(), c.run_dir.join(".leftovers")] {
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    }
+    std::fs::set_permissions(
+        &c.run_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    for p in [
+        log.clone(),
+        log.join("a"),
+        log.join("a/b"),
+        log.join("a/b/f"),
+    ] {
+        std::os::unix::fs::chown(&p, Some(s.uid), Some(s.gid)).unwrap();
+    }
+    let g = MemGpus::a100s(1);
+    env_of(&prolog(&c, &g, &s).unwrap());
+    assert!(!c.run_dir.join(".leftovers").exists());
+    restore(&c, None, 60).unwrap();
+    assert_eq!(std::fs::read_dir(&c.run_dir).unwrap().count(), 0);
+}
