@@ -83,6 +83,13 @@ pub struct Config {
     /// The MPS control program: a path, or a bare name looked up in [`SYSTEM_BIN_DIRS`].
     #[serde(default = "default_mps_control")]
     pub mps_control: String,
+    /// Size in MiB of the tmpfs that `colloc check-config --fix` mounts at `run_dir` (a cap
+    /// on what the jobs' MPS directories, the users' leaves, can take together).
+    #[serde(default = "default_run_dir_size_mib")]
+    pub run_dir_size_mib: u64,
+    /// Inodes of that tmpfs (its cap on files and directories).
+    #[serde(default = "default_run_dir_inodes")]
+    pub run_dir_inodes: u64,
     /// May the prolog switch MIG mode on and off itself.
     #[serde(default)]
     pub allow_mig_mode_change: bool,
@@ -107,6 +114,12 @@ fn default_state_dir() -> PathBuf {
 }
 fn default_run_dir() -> PathBuf {
     PathBuf::from("/run/colloc")
+}
+fn default_run_dir_size_mib() -> u64 {
+    256
+}
+fn default_run_dir_inodes() -> u64 {
+    65536
 }
 fn default_nvml() -> String {
     "libnvidia-ml.so.1".into()
@@ -146,6 +159,8 @@ impl Default for Config {
             run_dir: default_run_dir(),
             nvml_library: default_nvml(),
             mps_control: default_mps_control(),
+            run_dir_size_mib: default_run_dir_size_mib(),
+            run_dir_inodes: default_run_dir_inodes(),
             allow_mig_mode_change: false,
             node_comment: true,
         }
@@ -177,6 +192,34 @@ impl Config {
         let bytes = crate::fs::read_file_capped(file, path, CONFIG_LIMIT)
             .map_err(|e| read_error(path, e))?;
         Config::parse_bytes(&bytes, path)
+    }
+
+    /// The configuration for a command of the caller's: root ([`crate::sys::euid`] 0) gets
+    /// [`Config::load_trusted`] and, besides, an `nvml_library` and `mps_control` that no
+    /// one else can change (root loads the one and may run the other: `colloc status`,
+    /// `plan --gpu`, `run`, `bench` as root load NVML too); anyone else reads the file as
+    /// [`Config::load`] does (what it names runs with their own rights only).
+    ///
+    /// # Errors
+    /// As [`Config::load_trusted`] for root, [`Config::load`] for others.
+    pub fn load_for_caller(path: &Path) -> Result<Config, ConfigError> {
+        if crate::sys::euid() != 0 {
+            return Config::load(path);
+        }
+        // A path typed relative to the current directory is resolved from `/` like any.
+        let path = std::path::absolute(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let cfg = Config::load_trusted(&path)?;
+        cfg.check_nvml_library()?;
+        if let Some(p) = cfg.mps_control_path() {
+            match crate::fs::open_trusted_file(&p) {
+                Err(e) if !e.is_not_found() => return Err(ConfigError::Unsafe(e)),
+                _ => {}
+            }
+        }
+        Ok(cfg)
     }
 
     fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Config, ConfigError> {
@@ -243,6 +286,16 @@ impl Config {
                 return Err(invalid(format!(
                     "{key} must be an absolute path without . or .. (and not /), got {}",
                     crate::mode::show_input(&text)
+                )));
+            }
+        }
+        for (key, value, lo, hi) in [
+            ("run_dir_size_mib", self.run_dir_size_mib, 1, 1 << 20),
+            ("run_dir_inodes", self.run_dir_inodes, 64, 1 << 32),
+        ] {
+            if !(lo..=hi).contains(&value) {
+                return Err(invalid(format!(
+                    "{key} must be between {lo} and {hi}, got {value}"
                 )));
             }
         }

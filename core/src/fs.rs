@@ -26,10 +26,6 @@ use rustix::io::Errno;
 
 use crate::sys::{self, ChildEnd};
 
-/// Deepest user tree [`Dir::remove_tree`] removes (levels below the directory it empties);
-/// a deeper one is left to be moved aside.
-pub const MAX_TREE_DEPTH: usize = 1 << 17;
-
 /// Why a path was not used or an operation failed. One line each.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -818,8 +814,9 @@ impl Dir {
             Some(n) => (check_name(n)?, self.path.join(n)),
             None => (CString::from(c"."), self.path.clone()),
         };
-        // Allocated here, before the fork: the child must not allocate.
-        let mut levels = vec![(0u64, 0u64); MAX_TREE_DEPTH + 1];
+        // Anonymous memory the child maps and grows itself (no heap there): no depth
+        // limit but memory.
+        let mut levels = sys::MapStack::new();
         let fd = self.fd.as_fd();
         let end = sys::run_forked_as(st.st_uid, st.st_gid, deadline, &mut || {
             empty_tree(fd, &cname, &mut levels)
@@ -843,9 +840,6 @@ impl Dir {
             ChildEnd::Exited(ESCAPED) => Err(failed(
                 "a directory inside was moved while it was being removed".into(),
             )),
-            ChildEnd::Exited(TOO_DEEP) => Err(failed(format!(
-                "more than {MAX_TREE_DEPTH} levels of directories"
-            ))),
             ChildEnd::Exited(code) => Err(FsError::Io {
                 what: "empty",
                 path,
@@ -867,13 +861,10 @@ impl AsFd for Dir {
 
 /// Exit code of [`empty_tree`]: the walk left the tree (a directory was moved meanwhile).
 const ESCAPED: i32 = 252;
-/// Exit code of [`empty_tree`]: deeper than [`MAX_TREE_DEPTH`].
-const TOO_DEEP: i32 = 253;
 
 enum Stop {
     Errno(Errno),
     Escaped,
-    TooDeep,
 }
 
 impl From<Errno> for Stop {
@@ -883,17 +874,17 @@ impl From<Errno> for Stop {
 }
 
 /// Remove everything inside the directory `name` of `parent` (not the directory itself)
-/// with the permissions of whoever runs it; returns 0, an errno value, [`ESCAPED`] or
-/// [`TOO_DEEP`]. Runs in a forked child ([`sys::run_forked_as`]): raw system calls on stack
-/// buffers only, no heap, no panics. Iterative, with one open directory at a time, so depth
-/// is bounded only by `levels` (one `(dev, ino)` per level, filled as it descends and
-/// checked as it climbs back through `..`, so it never walks out of the tree).
-fn empty_tree(parent: BorrowedFd<'_>, name: &CStr, levels: &mut [(u64, u64)]) -> i32 {
+/// with the permissions of whoever runs it; returns 0, an errno value or [`ESCAPED`]. Runs
+/// in a forked child ([`sys::run_forked_as`]): raw system calls on stack buffers and
+/// anonymous memory it maps itself, no heap, no panics. Iterative, with one open directory
+/// at a time, so depth is bounded only by memory for `levels` (one `(dev, ino)` per
+/// level, 16 bytes, pushed as it descends and checked as it climbs back through `..`, so
+/// it never walks out of the tree).
+fn empty_tree(parent: BorrowedFd<'_>, name: &CStr, levels: &mut sys::MapStack) -> i32 {
     match empty_tree_inner(parent, name, levels) {
         Ok(()) => 0,
         Err(Stop::Errno(e)) => e.raw_os_error().clamp(1, 249),
         Err(Stop::Escaped) => ESCAPED,
-        Err(Stop::TooDeep) => TOO_DEEP,
     }
 }
 
@@ -932,12 +923,13 @@ fn remove_entry(dir: BorrowedFd<'_>, name: &CStr, t: FileType) -> Result<(), Err
 fn empty_tree_inner(
     parent: BorrowedFd<'_>,
     name: &CStr,
-    levels: &mut [(u64, u64)],
+    levels: &mut sys::MapStack,
 ) -> Result<(), Stop> {
     let mut cur = open_for_removal(parent, name)?;
     let st = rustix::fs::fstat(&cur)?;
-    *levels.get_mut(0).ok_or(Stop::TooDeep)? = (st.st_dev, st.st_ino);
-    let mut depth = 0usize;
+    if !levels.push((st.st_dev, st.st_ino)) {
+        return Err(Stop::Errno(Errno::NOMEM));
+    }
     let mut buf = [MaybeUninit::<u8>::uninit(); 8192];
     loop {
         rustix::fs::seek(&cur, SeekFrom::Start(0))?;
@@ -976,8 +968,9 @@ fn empty_tree_inner(
                 // walk. Left in place, and reported.
                 return Err(Stop::Errno(Errno::XDEV));
             }
-            depth += 1;
-            *levels.get_mut(depth).ok_or(Stop::TooDeep)? = (st.st_dev, st.st_ino);
+            if !levels.push((st.st_dev, st.st_ino)) {
+                return Err(Stop::Errno(Errno::NOMEM));
+            }
             cur = fd;
             continue;
         }
@@ -985,7 +978,7 @@ fn empty_tree_inner(
         // parent's rmdir fails and the walk comes back down).
         let emptied = saw && progress && stuck.is_none();
         if !saw || emptied {
-            if depth == 0 {
+            if levels.len() <= 1 {
                 return Ok(());
             }
             let up = rustix::fs::openat(
@@ -995,8 +988,8 @@ fn empty_tree_inner(
                 Mode::empty(),
             )?;
             let st = rustix::fs::fstat(&up)?;
-            depth -= 1;
-            if levels.get(depth) != Some(&(st.st_dev, st.st_ino)) {
+            levels.pop();
+            if levels.top() != Some((st.st_dev, st.st_ino)) {
                 return Err(Stop::Escaped);
             }
             cur = up;

@@ -502,6 +502,54 @@ pub fn quarantine(cfg: &Config, name: &str) -> Result<PathBuf, JournalError> {
     })
 }
 
+/// The name of a GPU's lock file in `state_dir/locks`.
+fn lock_file_name(uuid: &str) -> String {
+    let safe: String = uuid
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{safe}.lock")
+}
+
+/// Make `state_dir` with its `jobs`, `locks` and `corrupt` directories and the lock file
+/// of each GPU in `uuids`, where missing (`colloc check-config --fix`, at install or
+/// boot): then no prolog has to make anything before it can write a journal, and a full
+/// file system refuses jobs instead of failing them part way. Returns what was made.
+///
+/// # Errors
+/// [`JournalError`] when something cannot be made or is not safe.
+pub fn prepare(cfg: &Config, uuids: &[String]) -> Result<Vec<PathBuf>, JournalError> {
+    let mut made = Vec::new();
+    if !cfg.state_dir.exists() {
+        made.push(cfg.state_dir.clone());
+    }
+    for name in ["jobs", "locks", CORRUPT_DIR] {
+        if sub_dir(cfg, name, false)?.is_none() {
+            sub_dir(cfg, name, true)?;
+            made.push(cfg.state_dir.join(name));
+        }
+    }
+    let locks = sub_dir(cfg, "locks", false)?.ok_or_else(|| JournalError::Io {
+        what: "cannot open",
+        path: cfg.locks_dir(),
+        source: std::io::Error::from_raw_os_error(libc::ENOENT),
+    })?;
+    for uuid in uuids {
+        let name = lock_file_name(uuid);
+        if locks.lstat(&name)?.is_none() {
+            locks.open_or_create_file(&name)?;
+            made.push(locks.path().join(name));
+        }
+    }
+    Ok(made)
+}
+
 /// An exclusive lock on one GPU, held while colloc reads and changes it. Released on drop
 /// (and by the kernel if the process dies).
 #[derive(Debug)]
@@ -532,17 +580,7 @@ impl GpuLock {
             path: cfg.locks_dir(),
             source: std::io::Error::from_raw_os_error(libc::ENOENT),
         })?;
-        let safe: String = uuid
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let name = format!("{safe}.lock");
+        let name = lock_file_name(uuid);
         let p = dir.path().join(&name);
         let file = dir.open_or_create_file(&name)?;
         let deadline = Instant::now() + wait;

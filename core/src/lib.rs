@@ -9,9 +9,12 @@
 //! - [`reconfig`]: apply a mode to a job's GPUs and restore them.
 //! - [`mps`]: per-job MPS control daemons.
 //! - [`rundir`]: the per-job MPS directories under `run_dir`.
+//! - [`dirholders`]: processes of a job's user that keep its `run_dir` tree busy.
 //! - [`slurmconf`]: what colloc needs of the node's Slurm configuration (extern step, job
 //!   container and its `BasePath`).
 //! - [`container`]: entering a job's container and extern-step cgroup (MPS daemons).
+//! - [`sharedfs`]: directories users can write on the file systems of `state_dir` and
+//!   `run_dir` (a full one refuses jobs).
 //! - [`fs`]: root-side file system work that never follows a path a user can change.
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
 //! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
@@ -22,6 +25,7 @@
 pub mod buildid;
 pub mod config;
 pub mod container;
+pub mod dirholders;
 pub mod fs;
 pub mod gpu;
 pub mod holders;
@@ -34,6 +38,7 @@ pub mod nvml;
 pub mod publish;
 pub mod reconfig;
 pub mod rundir;
+pub mod sharedfs;
 pub mod slurmconf;
 pub mod sys;
 pub mod telemetry;

@@ -58,14 +58,14 @@ pub enum MpsError {
         stderr: String,
     },
     /// The control program did not answer in time.
-    #[error("{program} {what} did not answer within {secs} s")]
+    #[error("{program} {what} did not answer: stopped after waiting {secs:.1} s")]
     Timeout {
         /// The program.
         program: PathBuf,
         /// What was asked.
         what: String,
-        /// The limit.
-        secs: u64,
+        /// How long it was waited for (from its start to the deadline).
+        secs: f64,
     },
     /// A directory could not be made or set up.
     #[error("cannot prepare {path}: {source}")]
@@ -241,6 +241,7 @@ fn control(
         .stdout(Stdio::from(out.try_clone().map_err(spawn_err)?))
         .stderr(Stdio::from(err.try_clone().map_err(spawn_err)?));
     let mut child = cmd.spawn().map_err(spawn_err)?;
+    let started = Instant::now();
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -251,10 +252,7 @@ fn control(
                 return Err(MpsError::Timeout {
                     program: program.to_path_buf(),
                     what,
-                    secs: deadline
-                        .saturating_duration_since(Instant::now())
-                        .as_secs()
-                        .max(1),
+                    secs: started.elapsed().as_secs_f64(),
                 });
             }
         }
@@ -456,7 +454,7 @@ fn is_mps_process(pid: u32) -> bool {
 
 /// Are all four user ids of `pid` (`Uid:` in its status) `uid`? A set-uid program a user
 /// started is not: root never kills a process that holds anyone else's privileges.
-fn runs_wholly_as(pid: u32, uid: u32) -> bool {
+pub(crate) fn runs_wholly_as(pid: u32, uid: u32) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     parse_uid_line(&status).is_some_and(|ids| ids.iter().all(|&i| i == uid))
 }
@@ -699,6 +697,15 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, MpsError::Timeout { .. }), "{err}");
+        // The message states the wait it made (300 ms), not what was left of it (issue 23).
+        let msg = err.to_string();
+        let waited: f64 = msg
+            .split("after waiting ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{msg}"));
+        assert!(waited >= 0.2, "{msg}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     }
 

@@ -175,6 +175,10 @@ pub fn prolog_with(
         }
     }
     retry_marked(cfg, ctl, spec);
+    // What earlier epilogs had to move aside is tried again, briefly, at every prolog.
+    for left in rundir::clear_leftovers(cfg, Instant::now() + rundir::LEFTOVERS_TIME) {
+        log::warn!("{} is still there: {}", left.path.display(), left.why);
+    }
     if let Some(j) = journal::load(cfg, spec.job)? {
         // The same job asking again (a rerun of the prolog) gets what it got; anything
         // else under this id (a reused id, another user, other GPUs) is undone first.
@@ -319,10 +323,22 @@ fn apply_fresh(
     // Locks in UUID order, so two colloc processes never wait on each other in a cycle.
     let mut order: Vec<&GpuInfo> = gpus.iter().collect();
     order.sort_by(|a, b| a.uuid.cmp(&b.uuid));
-    let _locks = order
+    // A lock that cannot be taken (its file cannot be made in a full state_dir, or
+    // another colloc holds it too long): nothing changed yet, so the job is refused.
+    let _locks = match order
         .iter()
         .map(|g| GpuLock::acquire(cfg, &g.uuid))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(l) => l,
+        Err(e) => {
+            return Ok(record_refusal(
+                cfg,
+                spec,
+                format!("colloc cannot lock the job's GPUs: {e}"),
+            ))
+        }
+    };
 
     // Checks that change nothing.
     let others = journal::list(cfg)?;
@@ -693,10 +709,19 @@ pub fn start_mps_in_extern_step(
     }
     let mut order: Vec<String> = j.gpus.iter().map(|g| g.uuid.clone()).collect();
     order.sort();
-    let _locks = order
+    let _locks = match order
         .iter()
         .map(|u| GpuLock::acquire(cfg, u))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(l) => l,
+        Err(e) => {
+            // Nothing started: the tasks find the daemons missing and fail with why.
+            let message = format!("colloc cannot lock the job's GPUs: {e}");
+            log::error!("job {job}: refused: {message}");
+            return Ok(ExternStart::Refused(message));
+        }
+    };
     // Read again under the locks: an epilog may have restored it meanwhile.
     let Some(mut j) = journal::load(cfg, job)? else {
         return Ok(ExternStart::Nothing);
@@ -880,6 +905,8 @@ pub struct RestoreReport {
     pub quarantined: Vec<Quarantined>,
     /// What could not be cleaned up of the jobs' own files (logged; not a failure).
     pub warnings: Vec<String>,
+    /// Trees in `run_dir/.leftovers` still there after `restore --all` tried them.
+    pub leftovers: Vec<rundir::Leftover>,
 }
 
 /// An unusable journal that `restore --all` moved aside.
@@ -940,10 +967,7 @@ pub fn restore_within(
     for attempt in 0.. {
         let order = uuids(&j);
         drop(std::mem::take(&mut _locks));
-        _locks = order
-            .iter()
-            .map(|u| GpuLock::acquire(cfg, u))
-            .collect::<Result<Vec<_>, _>>()?;
+        _locks = restore_locks(cfg, job, &order)?;
         match journal::load(cfg, job)? {
             None => return Ok(RestoreReport::default()),
             Some(now) if uuids(&now) == order || attempt == 3 => {
@@ -953,19 +977,61 @@ pub fn restore_within(
             Some(now) => j = now,
         }
     }
+    // The journal writes of a restore are progress markers: where they fail (a full,
+    // quota-bound or failing state_dir) the undo goes on; the journal as it was still
+    // leads a later restore to the same (idempotent) undo.
     if j.phase != Phase::Refused {
         j.phase = Phase::Restoring;
-        journal::write(cfg, &j)?;
+        if let Err(e) = journal::write(cfg, &j) {
+            log::warn!("job {job}: cannot mark its journal Restoring ({e}); restoring anyway");
+        }
     }
     let mut report = restore_locked(cfg, ctl, &j, Instant::now() + budget)?;
     if !report.held.is_empty() {
-        keep_marked(cfg, &mut j, report.held.clone())?;
+        if let Err(e) = keep_marked(cfg, &mut j, report.held.clone()) {
+            let w = format!(
+                "job {job}: cannot record what holds its GPUs ({e}); its journal stays as it \
+                 was, so a later restore tries again"
+            );
+            log::error!("{w}");
+            report.warnings.push(w);
+        }
         return Ok(report);
     }
-    journal::remove(cfg, job)?;
+    if let Err(e) = journal::remove(cfg, job) {
+        let w = format!(
+            "job {job}: restored, but its journal could not be removed ({e}); a later \
+             restore finds nothing left to undo and removes it"
+        );
+        log::error!("{w}");
+        report.warnings.push(w);
+    }
     report.jobs.push(job);
     log::info!("job {job}: restored");
     Ok(report)
+}
+
+/// The locks of a restore, in `order`. A lock file that cannot be made (`ENOSPC`,
+/// `EDQUOT`, `EIO` in a full or failing `state_dir`) is no one's lock: `O_CREAT` fails only
+/// where the file does not exist, so no prolog holds it either; the undo goes on without
+/// it (logged) rather than leave the GPUs reconfigured.
+///
+/// # Errors
+/// A lock someone holds past the time-out.
+fn restore_locks(cfg: &Config, job: u32, order: &[String]) -> Result<Vec<GpuLock>, NodeFault> {
+    let mut locks = Vec::new();
+    for u in order {
+        match GpuLock::acquire(cfg, u) {
+            Ok(l) => locks.push(l),
+            Err(
+                e @ (JournalError::Io { .. } | JournalError::Dir(crate::fs::FsError::Io { .. })),
+            ) => {
+                log::warn!("job {job}: {e}; restoring without the lock of {u}");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(locks)
 }
 
 /// Restore every journal, going by the files in `state_dir/jobs`: each journal is
@@ -1023,12 +1089,7 @@ pub fn restore_all(cfg: &Config, ctl: Option<&dyn GpuControl>) -> Result<Restore
             }
         }
     }
-    for left in rundir::clear_leftovers(cfg, Instant::now() + rundir::CLEANUP_TIME) {
-        total.warnings.push(format!(
-            "{} could not be removed (see the log); remove it by hand",
-            left.display()
-        ));
-    }
+    total.leftovers = rundir::clear_leftovers(cfg, Instant::now() + rundir::CLEANUP_TIME);
     match first_err {
         Some(e) => Err(e),
         None => Ok(total),

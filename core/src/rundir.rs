@@ -128,9 +128,58 @@ pub fn remove(cfg: &Config, job: u32, deadline: Instant) -> Cleanup {
     }
 }
 
+/// Kill the processes of the tree's users (the owners of its first three levels, root
+/// aside) that keep `dir/name` busy ([`crate::dirholders`]): a process left behind by the
+/// job could otherwise keep adding files there past any deadline. Returns their pids.
+fn kill_holders(dir: &Dir, name: &str, deadline: Instant) -> Vec<u32> {
+    let Ok(Some(st)) = dir.lstat(name) else {
+        return Vec::new();
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Vec::new();
+    }
+    let mut uids = vec![st.st_uid];
+    if let Ok(Some(top)) = dir.open_dir(name) {
+        for (sub, _) in top.entries().unwrap_or_default() {
+            let Some(sub) = sub.to_str() else { continue };
+            if let Ok(Some(s)) = top.lstat(sub) {
+                uids.push(s.st_uid);
+            }
+            let Ok(Some(d)) = top.open_dir(sub) else {
+                continue;
+            };
+            for (leaf, _) in d.entries().unwrap_or_default() {
+                if let Some(Ok(Some(s))) = leaf.to_str().map(|l| d.lstat(l)) {
+                    uids.push(s.st_uid);
+                }
+            }
+        }
+    }
+    uids.sort_unstable();
+    uids.dedup();
+    uids.retain(|&u| u != 0);
+    if uids.is_empty() {
+        return Vec::new();
+    }
+    crate::dirholders::kill_holders(
+        &uids,
+        (st.st_dev, st.st_ino),
+        &dir.path().join(name),
+        deadline,
+    )
+}
+
 /// Remove `name` from `run`; if that fails, move it to `.leftovers`. `Ok(None)`: removed;
-/// `Ok(Some((where, why)))`: moved aside.
+/// `Ok(Some((where, why)))`: moved aside. Processes of the job's user that keep it busy
+/// are killed first.
 fn clear(run: &Dir, name: &str, deadline: Instant) -> Result<Option<(PathBuf, String)>, FsError> {
+    let killed = kill_holders(run, name, deadline);
+    if !killed.is_empty() {
+        log::warn!(
+            "{}: killed process(es) {killed:?} of its user that kept it busy",
+            run.path().join(name).display()
+        );
+    }
     let why = match run.remove_tree(name, 2, deadline) {
         Ok(()) => return Ok(None),
         Err(e) => e.to_string(),
@@ -184,29 +233,103 @@ fn leftovers_dir(run: &Dir) -> Result<Dir, FsError> {
     Ok(dir)
 }
 
-/// Try again to remove what was moved to `run_dir/.leftovers` (as each tree's owner).
-/// Returns the trees still there.
-pub fn clear_leftovers(cfg: &Config, deadline: Instant) -> Vec<PathBuf> {
-    let Ok(run) = Dir::open_trusted(&cfg.run_dir) else {
-        return Vec::new();
+/// How long a prolog spends retrying `run_dir/.leftovers` ([`clear_leftovers`]).
+pub const LEFTOVERS_TIME: Duration = Duration::from_secs(5);
+
+/// A tree in `run_dir/.leftovers` that could not be removed, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Why it is still there.
+    pub why: String,
+}
+
+/// Try again to remove what was moved to `run_dir/.leftovers` (as each tree's owner,
+/// after killing the processes of its user that keep it busy), until `deadline`. Returns
+/// what is still there, with why; a `.leftovers` that cannot be opened is one such entry.
+pub fn clear_leftovers(cfg: &Config, deadline: Instant) -> Vec<Leftover> {
+    let here = cfg.run_dir.join(LEFTOVERS);
+    let run = match Dir::open_trusted(&cfg.run_dir) {
+        Ok(r) => r,
+        Err(e) if e.is_not_found() => return Vec::new(),
+        Err(e) => {
+            return vec![Leftover {
+                path: here,
+                why: e.to_string(),
+            }]
+        }
     };
-    let Ok(Some(dir)) = run.open_dir(LEFTOVERS) else {
-        return Vec::new();
+    let dir = match leftovers_dir_if_any(&run) {
+        Ok(Some(d)) => d,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            return vec![Leftover {
+                path: here,
+                why: e.to_string(),
+            }]
+        }
     };
     let mut left = Vec::new();
     for (name, _) in dir.entries().unwrap_or_default() {
+        let path = dir.path().join(&name);
         let Some(name) = name.to_str() else {
+            left.push(Leftover {
+                path,
+                why: "its name is not UTF-8".into(),
+            });
             continue;
         };
+        if Instant::now() >= deadline {
+            left.push(Leftover {
+                path,
+                why: "not tried: out of time".into(),
+            });
+            continue;
+        }
+        kill_holders(&dir, name, deadline);
         if let Err(e) = dir.remove_tree(name, 2, deadline) {
-            log::warn!("{}: {e}", dir.path().join(name).display());
-            left.push(dir.path().join(name));
+            log::warn!("{}: {e}", path.display());
+            left.push(Leftover {
+                path,
+                why: e.to_string(),
+            });
         }
     }
     if left.is_empty() {
         let _ = run.rmdir(LEFTOVERS);
     }
     left
+}
+
+/// `run_dir/.leftovers`, checked to be root's 0700, where it exists.
+fn leftovers_dir_if_any(run: &Dir) -> Result<Option<Dir>, FsError> {
+    if run.lstat(LEFTOVERS)?.is_none() {
+        return Ok(None);
+    }
+    leftovers_dir(run).map(Some)
+}
+
+/// What `run_dir/.leftovers` holds (for `colloc status`), without touching it.
+///
+/// # Errors
+/// [`FsError`] when `run_dir` or `.leftovers` cannot be opened (as a user: permission).
+pub fn leftovers(cfg: &Config) -> Result<Vec<PathBuf>, FsError> {
+    let run = match Dir::open_trusted(&cfg.run_dir) {
+        Ok(r) => r,
+        Err(e) if e.is_not_found() => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let Some(dir) = run.open_dir(LEFTOVERS)? else {
+        return Ok(Vec::new());
+    };
+    let mut list: Vec<PathBuf> = dir
+        .entries()?
+        .into_iter()
+        .map(|(n, _)| dir.path().join(n))
+        .collect();
+    list.sort();
+    Ok(list)
 }
 
 /// Is `path` where colloc puts job `job`'s tree (as a journal must say)?
@@ -310,8 +433,70 @@ mod tests {
         assert_eq!(leftovers.permissions().mode() & 0o777, 0o700);
         // Once the obstacle is gone, a later sweep removes it all.
         std::os::unix::fs::chown(moved.join("gpu0/log/foreign"), Some(65534), Some(65534)).unwrap();
+        assert_eq!(super::leftovers(&c).unwrap(), vec![moved.clone()]);
         assert!(clear_leftovers(&c, Instant::now() + CLEANUP_TIME).is_empty());
+        assert!(super::leftovers(&c).unwrap().is_empty());
         assert!(!c.run_dir.join(LEFTOVERS).exists());
+    }
+
+    /// Issue 23: a `setsid` writer of the job's user, its cwd in the job's log directory,
+    /// keeps creating files after the job; it is killed and the tree removed (nothing
+    /// moved aside for it to fill).
+    #[test]
+    fn a_writer_left_in_the_job_dir_is_killed_and_the_dir_removed() {
+        use std::os::unix::process::CommandExt;
+        if crate::sys::euid() != 0 {
+            return; // another user's process: root's
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let c = cfg(tmp.path());
+        create(&c, 11, 65534, 65534, &[0]).unwrap();
+        let log = gpu_dir(&c, 11, 0).join("log");
+        let mut writer = std::process::Command::new("setsid")
+            .args([
+                "sh",
+                "-c",
+                "i=0; while :; do i=$((i+1)); mkdir d$i 2>/dev/null; true >d$i/f 2>/dev/null; done",
+            ])
+            .current_dir(&log)
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .unwrap();
+        // It is writing.
+        while std::fs::read_dir(&log).unwrap().count() < 50 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let done = remove(&c, 11, Instant::now() + CLEANUP_TIME);
+        assert_eq!(done, Cleanup::default(), "removed, not moved aside");
+        assert!(!job_dir(&c, 11).exists());
+        assert!(!c.run_dir.join(LEFTOVERS).exists());
+        // Killed (it never stops by itself): give up after a minute rather than hang.
+        let mut status = None;
+        for _ in 0..6000 {
+            status = writer.try_wait().unwrap();
+            if status.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if status.is_none() {
+            let _ = writer.kill();
+            panic!("the writer was not killed");
+        }
+        let pids: Vec<u32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        for pid in pids {
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+            assert!(
+                !cwd.starts_with(&c.run_dir),
+                "process {pid} still in {} ({status:?})",
+                cwd.display()
+            );
+        }
     }
 
     #[test]

@@ -401,6 +401,156 @@ pub fn enter_and_become(
     }
 }
 
+/// Mount a tmpfs at `target` with `options` (e.g. `size=256m,nr_inodes=65536,mode=0755`),
+/// never setuid, device files or programs (`nosuid,nodev,noexec`).
+///
+/// # Errors
+/// What mount(2) says (`EPERM` for anyone but root).
+pub fn mount_tmpfs(target: &std::path::Path, options: &str) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(target.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let options = std::ffi::CString::new(options)
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call; mount(2)
+    // only reads them.
+    let r = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            options.as_ptr().cast(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A stack of `(device, inode)` pairs in anonymous memory that grows by `mremap(2)`, for a
+/// forked child that must not touch the heap (the copied allocator's locks may be held):
+/// its depth is bounded only by memory. Pushing returns false when no memory is left.
+pub(crate) struct MapStack {
+    ptr: *mut (u64, u64),
+    cap: usize,
+    len: usize,
+}
+
+impl MapStack {
+    const FIRST: usize = 4096;
+
+    /// An empty stack; no memory until the first push.
+    pub(crate) fn new() -> MapStack {
+        MapStack {
+            ptr: std::ptr::null_mut(),
+            cap: 0,
+            len: 0,
+        }
+    }
+
+    /// Push `v`; false when the memory for it cannot be had.
+    pub(crate) fn push(&mut self, v: (u64, u64)) -> bool {
+        if self.len == self.cap && !self.grow() {
+            return false;
+        }
+        // SAFETY: len < cap, and the mapping holds cap elements (grow() made it so); the
+        // memory is ours alone (an anonymous private mapping).
+        unsafe { self.ptr.add(self.len).write(v) };
+        self.len += 1;
+        true
+    }
+
+    /// Remove the top element.
+    pub(crate) fn pop(&mut self) -> Option<(u64, u64)> {
+        let top = self.top()?;
+        self.len -= 1;
+        Some(top)
+    }
+
+    /// The top element.
+    pub(crate) fn top(&self) -> Option<(u64, u64)> {
+        if self.len == 0 {
+            return None;
+        }
+        // SAFETY: len - 1 < cap and that element was written by push().
+        Some(unsafe { self.ptr.add(self.len - 1).read() })
+    }
+
+    /// The first element.
+    pub(crate) fn first(&self) -> Option<(u64, u64)> {
+        if self.len == 0 {
+            return None;
+        }
+        // SAFETY: element 0 was written by push().
+        Some(unsafe { self.ptr.read() })
+    }
+
+    /// How many elements.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn grow(&mut self) -> bool {
+        let elem = std::mem::size_of::<(u64, u64)>();
+        let new_cap = if self.cap == 0 {
+            Self::FIRST
+        } else {
+            self.cap.saturating_mul(2)
+        };
+        let Some(new_bytes) = new_cap.checked_mul(elem) else {
+            return false;
+        };
+        let p = if self.ptr.is_null() {
+            // SAFETY: an anonymous private mapping of new_bytes at an address the kernel
+            // picks; no memory of ours is involved.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    new_bytes,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            }
+        } else {
+            // SAFETY: ptr/cap describe the mapping made above (or by an earlier mremap);
+            // MREMAP_MAYMOVE keeps its contents, and ptr is replaced below.
+            unsafe {
+                libc::mremap(
+                    self.ptr.cast(),
+                    self.cap * elem,
+                    new_bytes,
+                    libc::MREMAP_MAYMOVE,
+                )
+            }
+        };
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        self.ptr = p.cast();
+        self.cap = new_cap;
+        true
+    }
+}
+
+impl Drop for MapStack {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: ptr/cap describe a mapping of ours that nothing else refers to.
+            unsafe {
+                libc::munmap(
+                    self.ptr.cast(),
+                    self.cap * std::mem::size_of::<(u64, u64)>(),
+                )
+            };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,6 +583,24 @@ mod tests {
         })
         .unwrap();
         assert_eq!(end, ChildEnd::Exited(0));
+    }
+
+    #[test]
+    fn a_map_stack_grows_without_a_limit_of_its_own() {
+        let mut s = MapStack::new();
+        assert_eq!(s.pop(), None);
+        let n = 3 * MapStack::FIRST as u64 + 5;
+        for i in 0..n {
+            assert!(s.push((i, i + 1)));
+        }
+        assert_eq!(
+            (s.len(), s.first(), s.top()),
+            (n as usize, Some((0, 1)), Some((n - 1, n)))
+        );
+        for i in (0..n).rev() {
+            assert_eq!(s.pop(), Some((i, i + 1)));
+        }
+        assert_eq!(s.len(), 0);
     }
 
     #[test]

@@ -622,7 +622,7 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
         }
         return Err(refuse_task(
             job,
-            &format!("--colloc={mode}: the node did not set up the GPUs (no record of this job's prolog)"),
+            &format!("--colloc={mode}: the node did not set up the GPUs (no record of this job's prolog: its state_dir may be full or unusable; the node's log says why)"),
         ));
     };
     match j.phase {

@@ -83,11 +83,16 @@ pub struct RestoreArgs {
     all: bool,
 }
 
-/// `colloc check-config [FILE]`
+/// `colloc check-config [--fix] [FILE]`
 #[derive(clap::Args, Debug)]
 pub struct CheckConfigArgs {
     /// The file to check (default: --config, $COLLOC_CONFIG, /etc/slurm/colloc.toml).
     file: Option<PathBuf>,
+    /// Also make what jobs need before they come (root, at install and at boot, before
+    /// slurmd starts): state_dir with its directories and a lock file per GPU, and run_dir
+    /// as a tmpfs of its own capped at run_dir_size_mib and run_dir_inodes.
+    #[arg(long)]
+    fix: bool,
 }
 
 fn parse_mode(s: &str) -> anyhow::Result<Mode> {
@@ -469,8 +474,10 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
     for w in &report.warnings {
         errln!("colloc: warning: {w}");
     }
-    if report.jobs.is_empty() {
+    if report.jobs.is_empty() && report.leftovers.is_empty() {
         outln!("nothing to restore");
+    } else if report.jobs.is_empty() {
+        outln!("no journal to restore");
     } else {
         outln!(
             "restored job(s) {:?}: {} MIG instance(s) destroyed, {} MPS daemon(s) stopped{}",
@@ -494,9 +501,19 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
             q.moved_to.display()
         );
     }
+    // What earlier epilogs moved aside and this restore could not remove either: named,
+    // and the exit code says it is not done.
+    for left in &report.leftovers {
+        errln!(
+            "colloc: {} could not be removed: {}; it stays (a process of its user may \
+             still use it, or it holds another user's files): remove it by hand",
+            left.path.display(),
+            left.why
+        );
+    }
     // Something outside colloc still holding instances keeps their journal: core has said
     // what holds which GPU (one warning line each); the exit code says it is not done.
-    if report.quarantined.is_empty() && report.held.is_empty() {
+    if report.quarantined.is_empty() && report.held.is_empty() && report.leftovers.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(1))
@@ -512,6 +529,10 @@ pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> 
     refuse_unsafe_paths(&cfg)?;
     let mut warnings = node_checks(&cfg, &path)?;
     warnings.extend(config_warnings(&cfg)?);
+    if a.fix {
+        warnings.extend(fix(&cfg)?);
+    }
+    warnings.extend(space_warnings(&cfg));
     let allowed: Vec<&str> = cfg.allowed_modes.iter().map(|k| k.as_str()).collect();
     outln!(
         "{}: ok (version {}, allowed modes: {}, default {})",
@@ -566,6 +587,67 @@ fn node_checks(cfg: &Config, path: &std::path::Path) -> anyhow::Result<Vec<Strin
         return Err(bad_input(problem));
     }
     Ok(warnings)
+}
+
+/// `check-config --fix`: make `state_dir` with its directories and each GPU's lock file
+/// (so no prolog has to make one on a full disk), and mount a capped tmpfs at `run_dir`
+/// where it is not a file system of its own yet and holds no job's files. Prints what it
+/// made; returns warnings for what it could not do that jobs can live without.
+fn fix(cfg: &Config) -> anyhow::Result<Vec<String>> {
+    use colloc_core::gpu::GpuControl as _;
+    let mut warnings = Vec::new();
+    let uuids: Vec<String> = match open_gpus(cfg).and_then(|g| Ok(g.gpus()?)) {
+        Ok(list) => list.into_iter().map(|g| g.uuid).collect(),
+        Err(e) => {
+            warnings.push(format!(
+                "no GPU lock files made ({e:#}): each prolog makes its GPUs' lock files then"
+            ));
+            Vec::new()
+        }
+    };
+    for p in journal::prepare(cfg, &uuids).context("cannot prepare state_dir")? {
+        outln!("made {}", p.display());
+    }
+    let run =
+        colloc_core::fs::Dir::create_trusted(&cfg.run_dir, 0o755).context("cannot make run_dir")?;
+    if colloc_core::sharedfs::is_mount_point(&cfg.run_dir) == Some(false) {
+        if run.entries()?.is_empty() {
+            let options = format!(
+                "size={}m,nr_inodes={},mode=0755",
+                cfg.run_dir_size_mib, cfg.run_dir_inodes
+            );
+            colloc_core::sys::mount_tmpfs(&cfg.run_dir, &options)
+                .with_context(|| format!("cannot mount a tmpfs at {}", cfg.run_dir.display()))?;
+            outln!("mounted a tmpfs at {} ({options})", cfg.run_dir.display());
+        } else {
+            warnings.push(format!(
+                "run_dir {} holds files (jobs may be running): no tmpfs mounted over them; \
+                 run `colloc check-config --fix` again when the node is idle (at boot)",
+                cfg.run_dir.display()
+            ));
+        }
+    }
+    Ok(warnings)
+}
+
+/// Warnings about room: `state_dir` and `run_dir` on a file system users can fill, and a
+/// `run_dir` that is not a (capped) file system of its own.
+fn space_warnings(cfg: &Config) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if colloc_core::sharedfs::is_mount_point(&cfg.run_dir) != Some(true) {
+        warnings.push(format!(
+            "run_dir {} is not a file system of its own: the jobs' MPS directories have no \
+             cap but that of the file system it lies on; `colloc check-config --fix` mounts \
+             a tmpfs there of run_dir_size_mib = {} MiB and run_dir_inodes = {}",
+            cfg.run_dir.display(),
+            cfg.run_dir_size_mib,
+            cfg.run_dir_inodes
+        ));
+    }
+    for (key, path) in [("state_dir", &cfg.state_dir), ("run_dir", &cfg.run_dir)] {
+        warnings.extend(colloc_core::sharedfs::warning(key, path));
+    }
+    warnings
 }
 
 /// What check-config warns about; an `nvml_library` path that does not exist is an error.

@@ -53,8 +53,18 @@ impl Global {
             .unwrap_or_else(|| PathBuf::from(colloc_core::config::DEFAULT_PATH))
     }
 
-    /// Load the node configuration; a bad file is bad input (exit 2).
+    /// Load the node configuration; a bad file is bad input (exit 2). As root, only one
+    /// that no one else can change, naming a library and a program no one else can change
+    /// ([`colloc_core::config::Config::load_for_caller`]): whoever writes it would choose
+    /// what root loads or runs.
     pub fn load_config(&self) -> anyhow::Result<colloc_core::config::Config> {
-        colloc_core::config::Config::load(&self.config_path()).map_err(|e| bad_input(e.to_string()))
+        use colloc_core::config::{Config, ConfigError};
+        Config::load_for_caller(&self.config_path()).map_err(|e| match e {
+            ConfigError::Unsafe(_) => bad_input(format!(
+                "{e}; as root colloc uses only a configuration, nvml_library and mps_control \
+                 that no one but root can change (run it as the file's owner instead)"
+            )),
+            e => bad_input(e.to_string()),
+        })
     }
 }

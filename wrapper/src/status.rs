@@ -198,6 +198,33 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
         }
         None => {}
     }
+    // Trees earlier epilogs could not remove and moved to run_dir/.leftovers.
+    let mut leftovers_error = None;
+    let leftovers: Vec<String> = match colloc_core::rundir::leftovers(cfg) {
+        Ok(list) => list.iter().map(|p| p.display().to_string()).collect(),
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            leftovers_error = Some(format!(
+                "needs root to read {}",
+                cfg.run_dir.join(colloc_core::rundir::LEFTOVERS).display()
+            ));
+            Vec::new()
+        }
+        Err(e) => {
+            errors.push(format!("leftovers: {e}"));
+            leftovers_error = Some(e.to_string());
+            Vec::new()
+        }
+    };
+    for l in &leftovers {
+        let _ = writeln!(
+            text,
+            "LEFTOVER FILES: {l} could not be removed after its job; `colloc restore --all` \
+             tries again (and so does every prolog)"
+        );
+    }
+    if let Some(e) = &leftovers_error {
+        let _ = writeln!(text, "leftovers: {e}");
+    }
     // Who may hold a marked GPU: processes with NVIDIA device files open (DCGM's
     // nv-hostengine, dcgm-exporter, a process with a leftover NVML handle).
     let users = if marked.is_empty() {
@@ -237,6 +264,14 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
         }
         if let Some(e) = &journals_error {
             v["journals_error"] = json!(e);
+        }
+        v["leftovers"] = if leftovers_error.is_some() {
+            Value::Null
+        } else {
+            json!(leftovers)
+        };
+        if let Some(e) = &leftovers_error {
+            v["leftovers_error"] = json!(e);
         }
         if !marked.is_empty() {
             v["device_users"] = json!(users);

@@ -960,3 +960,209 @@ fn check_config_refuses_a_run_dir_the_jobs_user_cannot_reach() {
         );
     }
 }
+
+/// Issue 23: root's `status` and `plan --gpu` load NVML, so as root they read only a
+/// configuration no one else can change, naming a library no one else can change.
+#[test]
+fn status_and_plan_as_root_refuse_a_users_config_and_library() {
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        return; // Only root is held to it; a user's own config hurts only that user.
+    }
+    let n = Node::new("H200");
+    // The fake library, copied where a user could change it.
+    let open = n.dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    chmod(&open, 0o777);
+    let lib = open.join("libnvidia-ml.so.1");
+    std::fs::copy(fake_lib(), &lib).unwrap();
+    // A user's own file (nobody's), naming that library.
+    let user_cfg = n.dir.path().join("user.toml");
+    let body = format!(
+        "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\nnvml_library = \"{1}\"\n\
+         node_comment = false\n",
+        n.dir.path().display(),
+        lib.display()
+    );
+    std::fs::write(&user_cfg, &body).unwrap();
+    std::os::unix::fs::chown(&user_cfg, Some(65534), Some(65534)).unwrap();
+    let run = |cfg: &Path, args: &[&str]| {
+        Command::cargo_bin("colloc")
+            .unwrap()
+            .env("COLLOC_FAKE_NVML_STATE", n.state())
+            .env_remove("COLLOC_CONFIG")
+            .arg("--config")
+            .arg(cfg)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["plan", "mig:3g", "--gpu", "0"],
+    ] {
+        let err = one_line_error(&run(&user_cfg, args), 2);
+        assert!(err.contains("owned by uid 65534"), "{args:?}: {err}");
+        assert!(err.contains("as root colloc uses only"), "{args:?}: {err}");
+    }
+    // Root's own file naming the library in the open directory: refused, not loaded.
+    let root_cfg = n.dir.path().join("root.toml");
+    std::fs::write(&root_cfg, &body).unwrap();
+    for args in [&["status"][..], &["plan", "mps:2", "--gpu", "0"]] {
+        let err = one_line_error(&run(&root_cfg, args), 2);
+        assert!(
+            err.contains("open is not safe") && err.contains("(mode 0777)"),
+            "{args:?}: {err}"
+        );
+    }
+    // The same library in a directory only root can change is used.
+    std::fs::remove_file(&lib).unwrap();
+    chmod(&open, 0o755);
+    std::fs::copy(fake_lib(), &lib).unwrap();
+    let out = run(&root_cfg, &["plan", "mps:2", "--gpu", "0"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// Issue 23: `check-config --fix` makes the GPUs' lock files before any job (a prolog
+/// never has to make one on a full disk) and mounts run_dir as a capped tmpfs of its own;
+/// check-config warns about file systems users can fill.
+#[test]
+fn check_config_fix_makes_lock_files_and_a_capped_run_dir() {
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        return; // mounting takes root
+    }
+    let n = Node::new("A100-40GB,H200");
+    let cfg = n.dir.path().join("colloc.toml");
+    let body = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{body}run_dir_size_mib = 8\nrun_dir_inodes = 500\n"),
+    )
+    .unwrap();
+    let run = n.dir.path().join("run");
+    // Unmounted whatever happens below.
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(run.clone());
+    let out = n.colloc(&["check-config"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("is not a file system of its own"), "{err}");
+    assert!(
+        err.contains("state_dir") && err.contains("shares a file system with"),
+        "{err}"
+    );
+    let out = n.colloc(&["check-config", "--fix"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(stdout.contains("mounted a tmpfs at"), "{stdout}");
+    let locks: Vec<_> = std::fs::read_dir(n.dir.path().join("state/locks"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(locks.len(), 2, "{locks:?}");
+    assert!(locks.iter().all(|l| l.ends_with(".lock")), "{locks:?}");
+    let vfs = rustix::fs::statvfs(&run).unwrap();
+    assert_eq!(vfs.f_files, 500, "the inode cap");
+    assert_eq!(vfs.f_blocks * vfs.f_frsize, 8 << 20, "the size cap");
+    let m = std::fs::metadata(&run).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777,
+        0o755
+    );
+    // Again: nothing left to make, nothing mounted twice; no warning about run_dir now.
+    let out = n.colloc(&["check-config", "--fix"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("made"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("mounted"),
+        "{}",
+        text(&out)
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!err.contains("run_dir"), "{err}");
+    // Jobs work on it.
+    let out = n.colloc(&["apply", "naive", "--gpu", "0", "--job", "70"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = n.colloc(&["restore", "--job", "70"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// Issue 23: what earlier epilogs moved to run_dir/.leftovers is shown by `status`
+/// (text and JSON); `restore --all` removes what it can, names the rest and exits 1 while
+/// anything remains.
+#[test]
+fn leftovers_are_shown_and_restore_all_says_what_it_could_not_remove() {
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        return; // a tree its user cannot remove takes root to make
+    }
+    let n = Node::new("H200");
+    let run = n.dir.path().join("run");
+    let left = run.join(".leftovers");
+    std::fs::create_dir_all(&left).unwrap();
+    chmod(&run, 0o755);
+    chmod(&left, 0o700);
+    // One tree its user can remove, one with another user's directory inside.
+    for (name, stuck) in [("job-8.1700000000.0", false), ("job-9.1700000000.0", true)] {
+        let log = left.join(name).join("gpu0/log");
+        std::fs::create_dir_all(log.join("sub")).unwrap();
+        std::fs::write(log.join("sub/f"), "x").unwrap();
+        for p in [log.clone(), log.join("sub"), log.join("sub/f")] {
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        }
+        if stuck {
+            std::os::unix::fs::chown(log.join("sub"), Some(0), Some(0)).unwrap();
+        }
+    }
+    let human = String::from_utf8_lossy(&n.colloc(&["status"]).stdout).into_owned();
+    assert!(
+        human.contains("LEFTOVER FILES") && human.contains("job-8.1700000000.0"),
+        "{human}"
+    );
+    assert!(human.contains("job-9.1700000000.0"), "{human}");
+    let v = n.status();
+    assert_eq!(v["leftovers"].as_array().unwrap().len(), 2, "{v}");
+
+    let out = n.colloc(&["restore", "--all"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.contains("job-9.1700000000.0 could not be removed")
+            && err.contains("Permission denied"),
+        "{err}"
+    );
+    assert!(!err.contains("job-8"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("nothing to restore"));
+    assert!(
+        !left.join("job-8.1700000000.0").exists(),
+        "removed what it could"
+    );
+    let v = n.status();
+    assert_eq!(
+        v["leftovers"],
+        serde_json::json!([left.join("job-9.1700000000.0").display().to_string()])
+    );
+    // Again: still there, still exit 1 (not "nothing to restore", 0, every time).
+    assert_eq!(n.colloc(&["restore", "--all"]).status.code(), Some(1));
+    // Once its obstacle is gone, it goes, and all is well.
+    std::os::unix::fs::chown(
+        left.join("job-9.1700000000.0/gpu0/log/sub"),
+        Some(65534),
+        Some(65534),
+    )
+    .unwrap();
+    let out = n.colloc(&["restore", "--all"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!left.exists());
+    let v = n.status();
+    assert_eq!(v["leftovers"], serde_json::json!([]));
+}

@@ -310,6 +310,51 @@ fn fifty_thousand_levels_are_removed() {
     );
 }
 
+/// Issue 23: there is no depth limit (it was 131,072 levels). The tree is built by its
+/// owner, an unprivileged user, with mkdirat/openat in a loop, as an attacker would.
+#[test]
+fn a_tree_deeper_than_the_old_limit_built_by_a_user_is_removed() {
+    const LEVELS: u32 = 140_000;
+    let tmp = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    chmod(tmp.path(), 0o755);
+    let d = Dir::open_trusted(tmp.path()).unwrap();
+    let leaf = tmp.path().join("leaf");
+    std::fs::create_dir(&leaf).unwrap();
+    let (uid, gid) = if root() {
+        (65534, 65534)
+    } else {
+        (sys::euid(), sys::gid())
+    };
+    std::os::unix::fs::chown(&leaf, Some(uid), Some(gid)).unwrap();
+    let top = rustix::fs::open(&leaf, DIR_FLAGS, Mode::empty()).unwrap();
+    let end = sys::run_forked_as(uid, gid, soon(), &mut || {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let Ok(mut fd) = rustix::fs::openat(&top, c".", flags, Mode::empty()) else {
+            return 1;
+        };
+        for _ in 0..LEVELS {
+            if rustix::fs::mkdirat(&fd, c"d", Mode::RWXU).is_err() {
+                return 2;
+            }
+            match rustix::fs::openat(&fd, c"d", flags, Mode::empty()) {
+                Ok(next) => fd = next,
+                Err(_) => return 3,
+            }
+        }
+        0
+    })
+    .unwrap();
+    assert_eq!(end, ChildEnd::Exited(0), "the user built the tree");
+    assert_eq!(std::fs::metadata(&leaf).unwrap().uid(), uid);
+    let t = Instant::now();
+    d.remove_tree("leaf", 0, soon()).unwrap();
+    assert!(!leaf.exists());
+    eprintln!(
+        "removed {LEVELS} levels in {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
+}
+
 #[test]
 fn a_removal_past_its_deadline_is_stopped_and_says_so() {
     let tmp = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());

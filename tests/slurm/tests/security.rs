@@ -33,8 +33,16 @@ fn main() {
         ),
         ("a_symlink_spinner_never_wins_against_mps_prologs", spinner),
         (
-            "a_tree_fifty_thousand_deep_is_removed_without_draining",
+            "a_tree_deeper_than_131072_levels_is_removed_without_draining",
             deep_tree,
+        ),
+        (
+            "a_full_state_dir_neither_stops_the_epilog_nor_drains_the_node",
+            full_state_dir,
+        ),
+        (
+            "a_setsid_writer_left_in_the_job_dir_is_killed_and_the_dir_removed",
+            setsid_writer,
         ),
         (
             "a_full_run_dir_refuses_the_next_job_not_the_node",
@@ -400,19 +408,169 @@ fn spinner(c: &Cluster) {
     assert_node_clean(c, &before);
 }
 
-/// Finding 3: a tree 50,000 directories deep in the job's log directory. run_dir is a
-/// tmpfs (/run) on real nodes: so it is here, in the node's namespace.
+/// Finding 3 (issue 11), and issue 23 finding 5: a tree 140,000 directories deep in the
+/// job's log directory, past the 131,072 levels removal used to stop at. run_dir is a
+/// tmpfs (/run) on real nodes: so it is here, in the node's namespace. The epilog removes
+/// it within its 5 s, or moves it aside for the next prolog or `restore --all` (each
+/// attempt removes from the bottom up, so each makes progress); it goes in the end, and
+/// the node stays in service throughout.
 fn deep_tree(c: &Cluster) {
     let before = c.gpu_layout();
     let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=256m,mode=0755");
     let user = as_user(ATTACKER);
     let id = c.submit(
         &args(&["--colloc=mps", "--gres=gpu:1"], &user),
-        r#"cd "$CUDA_MPS_LOG_DIRECTORY" && perl -e 'for (1..50000) { mkdir "d" or die "mkdir: $!"; chdir "d" or die "chdir: $!" }' && echo DEEP=done"#,
+        r#"cd "$CUDA_MPS_LOG_DIRECTORY" && perl -e 'for (1..140000) { mkdir "d" or die "mkdir: $!"; chdir "d" or die "chdir: $!" }' && echo DEEP=done"#,
     );
     let end = c.wait_done(id);
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
     assert_eq!(c.job_vars(id).get("DEEP").map(String::as_str), Some("done"));
+    assert_eq!(c.node_state(), "idle", "{}", c.node_reason());
+    let left = run_dir_entries(c);
+    assert!(left.iter().all(|e| e == ".leftovers"), "{left:?}");
+    let mut out = None;
+    for _ in 0..10 {
+        if run_dir_entries(c).is_empty() {
+            break;
+        }
+        // In the node's namespace, where run_dir is the tmpfs.
+        let o = c.nodes()[0]
+            .command(colloc_slurm_tests::colloc_bin())
+            .args(["restore", "--all"])
+            .output()
+            .unwrap();
+        println!(
+            "restore --all: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+        out = Some(o);
+    }
+    assert!(
+        run_dir_entries(c).is_empty(),
+        "never removed: {:?}",
+        out.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+    );
+    assert_node_clean(c, &before);
+}
+
+/// Issue 23, finding 4: a job fills the inodes of the file system that holds state_dir
+/// (through a directory users can write on it, as /var/tmp often is). The epilogs' journal
+/// writes fail, yet they undo what their jobs had (a MIG layout, an MPS daemon) and the
+/// node stays in service; the next job's prolog cannot write its journal and refuses it
+/// (its tasks fail with why), not the node; once there is room, jobs run again.
+fn full_state_dir(c: &Cluster) {
+    let before = c.gpu_layout();
+    let state = c.dir().join("state");
+    let _fs = NodeMount::tmpfs(c, &state, "size=4m,nr_inodes=64,mode=0755");
+    let shared = c.node_path(&state).join("shared-tmp");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let user = as_user(ATTACKER);
+    let go = c.jobs_dir().join("full-state-go");
+    let wait_go = format!("while [ ! -e {} ]; do sleep 0.1; done\n", go.display());
+    let mig_ready = c.jobs_dir().join("full-state-mig");
+    let mig = c.submit(
+        &args(&["--colloc=mig:3g", "--gres=gpu:1"], &user),
+        &format!(
+            "echo MODE=$COLLOC_MODE\ntouch {}\n{wait_go}",
+            mig_ready.display()
+        ),
+    );
+    c.wait_for_file(mig, &mig_ready);
+    assert_ne!(c.gpu_layout(), before, "the MIG job has its instances");
+    let filled = c.jobs_dir().join("full-state-filled");
+    let mps = c.submit(
+        &args(&["--colloc=mps", "--gres=gpu:1"], &user),
+        &format!(
+            r#"echo PIPES=$COLLOC_MPS_PIPES
+echo DAEMON=$(cat "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid")
+cd {shared} || exit 1
+i=0; while touch f$i 2>/dev/null; do i=$((i+1)); done
+echo FILLED=$i
+touch {filled}
+{wait_go}"#,
+            shared = state.join("shared-tmp").display(),
+            filled = filled.display()
+        ),
+    );
+    c.wait_for_file(mps, &filled);
+    assert!(
+        std::fs::write(c.node_path(&state).join("probe"), "").is_err(),
+        "the file system is not full"
+    );
+    std::fs::write(&go, "").unwrap();
+    for id in [mig, mps] {
+        let end = wait_job_end(c, id);
+        assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    }
+    let vars = c.job_vars(mps);
+    let daemon: u32 = vars["DAEMON"].parse().expect("the daemon's pid");
+    assert_gone(&[daemon]);
+    for p in pipes_of(&vars) {
+        assert!(processes_of_pipe_dir(&p).is_empty(), "daemon of {p} left");
+    }
+    assert_eq!(
+        c.gpu_layout(),
+        before,
+        "the MIG instances were not destroyed"
+    );
+    assert_eq!(c.node_state(), "idle", "{}", c.node_reason());
+    // Still full (the journals' inodes went to the filler's neighbours? fill again).
+    let refill = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd {} && i=0; while touch g$i 2>/dev/null; do i=$((i+1)); done",
+            shared.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(refill.success());
+    let victim = as_user(VICTIM);
+    let id = c.submit(
+        &args(&["--colloc=mps", "--gres=gpu:1"], &victim),
+        "echo RAN",
+    );
+    let end = wait_job_end(c, id);
+    assert_eq!(end.state, "FAILED", "{end:?}");
+    assert!(!c.job_out(id).contains("RAN"), "the refused job ran");
+    let err = c.job_err(id);
+    assert!(err.contains("no record of this job's prolog"), "{err}");
+    assert!(!c.node_state().contains("drain"), "{}", c.node_reason());
+    // Room again: jobs run.
+    std::fs::remove_dir_all(&shared).unwrap();
+    let id = c.submit(
+        &args(&["--colloc=mps", "--gres=gpu:1"], &victim),
+        "echo RAN",
+    );
+    let end = wait_job_end(c, id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    assert!(c.job_out(id).contains("RAN"));
+    assert_eq!(c.node_state(), "idle", "{}", c.node_reason());
+    assert!(c.journals().is_empty(), "journals left: {:?}", c.journals());
+    assert!(run_dir_entries(c).is_empty(), "{:?}", run_dir_entries(c));
+}
+
+/// Issue 23, finding 5: a `setsid` writer whose working directory is the job's log
+/// directory keeps creating files after the job (where the job's processes outlive it:
+/// without proctrack/cgroup). The epilog kills it (a process of the job's user holding
+/// the directory) and removes the tree; nothing is moved aside for it to fill.
+fn setsid_writer(c: &Cluster) {
+    let before = c.gpu_layout();
+    let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=64m,nr_inodes=100000,mode=0755");
+    let user = as_user(ATTACKER);
+    let id = c.submit(
+        &args(&["--colloc=mps", "--gres=gpu:1"], &user),
+        r#"cd "$CUDA_MPS_LOG_DIRECTORY" || exit 1
+setsid sh -c 'i=0; while :; do i=$((i+1)); mkdir d$i 2>/dev/null; true >d$i/f 2>/dev/null; done' </dev/null >/dev/null 2>&1 &
+echo WRITER=$!
+sleep 1
+"#,
+    );
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let writer: u32 = c.job_vars(id)["WRITER"].parse().expect("the writer's pid");
+    assert!(!pid_alive(writer), "the writer {writer} still runs");
+    // Removed, not moved aside: run_dir is empty (no .leftovers).
     assert_node_clean(c, &before);
 }
 

@@ -322,7 +322,8 @@ pub fn report_dir(
 
 /// The node configuration, if there is one.
 pub fn config(g: &crate::Global) -> Option<colloc_core::config::Config> {
-    match colloc_core::config::Config::load(&g.config_path()) {
+    // As root, only a configuration no one else can change (else the defaults).
+    match colloc_core::config::Config::load_for_caller(&g.config_path()) {
         Ok(c) => Some(c),
         Err(e) => {
             log::debug!("no node configuration ({e}); using defaults");

@@ -1,0 +1,244 @@
+//! Processes of a job's user that keep its directory under `run_dir` busy: their working
+//! or root directory, or a descriptor they hold, lies inside it. A process left behind by
+//! the job (`setsid`, outside the job's cgroup) can keep adding files there after the job
+//! ended, past any cleanup deadline; the epilog kills it before it removes the tree or
+//! moves it aside ([`crate::rundir`]).
+//!
+//! Who is killed follows `SECURITY.md`, rule 7: only processes whose real, effective,
+//! saved and file-system user ids are all the tree's user (never root, never a set-uid
+//! program), each pinned with a pidfd before it is inspected and killed through it, so a
+//! reused pid is never hit. Whether a directory lies inside the tree is decided by device
+//! and inode, climbing `..` from the process's own directory (opened through `/proc`
+//! with `O_PATH`, nothing followed on the way), not by path, so it holds for processes in
+//! the job's mount namespace too.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::sys::PidHandle;
+
+/// Identity of a directory: device and inode.
+pub type DirId = (u64, u64);
+
+const UP: OFlags = OFlags::PATH
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Does the directory `fd` lie inside (or is it) the directory `top`? Climbs `..` until it
+/// meets `top`, leaves `top`'s device, reaches a root, or `deadline` passes.
+fn inside(fd: OwnedFd, top: DirId, deadline: Instant) -> bool {
+    let mut cur = fd;
+    let mut steps = 0u64;
+    loop {
+        let Ok(st) = rustix::fs::fstat(&cur) else {
+            return false;
+        };
+        if (st.st_dev, st.st_ino) == top {
+            return true;
+        }
+        if st.st_dev != top.0 {
+            return false;
+        }
+        steps += 1;
+        if steps.is_multiple_of(4096) && Instant::now() >= deadline {
+            return false;
+        }
+        let Ok(up) = rustix::fs::openat(cur.as_fd(), c"..", UP, Mode::empty()) else {
+            return false;
+        };
+        let Ok(ust) = rustix::fs::fstat(&up) else {
+            return false;
+        };
+        if (ust.st_dev, ust.st_ino) == (st.st_dev, st.st_ino) {
+            return false; // a root
+        }
+        cur = up;
+    }
+}
+
+/// Is a `/proc/<pid>/…` link (cwd, root, fd/N) a directory inside `top`?
+fn link_inside(link: &Path, top: DirId, deadline: Instant) -> bool {
+    // O_PATH of the magic link opens what it stands for (as root) without reading it.
+    match rustix::fs::open(
+        link,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => inside(fd, top, deadline),
+        Err(_) => false,
+    }
+}
+
+/// Does process `pid` hold something inside `top` (its cwd, its root, an open directory,
+/// or an open file whose path lies under `top_path` on `top`'s device)?
+fn holds(pid: u32, top: DirId, top_path: &Path, deadline: Instant) -> bool {
+    let base = Path::new("/proc").join(pid.to_string());
+    if link_inside(&base.join("cwd"), top, deadline)
+        || link_inside(&base.join("root"), top, deadline)
+    {
+        return true;
+    }
+    let Ok(fds) = std::fs::read_dir(base.join("fd")) else {
+        return false;
+    };
+    for fd in fds.flatten() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        let link = fd.path();
+        let Ok(st) = rustix::fs::stat(&link) else {
+            continue;
+        };
+        if st.st_dev != top.0 {
+            continue;
+        }
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+            if link_inside(&link, top, deadline) {
+                return true;
+            }
+        } else if std::fs::read_link(&link).is_ok_and(|p| p.starts_with(top_path)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The processes of `uid` (not root) that hold something inside the directory `top`
+/// (at `top_path`), each pinned before it was inspected and alive after.
+pub fn holders(uid: u32, top: DirId, top_path: &Path, deadline: Instant) -> Vec<PidHandle> {
+    if uid == 0 {
+        return Vec::new();
+    }
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in entries.flatten() {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Some(handle) = PidHandle::open(pid) else {
+            continue;
+        };
+        if !crate::mps::runs_wholly_as(pid, uid) || !holds(pid, top, top_path, deadline) {
+            continue;
+        }
+        if handle.signal(0) {
+            found.push(handle);
+        }
+    }
+    found
+}
+
+/// SIGKILL the processes of each of `uids` that hold something inside `top`, and wait
+/// for them to go until `deadline`. Returns the pids killed.
+pub fn kill_holders(uids: &[u32], top: DirId, top_path: &Path, deadline: Instant) -> Vec<u32> {
+    let mut procs = Vec::new();
+    for &uid in uids {
+        procs.extend(holders(uid, top, top_path, deadline));
+    }
+    for p in &procs {
+        log::warn!(
+            "killing process {} of the job's user: it keeps {} busy",
+            p.pid(),
+            top_path.display()
+        );
+        p.signal(libc::SIGKILL);
+    }
+    while Instant::now() < deadline && procs.iter().any(|p| !p.gone()) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    procs.iter().map(PidHandle::pid).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    fn id_of(p: &Path) -> DirId {
+        let st = rustix::fs::stat(p).unwrap();
+        (st.st_dev, st.st_ino)
+    }
+
+    #[test]
+    fn processes_with_cwd_or_a_descriptor_inside_are_found_and_killed_only_those() {
+        if crate::sys::euid() != 0 {
+            return; // other users' processes: root's view only
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            tmp.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let top = tmp.path().join("job-1");
+        let deep = top.join("gpu0/log/a/b");
+        std::fs::create_dir_all(&deep).unwrap();
+        let outside = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&outside).unwrap();
+        for p in [&top.join("gpu0/log"), &deep, &top.join("gpu0/log/a")] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+        let spawn = |dir: &Path, script: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .current_dir(dir)
+                .uid(65534)
+                .gid(65534)
+                .spawn()
+                .unwrap()
+        };
+        // cwd inside; a directory descriptor inside (cwd elsewhere); neither.
+        let mut in_cwd = spawn(&deep, "exec sleep 60");
+        let mut in_fd = spawn(
+            &outside,
+            &format!("exec 3<{} ; exec sleep 60", deep.display()),
+        );
+        let mut away = spawn(&outside, "exec sleep 60");
+        // Let the shells reach their exec.
+        let wait_exec = |pid: u32| {
+            for _ in 0..500 {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                if comm.trim() == "sleep" {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        for c in [&in_cwd, &in_fd, &away] {
+            wait_exec(c.id());
+        }
+        let soon = Instant::now() + Duration::from_secs(10);
+        let mut found: Vec<u32> = holders(65534, id_of(&top), &top, soon)
+            .iter()
+            .map(PidHandle::pid)
+            .collect();
+        found.sort_unstable();
+        let mut want = vec![in_cwd.id(), in_fd.id()];
+        want.sort_unstable();
+        assert_eq!(found, want);
+        // Nobody else's: not root's processes, whatever they hold.
+        assert!(holders(0, id_of(&top), &top, soon).is_empty());
+        let killed = kill_holders(&[65534], id_of(&top), &top, soon);
+        assert_eq!(killed.len(), 2);
+        assert!(in_cwd.wait().is_ok() && in_fd.wait().is_ok());
+        assert!(
+            away.try_wait().unwrap().is_none(),
+            "the one outside runs on"
+        );
+        let _ = away.kill();
+        let _ = away.wait();
+    }
+}
