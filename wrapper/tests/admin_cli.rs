@@ -33,9 +33,14 @@ impl Node {
         // The job's user passes through it to run_dir's MPS directories.
         chmod(dir.path(), 0o755);
         // node_comment off: these tests run no Slurm (the real-Slurm suite tests it).
+        // [mig]: the device files of instances from the fake driver's capability tree
+        // (beside its state file) into a folder of the test's.
         let cfg = format!(
             "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\nnvml_library = \"{1}\"\n\
-             node_comment = false\n",
+             node_comment = false\n[mig]\ncaps_dev_dir = \"{0}/dev/nvidia-caps\"\n\
+             caps_proc_dir = \"{0}/proc/driver/nvidia/capabilities\"\n\
+             mig_minors = \"{0}/proc/driver/nvidia-caps/mig-minors\"\n\
+             proc_devices = \"{0}/proc/devices\"\nnvidia_modprobe = \"{0}/no-nvidia-modprobe\"\n",
             dir.path().display(),
             fake_lib().display()
         );

@@ -1652,6 +1652,7 @@ mod tests {
                     call: 2,
                     code: "NVML_ERROR_GPU_IS_LOST".into(),
                     seen: 0,
+                    times: 1,
                 },
             );
             Ok(())
