@@ -86,9 +86,30 @@ fn minors_key(cap: &str) -> String {
     cap.replacen("/mig/", "/", 1)
 }
 
+/// Read a file the driver publishes: a regular file (not through a link at its name)
+/// that root owns and only root may change, size-capped. The directories above are not
+/// walked: procfs is the kernel's, and what is read here only ever names a minor and a
+/// mode root's own files state (a file swapped in from elsewhere in the tree makes at most
+/// another capability's device file with the driver's mode, never a more open one).
 fn read_root_file(path: &Path) -> Result<String, String> {
-    let file = crate::fs::open_trusted_file(path).map_err(|e| e.to_string())?;
-    let bytes = crate::fs::read_file_capped(file, path, READ_LIMIT).map_err(|e| e.to_string())?;
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", path.display()))?;
+    let regular =
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+    if !regular || st.st_uid != 0 || st.st_mode & 0o022 != 0 {
+        return Err(format!(
+            "{} is not a regular file only root can change",
+            path.display()
+        ));
+    }
+    let bytes = crate::fs::read_file_capped(std::fs::File::from(fd), path, READ_LIMIT)
+        .map_err(|e| e.to_string())?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 

@@ -26,16 +26,26 @@ fn admin_hint(gpu: u32) -> String {
 
 /// A job refused because the driver keeps answering `e`.
 pub(super) fn driver_refusal(cfg: &Config, gpu: u32, doing: &str, e: &GpuError) -> Failure {
+    let answer = answer_name(e);
     if e.is_no_permission() {
         return Failure::Refuse(format!(
-            "GPU {gpu}: the driver refuses MIG control to root ({e}); {}",
+            "GPU {gpu}: the driver refuses MIG control to root: {answer} ({e}); {}",
             devfiles::no_permission_hint(cfg)
         ));
     }
     Failure::Refuse(format!(
-        "GPU {gpu}: {doing}: the driver answered {e}; the GPU was left as it was; {}",
+        "GPU {gpu}: {doing}: the driver answered {answer} ({e}); the GPU was left as it \
+         was; {}",
         admin_hint(gpu)
     ))
+}
+
+/// What the driver answered, as nvml.h names it.
+fn answer_name(e: &GpuError) -> &'static str {
+    match e {
+        GpuError::Call { code, .. } => crate::gpu::nvml_code_name(*code),
+        _ => "an error",
+    }
 }
 
 fn overlaps(a: Placement, b: Placement) -> bool {
@@ -122,7 +132,7 @@ fn create_one(
         if !retry::is_transient(Op::Create, &e) {
             return Err(driver_refusal(cfg, index, &doing, &e));
         }
-        log::info!("GPU {index}: {doing}: {e}");
+        log::info!("GPU {index}: {doing}: {} ({e})", answer_name(&e));
         if e.is_insufficient_resources() {
             if let Some(other) = free_placement(ctl, j, gi, k, &tried) {
                 log::info!(

@@ -58,6 +58,11 @@ fn access(minor: u32, mode: u32) -> String {
 
 fn write_if_changed(path: &Path, text: &str) -> std::io::Result<()> {
     if fs::read_to_string(path).ok().as_deref() == Some(text) {
+        // As the kernel's: root's, 0644 (a test harness may have opened the folder up).
+        use std::os::unix::fs::PermissionsExt;
+        if fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o777 != 0o644) {
+            let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o644));
+        }
         return Ok(());
     }
     if let Some(d) = path.parent() {
@@ -66,6 +71,10 @@ fn write_if_changed(path: &Path, text: &str) -> std::io::Result<()> {
     // Whole files only: a reader never sees half of one.
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     fs::write(&tmp, text)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644))?;
+    }
     fs::rename(&tmp, path)
 }
 
