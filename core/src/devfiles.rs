@@ -268,13 +268,15 @@ fn run_modprobe(program: &Path, access: &Path) -> Result<(), String> {
 }
 
 fn mknod(dir: &Path, file: &Path, major: u32, access: Access) -> Result<(), String> {
-    crate::fs::check_dir_path(dir.parent().unwrap_or(dir))
-        .map_err(|e| format!("cannot make {}: {e}", file.display()))?;
     if !dir.exists() {
-        std::fs::create_dir(dir)
-            .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)))
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
             .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
     }
+    // Root makes device files only in a directory chain that is root's alone.
     crate::fs::check_dir_path(dir).map_err(|e| format!("cannot make {}: {e}", file.display()))?;
     rustix::fs::mknodat(
         rustix::fs::CWD,

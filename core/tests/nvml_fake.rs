@@ -362,6 +362,7 @@ fn failed_second_compute_instance_leaves_no_gpu_instance_behind() {
                 call: 2,
                 code: "NVML_ERROR_INSUFFICIENT_RESOURCES".into(),
                 seen: 0,
+                times: 1,
             },
         );
         Ok(())
@@ -525,11 +526,15 @@ fn a_mig_device_listed_late_is_waited_for_within_bounds() {
         st.quirks.mig_device_delay_ms = 60_000;
         Ok(())
     });
+    // The wait is what `[mig] listing_wait_s` says (default 10 s): here 1 s.
+    gpus.set_listing_wait(std::time::Duration::from_secs(1));
     let t = std::time::Instant::now();
     let err = gpus
         .create_instance(0, 19, Placement { start: 1, size: 1 })
         .expect_err("never listed in time");
     assert!(err.is_not_found(), "{err}");
+    assert!(err.to_string().contains("listing_wait_s"), "{err}");
+    assert!(t.elapsed() >= std::time::Duration::from_secs(1));
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
     let ids: Vec<u32> = fake.read().gpus[0].gis.iter().map(|g| g.id).collect();
     assert_eq!(ids, [inst.gi_id], "the failed one was undone");
@@ -644,6 +649,7 @@ fn a_crash_fault_kills_the_calling_process() {
                 call: 1,
                 code: "crash".into(),
                 seen: 0,
+                times: 1,
             },
         );
         Ok(())
