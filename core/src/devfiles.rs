@@ -140,16 +140,23 @@ pub fn instance_files(cfg: &Config, gpu: u32, gi: u32, cis: &[u32]) -> Vec<PathB
 ///
 /// # Errors
 /// One line saying which file is missing and why it could not be made.
-pub fn ensure_instance(cfg: &Config, gpu: u32, gi: u32, cis: &[u32]) -> Result<(), String> {
+/// `nvidia-modprobe` runs end by `deadline` (past it colloc uses `mknod` at once).
+pub fn ensure_instance(
+    cfg: &Config,
+    gpu: u32,
+    gi: u32,
+    cis: &[u32],
+    deadline: Instant,
+) -> Result<(), String> {
     let mut caps = vec![gi_cap(gpu, gi)];
     caps.extend(cis.iter().map(|&ci| ci_cap(gpu, gi, ci)));
     for cap in caps {
-        ensure_cap(cfg, &cap)?;
+        ensure_cap(cfg, &cap, deadline)?;
     }
     Ok(())
 }
 
-fn ensure_cap(cfg: &Config, cap: &str) -> Result<(), String> {
+fn ensure_cap(cfg: &Config, cap: &str, deadline: Instant) -> Result<(), String> {
     let access_path = cfg.mig.caps_proc_dir.join(cap);
     let access = read_root_file(&access_path)
         .map_err(|e| {
@@ -194,8 +201,12 @@ fn ensure_cap(cfg: &Config, cap: &str) -> Result<(), String> {
             access_path.display()
         ));
     }
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .min(MODPROBE_TIMEOUT);
     let made = match modprobe(cfg) {
-        Some(program) => run_modprobe(&program, &access_path),
+        Some(_) if left.is_zero() => Err("no time left for nvidia-modprobe".to_string()),
+        Some(program) => run_modprobe(&program, &access_path, left),
         None => Err("nvidia-modprobe is not installed".to_string()),
     };
     if let Err(why) = made {
@@ -238,7 +249,7 @@ fn modprobe(cfg: &Config) -> Option<PathBuf> {
     crate::fs::open_trusted_file(&p).ok().map(|_| p)
 }
 
-fn run_modprobe(program: &Path, access: &Path) -> Result<(), String> {
+fn run_modprobe(program: &Path, access: &Path, timeout: Duration) -> Result<(), String> {
     let mut cmd = Command::new(program);
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -251,7 +262,7 @@ fn run_modprobe(program: &Path, access: &Path) -> Result<(), String> {
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    let deadline = Instant::now() + MODPROBE_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {
             Ok(Some(s)) if s.success() => return Ok(()),
@@ -316,6 +327,10 @@ pub fn no_permission_hint(cfg: &Config) -> String {
 mod tests {
     use super::*;
 
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
     #[test]
     fn parses_what_the_driver_publishes() {
         assert_eq!(
@@ -373,7 +388,7 @@ mod tests {
             "Character devices:\n237 nvidia-caps\n",
         )
         .unwrap();
-        ensure_instance(&cfg, 0, 1, &[0]).unwrap();
+        ensure_instance(&cfg, 0, 1, &[0], far()).unwrap();
         for minor in [12, 13] {
             let m = std::fs::symlink_metadata(cap_file(&cfg, minor)).unwrap();
             assert!(m.file_type().is_char_device());
@@ -382,13 +397,13 @@ mod tests {
             assert_eq!(m.mode() & 0o777, 0o444);
         }
         // Again: nothing to do.
-        ensure_instance(&cfg, 0, 1, &[0]).unwrap();
+        ensure_instance(&cfg, 0, 1, &[0], far()).unwrap();
         assert_eq!(
             instance_files(&cfg, 0, 1, &[0]),
             [cap_file(&cfg, 12), cap_file(&cfg, 13)]
         );
         // No capability published: said, never silently passed.
-        let e = ensure_instance(&cfg, 0, 2, &[0]).unwrap_err();
+        let e = ensure_instance(&cfg, 0, 2, &[0], far()).unwrap_err();
         assert!(e.contains("publishes no capability"), "{e}");
         // A plain file in the device file's place is named.
         std::fs::write(cap_file(&cfg, 30), "").unwrap();
@@ -398,7 +413,7 @@ mod tests {
             "DeviceFileMinor: 30\nDeviceFileMode: 292\n",
         )
         .unwrap();
-        let e = ensure_instance(&cfg, 0, 3, &[]).unwrap_err();
+        let e = ensure_instance(&cfg, 0, 3, &[], far()).unwrap_err();
         assert!(e.contains("is not the character device"), "{e}");
     }
 }

@@ -9,9 +9,12 @@ use serde::Deserialize;
 
 /// The largest value `retry_s` and `listing_wait_s` may take.
 pub const MAX_WAIT_S: u64 = 60;
-/// The largest value `apply_budget_s` may take: with the undo ([`crate::reconfig::MIG_RESTORE_BUDGET`]),
-/// both hooks and the node record it stays well inside the advised `PrologEpilogTimeout` (300 s).
-pub const MAX_APPLY_BUDGET_S: u64 = 180;
+/// The largest value `apply_budget_s` may take.
+pub const MAX_APPLY_BUDGET_S: u64 = 120;
+/// The most `apply_budget_s` and both hooks (`2 * hook_timeout_s`) may add up to: with
+/// the undo ([`crate::reconfig::MIG_RESTORE_BUDGET`], 15 s) and the node record (5 s) the
+/// MIG part of a prolog stays at 200 s, inside the advised `PrologEpilogTimeout` (300 s).
+pub const MAX_PROLOG_MIG_S: u64 = 180;
 /// The largest value `hook_timeout_s` may take.
 pub const MAX_HOOK_TIMEOUT_S: u64 = 60;
 
@@ -164,6 +167,13 @@ impl MigConfig {
                 ));
             }
         }
+        let sum = self.apply_budget_s + 2 * self.hook_timeout_s;
+        if sum > MAX_PROLOG_MIG_S {
+            return Err(format!(
+                "mig.apply_budget_s + 2 * mig.hook_timeout_s = {sum} s: keep it at most \
+                 {MAX_PROLOG_MIG_S} s, so that a prolog stays inside PrologEpilogTimeout"
+            ));
+        }
         for (key, hook) in [
             ("mig.pre_hook", &self.pre_hook),
             ("mig.post_hook", &self.post_hook),
@@ -243,6 +253,11 @@ mod tests {
         })
         .contains("longer than mig.apply_budget_s"));
         assert!(bad(&|m| m.pre_hook = vec!["dcgm-hook".into()]).contains("absolute path"));
+        assert!(bad(&|m| {
+            m.apply_budget_s = 120;
+            m.hook_timeout_s = 60;
+        })
+        .contains("at most 180 s"));
         assert!(bad(&|m| m.caps_dev_dir = PathBuf::from("dev")).contains("mig.caps_dev_dir"));
         assert!(bad(&|m| m.nvidia_modprobe = "bin/x".into()).contains("mig.nvidia_modprobe"));
     }

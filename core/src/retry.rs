@@ -233,7 +233,7 @@ mod tests {
                 Err(call("nvmlDeviceSetMigMode", IN_USE))
             },
         );
-        assert_eq!(r.unwrap_err().to_string().contains("code 19"), true);
+        assert!(r.unwrap_err().to_string().contains("code 19"));
         assert_eq!(n.get(), 3);
     }
 }

@@ -119,13 +119,15 @@ fn create_one(
                     return Ok(());
                 }
                 // A job whose device file is missing would find no CUDA device: refused.
-                return devfiles::ensure_instance(cfg, index, gi_id, &cis).map_err(|why| {
-                    Failure::Refuse(format!(
+                return devfiles::ensure_instance(cfg, index, gi_id, &cis, deadline).map_err(
+                    |why| {
+                        Failure::Refuse(format!(
                         "GPU {index}: the MIG instance {} (GPU instance {gi_id}) has no usable \
                          device file: {why}",
                         p.profile
                     ))
-                });
+                    },
+                );
             }
             Err(e) => e,
         };
