@@ -218,7 +218,12 @@ fn ensure_cap(cfg: &Config, cap: &str, deadline: Instant) -> Result<(), String> 
                 cfg.mig.proc_devices.display()
             )
         })?;
-        mknod(&cfg.mig.caps_dev_dir, &file, major, access)?;
+        if let Err(e) = mknod(&cfg.mig.caps_dev_dir, &file, major, access) {
+            // Another prolog may have made the same file meanwhile.
+            if !device_ok(&file, Some(major), access.minor) {
+                return Err(e);
+            }
+        }
     }
     if device_ok(&file, major, access.minor) {
         log::info!("made {} for {cap}", file.display());
