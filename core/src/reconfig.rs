@@ -223,7 +223,7 @@ fn retry_marked(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) {
             spec.job,
             other.job
         );
-        match restore_within(cfg, Some(ctl), other.job, MARKED_RETRY_BUDGET) {
+        match restore_job(cfg, Some(ctl), other.job, MARKED_RETRY_BUDGET, false) {
             Ok(r) if r.held.is_empty() => log::info!(
                 "job {}: job {}'s GPU(s) restored, no longer marked",
                 spec.job,
@@ -935,6 +935,18 @@ pub fn restore_within(
     job: u32,
     budget: Duration,
 ) -> Result<RestoreReport, NodeFault> {
+    restore_job(cfg, ctl, job, budget, true)
+}
+
+/// [`restore_within`], with the `[mig]` hooks around the destroys or not (a prolog's
+/// brief retry of another job's marked GPU runs none: its time is not the hooks').
+fn restore_job(
+    cfg: &Config,
+    ctl: Option<&dyn GpuControl>,
+    job: u32,
+    budget: Duration,
+    with_hooks: bool,
+) -> Result<RestoreReport, NodeFault> {
     let uuids = |j: &Journal| {
         let mut u: Vec<String> = j.gpus.iter().map(|g| g.uuid.clone()).collect();
         u.sort();
@@ -966,7 +978,7 @@ pub fn restore_within(
         j.phase = Phase::Restoring;
         journal::write(cfg, &j)?;
     }
-    let mut report = restore_locked(cfg, ctl, &j, Instant::now() + budget, true)?;
+    let mut report = restore_locked(cfg, ctl, &j, Instant::now() + budget, with_hooks)?;
     if !report.held.is_empty() {
         keep_marked(cfg, &mut j, report.held.clone())?;
         return Ok(report);
