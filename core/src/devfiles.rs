@@ -71,7 +71,8 @@ pub fn device_major(text: &str, name: &str) -> Option<u32> {
     })
 }
 
-/// The capability of GPU instance `gi` of GPU `gpu`, relative to the capabilities root.
+/// The capability of GPU instance `gi` of the GPU whose `/dev/nvidiaN` minor is `gpu`,
+/// relative to the capabilities root.
 pub fn gi_cap(gpu: u32, gi: u32) -> String {
     format!("gpu{gpu}/mig/gi{gi}/access")
 }

@@ -326,6 +326,13 @@ pub trait GpuControl {
     /// new MIG device (`[mig] listing_wait_s`). The default ignores it.
     fn set_listing_wait(&self, _wait: std::time::Duration) {}
 
+    /// The minor of the GPU's `/dev/nvidiaN`, which numbers it in the driver's MIG
+    /// capability tree (`/proc/driver/nvidia/capabilities/gpuN`). The default, and a
+    /// driver that cannot say, is the NVML index.
+    fn device_minor(&self, gpu: u32) -> u32 {
+        gpu
+    }
+
     /// Do the instances it makes need `/dev/nvidia-caps` device files ([`crate::devfiles`])?
     /// A driver's (and the fake driver's) do; an in-memory stand-in does not.
     fn makes_device_files(&self) -> bool {

@@ -658,6 +658,13 @@ impl NvmlGpus {
 }
 
 impl GpuControl for NvmlGpus {
+    fn device_minor(&self, gpu: u32) -> u32 {
+        self.device(gpu)
+            .ok()
+            .and_then(|d| d.minor_number().ok())
+            .unwrap_or(gpu)
+    }
+
     fn set_listing_wait(&self, wait: std::time::Duration) {
         let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         self.listing_wait_ms

@@ -1284,7 +1284,7 @@ fn held_by(
                 .find(|i| i.gi_id == gi)
                 .map(|i| i.ci_ids.clone())
                 .unwrap_or_default();
-            devfiles::instance_files(cfg, gpu, gi, &cis)
+            devfiles::instance_files(cfg, ctl.device_minor(gpu), gi, &cis)
         })
         .filter_map(|p| p.to_str().map(str::to_string))
         .collect();

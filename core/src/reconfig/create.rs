@@ -119,7 +119,8 @@ fn create_one(
                     return Ok(());
                 }
                 // A job whose device file is missing would find no CUDA device: refused.
-                return devfiles::ensure_instance(cfg, index, gi_id, &cis, deadline).map_err(
+                let minor = ctl.device_minor(index);
+                return devfiles::ensure_instance(cfg, minor, gi_id, &cis, deadline).map_err(
                     |why| {
                         Failure::Refuse(format!(
                         "GPU {index}: the MIG instance {} (GPU instance {gi_id}) has no usable \
