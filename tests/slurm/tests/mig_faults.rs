@@ -54,6 +54,10 @@ fn main() {
             "a_gpu_left_broken_for_plain_jobs_drains_the_node_naming_gpu_holder_and_command",
             broken_for_plain_jobs,
         ),
+        (
+            "an_unknown_gpu_state_at_epilog_drains_with_colloc_s_reason_not_epilog_error",
+            unknown_state_at_epilog,
+        ),
     ];
     run_suite(1, Some("A100-40GB"), tests, &[]);
 }
@@ -467,7 +471,6 @@ fn hold_open(file: &Path) -> Child {
 }
 
 fn broken_for_plain_jobs(c: &Cluster) {
-    let node = c.node_names()[0].clone();
     // colloc switches MIG on for the job; the node's plain jobs expect a whole GPU.
     let _cfg = Config::mode_change(c, "");
     c.fake_ctl(&["set-mig", "--gpu", "0", "off"]);
@@ -514,6 +517,14 @@ fn broken_for_plain_jobs(c: &Cluster) {
     c.fake_ctl(&["release", "--gpu", "0", "--gi", "1"]);
     let r = c.colloc(&["restore", "--job", &id.to_string()]);
     assert!(r.status.success(), "{}", text(&r.stderr));
+    resume(c);
+    assert_eq!(c.fake_state()["gpus"][0]["mig_current"], false);
+    assert_clean(c);
+    c.fake_ctl(&["set-mig", "--gpu", "0", "on"]);
+}
+
+fn resume(c: &Cluster) {
+    let node = c.node_names()[0].clone();
     let out = c
         .slurm("scontrol")
         .args(["update", &format!("NodeName={node}"), "State=RESUME"])
@@ -523,7 +534,35 @@ fn broken_for_plain_jobs(c: &Cluster) {
     c.wait_until("the node to be idle", || {
         (c.node_state() == "idle").then_some(())
     });
-    assert_eq!(c.fake_state()["gpus"][0]["mig_current"], false);
+}
+
+fn unknown_state_at_epilog(c: &Cluster) {
+    let (id, go) = gated_job(c, &["--colloc=mig:3g", "--gres=gpu:1"]);
+    // An answer that is no busy GPU: the state of the GPU is unknown.
+    c.fake_ctl(&[
+        "fault",
+        "nvmlGpuInstanceDestroy",
+        "--code",
+        "NVML_ERROR_GPU_IS_LOST",
+    ]);
+    std::fs::write(go, b"").unwrap();
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}: {}", c.job_err(id));
+    c.wait_until("the node to drain", || {
+        c.node_state().starts_with("drain").then_some(())
+    });
+    let reason = c.node_reason();
+    assert!(
+        reason.contains(&format!("job {id}'s GPUs in an unknown state"))
+            && reason.contains("NVML code 15")
+            && reason.contains(&format!("colloc restore --job {id}")),
+        "{reason}"
+    );
+    assert!(!reason.contains("Epilog error"), "{reason}");
+    // The journal stays for the admin's restore, which now finishes.
+    assert_eq!(c.journals().len(), 1);
+    let r = c.colloc(&["restore", "--job", &id.to_string()]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    resume(c);
     assert_clean(c);
-    c.fake_ctl(&["set-mig", "--gpu", "0", "on"]);
 }
