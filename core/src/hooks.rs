@@ -105,34 +105,31 @@ pub fn run(cfg: &Config, phase: Phase, change: &Change, ok: bool) -> Result<(), 
     // The whole group: a hook's children (systemctl) go with it.
     let pgid = child.id();
     crate::sys::kill_group(pgid, libc::SIGKILL);
-    if status.is_none() {
+    let Some(status) = status else {
         let _ = child.kill();
         let _ = child.wait();
         return Err(format!(
             "mig.{what} did not end within {} s (mig.hook_timeout_s) and was killed",
             cfg.mig.hook_timeout_s
         ));
-    }
+    };
     let mut stderr = String::new();
     if let Some(mut e) = child.stderr.take() {
         use std::io::Read as _;
         let _ = (&mut e).take(2048).read_to_string(&mut stderr);
     }
-    match status {
-        Some(s) if s.success() => {
-            log::info!(
-                "job {}: mig.{what} ran ({} ms)",
-                change.job,
-                started.elapsed().as_millis()
-            );
-            Ok(())
-        }
-        Some(s) => Err(format!(
-            "mig.{what} failed ({s}): {}",
-            stderr.trim().replace('\n', " ")
-        )),
-        None => unreachable!("handled above"),
+    if status.success() {
+        log::info!(
+            "job {}: mig.{what} ran ({} ms)",
+            change.job,
+            started.elapsed().as_millis()
+        );
+        return Ok(());
     }
+    Err(format!(
+        "mig.{what} failed ({status}): {}",
+        stderr.trim().replace('\n', " ")
+    ))
 }
 
 /// A hook program root may run: an absolute path to a regular file that only root can

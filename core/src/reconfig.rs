@@ -1198,10 +1198,10 @@ fn restore_mig(
                     || ctl.set_mig_mode(g.index, before.current),
                 ) {
                     Ok(c) => c,
-                    Err(e) if retry::is_transient(retry::Op::ModeChange, &e) => {
-                        let GpuError::Call { code, .. } = e else {
-                            unreachable!("transient answers are NVML codes")
-                        };
+                    Err(e @ GpuError::Call { code, .. })
+                        if retry::is_transient(retry::Op::ModeChange, &e) =>
+                    {
+                        log::warn!("GPU {}: MIG mode not set back: {e}", g.index);
                         report.held.push(hold(
                             Vec::new(),
                             HoldReason::ModePending {
