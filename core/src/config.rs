@@ -97,6 +97,9 @@ pub struct Config {
     /// `Comment` at every prolog and epilog, for `colloc status --cluster`.
     #[serde(default = "default_true")]
     pub node_comment: bool,
+    /// `[mig]`: driver retries and waits, reconfiguration hooks, MIG device files.
+    #[serde(default)]
+    pub mig: crate::migconf::MigConfig,
 }
 
 fn default_true() -> bool {
@@ -163,6 +166,7 @@ impl Default for Config {
             run_dir_inodes: default_run_dir_inodes(),
             allow_mig_mode_change: false,
             node_comment: true,
+            mig: crate::migconf::MigConfig::default(),
         }
     }
 }
@@ -324,6 +328,7 @@ impl Config {
                 )));
             }
         }
+        self.mig.validate().map_err(invalid)?;
         let kind = self.default_mode.kind();
         if kind != ModeKind::Off && !self.allowed_modes.contains(&kind) {
             return Err(invalid(format!(

@@ -150,6 +150,11 @@ pub enum HoldReason {
     },
     /// The driver said they were destroyed but still lists them.
     StillListed,
+    /// The driver kept giving another answer than IN_USE to every destroy (UNKNOWN).
+    Driver {
+        /// Its last answer, as nvml.h names it.
+        answer: String,
+    },
     /// colloc switched MIG mode on for the job and switching it back stays pending.
     ModePending {
         /// The activation status, as nvml.h names it.
@@ -172,6 +177,14 @@ pub struct GpuHold {
     pub reason: HoldReason,
     /// Seconds since the epoch when the restore gave up.
     pub since: u64,
+    /// Processes with the instances' device files open when the restore gave up (from
+    /// `/proc`): who holds them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<crate::holders::DeviceUser>,
+    /// The GPU was not in MIG mode before the job: the node's plain jobs would get a MIG
+    /// GPU instead of a whole one, so colloc drains the node ([`crate::drain`]).
+    #[serde(default)]
+    pub breaks_plain_jobs: bool,
 }
 
 /// What may hold a MIG instance without being a process NVML lists.
@@ -191,10 +204,19 @@ impl GpuHold {
                 gis.join(", ")
             )
         };
+        let held_by = if self.holders.is_empty() {
+            LIKELY_HOLDERS.to_string()
+        } else {
+            crate::drain::holder_text(&self.holders)
+        };
         match &self.reason {
             HoldReason::InUse => format!(
                 "{what} could not be destroyed: NVML answers In use (NVML_ERROR_IN_USE) with no \
-                 process on them, so something outside Slurm holds them: {LIKELY_HOLDERS}"
+                 process on them, so something outside Slurm holds them: {held_by}"
+            ),
+            HoldReason::Driver { answer } => format!(
+                "{what} could not be destroyed: the driver answered {answer} to every try \
+                 ({held_by})"
             ),
             HoldReason::Processes { pids } => format!(
                 "{what} could not be destroyed: process(es) {pids:?} still run on them after SIGKILL"
@@ -299,6 +321,23 @@ pub trait GpuControl {
     /// # Errors
     /// NVML failures; `is_in_use()` while a process runs on it; `is_not_found()` if gone.
     fn destroy_instance(&self, gpu: u32, gi_id: u32) -> GpuResult<()>;
+
+    /// How long the next [`GpuControl::create_instance`] waits for the driver to list the
+    /// new MIG device (`[mig] listing_wait_s`). The default ignores it.
+    fn set_listing_wait(&self, _wait: std::time::Duration) {}
+
+    /// The minor of the GPU's `/dev/nvidiaN`, which numbers it in the driver's MIG
+    /// capability tree (`/proc/driver/nvidia/capabilities/gpuN`). The default, and a
+    /// driver that cannot say, is the NVML index.
+    fn device_minor(&self, gpu: u32) -> u32 {
+        gpu
+    }
+
+    /// Do the instances it makes need `/dev/nvidia-caps` device files ([`crate::devfiles`])?
+    /// A driver's (and the fake driver's) do; an in-memory stand-in does not.
+    fn makes_device_files(&self) -> bool {
+        true
+    }
 
     /// Ask for MIG mode on or off. Returns the mode afterwards and the driver's
     /// activation status: Hopper switches at once; an A100 at once when idle, else the

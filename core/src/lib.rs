@@ -2,9 +2,13 @@
 //!
 //! - [`mode`]: the `--colloc` mode grammar.
 //! - [`mig`]: MIG profiles of the supported GPU models and the layout planner.
-//! - [`config`]: the node configuration (`colloc.toml`).
+//! - [`config`]: the node configuration (`colloc.toml`); [`migconf`] its `[mig]` table.
 //! - [`gpu`]: the GPU control interface; [`nvml`] implements it over libnvidia-ml.
 //! - [`holders`]: which processes have NVIDIA device files open.
+//! - [`retry`]: which driver answers are asked again, and the bounded backoff.
+//! - [`hooks`]: admin hooks around a MIG reconfiguration (pause DCGM).
+//! - [`devfiles`]: the `/dev/nvidia-caps` device files of MIG instances.
+//! - [`drain`]: draining the node (scontrol) when a GPU cannot be brought back.
 //! - [`journal`]: per-job journals and per-GPU locks.
 //! - [`reconfig`]: apply a mode to a job's GPUs and restore them.
 //! - [`mps`]: per-job MPS control daemons.
@@ -26,17 +30,22 @@ pub mod buildid;
 pub mod config;
 pub mod container;
 pub mod dirholders;
+pub mod devfiles;
+pub mod drain;
 pub mod fs;
 pub mod gpu;
 pub mod holders;
+pub mod hooks;
 pub mod jobenv;
 pub mod journal;
 pub mod mig;
+pub mod migconf;
 pub mod mode;
 pub mod mps;
 pub mod nvml;
 pub mod publish;
 pub mod reconfig;
+pub mod retry;
 pub mod rundir;
 pub mod sharedfs;
 pub mod slurmconf;

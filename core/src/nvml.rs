@@ -40,9 +40,10 @@ pub const GI_PROFILE_INDEX_LIMIT: u32 = 32;
 /// Compute instance profile indexes colloc asks about, likewise (8 in R535, 9 in R580).
 pub const CI_PROFILE_INDEX_LIMIT: u32 = 16;
 
-/// How long to look for a new compute instance's MIG device before giving up: drivers
-/// list it a moment after the compute instance is made.
-pub const MIG_DEVICE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long to look for a new compute instance's MIG device before giving up, unless
+/// [`GpuControl::set_listing_wait`] says otherwise (`[mig] listing_wait_s`): drivers list
+/// it a moment after the compute instance is made, slow ones seconds later.
+pub const MIG_DEVICE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 const SUCCESS: nvmlReturn_t = 0;
 const INVALID_ARGUMENT: nvmlReturn_t = 2;
@@ -76,6 +77,8 @@ pub struct NvmlGpus {
     library: String,
     /// Catalogs already read, by GPU index: profiles do not change while NVML is loaded.
     catalogs: Mutex<HashMap<u32, Catalog>>,
+    /// How long a create waits for its MIG device to be listed, milliseconds.
+    listing_wait_ms: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for NvmlGpus {
@@ -178,6 +181,7 @@ impl NvmlGpus {
             nvml,
             library: library.to_string(),
             catalogs: Mutex::new(HashMap::new()),
+            listing_wait_ms: std::sync::atomic::AtomicU64::new(MIG_DEVICE_WAIT.as_millis() as u64),
         })
     }
 
@@ -567,7 +571,11 @@ impl NvmlGpus {
         // A MIG device can take a moment to appear in the device table after its compute
         // instance is made: look again, a little longer each time, before giving up (and
         // undoing).
-        let deadline = std::time::Instant::now() + MIG_DEVICE_WAIT;
+        let wait = std::time::Duration::from_millis(
+            self.listing_wait_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let deadline = std::time::Instant::now() + wait;
         let mut pause = std::time::Duration::from_millis(20);
         let found = loop {
             let hit = self
@@ -584,10 +592,11 @@ impl NvmlGpus {
             call: "nvmlDeviceGetMigDeviceHandleByIndex",
             gpu: gpu.to_string(),
             message: format!(
-                "no MIG device for GPU instance {} compute instance {} after {} s",
+                "no MIG device for GPU instance {} compute instance {} after {} s (colloc.toml \
+                 [mig] listing_wait_s)",
                 info.id,
                 ci_info.id,
-                MIG_DEVICE_WAIT.as_secs()
+                wait.as_secs()
             ),
             code: NOT_FOUND,
         })?;
@@ -649,6 +658,19 @@ impl NvmlGpus {
 }
 
 impl GpuControl for NvmlGpus {
+    fn device_minor(&self, gpu: u32) -> u32 {
+        self.device(gpu)
+            .ok()
+            .and_then(|d| d.minor_number().ok())
+            .unwrap_or(gpu)
+    }
+
+    fn set_listing_wait(&self, wait: std::time::Duration) {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self.listing_wait_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn gpus(&self) -> GpuResult<Vec<GpuInfo>> {
         let count = self
             .nvml

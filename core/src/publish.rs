@@ -262,17 +262,36 @@ fn run_scontrol(
     timeout: Duration,
     slurm_conf: Option<&std::ffi::OsStr>,
 ) -> Result<(), PublishError> {
+    scontrol_update(
+        program,
+        node,
+        &[format!("Comment={text}")],
+        timeout,
+        slurm_conf,
+    )
+}
+
+/// `scontrol update NodeName=NODE SETTINGS...` (no shell), killed after `timeout`: root
+/// runs it only where it and its directories are root's alone.
+///
+/// # Errors
+/// [`PublishError`].
+pub fn scontrol_update(
+    program: &std::path::Path,
+    node: &str,
+    settings: &[String],
+    timeout: Duration,
+    slurm_conf: Option<&std::ffi::OsStr>,
+) -> Result<(), PublishError> {
     // Root runs it: only if it and its directories are root's alone (as mps_control).
     crate::fs::open_trusted_file(program).map_err(PublishError::Untrusted)?;
     let program = program.to_path_buf();
     let mut cmd = Command::new(&program);
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .args([
-            "update",
-            &format!("NodeName={node}"),
-            &format!("Comment={text}"),
-        ])
+        .arg("update")
+        .arg(format!("NodeName={node}"))
+        .args(settings)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

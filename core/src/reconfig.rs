@@ -21,11 +21,14 @@ use crate::rundir;
 
 use crate::config::Config;
 use crate::container;
+use crate::devfiles;
 use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, HoldReason};
+use crate::hooks;
 use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
 use crate::mig::{self, Catalog, PlannedInstance};
 use crate::mode::{Mode, ModeKind};
 use crate::mps::{self, MpsDaemon, MpsStart};
+use crate::retry;
 use crate::slurmconf::SlurmFacts;
 
 /// How long restore waits for killed processes to leave an instance (within
@@ -114,17 +117,15 @@ fn refuse(message: impl Into<String>, bad_request: bool) -> Outcome {
 /// Why a reconfiguration stopped part way.
 #[derive(Debug)]
 enum Failure {
-    /// The job cannot have it (its files, its daemon): refuse it once undone.
+    /// The job cannot have it (its files, its daemon, what the driver answered after
+    /// every retry): refuse it once undone.
     Refuse(String),
-    /// The node failed (NVML): a fault once undone.
-    Fault(NodeFault),
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Refuse(m) => f.write_str(m),
-            Failure::Fault(e) => write!(f, "{e}"),
         }
     }
 }
@@ -226,7 +227,7 @@ fn retry_marked(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) {
             spec.job,
             other.job
         );
-        match restore_within(cfg, Some(ctl), other.job, MARKED_RETRY_BUDGET) {
+        match restore_job(cfg, Some(ctl), other.job, MARKED_RETRY_BUDGET, false) {
             Ok(r) if r.held.is_empty() => log::info!(
                 "job {}: job {}'s GPU(s) restored, no longer marked",
                 spec.job,
@@ -389,7 +390,25 @@ fn apply_fresh(
                 false,
             );
         }
-        let existing = ctl.instances(g.index)?;
+        let existing = match ctl.instances(g.index) {
+            Ok(list) => list,
+            // Root without the mig-config capability: MIG jobs cannot run here; other
+            // modes create no instance and need not list them.
+            Err(e) if e.is_no_permission() => {
+                if matches!(spec.mode, Mode::Mig(_)) {
+                    let Failure::Refuse(msg) =
+                        create::driver_refusal(cfg, g.index, "listing MIG instances", &e);
+                    return refused(cfg, spec, msg, false);
+                }
+                log::warn!(
+                    "job {}: GPU {}: {e}; MIG instances not checked",
+                    spec.job,
+                    g.index
+                );
+                Vec::new()
+            }
+            Err(e) => return Err(e.into()),
+        };
         let mut record = GpuRecord {
             index: g.index,
             uuid: g.uuid.clone(),
@@ -472,11 +491,20 @@ fn apply_fresh(
         ));
     }
 
-    let mut refusal = None;
+    let hook_change = hooks::Change {
+        action: "create",
+        mode_change: j.gpus.iter().any(|g| g.mig_mode_changed),
+        job: spec.job,
+        gpus: j.gpu_indexes(),
+        uuids: j.gpus.iter().map(|g| g.uuid.clone()).collect(),
+    };
+    let is_mig = matches!(spec.mode, Mode::Mig(_));
     let result = match &spec.mode {
-        Mode::Mig(_) => make_instances(ctl, &mut j)
-            .map(|r| refusal = r)
-            .map_err(Failure::Fault),
+        // Every driver answer, after its retries, refuses the job once undone: a known
+        // state (the GPU as before), not a node fault.
+        Mode::Mig(_) => hooks::run(cfg, hooks::Phase::Pre, &hook_change, true)
+            .map_err(|e| Failure::Refuse(format!("{e}; nothing was changed, ask the admin")))
+            .and_then(|()| create::make_instances(cfg, ctl, &mut j)),
         Mode::Mps { .. } => start_mps(cfg, &mut j, mps_start),
         Mode::Naive | Mode::Off => Ok(()),
         // Config::check_allowed refuses it before anything is planned.
@@ -485,23 +513,23 @@ fn apply_fresh(
             spec.mode
         ))),
     }
-    .and_then(|()| match refusal.take() {
-        // The GPU cannot take the layout now (its MIG mode stays pending): a known state,
-        // not a node fault.
-        Some(msg) => Err(Failure::Refuse(msg)),
-        None => {
-            j.env = job_env(&j, &gpus, &spec.mode);
-            j.phase = Phase::Applied;
-            journal::write(cfg, &j)
-                .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))
-        }
+    .and_then(|()| {
+        j.env = job_env(&j, &gpus, &spec.mode);
+        j.phase = Phase::Applied;
+        journal::write(cfg, &j)
+            .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))
     });
     if let Err(failure) = result {
         log::info!(
             "job {}: reconfiguration failed, undoing it: {failure}",
             spec.job
         );
-        let marked = match undo(cfg, ctl, &mut j) {
+        // The undo runs inside the hooks' pause: the post-hook follows it.
+        let undone = undo(cfg, ctl, &mut j);
+        if is_mig {
+            run_post_hook(cfg, &hook_change, false);
+        }
+        let marked = match undone {
             Ok(marked) => marked,
             Err(undo) => {
                 log::error!("job {}: undo failed too: {undo}", spec.job);
@@ -511,11 +539,13 @@ fn apply_fresh(
             }
         };
         return match failure {
-            Failure::Fault(e) => Err(e),
             // The journal stays, marked with what holds the GPU: it says why already.
             Failure::Refuse(message) if marked => Ok(refuse(message, false)),
             Failure::Refuse(message) => Ok(record_refusal(cfg, spec, message)),
         };
+    }
+    if is_mig {
+        run_post_hook(cfg, &hook_change, true);
     }
     log::info!(
         "job {}: applied {} on GPU(s) {:?}",
@@ -526,12 +556,19 @@ fn apply_fresh(
     Ok(Outcome::Applied(j.env))
 }
 
+/// Run the post-hook; its failure is logged, never more (the GPUs are set or undone).
+fn run_post_hook(cfg: &Config, change: &hooks::Change, ok: bool) {
+    if let Err(e) = hooks::run(cfg, hooks::Phase::Post, change, ok) {
+        log::warn!("job {}: {e}", change.job);
+    }
+}
+
 /// Undo a prolog that failed part way: restore what its journal records, then remove the
 /// journal, or keep it marked when something outside colloc holds what was made. Returns
 /// whether a GPU was left marked.
 fn undo(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Result<bool, NodeFault> {
     let deadline = Instant::now() + MIG_RESTORE_BUDGET;
-    let r = restore_locked(cfg, Some(ctl), j, deadline)?;
+    let r = restore_locked(cfg, Some(ctl), j, deadline, false)?;
     if r.held.is_empty() {
         journal::remove(cfg, j.job)?;
         return Ok(false);
@@ -579,29 +616,6 @@ pub fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String>
             })
         }
     }
-}
-
-/// Make the planned instances. `Ok(Some(reason))`: the GPU cannot take them now (its MIG
-/// mode stays pending), which the caller undoes and refuses.
-fn make_instances(ctl: &dyn GpuControl, j: &mut Journal) -> Result<Option<String>, NodeFault> {
-    for gi in 0..j.gpus.len() {
-        let index = j.gpus[gi].index;
-        if j.gpus[gi].mig_mode_changed {
-            // Hopper switches at once; an A100 only when the driver can reset it (idle):
-            // nvidia-persistenced or nvidia_drm holding it leaves the change pending.
-            let change = ctl.set_mig_mode(index, true)?;
-            if !change.took_effect(true) {
-                return Ok(Some(change.why_pending(index, true)));
-            }
-        }
-        // No journal write per instance: `planned`, written before the first creation,
-        // already names everything a restore after a crash has to look for.
-        for p in j.gpus[gi].planned.clone() {
-            let inst = ctl.create_instance(index, p.profile_id, p.placement)?;
-            j.gpus[gi].created.push(inst);
-        }
-    }
-    Ok(None)
 }
 
 /// The MPS control program, if it is one root may run for a user: a regular file only
@@ -953,6 +967,18 @@ pub fn restore_within(
     job: u32,
     budget: Duration,
 ) -> Result<RestoreReport, NodeFault> {
+    restore_job(cfg, ctl, job, budget, true)
+}
+
+/// [`restore_within`], with the `[mig]` hooks around the destroys or not (a prolog's
+/// brief retry of another job's marked GPU runs none: its time is not the hooks').
+fn restore_job(
+    cfg: &Config,
+    ctl: Option<&dyn GpuControl>,
+    job: u32,
+    budget: Duration,
+    with_hooks: bool,
+) -> Result<RestoreReport, NodeFault> {
     let uuids = |j: &Journal| {
         let mut u: Vec<String> = j.gpus.iter().map(|g| g.uuid.clone()).collect();
         u.sort();
@@ -986,7 +1012,7 @@ pub fn restore_within(
             log::warn!("job {job}: cannot mark its journal Restoring ({e}); restoring anyway");
         }
     }
-    let mut report = restore_locked(cfg, ctl, &j, Instant::now() + budget)?;
+    let mut report = restore_locked(cfg, ctl, &j, Instant::now() + budget, with_hooks)?;
     if !report.held.is_empty() {
         if let Err(e) = keep_marked(cfg, &mut j, report.held.clone()) {
             let w = format!(
@@ -1101,6 +1127,7 @@ fn restore_locked(
     ctl: Option<&dyn GpuControl>,
     j: &Journal,
     deadline: Instant,
+    with_hooks: bool,
 ) -> Result<RestoreReport, NodeFault> {
     let mut report = RestoreReport::default();
     if !j.mps.is_empty() || j.job_dir.is_some() {
@@ -1119,7 +1146,25 @@ fn restore_locked(
             j.job, cfg.nvml_library
         )));
     };
-    restore_mig(ctl, j, deadline, &mut report)?;
+    let change = hooks::Change {
+        action: "destroy",
+        mode_change: j.gpus.iter().any(|g| g.mig_mode_changed),
+        job: j.job,
+        gpus: j.gpu_indexes(),
+        uuids: j.gpus.iter().map(|g| g.uuid.clone()).collect(),
+    };
+    if with_hooks {
+        // The restore must try anyway: a failed pre-hook is a warning.
+        if let Err(e) = hooks::run(cfg, hooks::Phase::Pre, &change, true) {
+            log::warn!("job {}: {e}", j.job);
+        }
+    }
+    let result = restore_mig(cfg, ctl, j, deadline, &mut report);
+    if with_hooks {
+        let ok = matches!(&result, Ok(()) if report.held.is_empty());
+        run_post_hook(cfg, &change, ok);
+    }
+    result?;
     Ok(report)
 }
 
@@ -1128,6 +1173,7 @@ fn restore_locked(
 /// no longer lists them, and set a MIG mode colloc switched back. What cannot be done in
 /// time for a known reason goes to `report.held`; NVML failures are faults.
 fn restore_mig(
+    cfg: &Config,
     ctl: &dyn GpuControl,
     j: &Journal,
     deadline: Instant,
@@ -1137,12 +1183,19 @@ fn restore_mig(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     for g in &j.gpus {
-        let hold = |gi_ids: Vec<u32>, reason: HoldReason| GpuHold {
-            index: g.index,
-            uuid: g.uuid.clone(),
-            gi_ids,
-            reason,
-            since,
+        // Plain jobs expected a whole GPU here: one left in MIG mode is broken for them.
+        let breaks_plain_jobs = g.mig_mode_changed;
+        let hold = |gi_ids: Vec<u32>, reason: HoldReason| {
+            let holders = held_by(cfg, ctl, g.index, &gi_ids);
+            GpuHold {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                gi_ids,
+                reason,
+                since,
+                holders,
+                breaks_plain_jobs,
+            }
         };
         // Ours: a planned placement (everything created was planned first) that was not
         // there before. The profile and start must match: GI ids follow placements, so
@@ -1176,9 +1229,15 @@ fn restore_mig(
                 }
             }
         }
-        let in_use = destroy_with_retries(ctl, g.index, &mine, deadline, report)?;
+        let (in_use, last) = destroy_with_retries(ctl, g.index, &mine, deadline, report)?;
         if !in_use.is_empty() {
-            report.held.push(hold(in_use, HoldReason::InUse));
+            let reason = match last {
+                Some(code) if code != retry::IN_USE => HoldReason::Driver {
+                    answer: crate::gpu::nvml_code_name(code).to_string(),
+                },
+                _ => HoldReason::InUse,
+            };
+            report.held.push(hold(in_use, reason));
             continue;
         }
         // A destroy that succeeded can leave the instance listed for a while
@@ -1196,7 +1255,29 @@ fn restore_mig(
             if let Some(before) = g.mig_before {
                 // A GPU left in MIG mode without instances has no CUDA device for the next
                 // whole-GPU job: if switching back stays pending, keep the GPU marked.
-                let change = ctl.set_mig_mode(g.index, before.current)?;
+                // nvml.h: IN_USE means "idle the device and retry".
+                let mut backoff = retry::Backoff::until(deadline);
+                let change = match retry::retry(
+                    retry::Op::ModeChange,
+                    &format!("GPU {}: MIG mode back", g.index),
+                    &mut backoff,
+                    || ctl.set_mig_mode(g.index, before.current),
+                ) {
+                    Ok(c) => c,
+                    Err(e @ GpuError::Call { code, .. })
+                        if retry::is_transient(retry::Op::ModeChange, &e) =>
+                    {
+                        log::warn!("GPU {}: MIG mode not set back: {e}", g.index);
+                        report.held.push(hold(
+                            Vec::new(),
+                            HoldReason::ModePending {
+                                activation: crate::gpu::nvml_code_name(code).to_string(),
+                            },
+                        ));
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 if !change.took_effect(before.current) {
                     log::warn!("{}", change.why_pending(g.index, before.current));
                     let activation = crate::gpu::nvml_code_name(change.activation).to_string();
@@ -1211,31 +1292,37 @@ fn restore_mig(
 }
 
 /// Destroy the GPU instances `gis` of GPU `gpu`, retrying those the driver answers
-/// IN_USE for (with no process on them: something that is not a process holds them, or
-/// the GPU instance is still busy from its compute instance's destroy) with growing
-/// pauses until `deadline`. Returns the ones still in use.
+/// IN_USE or UNKNOWN for (with no process on them: something that is not a process holds
+/// them, or the GPU instance is still busy from its compute instance's destroy) with
+/// growing pauses until `deadline`. Returns the ones still there and the last answer.
 fn destroy_with_retries(
     ctl: &dyn GpuControl,
     gpu: u32,
     gis: &[u32],
     deadline: Instant,
     report: &mut RestoreReport,
-) -> Result<Vec<u32>, NodeFault> {
+) -> Result<(Vec<u32>, Option<u32>), NodeFault> {
     let mut left = gis.to_vec();
     let mut pause = RETRY_PAUSE_FIRST;
+    let mut last = None;
     loop {
         let mut in_use = Vec::new();
         for &gi_id in &left {
             match ctl.destroy_instance(gpu, gi_id) {
                 Ok(()) => report.destroyed += 1,
                 Err(e) if e.is_not_found() => {}
-                Err(e) if e.is_in_use() => in_use.push(gi_id),
+                Err(e) if retry::is_transient(retry::Op::Destroy, &e) => {
+                    if let GpuError::Call { code, .. } = e {
+                        last = Some(code);
+                    }
+                    in_use.push(gi_id);
+                }
                 Err(e) => return Err(e.into()),
             }
         }
         left = in_use;
         if left.is_empty() || Instant::now() + pause > deadline {
-            return Ok(left);
+            return Ok((left, last));
         }
         log::info!(
             "GPU {gpu}: GPU instance(s) {left:?} in use with no process on them; trying again in {} ms",
@@ -1244,6 +1331,35 @@ fn destroy_with_retries(
         std::thread::sleep(pause);
         pause = (pause * 2).min(RETRY_PAUSE_MAX);
     }
+}
+
+/// Who has the device files of GPU `gpu`'s instances `gis` open (from `/proc`), for
+/// naming the holder of a GPU that cannot be brought back.
+fn held_by(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    gpu: u32,
+    gis: &[u32],
+) -> Vec<crate::holders::DeviceUser> {
+    let listed = ctl.instances(gpu).unwrap_or_default();
+    let files: Vec<String> = gis
+        .iter()
+        .flat_map(|&gi| {
+            let cis = listed
+                .iter()
+                .find(|i| i.gi_id == gi)
+                .map(|i| i.ci_ids.clone())
+                .unwrap_or_default();
+            devfiles::instance_files(cfg, ctl.device_minor(gpu), gi, &cis)
+        })
+        .filter_map(|p| p.to_str().map(str::to_string))
+        .collect();
+    if files.is_empty() {
+        return Vec::new();
+    }
+    crate::holders::device_users(std::path::Path::new("/proc"), |p| {
+        files.iter().any(|f| f == p)
+    })
 }
 
 /// Stop the job's MPS daemons (all at once) and remove its directories, within
@@ -1340,5 +1456,6 @@ pub fn journal_kind(j: &Journal) -> Option<ModeKind> {
     j.mode.parse::<Mode>().ok().map(|m| m.kind())
 }
 
+mod create;
 #[cfg(test)]
 mod tests;

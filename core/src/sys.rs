@@ -17,6 +17,19 @@ pub fn kill(pid: u32, sig: i32) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
+/// Send `sig` to the process group `pgid` (a child started with `process_group(0)`).
+/// Returns false if there is no such group; never signals group 0 or 1.
+pub fn kill_group(pgid: u32, sig: i32) -> bool {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return false;
+    };
+    if pgid <= 1 {
+        return false;
+    }
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    unsafe { libc::kill(-pgid, sig) == 0 }
+}
+
 /// Is there a process with this pid (zombies included)?
 pub fn process_exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()

@@ -229,11 +229,7 @@ fn every_profile_the_driver_lists_counts_as_an_instance_colloc_does_not_own() {
     assert_eq!(list[0].profile, "1g.10gb+me.all");
     // And the prolog refuses the GPU instead of failing a create on it.
     let tmp = tempfile::tempdir().expect("temp dir");
-    let cfg = colloc_core::config::Config {
-        state_dir: tmp.path().join("state"),
-        run_dir: tmp.path().join("run"),
-        ..colloc_core::config::Config::default()
-    };
+    let cfg = cfg_in(tmp.path());
     let spec = colloc_core::reconfig::JobSpec {
         job: 1,
         uid: 0,
@@ -366,6 +362,7 @@ fn failed_second_compute_instance_leaves_no_gpu_instance_behind() {
                 call: 2,
                 code: "NVML_ERROR_INSUFFICIENT_RESOURCES".into(),
                 seen: 0,
+                times: 1,
             },
         );
         Ok(())
@@ -529,22 +526,40 @@ fn a_mig_device_listed_late_is_waited_for_within_bounds() {
         st.quirks.mig_device_delay_ms = 60_000;
         Ok(())
     });
+    // The wait is what `[mig] listing_wait_s` says (default 10 s): here 1 s.
+    gpus.set_listing_wait(std::time::Duration::from_secs(1));
     let t = std::time::Instant::now();
     let err = gpus
         .create_instance(0, 19, Placement { start: 1, size: 1 })
         .expect_err("never listed in time");
     assert!(err.is_not_found(), "{err}");
+    assert!(err.to_string().contains("listing_wait_s"), "{err}");
+    assert!(t.elapsed() >= std::time::Duration::from_secs(1));
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
     let ids: Vec<u32> = fake.read().gpus[0].gis.iter().map(|g| g.id).collect();
     assert_eq!(ids, [inst.gi_id], "the failed one was undone");
 }
 
 fn cfg_in(dir: &Path) -> colloc_core::config::Config {
-    colloc_core::config::Config {
+    let mut cfg = colloc_core::config::Config {
         state_dir: dir.join("state"),
         run_dir: dir.join("run"),
         ..colloc_core::config::Config::default()
-    }
+    };
+    fake_device_files(&mut cfg, dir);
+    cfg
+}
+
+/// Point `[mig]`'s device-file paths at the fake driver's capability tree (beside its
+/// state file) and make the device files under `dir`.
+fn fake_device_files(cfg: &mut colloc_core::config::Config, dir: &Path) {
+    let state = PathBuf::from(std::env::var_os("COLLOC_FAKE_NVML_STATE").expect("a Fake"));
+    let root = state.parent().expect("state dir").to_path_buf();
+    cfg.mig.caps_proc_dir = root.join("proc/driver/nvidia/capabilities");
+    cfg.mig.mig_minors = root.join("proc/driver/nvidia-caps/mig-minors");
+    cfg.mig.proc_devices = root.join("proc/devices");
+    cfg.mig.caps_dev_dir = dir.join("dev-nvidia-caps");
+    cfg.mig.nvidia_modprobe = dir.join("no-nvidia-modprobe").display().to_string();
 }
 
 fn spec(job: u32, mode: &str) -> colloc_core::reconfig::JobSpec {
@@ -634,6 +649,7 @@ fn a_crash_fault_kills_the_calling_process() {
                 call: 1,
                 code: "crash".into(),
                 seen: 0,
+                times: 1,
             },
         );
         Ok(())

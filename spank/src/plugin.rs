@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use colloc_core::config::{Config, ConfigError, DEFAULT_PATH};
+use colloc_core::drain;
 use colloc_core::gpu::GpuControl;
 use colloc_core::journal::{self, Phase};
 use colloc_core::mode::{Mode, VALID_MODES};
@@ -690,15 +691,50 @@ pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             None
         }
     };
-    let report = reconfig::restore(&cfg, ctl.as_ref().map(|c| c as &dyn GpuControl), job)
-        .map_err(|e| format!("job {job}: restore failed: {e}"));
+    let report = reconfig::restore(&cfg, ctl.as_ref().map(|c| c as &dyn GpuControl), job);
     publish(&cfg, job);
-    let report = report?;
+    let node = colloc_core::publish::node_name().unwrap_or_else(|| "?".into());
+    let report = match report {
+        Ok(r) => r,
+        // An unknown GPU state: colloc drains the node itself with a reason an admin can
+        // act on; only where it cannot does the epilog fail (Slurm's "Epilog error").
+        Err(fault) => {
+            let line = format!("job {job}: restore failed: {fault}");
+            log::error!("{line}");
+            return drain_node(
+                &node,
+                &drain::reason_for_fault(&node, job, &fault.to_string()),
+            )
+            .map_err(|e| format!("{line}; {e}"));
+        }
+    };
     for w in &report.warnings {
         log::warn!("{w}");
     }
     log::info!("{}", epilog_summary(job, &report));
+    // A GPU left broken for the node's plain jobs (colloc switched it into MIG mode and
+    // it stays so): drain, naming the GPU, its holder and what clears it.
+    if let Some(h) = drain::broken_holds(&cfg, &report.held).first() {
+        drain_node(&node, &drain::reason_for_hold(&node, job, h))
+            .map_err(|e| format!("job {job}: {}; {e}", h.describe()))?;
+    }
     Ok(())
+}
+
+/// Drain this node with `reason`, logging it.
+///
+/// # Errors
+/// Where scontrol could not drain it (the epilog then fails, which drains it too).
+fn drain_node(node: &str, reason: &str) -> Result<(), String> {
+    match drain::drain(node, reason) {
+        Ok(()) => {
+            log::error!("drained node {node}: {reason}");
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "colloc could not drain node {node} itself ({e}); reason: {reason}"
+        )),
+    }
 }
 
 /// The epilog's one log line: "restored" only when nothing is left; a GPU whose instances
@@ -789,6 +825,8 @@ mod tests {
             gi_ids: vec![1],
             reason: colloc_core::gpu::HoldReason::InUse,
             since: 0,
+            holders: Vec::new(),
+            breaks_plain_jobs: false,
         });
         let line = epilog_summary(5, &report);
         assert!(!line.starts_with("job 5: restored"), "{line}");

@@ -258,6 +258,15 @@ run_dir = "$dir/run"
 nvml_library = "$fake_lib"
 mps_control = "$mps"
 allow_mig_mode_change = false
+
+# The fake driver publishes its MIG capability tree beside its state file; colloc makes
+# the instances' device files in a folder of the cluster's (issue 24).
+[mig]
+caps_dev_dir = "$dir/dev/nvidia-caps"
+caps_proc_dir = "$dir/fake-nvml/proc/driver/nvidia/capabilities"
+mig_minors = "$dir/fake-nvml/proc/driver/nvidia-caps/mig-minors"
+proc_devices = "$dir/fake-nvml/proc/devices"
+nvidia_modprobe = "$dir/no-nvidia-modprobe"
 EOF
 
   if [[ $plugin == none ]]; then

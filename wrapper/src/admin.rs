@@ -650,6 +650,30 @@ fn space_warnings(cfg: &Config) -> Vec<String> {
     warnings
 }
 
+/// Whether root may control MIG here (issue 24): a GPU in MIG mode whose instances root
+/// may not list means root lacks the mig-config capability, and mig jobs are refused.
+fn mig_control_problems(cfg: &Config, ctl: &NvmlGpus) -> Vec<String> {
+    use colloc_core::gpu::GpuControl;
+    if colloc_core::sys::euid() != 0 {
+        return Vec::new();
+    }
+    let Ok(gpus) = ctl.gpus() else {
+        return Vec::new();
+    };
+    gpus.iter()
+        .filter(|g| g.mig_mode.is_some_and(|m| m.current))
+        .filter_map(|g| match ctl.instances(g.index) {
+            Err(e) if e.is_no_permission() => Some(format!(
+                "GPU {}: the driver refuses MIG control to root ({e}): mig jobs are refused \
+                 on this node; {}",
+                g.index,
+                colloc_core::devfiles::no_permission_hint(cfg)
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
 /// What check-config warns about; an `nvml_library` path that does not exist is an error.
 fn config_warnings(cfg: &Config) -> anyhow::Result<Vec<String>> {
     use colloc_core::mode::ModeKind;
@@ -668,11 +692,22 @@ fn config_warnings(cfg: &Config) -> anyhow::Result<Vec<String>> {
             cfg.nvml_library
         )));
     }
-    if let Err(e) = NvmlGpus::open(&cfg.nvml_library) {
-        warnings.push(format!(
+    // Hooks root would not run are errors: the admin meant them to run.
+    if let Some(problem) = colloc_core::hooks::problems(cfg).into_iter().next() {
+        return Err(bad_input(format!(
+            "{problem}; a hook must be an executable that only root can change, in \
+             directories only root can change"
+        )));
+    }
+    match NvmlGpus::open(&cfg.nvml_library) {
+        Err(e) => warnings.push(format!(
             "{e}. Fine on a host without NVIDIA GPUs (a login node); on a GPU node every job \
              that asks for a mode would fail its prolog and drain the node"
-        ));
+        )),
+        Ok(ctl) if cfg.allowed_modes.contains(&ModeKind::Mig) => {
+            warnings.extend(mig_control_problems(cfg, &ctl));
+        }
+        Ok(_) => {}
     }
     let offers_mps = cfg.allowed_modes.contains(&ModeKind::Mps);
     if offers_mps && cfg.mps_control_path().is_none_or(|p| !p.is_file()) {

@@ -107,7 +107,7 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
         .collect();
     let gpus_json = match NvmlGpus::open(&cfg.nvml_library) {
         Ok(ctl) => match ctl.gpus() {
-            Ok(list) => Some(gpu_lines(&ctl, &list, &marked, &mut text, &mut errors)),
+            Ok(list) => Some(gpu_lines(cfg, &ctl, &list, &marked, &mut text, &mut errors)),
             Err(e) => {
                 let _ = writeln!(text, "GPUs: unreadable: {e}");
                 errors.push(format!("GPUs: {e}"));
@@ -297,6 +297,7 @@ fn state_text(s: &JobState) -> String {
 
 /// The GPU lines of the text and their JSON.
 fn gpu_lines(
+    cfg: &Config,
     ctl: &NvmlGpus,
     list: &[colloc_core::gpu::GpuInfo],
     marked: &[(u32, &colloc_core::gpu::GpuHold)],
@@ -311,6 +312,16 @@ fn gpu_lines(
         let pending = gi.mig_mode.is_some_and(|m| m.pending != m.current);
         let what = match &view {
             InstanceView::Listed(list) => format!("{} instance(s)", list.len()),
+            // Root refused: the node cannot run mig jobs (issue 24); say why.
+            InstanceView::NeedsRoot(_) if colloc_core::sys::euid() == 0 => {
+                let why = format!(
+                    "instances: refused to root (NVML_ERROR_NO_PERMISSION): mig jobs are \
+                     refused on this node; {}",
+                    colloc_core::devfiles::no_permission_hint(cfg)
+                );
+                errors.push(format!("GPU {}: {why}", gi.index));
+                why
+            }
             InstanceView::NeedsRoot(devs) => format!(
                 "instances: {NEEDS_ROOT}, {} MIG device(s) visible",
                 devs.len()

@@ -33,9 +33,14 @@ impl Node {
         // The job's user passes through it to run_dir's MPS directories.
         chmod(dir.path(), 0o755);
         // node_comment off: these tests run no Slurm (the real-Slurm suite tests it).
+        // [mig]: the device files of instances from the fake driver's capability tree
+        // (beside its state file) into a folder of the test's.
         let cfg = format!(
             "version = 1\nstate_dir = \"{0}/state\"\nrun_dir = \"{0}/run\"\nnvml_library = \"{1}\"\n\
-             node_comment = false\n",
+             node_comment = false\n[mig]\ncaps_dev_dir = \"{0}/dev/nvidia-caps\"\n\
+             caps_proc_dir = \"{0}/proc/driver/nvidia/capabilities\"\n\
+             mig_minors = \"{0}/proc/driver/nvidia-caps/mig-minors\"\n\
+             proc_devices = \"{0}/proc/devices\"\nnvidia_modprobe = \"{0}/no-nvidia-modprobe\"\n",
             dir.path().display(),
             fake_lib().display()
         );
@@ -619,22 +624,35 @@ fn status_as_an_unprivileged_user_says_needs_root_not_zero_instances() {
     let n = Node::new("H200");
     let out = n.colloc(&["apply", "mig:3g", "--gpu", "0", "--job", "61"]);
     assert!(out.status.success(), "{}", text(&out));
-    // NVML refuses to list instances to an unprivileged caller (the driver decides by
-    // privilege; the fake is told to treat every caller so).
-    n.ctl(&["unprivileged", "on"]);
-    let out = n.colloc(&["status"]);
+    // NVML refuses to list instances to an unprivileged caller (the driver, and the
+    // fake, decide by the caller's euid): `nobody` runs status. (Root refused the same is
+    // a node without the mig-config capability: tests/slurm/tests/mig_faults.rs.)
+    let as_nobody = |args: &[&str]| {
+        Command::new("runuser")
+            .args(["-u", "nobody", "--"])
+            .arg(assert_cmd::cargo::cargo_bin("colloc"))
+            .env("COLLOC_FAKE_NVML_STATE", n.state())
+            .env_remove("COLLOC_CONFIG")
+            .arg("--config")
+            .arg(n.dir.path().join("colloc.toml"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = as_nobody(&["status"]);
     let human = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(human.contains("needs root"), "{human}");
+    assert!(human.contains("needs root"), "{human}{}", text(&out));
     assert!(!human.contains("0 instance(s)"), "{human}");
     assert!(human.contains("2 MIG device(s) visible"), "{human}");
-    let v = n.status();
+    let out = as_nobody(&["status", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("status --json: {e}: {}", text(&out)));
     assert_eq!(v["gpus"][0]["instances"], Value::Null, "{v}");
     assert!(v["gpus"][0]["instances_error"]
         .as_str()
         .unwrap()
         .contains("NVML_ERROR_NO_PERMISSION"));
     assert_eq!(v["gpus"][0]["mig_devices"].as_array().unwrap().len(), 2);
-    n.ctl(&["unprivileged", "off"]);
     assert_eq!(n.instances(0).len(), 2);
     let out = n.colloc(&["restore", "--job", "61"]);
     assert!(out.status.success(), "{}", text(&out));

@@ -31,6 +31,9 @@ struct MemGpus {
     holders: RefCell<Vec<(usize, u32, Option<u32>)>>,
     /// Destroy calls made.
     destroys: RefCell<usize>,
+    /// Driver answers to give once each, in order, by C call (issue 24's faults):
+    /// `(call, code, times)`; `times` `None`: every time.
+    answers: RefCell<Vec<(&'static str, u32, Option<u32>)>>,
 }
 
 impl MemGpus {
@@ -53,6 +56,24 @@ impl MemGpus {
     }
 }
 
+impl MemGpus {
+    /// The fault set for `call`, if any (counted down).
+    fn answer(&self, call: &'static str) -> GpuResult<()> {
+        let mut a = self.answers.borrow_mut();
+        let Some(i) = a.iter().position(|x| x.0 == call) else {
+            return Ok(());
+        };
+        let code = a[i].1;
+        if let Some(n) = &mut a[i].2 {
+            *n -= 1;
+            if *n == 0 {
+                a.remove(i);
+            }
+        }
+        Err(call_err(call, code))
+    }
+}
+
 fn call_err(call: &'static str, code: u32) -> GpuError {
     GpuError::Call {
         call,
@@ -63,6 +84,10 @@ fn call_err(call: &'static str, code: u32) -> GpuError {
 }
 
 impl GpuControl for MemGpus {
+    fn makes_device_files(&self) -> bool {
+        false
+    }
+
     fn gpus(&self) -> GpuResult<Vec<GpuInfo>> {
         Ok(self
             .gpus
@@ -101,6 +126,8 @@ impl GpuControl for MemGpus {
         if self.fail_create == Some(n) {
             return Err(call_err("nvmlGpuInstanceCreateComputeInstance", 23));
         }
+        self.answer("nvmlDeviceCreateGpuInstanceWithPlacement")?;
+        self.answer("nvmlGpuInstanceCreateComputeInstance")?;
         let mut gpus = self.gpus.borrow_mut();
         let g = &mut gpus[gpu as usize];
         if !g.mig.is_some_and(|m| m.current) {
@@ -130,6 +157,7 @@ impl GpuControl for MemGpus {
     }
     fn destroy_instance(&self, gpu: u32, gi_id: u32) -> GpuResult<()> {
         *self.destroys.borrow_mut() += 1;
+        self.answer("nvmlGpuInstanceDestroy")?;
         let mut gpus = self.gpus.borrow_mut();
         let g = &mut gpus[gpu as usize];
         if g.procs.iter().any(|p| p.gi_id == Some(gi_id)) {
@@ -154,6 +182,7 @@ impl GpuControl for MemGpus {
         Ok(())
     }
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> GpuResult<MigModeChange> {
+        self.answer("nvmlDeviceSetMigMode")?;
         let mut gpus = self.gpus.borrow_mut();
         let current = if self.mig_change_pending {
             gpus[gpu as usize].mig.is_some_and(|m| m.current)
@@ -321,14 +350,20 @@ fn failure_part_way_undoes_everything() {
         fail_create: Some(2),
         ..MemGpus::a100s(1)
     };
-    let err = prolog(&c, &g, &spec(14, &[0], "mig:3g")).unwrap_err();
+    // A compute instance that does not fit is no busy GPU: asked once, then the job is
+    // refused (issue 24: no driver answer drains the node), the GPU as before.
+    let out = prolog(&c, &g, &spec(14, &[0], "mig:3g")).unwrap();
+    let r = refusal(&out);
     assert!(
-        err.to_string()
-            .contains("nvmlGpuInstanceCreateComputeInstance"),
-        "{err}"
+        r.message.contains("nvmlGpuInstanceCreateComputeInstance")
+            && r.message.contains("left as it was"),
+        "{r:?}"
     );
     assert_eq!(g.count(0), 0);
-    assert!(journal::load(&c, 14).unwrap().is_none());
+    assert_eq!(
+        journal::load(&c, 14).unwrap().unwrap().phase,
+        Phase::Refused
+    );
 }
 
 #[test]
@@ -1161,4 +1196,146 @@ fn every_prolog_retries_the_leftovers() {
     assert!(!c.run_dir.join(".leftovers").exists());
     restore(&c, None, 60).unwrap();
     assert_eq!(std::fs::read_dir(&c.run_dir).unwrap().count(), 0);
+}
+
+// Issue 24: what real drivers answer once, and what they keep answering.
+
+fn quick(dir: &Path) -> Config {
+    let mut c = cfg(dir);
+    c.mig.retry_s = 1;
+    c.mig.apply_budget_s = 5;
+    c
+}
+
+#[test]
+fn an_occupied_placement_moves_the_instance_to_a_free_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quick(tmp.path());
+    let g = MemGpus::a100s(1);
+    g.answers
+        .borrow_mut()
+        .push(("nvmlDeviceCreateGpuInstanceWithPlacement", 23, Some(1)));
+    // One 3g: planned at slot 0, occupied once: made at slot 4, and recorded there.
+    let env = env_of(&prolog(&c, &g, &spec(60, &[0], "mig:3gx1")).unwrap());
+    assert_eq!(env["COLLOC_SLOTS"], "1");
+    let made = g.instances(0).unwrap();
+    assert_eq!(made.len(), 1);
+    assert_eq!(made[0].placement.start, 4);
+    let j = journal::load(&c, 60).unwrap().unwrap();
+    assert_eq!(j.gpus[0].planned[0].placement.start, 4);
+    restore(&c, Some(&g), 60).unwrap();
+    assert_eq!(g.count(0), 0);
+}
+
+#[test]
+fn transient_create_answers_are_retried_and_a_lasting_one_refuses_the_job() {
+    for (call, code) in [
+        ("nvmlDeviceCreateGpuInstanceWithPlacement", 23),
+        ("nvmlDeviceCreateGpuInstanceWithPlacement", 999),
+        ("nvmlGpuInstanceCreateComputeInstance", 19),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = quick(tmp.path());
+        let g = MemGpus::a100s(1);
+        g.answers.borrow_mut().push((call, code, Some(1)));
+        // The full layout has no other placement: asked again at the same one.
+        let env = env_of(&prolog(&c, &g, &spec(61, &[0], "mig:3g")).unwrap());
+        assert_eq!(env["COLLOC_SLOTS"], "2", "{call} {code}");
+        restore(&c, Some(&g), 61).unwrap();
+
+        g.answers.borrow_mut().push((call, code, None));
+        let out = prolog(&c, &g, &spec(62, &[0], "mig:3g")).unwrap();
+        let r = refusal(&out);
+        assert!(
+            r.message.contains(call)
+                && r.message.contains("an admin")
+                && r.message.contains("left as it was"),
+            "{r:?}"
+        );
+        assert_eq!(g.count(0), 0, "the GPU is whole again");
+        g.answers.borrow_mut().clear();
+        restore(&c, Some(&g), 62).unwrap();
+    }
+}
+
+#[test]
+fn no_permission_refuses_mig_jobs_naming_the_capability() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quick(tmp.path());
+    let g = MemGpus::a100s(1);
+    g.answers
+        .borrow_mut()
+        .push(("nvmlDeviceCreateGpuInstanceWithPlacement", 4, None));
+    let out = prolog(&c, &g, &spec(63, &[0], "mig:1g")).unwrap();
+    let r = refusal(&out);
+    assert!(
+        r.message.contains("mig-config capability")
+            && r.message.contains("/dev/nvidia-caps/nvidia-cap1")
+            && r.message
+                .contains("nvidia-modprobe -f /proc/driver/nvidia/capabilities/mig/config"),
+        "{r:?}"
+    );
+    assert_eq!(g.count(0), 0);
+}
+
+#[test]
+fn a_destroy_answered_unknown_once_and_a_mode_change_in_use_once_are_retried() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = quick(tmp.path());
+    c.allow_mig_mode_change = true;
+    let g = MemGpus::a100s(1);
+    g.gpus.borrow_mut()[0].mig = Some(MigMode {
+        current: false,
+        pending: false,
+    });
+    env_of(&prolog(&c, &g, &spec(64, &[0], "mig:2g")).unwrap());
+    g.answers.borrow_mut().extend([
+        ("nvmlGpuInstanceDestroy", 999, Some(1)),
+        ("nvmlDeviceSetMigMode", 19, Some(1)),
+    ]);
+    let r = restore(&c, Some(&g), 64).unwrap();
+    assert!(r.held.is_empty(), "{r:?}");
+    assert_eq!(g.count(0), 0);
+    assert!(
+        !g.gpus.borrow()[0].mig.unwrap().current,
+        "MIG mode back off"
+    );
+    assert!(g.answers.borrow().is_empty(), "both faults fired");
+}
+
+#[test]
+fn answers_that_last_past_the_budget_mark_the_gpu_and_say_if_plain_jobs_break() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = quick(tmp.path());
+    c.allow_mig_mode_change = true;
+    let g = MemGpus::a100s(1);
+    g.gpus.borrow_mut()[0].mig = Some(MigMode {
+        current: false,
+        pending: false,
+    });
+    env_of(&prolog(&c, &g, &spec(65, &[0], "mig:3g")).unwrap());
+    g.answers
+        .borrow_mut()
+        .push(("nvmlGpuInstanceDestroy", 999, None));
+    let r = restore_within(&c, Some(&g), 65, Duration::from_millis(400)).unwrap();
+    assert_eq!(r.held.len(), 1, "{r:?}");
+    let h = &r.held[0];
+    assert_eq!(
+        h.reason,
+        HoldReason::Driver {
+            answer: "NVML_ERROR_UNKNOWN".into()
+        }
+    );
+    assert!(
+        h.breaks_plain_jobs,
+        "colloc switched MIG on: plain jobs need it off"
+    );
+    assert!(
+        h.describe().contains("NVML_ERROR_UNKNOWN"),
+        "{}",
+        h.describe()
+    );
+    g.answers.borrow_mut().clear();
+    let r = restore(&c, Some(&g), 65).unwrap();
+    assert!(r.held.is_empty());
 }

@@ -507,6 +507,22 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
     })
 }
 
+/// The minor of `/dev/nvidiaN`, which also numbers the GPU in the driver's capability
+/// tree (`/proc/driver/nvidia/capabilities/gpuN`): the index here, as on nodes whose
+/// device files follow the PCI order.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
+    device: nvmlDevice_t,
+    minor: *mut c_uint,
+) -> nvmlReturn_t {
+    api("nvmlDeviceGetMinorNumber", || {
+        let g = phys(device)?;
+        nvml_call("nvmlDeviceGetMinorNumber", |st| st.gpu(g).map(|_| ()))?;
+        // SAFETY: out-pointer per nvml.h.
+        unsafe { put(minor, g) }
+    })
+}
+
 /// (total, used) bytes of a device or MIG device.
 fn memory(st: &State, h: Handle) -> R<(u64, u64)> {
     let used = |gpu: &Gpu, gi: Option<u32>| -> u64 {
@@ -1652,6 +1668,7 @@ mod tests {
                     call: 2,
                     code: "NVML_ERROR_GPU_IS_LOST".into(),
                     seen: 0,
+                    times: 1,
                 },
             );
             Ok(())

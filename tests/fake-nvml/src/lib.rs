@@ -14,6 +14,7 @@
 //! - [`ffi`]: the exported C functions.
 #![deny(missing_docs)]
 
+pub mod caps;
 pub mod ffi;
 pub mod state;
 pub mod store;

@@ -144,6 +144,10 @@ pub struct Quirks {
     /// A new compute instance's MIG device is listed only this many ms after it was made.
     #[serde(default)]
     pub mig_device_delay_ms: u64,
+    /// The driver publishes no capability file of any GPU or compute instance
+    /// (`/proc/driver/nvidia/capabilities/gpuG/mig/...`, see [`crate::caps`]).
+    #[serde(default)]
+    pub no_caps: bool,
 }
 
 /// One physical GPU.
@@ -280,6 +284,13 @@ pub struct Fault {
     /// Calls counted so far.
     #[serde(default)]
     pub seen: u64,
+    /// How many calls it fails, from the `call`-th on; 0: every call until cleared.
+    #[serde(default = "one")]
+    pub times: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// A fault that fired.
@@ -478,7 +489,17 @@ impl State {
         if f.seen < f.call {
             return (true, None);
         }
-        let Some(fault) = self.faults.remove(function) else {
+        // Not the last time: it stays and fires again at the next call.
+        let again = f.times != 1;
+        if f.times > 1 {
+            f.times -= 1;
+        }
+        let fault = if again {
+            Some(f.clone())
+        } else {
+            self.faults.remove(function)
+        };
+        let Some(fault) = fault else {
             return (true, None);
         };
         let action = parse_fault_code(&fault.code).unwrap_or(FaultAction::Fail(code::UNKNOWN));
@@ -1284,6 +1305,7 @@ mod tests {
             linger_listings: 2,
             busy_after_ci_destroy: 1,
             mig_device_delay_ms: 500,
+            no_caps: false,
         };
         let gi = s.create_gi(0, 9, Some((0, 4))).unwrap();
         s.create_ci_at(0, gi, 2, 1000).unwrap();
@@ -1397,6 +1419,65 @@ mod tests {
     }
 
     #[test]
+    fn faults_fire_a_number_of_times_or_until_cleared() {
+        let mut s = a100();
+        let fault = |times| Fault {
+            call: 1,
+            code: "NVML_ERROR_IN_USE".into(),
+            seen: 0,
+            times,
+        };
+        s.faults.insert("nvmlX".into(), fault(2));
+        let fail = Some(FaultAction::Fail(code::IN_USE));
+        assert_eq!(s.count_call("nvmlX", 1), (true, fail));
+        assert_eq!(s.count_call("nvmlX", 1), (true, fail));
+        assert_eq!(s.count_call("nvmlX", 1), (false, None));
+        s.faults.insert("nvmlX".into(), fault(0));
+        for _ in 0..5 {
+            assert_eq!(s.count_call("nvmlX", 1), (true, fail));
+        }
+        assert_eq!(s.fired.len(), 7);
+    }
+
+    #[test]
+    fn capability_files_follow_the_instances() {
+        let dir = tempfile::tempdir().unwrap();
+        let state_path = dir.path().join("state.json");
+        let mut s = a100();
+        s.gpus[0].mig_current = true;
+        s.gpus[0].gis.push(Gi {
+            id: 1,
+            profile_id: 9,
+            start: 0,
+            size: 4,
+            cis: vec![Ci {
+                id: 0,
+                profile_id: 2,
+                slices: 3,
+                start: 0,
+                uuid: "MIG-x".into(),
+                created_ms: 0,
+            }],
+        });
+        crate::caps::sync(&state_path, &s).unwrap();
+        let caps = dir.path().join("proc/driver/nvidia/capabilities");
+        let gi = std::fs::read_to_string(caps.join("gpu0/mig/gi1/access")).unwrap();
+        assert!(gi.contains("DeviceFileMinor: 12") && gi.contains("DeviceFileMode: 292"));
+        let ci = std::fs::read_to_string(caps.join("gpu0/mig/gi1/ci0/access")).unwrap();
+        assert!(ci.contains("DeviceFileMinor: 13"), "{ci}");
+        let minors =
+            std::fs::read_to_string(dir.path().join("proc/driver/nvidia-caps/mig-minors")).unwrap();
+        assert!(minors.contains("config 1\n") && minors.contains("gpu0/gi1/ci0/access 13\n"));
+        assert!(std::fs::read_to_string(dir.path().join("proc/devices"))
+            .unwrap()
+            .contains("237 nvidia-caps"));
+        s.gpus[0].gis.clear();
+        crate::caps::sync(&state_path, &s).unwrap();
+        assert!(!caps.join("gpu0/mig/gi1").exists());
+        assert!(caps.join("mig/config").exists());
+    }
+
+    #[test]
     fn faults_fire_once_on_the_nth_call() {
         let mut s = a100();
         s.faults.insert(
@@ -1405,6 +1486,7 @@ mod tests {
                 call: 2,
                 code: "NVML_ERROR_INSUFFICIENT_RESOURCES".into(),
                 seen: 0,
+                times: 1,
             },
         );
         assert_eq!(s.count_call("nvmlY", 1), (false, None));

@@ -131,6 +131,13 @@ impl Locked {
         result.map_err(|e| {
             let _ = fs::remove_file(&tmp);
             StoreError(format!("cannot write {}: {e}", self.path.display()))
+        })?;
+        // What the kernel module publishes follows the instances (under the lock).
+        crate::caps::sync(&self.path, state).map_err(|e| {
+            StoreError(format!(
+                "cannot publish the capability files beside {}: {e}",
+                self.path.display()
+            ))
         })
     }
 }

@@ -71,7 +71,12 @@ enum Cmd {
         /// nvml.h error name (NVML_ERROR_IN_USE or IN_USE), a number, or `crash`.
         #[arg(long)]
         code: String,
+        /// Fail this many calls from the N-th on; 0: every call until `clear-faults`.
+        #[arg(long, default_value_t = 1)]
+        times: u64,
     },
+    /// Remove every fault not yet fired.
+    ClearFaults,
     /// Ask for MIG mode on or off, as nvmlDeviceSetMigMode does; prints the activation
     /// status (Hopper: at once; A100: at once when idle, else pending).
     SetMig {
@@ -122,6 +127,9 @@ enum Cmd {
         /// A new MIG device is listed only after this many milliseconds.
         #[arg(long)]
         mig_device_delay_ms: Option<u64>,
+        /// Publish no capability file of new instances (on|off).
+        #[arg(long)]
+        no_caps: Option<String>,
     },
     /// Make every caller unprivileged (`on`: NVML_ERROR_NO_PERMISSION for the calls
     /// nvml.h reserves to privileged users), or let the caller's euid decide (`off`).
@@ -245,10 +253,16 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             })
             .map_err(refused)
         }
+        Cmd::ClearFaults => ctl_change(path, |st| {
+            st.faults.clear();
+            Ok(String::new())
+        })
+        .map_err(refused),
         Cmd::Fault {
             function,
             call,
             code,
+            times,
         } => {
             if !function.starts_with("nvml") {
                 return Err((
@@ -272,6 +286,7 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
                         call,
                         code,
                         seen: 0,
+                        times,
                     },
                 );
                 Ok(String::new())
@@ -334,14 +349,19 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             linger_listings,
             busy_after_ci_destroy,
             mig_device_delay_ms,
-        } => ctl_change(path, |st| {
-            let q = &mut st.quirks;
-            q.linger_listings = linger_listings.unwrap_or(q.linger_listings);
-            q.busy_after_ci_destroy = busy_after_ci_destroy.unwrap_or(q.busy_after_ci_destroy);
-            q.mig_device_delay_ms = mig_device_delay_ms.unwrap_or(q.mig_device_delay_ms);
-            Ok(quirks_line(q))
-        })
-        .map_err(refused),
+            no_caps,
+        } => {
+            let no_caps = no_caps.map(|m| on_off("no-caps", &m)).transpose()?;
+            ctl_change(path, |st| {
+                let q = &mut st.quirks;
+                q.no_caps = no_caps.unwrap_or(q.no_caps);
+                q.linger_listings = linger_listings.unwrap_or(q.linger_listings);
+                q.busy_after_ci_destroy = busy_after_ci_destroy.unwrap_or(q.busy_after_ci_destroy);
+                q.mig_device_delay_ms = mig_device_delay_ms.unwrap_or(q.mig_device_delay_ms);
+                Ok(quirks_line(q))
+            })
+            .map_err(refused)
+        }
         Cmd::Unprivileged { mode } => {
             let on = on_off("unprivileged", &mode)?;
             ctl_change(path, |st| {
@@ -434,8 +454,11 @@ fn foreign_request(
 
 fn quirks_line(q: &Quirks) -> String {
     format!(
-        "quirks: linger {} listing(s), GI busy {} destroy(s) after its last CI, MIG device listed after {} ms",
-        q.linger_listings, q.busy_after_ci_destroy, q.mig_device_delay_ms
+        "quirks: linger {} listing(s), GI busy {} destroy(s) after its last CI, MIG device listed after {} ms, capability files {}",
+        q.linger_listings,
+        q.busy_after_ci_destroy,
+        q.mig_device_delay_ms,
+        if q.no_caps { "not published" } else { "published" }
     )
 }
 
@@ -510,8 +533,14 @@ fn show(st: &State) -> String {
     }
     for (f, fault) in &st.faults {
         out.push(format!(
-            "fault: call {} of {f} -> {} ({} seen)",
-            fault.call, fault.code, fault.seen
+            "fault: call {} of {f} -> {} ({} seen, {})",
+            fault.call,
+            fault.code,
+            fault.seen,
+            match fault.times {
+                0 => "every call".to_string(),
+                n => format!("{n} time(s)"),
+            }
         ));
     }
     for f in &st.fired {

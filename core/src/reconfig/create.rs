@@ -1,0 +1,191 @@
+//! The MIG half of a prolog: switch MIG mode where colloc may, create the planned
+//! instances, make their device files. Transient driver answers are retried
+//! ([`crate::retry`]) within `[mig] retry_s` per instance and `[mig] apply_budget_s` for
+//! the whole prolog; an occupied placement (INSUFFICIENT_RESOURCES) is first tried at the
+//! profile's other free placements, as mig-parted does. Whatever the driver answers in the
+//! end, the job is refused (after the undo), never the node.
+
+use std::time::{Duration, Instant};
+
+use super::{catalog_for, Failure};
+use crate::config::Config;
+use crate::devfiles;
+use crate::gpu::{GpuControl, GpuError, GpuInfo};
+use crate::journal::{self, Journal};
+use crate::mig::Placement;
+use crate::retry::{self, Backoff, Op};
+
+/// What an admin does about a create the driver kept refusing.
+fn admin_hint(gpu: u32) -> String {
+    format!(
+        "an admin looks for what occupies or holds the GPU (`colloc status`, \
+         `nvidia-smi mig -lgi -i {gpu}`, DCGM or dcgm-exporter: see [mig] pre_hook/post_hook \
+         in colloc.toml)"
+    )
+}
+
+/// A job refused because the driver keeps answering `e`.
+pub(super) fn driver_refusal(cfg: &Config, gpu: u32, doing: &str, e: &GpuError) -> Failure {
+    let answer = answer_name(e);
+    if e.is_no_permission() {
+        return Failure::Refuse(format!(
+            "GPU {gpu}: the driver refuses MIG control to root: {answer} ({e}); {}",
+            devfiles::no_permission_hint(cfg)
+        ));
+    }
+    Failure::Refuse(format!(
+        "GPU {gpu}: {doing}: the driver answered {answer} ({e}); the GPU was left as it \
+         was; {}",
+        admin_hint(gpu)
+    ))
+}
+
+/// What the driver answered, as nvml.h names it.
+fn answer_name(e: &GpuError) -> &'static str {
+    match e {
+        GpuError::Call { code, .. } => crate::gpu::nvml_code_name(*code),
+        _ => "an error",
+    }
+}
+
+fn overlaps(a: Placement, b: Placement) -> bool {
+    a.start < b.start + b.size && b.start < a.start + a.size
+}
+
+/// Make the planned instances of every GPU of `j`, recording each in `j` as it is made.
+/// A [`Failure`] leaves the undo to the caller.
+pub(super) fn make_instances(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    j: &mut Journal,
+) -> Result<(), Failure> {
+    let deadline = Instant::now() + cfg.mig.apply_budget();
+    for gi in 0..j.gpus.len() {
+        let index = j.gpus[gi].index;
+        if j.gpus[gi].mig_mode_changed {
+            // Hopper switches at once; an A100 only when the driver can reset it (idle):
+            // nvidia-persistenced or nvidia_drm holding it leaves the change pending.
+            let mut backoff = Backoff::until(deadline.min(Instant::now() + cfg.mig.retry()));
+            let change = retry::retry(
+                Op::ModeChange,
+                &format!("GPU {index}: MIG mode on"),
+                &mut backoff,
+                || ctl.set_mig_mode(index, true),
+            )
+            .map_err(|e| driver_refusal(cfg, index, "switching MIG mode on", &e))?;
+            if !change.took_effect(true) {
+                return Err(Failure::Refuse(change.why_pending(index, true)));
+            }
+        }
+        for k in 0..j.gpus[gi].planned.len() {
+            create_one(cfg, ctl, j, gi, k, deadline)?;
+        }
+    }
+    Ok(())
+}
+
+/// Create planned instance `k` of GPU record `gi`, retrying transient answers and moving
+/// to another free placement where the planned one is occupied.
+fn create_one(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    j: &mut Journal,
+    gi: usize,
+    k: usize,
+    deadline: Instant,
+) -> Result<(), Failure> {
+    let index = j.gpus[gi].index;
+    let started = Instant::now();
+    let mut backoff = Backoff::until(deadline.min(started + cfg.mig.retry()));
+    let mut tried: Vec<Placement> = Vec::new();
+    loop {
+        let p = j.gpus[gi].planned[k].clone();
+        tried.push(p.placement);
+        let doing = format!(
+            "creating {} at slot {} ({} tries in {} s)",
+            p.profile,
+            p.placement.start,
+            backoff.tries(),
+            started.elapsed().as_secs()
+        );
+        let left = deadline.saturating_duration_since(Instant::now());
+        ctl.set_listing_wait(cfg.mig.listing_wait().min(left.max(Duration::from_secs(1))));
+        let e = match ctl.create_instance(index, p.profile_id, p.placement) {
+            Ok(inst) => {
+                let cis = inst.ci_ids.clone();
+                let gi_id = inst.gi_id;
+                j.gpus[gi].created.push(inst);
+                if !ctl.makes_device_files() {
+                    return Ok(());
+                }
+                // A job whose device file is missing would find no CUDA device: refused.
+                let minor = ctl.device_minor(index);
+                return devfiles::ensure_instance(cfg, minor, gi_id, &cis, deadline).map_err(
+                    |why| {
+                        Failure::Refuse(format!(
+                        "GPU {index}: the MIG instance {} (GPU instance {gi_id}) has no usable \
+                         device file: {why}",
+                        p.profile
+                    ))
+                    },
+                );
+            }
+            Err(e) => e,
+        };
+        if !retry::is_transient(Op::Create, &e) {
+            return Err(driver_refusal(cfg, index, &doing, &e));
+        }
+        log::info!("GPU {index}: {doing}: {} ({e})", answer_name(&e));
+        if e.is_insufficient_resources() {
+            if let Some(other) = free_placement(ctl, j, gi, k, &tried) {
+                log::info!(
+                    "GPU {index}: {} at slot {} is occupied; trying slot {}",
+                    p.profile,
+                    p.placement.start,
+                    other.start
+                );
+                j.gpus[gi].planned[k].placement = other;
+                // Restore goes by `planned`: record the new place before creating there.
+                journal::write(cfg, j).map_err(|e| {
+                    Failure::Refuse(format!("colloc cannot record the job's setup: {e}"))
+                })?;
+                continue;
+            }
+        }
+        if !backoff.wait() {
+            return Err(driver_refusal(cfg, index, &doing, &e));
+        }
+    }
+}
+
+/// Another placement of instance `k`'s profile that no other planned instance of its GPU
+/// takes and that was not tried yet.
+fn free_placement(
+    ctl: &dyn GpuControl,
+    j: &Journal,
+    gi: usize,
+    k: usize,
+    tried: &[Placement],
+) -> Option<Placement> {
+    let g = &j.gpus[gi];
+    let info = GpuInfo {
+        index: g.index,
+        uuid: g.uuid.clone(),
+        name: g.name.clone(),
+        mig_mode: None,
+        memory_total: 0,
+    };
+    let catalog = catalog_for(ctl, &info).ok()?;
+    let profile = catalog.by_id(g.planned[k].profile_id)?;
+    profile
+        .placements
+        .iter()
+        .copied()
+        .filter(|pl| !tried.contains(pl))
+        .find(|pl| {
+            g.planned
+                .iter()
+                .enumerate()
+                .all(|(i, other)| i == k || !overlaps(*pl, other.placement))
+        })
+}
