@@ -728,6 +728,7 @@ mod tests {
                     index,
                     device: None,
                     node: None,
+                    memory_mib: None,
                 })
                 .collect(),
             interval_s: 1.0,
