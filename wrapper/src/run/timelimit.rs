@@ -237,17 +237,17 @@ pub fn requeue_after_warning(job: Option<&str>, s: &Settings, left: usize, dir: 
         }
         return false;
     }
+    // Said before it is done: the requeue ends the job at once, and with it (under
+    // proctrack/cgroup, once the batch shell dies of it) this process.
+    log::warn!(
+        "job {job} requeued ({} of at most {}): {left} run(s) left; the next start resumes the record in {dir}",
+        restarts + 1,
+        s.requeue_limit
+    );
     match job::requeue(job) {
-        Ok(()) => {
-            log::warn!(
-                "job {job} requeued ({} of at most {}): {left} run(s) left; the next start resumes the record in {dir}",
-                restarts + 1,
-                s.requeue_limit
-            );
-            true
-        }
+        Ok(()) => true,
         Err(e) => {
-            log::warn!("job {job} not requeued: {e}; {by_hand}");
+            log::warn!("job {job} was not requeued after all: {e}; {by_hand}");
             false
         }
     }
