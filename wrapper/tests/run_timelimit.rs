@@ -252,8 +252,9 @@ fn sigusr1_to_colloc_is_the_warning_outside_slurm_too() {
     assert!(env.mark().join("got-usr2").exists());
 }
 
-/// colloc started in the background by a shell that is then killed (a batch shell that
-/// died of `--signal=B:USR1` under proctrack/linuxproc): it must not run on as an orphan.
+/// colloc started in the background by a shell that is then killed, inside a Slurm job (a
+/// batch shell that died of `--signal=B:USR1` under proctrack/linuxproc): it must not run
+/// on as an orphan. Outside Slurm an orphan goes on (`nohup colloc run … &`).
 #[test]
 fn colloc_whose_parent_dies_stops_its_runs_and_exits() {
     let env = Env::new();
@@ -272,12 +273,23 @@ fn colloc_whose_parent_dies_stops_its_runs_and_exits() {
         ))
         .arg(assert_cmd::cargo::cargo_bin("colloc"))
         .args(env.colloc().get_args())
-        .args(["-j", "3", "--grace", "1s", "-f", m.to_str().unwrap()])
+        .args([
+            "-j",
+            "3",
+            "--grace",
+            "1s",
+            "--warn-before",
+            "off",
+            "-f",
+            m.to_str().unwrap(),
+        ])
         .current_dir(env.path())
         .env("COLLOC_CONFIG", env.path().join("none.toml"))
         .env("MARK", env.mark())
         .env(k, v)
-        .env_remove("SLURM_JOB_ID")
+        .env("SLURM_JOB_ID", "77")
+        .env_remove("SLURM_STEP_ID")
+        .env_remove("SLURM_RESTART_COUNT")
         .env_remove("COLLOC_MODE")
         .env_remove("CUDA_VISIBLE_DEVICES")
         .stdout(Stdio::null())

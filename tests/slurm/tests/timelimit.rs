@@ -7,7 +7,8 @@
 //! requeues its own job until every run has succeeded; after each start of the job no
 //! process of it is left (under proctrack/linuxproc too). A plain `colloc run` line (no
 //! `exec`, no `--signal`) is warned by colloc's own watch of the end time, and the job
-//! does not end early.
+//! does not end early. Where the recipe is got wrong (`--signal=B:USR1` without `exec`:
+//! bash dies of it), colloc sees its parent go and leaves nothing running after the job.
 //!
 //! Slurm holds a requeued job for its credential lifetime (2 minutes) before it may start
 //! again; the test lets it start as soon as the node is idle (`StartTime=now`), which
@@ -22,10 +23,16 @@ use serde_json::Value;
 fn main() {
     // Each mostly waits for its job's time limit: one on the shared cluster, the other on
     // one of its own, at the same time.
-    let tests: &[Test] = &[(
-        "a_plain_colloc_run_line_is_warned_and_requeued_without_ending_early",
-        plain_line,
-    )];
+    let tests: &[Test] = &[
+        (
+            "a_plain_colloc_run_line_is_warned_and_requeued_without_ending_early",
+            plain_line,
+        ),
+        (
+            "a_batch_shell_killed_by_b_usr1_leaves_no_process_of_the_job",
+            shell_killed,
+        ),
+    ];
     let alone: &[Test] = &[(
         "the_documented_recipe_finishes_a_sweep_longer_than_its_time_limit",
         recipe,
@@ -297,4 +304,60 @@ fn plain_line(c: &Cluster) {
     assert!(out.contains("after-colloc"), "{out}");
     check_runs(&dir, id, &["ck1"], starts, &err);
     assert_eq!(c.node_state(), "idle");
+}
+
+/// `--signal=B:USR1` without `exec`: bash has no trap and dies of it, the job ends (the
+/// issue's case: under proctrack/linuxproc colloc and its runs ran on with parent 1).
+/// colloc sees its parent go, stops its runs and exits: nothing of the job is left. The
+/// signal is sent as `B:` sends it (`scancel --batch`), once both runs are going: Slurm's
+/// own may come at any time in the job's first 30 s.
+fn shell_killed(c: &Cluster) {
+    let dir = sweep(c, "shell-killed", 2, false, 100_000);
+    let script = job(
+        &dir,
+        "#SBATCH --time=1\n",
+        &format!(
+            "{} run -j 2 --grace 2s -f runs.toml",
+            colloc_bin().display()
+        ),
+    );
+    let id = c.submit(&KEEP_OUTPUT, &script);
+    c.wait_until("both runs to start", || {
+        (lines(&dir, "starts").len() == 2).then_some(())
+    });
+    let out = c
+        .slurm("scancel")
+        .args(["--batch", "--signal=USR1", &id.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let end = c.wait_done(id);
+    assert_ne!(end.state, "COMPLETED", "{end:?}");
+    // colloc's TERM, its --grace and the supervisors' KILL take a few seconds at most.
+    let mut left = tagged(&dir);
+    for _ in 0..200 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        left = tagged(&dir);
+    }
+    assert!(
+        left.is_empty(),
+        "processes outlived job {id}: {left:?}\n{}",
+        c.job_err(id)
+    );
+    // The record says why they stopped (where colloc, not Slurm's cgroup, ended them:
+    // under the production profile Slurm kills it first).
+    if c.profile() == Profile::Simple {
+        let r = report(&dir, id);
+        assert!(
+            r["stopped_by"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("colloc's parent process"),
+            "{}",
+            r["stopped_by"]
+        );
+    }
 }

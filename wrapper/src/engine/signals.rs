@@ -8,9 +8,10 @@
 //! and recorded, never fatal to colloc; under `colloc run` SIGUSR1 is the warning that
 //! the job's time limit is near (see [`super::pack::Warn`]).
 //!
-//! colloc's parent going away (the batch shell killed, the step's slurmstepd gone) counts
-//! as a stop too: under `proctrack/linuxproc` Slurm loses track of an orphan, so colloc
-//! must end its runs and itself rather than outlive the job.
+//! Inside a Slurm job, colloc's parent going away (the batch shell killed, the step's
+//! slurmstepd gone) counts as a stop too: under `proctrack/linuxproc` Slurm loses track of
+//! an orphan, so colloc must end its runs and itself rather than outlive the job. Outside
+//! Slurm an orphaned colloc goes on (`nohup colloc run … &` and log out).
 
 use std::cell::Cell;
 use std::io::{self, Read};
@@ -26,8 +27,8 @@ pub const FORWARD: [i32; 2] = [libc::SIGUSR1, libc::SIGUSR2];
 #[derive(Debug)]
 pub struct Signals {
     pipes: Vec<(i32, UnixStream)>,
-    /// colloc's parent when the handlers were installed.
-    parent: u32,
+    /// colloc's parent when the handlers were installed (inside a Slurm job).
+    parent: Option<u32>,
     /// Its loss was reported already.
     parent_told: Cell<bool>,
 }
@@ -48,18 +49,20 @@ impl Signals {
         }
         Ok(Signals {
             pipes,
-            parent: parent_pid(),
+            parent: std::env::var_os("SLURM_JOB_ID").map(|_| parent_pid()),
             parent_told: Cell::new(false),
         })
     }
 
-    /// colloc's parent at start, once it is gone (colloc was re-parented): reported once.
+    /// Inside a Slurm job: colloc's parent at start, once it is gone (colloc was
+    /// re-parented); reported once.
     pub fn parent_gone(&self) -> Option<u32> {
-        if self.parent_told.get() || parent_pid() == self.parent {
+        let parent = self.parent?;
+        if self.parent_told.get() || parent_pid() == parent {
             return None;
         }
         self.parent_told.set(true);
-        Some(self.parent)
+        Some(parent)
     }
 
     /// The descriptors to poll.
