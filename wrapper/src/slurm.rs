@@ -1,11 +1,14 @@
 //! What `colloc status` asks Slurm: which jobs still run (`squeue`), and the nodes with
 //! the colloc record each publishes in its comment (`scontrol show node`). The output of
 //! each tool is parsed by a pure function; errors carry the command and what it said.
+//! [`job`]: what a job's own colloc asks near its time limit, and its requeue.
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub mod job;
 
 /// The longest colloc waits for a Slurm client command (a client that cannot reach
 /// slurmctld retries for up to a minute).

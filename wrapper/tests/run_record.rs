@@ -1,5 +1,5 @@
 //! The durable record of `colloc run` (issue 13): nothing a user ran is lost to `kill -9`,
-//! a full disk or a requeue; SIGUSR1/2 reach every run; `--resume` finishes only the rest;
+//! a full disk or a requeue; SIGUSR2 reaches every run; `--resume` finishes only the rest;
 //! `colloc report DIR` renders the record at any time.
 
 mod run_support;
@@ -123,10 +123,10 @@ fn kill_9_mid_pack_leaves_a_valid_report_no_process_and_resume_finishes_the_rest
 }
 
 #[test]
-fn sigusr1_reaches_every_run_is_recorded_and_does_not_stop_colloc() {
+fn sigusr2_reaches_every_run_is_recorded_and_does_not_stop_colloc() {
     let env = Env::new();
     let m = env.manifest(
-        "[[sweep]]\nname = 'w{i}'\ncommand = ['bash', '-c', 'trap \"touch $MARK/$COLLOC_RUN_NAME.usr1\" USR1; touch $MARK/$COLLOC_RUN_NAME.started; i=0; while [ ! -e $MARK/$COLLOC_RUN_NAME.usr1 ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; [ -e $MARK/$COLLOC_RUN_NAME.usr1 ]']\ngrid = { i = [1, 2, 3] }\n",
+        "[[sweep]]\nname = 'w{i}'\ncommand = ['bash', '-c', 'trap \"touch $MARK/$COLLOC_RUN_NAME.usr1\" USR2; touch $MARK/$COLLOC_RUN_NAME.started; i=0; while [ ! -e $MARK/$COLLOC_RUN_NAME.usr1 ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; [ -e $MARK/$COLLOC_RUN_NAME.usr1 ]']\ngrid = { i = [1, 2, 3] }\n",
     );
     let child = env.spawn(&["-j", "3", "-f", m.to_str().unwrap()]);
     wait_for("three runs to start", || {
@@ -136,7 +136,8 @@ fn sigusr1_reaches_every_run_is_recorded_and_does_not_stop_colloc() {
             .count()
             == 3
     });
-    kill(child.id(), libc::SIGUSR1);
+    // (SIGUSR1 is the time-limit warning: tests/run_timelimit.rs.)
+    kill(child.id(), libc::SIGUSR2);
     let out = child.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),
@@ -147,17 +148,17 @@ fn sigusr1_reaches_every_run_is_recorded_and_does_not_stop_colloc() {
     for i in 1..=3 {
         assert!(
             env.mark().join(format!("w{i}.usr1")).exists(),
-            "w{i} got no SIGUSR1"
+            "w{i} got no SIGUSR2"
         );
     }
     let rep = env.report();
     assert_eq!(n_succeeded(&rep), 3);
     let sig = &rep["signals"][0];
-    assert_eq!(sig["signal"], "SIGUSR1");
+    assert_eq!(sig["signal"], "SIGUSR2");
     assert_eq!(sig["runs"].as_array().unwrap().len(), 3);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("SIGUSR1: forwarding it to 3 running run(s)"),
+        stderr.contains("SIGUSR2: forwarding it to 3 running run(s)"),
         "{stderr}"
     );
 }

@@ -263,3 +263,63 @@ fn a_time_limit_stops_a_run_in_its_step_as_on_one_node() {
         "run {pid} still there"
     );
 }
+
+/// The time-limit warning (SIGUSR1 to colloc, issue 25) reaches each step's run on its
+/// node through the step side; each saves its checkpoint and is recorded as interrupted.
+#[test]
+fn the_time_limit_warning_reaches_every_steps_run() {
+    let env = Env::new();
+    let bin = fake_slurm(&env);
+    let ck = run_support::fixture("checkpoint.sh");
+    let m = env.manifest(&format!(
+        "[defaults]\nenv = {{ CKPT_DIR = '{}', STEPS = '100000', STEP_S = '0.1' }}\n[[sweep]]\nname = 'ck{{i}}'\ncommand = ['{ck}']\ngrid = {{ i = [1, 2] }}\n",
+        env.mark().display()
+    ));
+    let c = colloc(&env, &bin);
+    let mut cmd = std::process::Command::new(c.get_program());
+    cmd.args(c.get_args())
+        .args(["-j", "1", "--warn-grace", "5s", "--grace", "1s", "-f"])
+        .arg(&m)
+        .current_dir(env.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let child = cmd.spawn().unwrap();
+    let starts = || {
+        std::fs::read_to_string(env.mark().join("starts"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    run_support::wait_for("both runs to start", || starts() == 2);
+    run_support::kill(child.id(), libc::SIGUSR1);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("sending SIGUSR1 to 2 running run(s)"),
+        "{stderr}"
+    );
+    // Neither needed the grace: both saved a checkpoint at once.
+    assert!(!stderr.contains("sending SIGTERM"), "{stderr}");
+    let mut saved: Vec<String> = std::fs::read_to_string(env.mark().join("checkpoints"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split(' ').next().unwrap_or_default().to_string())
+        .collect();
+    saved.sort();
+    assert_eq!(saved, ["ck1", "ck2"]);
+    let rep = env.report();
+    let mut nodes = Vec::new();
+    for r in rep["runs"].as_array().unwrap() {
+        assert_eq!(r["state"], "interrupted", "{r}");
+        nodes.push(r["node"].as_str().unwrap_or_default().to_string());
+    }
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2"]);
+}

@@ -35,6 +35,10 @@ fn main() {
             "nothing_of_a_run_outlives_a_killed_colloc_on_any_node",
             sigkill_leaves_nothing,
         ),
+        (
+            "the_time_limit_warning_reaches_every_nodes_runs",
+            warning_reaches_every_node,
+        ),
     ];
     // Losing a node mostly waits for slurmctld to notice: on its own cluster, meanwhile.
     run_suite_on(
@@ -695,4 +699,81 @@ fn sigkill_leaves_nothing(c: &Cluster) {
     let end = c.wait_done(id);
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
     assert!(c.job_out(id).contains("RC=137"), "{}", c.job_out(id));
+}
+
+/// The time-limit warning (issue 25) in a sweep over three nodes, colloc started as the
+/// recipe starts it (`exec colloc run`): SIGUSR1 to the batch shell, as
+/// `--signal=B:USR1` sends it, reaches colloc, and through each step every run on every
+/// node, which saves its checkpoint and exits; every run ends interrupted, no requeue
+/// (`--requeue-limit 0`, and one line says so), and nothing is left on any node.
+fn warning_reaches_every_node(c: &Cluster) {
+    let dir = c.jobs_dir().join("warn-sweep");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ck = colloc_slurm_tests::repo_root().join("wrapper/tests/fixtures/run/checkpoint.sh");
+    let grid: Vec<String> = (1..=12).map(|i| i.to_string()).collect();
+    std::fs::write(
+        dir.join("runs.toml"),
+        format!(
+            "[defaults]\nenv = {{ CKPT_DIR = '{}', STEPS = '100000', STEP_S = '0.2' }}\n[[sweep]]\nname = 'ck{{i}}'\ncommand = ['{}']\ngrid = {{ i = [{}] }}\n",
+            dir.display(),
+            ck.display(),
+            grid.join(", ")
+        ),
+    )
+    .unwrap();
+    let job = format!(
+        "export COLLOC_CONFIG={config}\ncd {dir}\nexec {colloc} run --grace 2s --warn-grace 20s --requeue-limit 0 --status-every 1h --report-dir {dir}/report -f runs.toml\n",
+        config = c.colloc_config().display(),
+        dir = dir.display(),
+        colloc = colloc_bin().display(),
+    );
+    let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=mig:3g"], &job);
+    let lines = |f: &str| -> Vec<String> {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    c.wait_until("12 runs to hold the 12 slots", || {
+        (lines("starts").len() >= 12).then_some(())
+    });
+    let out = c
+        .slurm("scancel")
+        .args(["--batch", "--signal=USR1", &id.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let end = c.wait_done(id);
+    let err = c.job_err(id);
+    assert_eq!(end.exit_code, "1:0", "{end:?}\n{err}");
+    assert!(
+        err.contains("sending SIGUSR1 to 12 running run(s)"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("sending SIGTERM"),
+        "a run needed the grace: {err}"
+    );
+    assert!(err.contains("the most --requeue-limit allows (0)"), "{err}");
+    let mut saved: Vec<String> = lines("checkpoints")
+        .iter()
+        .map(|l| l.split(' ').next().unwrap_or_default().to_string())
+        .collect();
+    saved.sort();
+    saved.dedup();
+    assert_eq!(saved.len(), 12, "{saved:?}");
+    let rep = report(&dir);
+    let mut nodes = BTreeSet::new();
+    for r in rep["runs"].as_array().unwrap() {
+        assert_eq!(r["state"], "interrupted", "{r}");
+        nodes.insert(r["node"].as_str().unwrap_or_default().to_string());
+    }
+    assert_eq!(nodes.into_iter().collect::<Vec<_>>(), ["n1", "n2", "n3"]);
+    let ck = ck.display().to_string();
+    assert!(
+        processes_with(&ck).is_empty(),
+        "left: {:?}",
+        processes_with(&ck)
+    );
 }

@@ -207,6 +207,27 @@ pub trait Driver {
     fn stopping(&mut self, _reason: &str) {}
 }
 
+/// What the engine does when told that the job's time limit is near (SIGUSR1 to colloc,
+/// or the time a [`Deadline`] gives): `signal` to every running attempt, `grace` for them
+/// to checkpoint and exit, then SIGTERM and, after [`Options::grace`], SIGKILL. Nothing
+/// more starts, and every attempt that was running ends as interrupted, whatever its exit
+/// status (a run that saved a checkpoint and exited 0 is not done), so a resumed pack
+/// runs it again from its checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Warn {
+    /// The signal the runs get.
+    pub signal: i32,
+    /// How long they have before SIGTERM.
+    pub grace: Duration,
+}
+
+/// When to warn the runs that the job's time limit is near (asked about once per turn of
+/// the engine's loop; the answer may move as the job's limit changes).
+pub trait Deadline {
+    /// The moment to warn, if any.
+    fn warn_at(&mut self) -> Option<Instant>;
+}
+
 /// Engine settings.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -239,6 +260,8 @@ struct Running {
     /// The deadline is the end of a measuring window the driver set, not a time limit.
     window_end: bool,
     term_at: Option<Instant>,
+    /// When it got the time-limit warning.
+    warned_at: Option<Instant>,
     killed: bool,
     timed_out: bool,
     interrupted: bool,
@@ -328,6 +351,8 @@ pub struct Outcome {
     pub stopped_by: Option<String>,
     /// Most attempts that ran at once.
     pub max_concurrent: usize,
+    /// It stopped for the job's time limit ([`Warn`]).
+    pub warned: bool,
 }
 
 /// The pack engine.
@@ -338,6 +363,9 @@ pub struct Engine<'a> {
     signals: &'a Signals,
     opts: Options,
     clock: Clock,
+    warn: Option<Warn>,
+    deadline: Option<&'a mut dyn Deadline>,
+    warned: bool,
 }
 
 impl<'a> Engine<'a> {
@@ -357,7 +385,18 @@ impl<'a> Engine<'a> {
             signals,
             opts,
             clock,
+            warn: None,
+            deadline: None,
+            warned: false,
         }
+    }
+
+    /// Stop for the job's time limit as `warn` says when colloc receives SIGUSR1 or
+    /// `deadline` (if any) is reached; without this SIGUSR1 is only forwarded.
+    pub fn warning(mut self, warn: Warn, deadline: Option<&'a mut dyn Deadline>) -> Engine<'a> {
+        self.warn = Some(warn);
+        self.deadline = deadline;
+        self
     }
 
     /// Run jobs until the driver has none left and every attempt has ended, or until
@@ -379,6 +418,20 @@ impl<'a> Engine<'a> {
             }
             let (outputs, slots) = self.wait(&running, next_tick);
             self.handle_signals(driver, &mut running, &mut stop);
+            if stop.is_some() {
+                // Stopping already: the job's end no longer matters (nor is Slurm asked).
+                self.deadline = None;
+            } else {
+                let due = self.deadline.as_mut().and_then(|d| d.warn_at());
+                if due.is_some_and(|t| Instant::now() >= t) {
+                    self.begin_warning(
+                        driver,
+                        &mut running,
+                        &mut stop,
+                        "the job's time limit is near",
+                    );
+                }
+            }
             for id in outputs {
                 if let Some(r) = running.get_mut(&id) {
                     read_output(r, self.opts.live_view, &self.clock);
@@ -429,6 +482,7 @@ impl<'a> Engine<'a> {
         Outcome {
             stopped_by: stop,
             max_concurrent,
+            warned: self.warned,
         }
     }
 
@@ -496,6 +550,7 @@ impl<'a> Engine<'a> {
             left: 0,
             escaped: Vec::new(),
             term_at: None,
+            warned_at: None,
             killed: false,
             timed_out: false,
             interrupted: false,
@@ -523,13 +578,19 @@ impl<'a> Engine<'a> {
     /// Wait for input or the next deadline; the attempts whose output and the slots whose
     /// supervisor have something to read.
     fn wait(
-        &self,
+        &mut self,
         running: &BTreeMap<AttemptId, Running>,
         next_tick: Instant,
     ) -> (Vec<AttemptId>, Vec<usize>) {
         let now = Instant::now();
         let mut wake = next_tick;
+        if let Some(t) = self.deadline.as_mut().and_then(|d| d.warn_at()) {
+            wake = wake.min(t);
+        }
         for r in running.values() {
+            if let (Some(t), Some(w)) = (r.warned_at.filter(|_| r.term_at.is_none()), self.warn) {
+                wake = wake.min(t + w.grace);
+            }
             if let Some(d) = r.deadline.filter(|_| r.term_at.is_none()) {
                 wake = wake.min(d);
             }
@@ -593,12 +654,35 @@ impl<'a> Engine<'a> {
         running: &mut BTreeMap<AttemptId, Running>,
         stop: &mut Option<String>,
     ) {
-        for sig in self.signals.take() {
+        let mut got = self.signals.take();
+        if let Some(parent) = self.signals.parent_gone() {
+            if stop.is_none() {
+                let reason = format!(
+                    "colloc's parent process (pid {parent}: the batch shell or the job step) is gone"
+                );
+                log::warn!("{reason}: stopping {} running run(s)", running.len());
+                begin_stop(running, stop, &mut *self.launcher, &reason, libc::SIGTERM);
+                driver.stopping(&reason);
+            }
+            // A signal that came with it (Slurm ending the job) must not kill the runs
+            // at once: they get their grace.
+            got.retain(|s| !super::signals::STOP.contains(s));
+        }
+        for sig in got {
             let name = signal_name(sig);
             let targets: Vec<(usize, u32)> = running
                 .values()
                 .map(|r| (r.job.run, r.job.attempt))
                 .collect();
+            if sig == libc::SIGUSR1 && self.warn.is_some() {
+                if stop.is_some() {
+                    log::warn!("colloc received {name} while stopping; ignored");
+                } else {
+                    let reason = format!("colloc received {name} (the job's time limit is near)");
+                    self.begin_warning(driver, running, stop, &reason);
+                }
+                continue;
+            }
             if FORWARD.contains(&sig) {
                 log::warn!(
                     "colloc received {name}: forwarding it to {} running run(s)",
@@ -635,6 +719,40 @@ impl<'a> Engine<'a> {
             driver.signal(sig, &targets);
             driver.stopping(&reason);
         }
+    }
+
+    /// Warn every running attempt ([`Warn`]) and start nothing more.
+    fn begin_warning(
+        &mut self,
+        driver: &mut dyn Driver,
+        running: &mut BTreeMap<AttemptId, Running>,
+        stop: &mut Option<String>,
+        reason: &str,
+    ) {
+        let Some(w) = self.warn else { return };
+        if stop.is_some() {
+            return;
+        }
+        log::warn!(
+            "{reason}: sending {} to {} running run(s); they have {} to save a checkpoint and exit, and are run again when the pack resumes",
+            signal_name(w.signal),
+            running.len(),
+            super::duration::show(w.grace)
+        );
+        let now = Instant::now();
+        let mut targets = Vec::new();
+        for (id, r) in running.iter_mut() {
+            r.interrupted = true;
+            r.warned_at = Some(now);
+            targets.push((r.job.run, r.job.attempt));
+            if r.sup_open {
+                self.launcher.send(r.slot, *id, Cmd::Signal(w.signal));
+            }
+        }
+        *stop = Some(reason.to_string());
+        self.warned = true;
+        driver.signal(w.signal, &targets);
+        driver.stopping(reason);
     }
 
     fn read_control(&mut self, slot: usize, running: &mut BTreeMap<AttemptId, Running>) {
@@ -711,6 +829,18 @@ impl<'a> Engine<'a> {
             r.timed_out = true;
             r.term_at = Some(now);
             self.launcher.send(r.slot, id, Cmd::Signal(libc::SIGTERM));
+        }
+        if let (Some(t), Some(w)) = (r.warned_at, self.warn) {
+            if r.term_at.is_none() && now >= t + w.grace {
+                log::warn!(
+                    "{}: still running {} after {}; sending SIGTERM",
+                    r.job.label,
+                    super::duration::show(w.grace),
+                    signal_name(w.signal)
+                );
+                r.term_at = Some(now);
+                self.launcher.send(r.slot, id, Cmd::Signal(libc::SIGTERM));
+            }
         }
         if !r.killed && r.term_at.is_some_and(|t| now >= t + self.opts.grace) {
             log::warn!(

@@ -5,9 +5,15 @@
 //!
 //! SIGTERM, SIGINT, SIGHUP: stop every run (forwarded, then SIGKILL after a grace
 //! period); a second one kills them at once. SIGUSR1, SIGUSR2: forwarded to every run
-//! and recorded, never fatal to colloc (`#SBATCH --signal=B:USR1@300` asks for one
-//! before a job's time limit, so runs can checkpoint).
+//! and recorded, never fatal to colloc; under `colloc run` SIGUSR1 is the warning that
+//! the job's time limit is near (see [`super::pack::Warn`]).
+//!
+//! Inside a Slurm job, colloc's parent going away (the batch shell killed, the step's
+//! slurmstepd gone) counts as a stop too: under `proctrack/linuxproc` Slurm loses track of
+//! an orphan, so colloc must end its runs and itself rather than outlive the job. Outside
+//! Slurm an orphaned colloc goes on (`nohup colloc run … &` and log out).
 
+use std::cell::Cell;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
@@ -21,6 +27,10 @@ pub const FORWARD: [i32; 2] = [libc::SIGUSR1, libc::SIGUSR2];
 #[derive(Debug)]
 pub struct Signals {
     pipes: Vec<(i32, UnixStream)>,
+    /// colloc's parent when the handlers were installed (inside a Slurm job).
+    parent: Option<u32>,
+    /// Its loss was reported already.
+    parent_told: Cell<bool>,
 }
 
 impl Signals {
@@ -37,7 +47,22 @@ impl Signals {
             signal_hook::low_level::pipe::register(sig, w)?;
             pipes.push((sig, r));
         }
-        Ok(Signals { pipes })
+        Ok(Signals {
+            pipes,
+            parent: std::env::var_os("SLURM_JOB_ID").map(|_| parent_pid()),
+            parent_told: Cell::new(false),
+        })
+    }
+
+    /// Inside a Slurm job: colloc's parent at start, once it is gone (colloc was
+    /// re-parented); reported once.
+    pub fn parent_gone(&self) -> Option<u32> {
+        let parent = self.parent?;
+        if self.parent_told.get() || parent_pid() == parent {
+            return None;
+        }
+        self.parent_told.set(true);
+        Some(parent)
     }
 
     /// The descriptors to poll.
@@ -62,4 +87,9 @@ impl Signals {
         }
         out
     }
+}
+
+/// This process's parent.
+fn parent_pid() -> u32 {
+    rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32)
 }

@@ -81,6 +81,36 @@ pub struct RunArgs {
     /// Time between SIGTERM and SIGKILL when runs are stopped.
     #[arg(long, value_name = "DUR", default_value = "10s")]
     pub grace: String,
+    /// Inside a Slurm job with a time limit: warn the runs (--warn-signal) this long before
+    /// the job ends, give them --warn-grace to checkpoint, stop the rest, write the record
+    /// and requeue the job (when it may be requeued); `off`: only when colloc gets SIGUSR1.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "COLLOC_WARN_BEFORE",
+        default_value = "5m"
+    )]
+    pub warn_before: String,
+    /// The signal the runs get as the time-limit warning.
+    #[arg(
+        long,
+        value_name = "SIG",
+        env = "COLLOC_WARN_SIGNAL",
+        default_value = "USR1"
+    )]
+    pub warn_signal: String,
+    /// How long the warned runs have to save a checkpoint and exit before SIGTERM.
+    #[arg(
+        long,
+        value_name = "DUR",
+        env = "COLLOC_WARN_GRACE",
+        default_value = "3m"
+    )]
+    pub warn_grace: String,
+    /// Most times colloc requeues its job after the warning (SLURM_RESTART_COUNT counts);
+    /// 0: never.
+    #[arg(long, value_name = "N", env = "COLLOC_REQUEUE_LIMIT", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub requeue_limit: u32,
     /// How often to print the one-line progress status.
     #[arg(long, value_name = "DUR", default_value = "30s")]
     pub status_every: String,
@@ -151,6 +181,8 @@ pub struct Options {
     pub fail_fast: bool,
     /// Runs as Slurm steps.
     pub steps: Steps,
+    /// The time-limit warning and the requeue.
+    pub warn: super::timelimit::Settings,
 }
 
 fn dur(flag: &str, v: &str) -> anyhow::Result<Duration> {
@@ -186,9 +218,12 @@ impl Options {
                 )))
             }
         };
+        let grace = dur("--grace", &a.grace)?;
+        let warn = warn_settings(a, grace)?;
         Ok(Options {
             steps,
-            grace: dur("--grace", &a.grace)?,
+            warn,
+            grace,
             interval,
             status_every: dur("--status-every", &a.status_every)?,
             solo_window: dur("--solo-window", &a.solo_window)?,
@@ -204,4 +239,30 @@ impl Options {
             fail_fast: a.fail_fast,
         })
     }
+}
+
+/// The time-limit settings: the runs' grace and colloc's own `--grace` must end before the
+/// job does.
+fn warn_settings(a: &RunArgs, grace: Duration) -> anyhow::Result<super::timelimit::Settings> {
+    let before = match a.warn_before.trim() {
+        "off" | "0" => None,
+        v => Some(dur("--warn-before", v)?),
+    };
+    let warn_grace = dur("--warn-grace", &a.warn_grace)?;
+    if let Some(b) = before {
+        if warn_grace + grace >= b {
+            return Err(bad_input(format!(
+                "--warn-grace ({}) plus --grace ({}) must be shorter than --warn-before ({}): the runs would still be stopping when Slurm ends the job",
+                duration::show(warn_grace),
+                duration::show(grace),
+                duration::show(b)
+            )));
+        }
+    }
+    Ok(super::timelimit::Settings {
+        before,
+        signal: super::timelimit::parse_signal(&a.warn_signal).map_err(bad_input)?,
+        grace: warn_grace,
+        requeue_limit: a.requeue_limit,
+    })
 }

@@ -9,6 +9,7 @@
 //! - [`record`]: the event log, the report rebuilt from it, written atomically.
 //! - [`nodes`], [`steps`]: in a Slurm job of several nodes, every node's slots, and each
 //!   run as a Slurm step of its own on the node of its slot (docs/multinode.md).
+//! - [`timelimit`]: the warning before the job's time limit, and the job's requeue.
 
 use std::cell::RefCell;
 use std::process::ExitCode;
@@ -19,7 +20,7 @@ use anyhow::Context;
 
 use crate::bad_input;
 use crate::engine::launch::{Launcher, LocalLauncher};
-use crate::engine::pack::{Engine, Options as EngineOptions};
+use crate::engine::pack::{Deadline, Engine, Options as EngineOptions, Warn};
 use crate::engine::signals::Signals;
 use crate::engine::Clock;
 use crate::export::runs;
@@ -36,6 +37,7 @@ pub mod scheduler;
 pub mod setup;
 pub mod slots;
 pub mod steps;
+pub mod timelimit;
 
 pub use args::RunArgs;
 use setup::Start;
@@ -248,6 +250,18 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     };
     let mut stopped_by = None;
     let mut max_concurrent = 0;
+    let mut warned = false;
+    let job_id = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .filter(|j| !j.trim().is_empty());
+    let warn = Warn {
+        signal: opts.warn.signal,
+        grace: opts.warn.grace,
+    };
+    let mut watch = match (&job_id, opts.warn.before) {
+        (Some(j), Some(lead)) => timelimit::EndWatch::start(j, lead),
+        _ => None,
+    };
     // Across nodes each attempt is a Slurm step, started through the local supervisors.
     let step_ctx = topo.as_ref().map(|(_, t)| scheduler::StepCtx {
         book: Rc::new(RefCell::new(steps::StepBook::default())),
@@ -296,8 +310,10 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
             &signals,
             engine_opts.clone(),
             clock,
-        );
+        )
+        .warning(warn, watch.as_mut().map(|w| w as &mut dyn Deadline));
         let out = engine.run(&mut cal);
+        warned = out.warned;
         if cal.left() > 0 && out.stopped_by.is_none() {
             log::warn!(
                 "--solo-baseline: the budget ({}) is spent; {} of {} distinct commands were not measured alone, so their runs have no solo figure (raise --solo-budget)",
@@ -327,8 +343,10 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
             &signals,
             engine_opts,
             clock,
-        );
+        )
+        .warning(warn, watch.as_mut().map(|w| w as &mut dyn Deadline));
         let out = engine.run(&mut pack);
+        warned = out.warned;
         stopped_by = out.stopped_by;
         max_concurrent = out.max_concurrent;
     }
@@ -370,10 +388,23 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
             dir.path().display()
         );
     }
-    let all_ok = report
+    let left = report
         .runs
         .iter()
-        .all(|r| r.state == crate::engine::State::Succeeded);
+        .filter(|r| r.state != crate::engine::State::Succeeded)
+        .count();
+    let all_ok = left == 0;
+    // The record is written: now the job may go back to the queue.
+    if warned && error.is_none() {
+        timelimit::requeue_after_warning(
+            job_id.as_deref(),
+            &opts.warn,
+            left,
+            &dir.display().to_string(),
+        );
+    } else if warned {
+        log::warn!("not requeued: the record could not be written");
+    }
     Ok(if all_ok && error.is_none() {
         ExitCode::SUCCESS
     } else {
