@@ -400,7 +400,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
             job_id.as_deref(),
             &opts.warn,
             left,
-            &dir.display().to_string(),
+            &dir.path().display().to_string(),
         );
     } else if warned {
         log::warn!("not requeued: the record could not be written");
