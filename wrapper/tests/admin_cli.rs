@@ -1054,7 +1054,8 @@ fn check_config_fix_makes_lock_files_and_a_capped_run_dir() {
     let body = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(
         &cfg,
-        format!("{body}run_dir_size_mib = 8\nrun_dir_inodes = 500\n"),
+        // Top-level keys go before the node config's [mig] table.
+        format!("run_dir_size_mib = 8\nrun_dir_inodes = 500\n{body}"),
     )
     .unwrap();
     let run = n.dir.path().join("run");
