@@ -101,7 +101,12 @@ fn set_key(c: &Cluster, key: &str, value: &str) {
         .filter(|l| !l.starts_with(&format!("{key} =")))
         .map(str::to_string)
         .collect();
-    lines.push(format!("{key} = \"{value}\""));
+    // A top-level key goes before the first table (`[mig]`), or TOML puts it in there.
+    let at = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with('['))
+        .unwrap_or(lines.len());
+    lines.insert(at, format!("{key} = \"{value}\""));
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
 }
 
