@@ -15,6 +15,7 @@
 //! - [`fs`]: root-side file system work that never follows a path a user can change.
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
 //! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
+//! - [`energy`]: the one rule that shares a GPU's energy out among what ran on it.
 //! - [`publish`]: the node's colloc state in its Slurm node comment, for the cluster view.
 //! - [`buildid`]: the GNU build id of an ELF file (which plugin build runs where).
 #![deny(missing_docs)]
@@ -22,6 +23,7 @@
 pub mod buildid;
 pub mod config;
 pub mod container;
+pub mod energy;
 pub mod fs;
 pub mod gpu;
 pub mod holders;

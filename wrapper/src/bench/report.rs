@@ -68,9 +68,16 @@ pub struct Measurement {
     pub se: Option<f64>,
     /// Each copy's throughput in the window.
     pub per_copy: Vec<f64>,
-    /// Peak GPU memory above what was in use before, bytes.
+    /// Peak GPU memory of the copies' own processes, each copy's peak summed, bytes
+    /// ([`crate::engine::gpu::bench_legend`]).
     pub peak_memory_bytes: Option<u64>,
-    /// GPU energy in the window, joules.
+    /// Each copy's peak memory, bytes (empty where NVML was not read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_peak_memory_bytes: Vec<Option<u64>>,
+    /// Most memory the MPS server held meanwhile (no copy's), bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_server_bytes: Option<u64>,
+    /// Energy of the whole GPU in the window, joules.
     pub energy_j: Option<f64>,
 }
 
@@ -128,7 +135,7 @@ pub struct ConfigResult {
     pub baseline_problem: bool,
     /// `--counts auto`: how much the aggregate rose from the previous count (round 1).
     pub rise: Option<f64>,
-    /// Peak GPU memory of any measurement (above what was in use before), bytes.
+    /// Peak GPU memory of any measurement (its copies' own processes, summed), bytes.
     pub peak_memory_bytes: Option<u64>,
     /// Mean GPU energy in the window, joules.
     pub energy_j: Option<f64>,
@@ -646,6 +653,20 @@ pub fn table(report: &Report) -> String {
         out.push('\n');
     };
     line(&mut out, &format!("host: {}", report.host.describe()));
+    if report.gpu.is_some() {
+        let measured = report
+            .results
+            .iter()
+            .flat_map(|r| r.measurements.iter().map(move |m| (r, m)));
+        let mps_seen = measured
+            .clone()
+            .any(|(r, _)| r.mode.starts_with("mps") && r.status == Status::Measured);
+        let server = measured.filter_map(|(_, m)| m.mps_server_bytes).max();
+        line(
+            &mut out,
+            &crate::engine::gpu::bench_legend(mps_seen, server),
+        );
+    }
     if let (Some(solo), Some(row)) = (report.solo, report.row("solo", 1)) {
         let spread = match (row.aggregate_min, row.aggregate_max) {
             (Some(lo), Some(hi)) if row.repeats > 1 => format!(
@@ -843,6 +864,8 @@ pub(crate) mod tests {
             se: Some(1.0),
             per_copy: vec![aggregate],
             peak_memory_bytes: Some(1 << 30),
+            copy_peak_memory_bytes: vec![Some(1 << 30)],
+            mps_server_bytes: None,
             energy_j: Some(aggregate * 5.0 * 0.01),
         }
     }

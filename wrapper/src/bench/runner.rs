@@ -19,7 +19,6 @@ use colloc_core::mode::{MigRequest, Mode, ModeKind, ProfileSel};
 use colloc_core::mps;
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, Outcome};
-use colloc_core::telemetry::{GpuId, NvmlProbe, Reading, Sampler, SamplerConfig, SlotMap};
 
 use super::analysis::{self, Candidate, Verdict};
 use super::args::{BenchMode, Counts, GpuSel, Spec, MAX_COUNT};
@@ -38,9 +37,10 @@ use crate::engine::scan::Scanner;
 use crate::engine::signals::{Signals, STOP};
 use crate::engine::throughput::Sample;
 use crate::engine::window::Measured;
-use crate::engine::{signal_name, Clock};
+use crate::engine::{gpu, signal_name, Clock};
 use crate::export::chart::{self, BenchPoint};
 use crate::record::store::write_atomic;
+use colloc_core::telemetry::Sampler;
 
 /// How long copies get to stop on SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -145,7 +145,8 @@ struct Ctx<'a> {
     clock: Clock,
     launcher: &'a mut LocalLauncher,
     signals: &'a Signals,
-    sampler: Option<Sampler>,
+    /// NVML, where it answers: each measurement samples its copies through it.
+    nvml: Option<Arc<NvmlGpus>>,
     gpu: Option<BenchGpu>,
     /// `CUDA_VISIBLE_DEVICES` for copies: the GPU's UUID, or the selector as given.
     device: String,
@@ -161,8 +162,8 @@ struct Ctx<'a> {
     report: Report,
 }
 
-/// The GPU under test through NVML, and a sampler of its memory and energy.
-fn open_gpu(spec: &Spec, config: &Config, clock: Clock) -> Result<(BenchGpu, Sampler), String> {
+/// The GPU under test, and NVML to sample the copies on it through.
+fn open_gpu(spec: &Spec, config: &Config) -> Result<(BenchGpu, Arc<NvmlGpus>), String> {
     let nvml = NvmlGpus::open(&config.nvml_library).map_err(|e| e.to_string())?;
     let all = nvml.gpus().map_err(|e| e.to_string())?;
     let info = all
@@ -173,26 +174,7 @@ fn open_gpu(spec: &Spec, config: &Config, clock: Clock) -> Result<(BenchGpu, Sam
         })
         .ok_or_else(|| format!("no GPU {} in NVML", spec.gpu))?;
     let driver = nvml.driver_version().ok();
-    let map = SlotMap {
-        gpus: vec![GpuId {
-            index: info.index,
-            uuid: info.uuid.clone(),
-            name: info.name.clone(),
-        }],
-        ..SlotMap::default()
-    };
-    let nvml = Arc::new(nvml);
-    let probe = NvmlProbe::new(Arc::clone(&nvml), &map);
-    let sampler = Sampler::start(
-        Box::new(probe),
-        map,
-        SamplerConfig {
-            interval: SAMPLE_EVERY,
-            process_util: false,
-            base: clock.t0,
-        },
-    );
-    Ok((BenchGpu { info, driver }, sampler))
+    Ok((BenchGpu { info, driver }, Arc::new(nvml)))
 }
 
 /// Run the benchmark and write its reports.
@@ -215,8 +197,8 @@ pub fn run(
     let clock = Clock::start();
     let logs = spec.report_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let (gpu, sampler, gpu_note) = match open_gpu(spec, config, clock) {
-        Ok((g, s)) => (Some(g), Some(s), None),
+    let (gpu, nvml, gpu_note) = match open_gpu(spec, config) {
+        Ok((g, n)) => (Some(g), Some(n), None),
         Err(why) => {
             log::warn!("no GPU figures (memory, energy): {why}");
             (None, None, Some(why))
@@ -272,7 +254,7 @@ pub fn run(
         clock,
         launcher,
         signals,
-        sampler,
+        nvml,
         gpu,
         device,
         logs,
@@ -289,9 +271,6 @@ pub fn run(
 
     let outcome = ctx.measure_all();
     // Interrupted or not, what was measured is reported.
-    if let Some(s) = ctx.sampler.take() {
-        s.finish();
-    }
     ctx.finish()?;
     outcome?;
     let solo = ctx.report.row("solo", 1);
@@ -1031,13 +1010,6 @@ impl Ctx<'_> {
         Ok(guard)
     }
 
-    fn readings(&self) -> Vec<Reading> {
-        self.sampler
-            .as_ref()
-            .map(|s| s.totals().1.into_iter().next().unwrap_or_default())
-            .unwrap_or_default()
-    }
-
     /// Run `cell`'s copies at once and measure them (copy `i` on `devices[i]` where
     /// given: MIG instances). Round 0 is the warm-up run.
     fn take(
@@ -1065,12 +1037,6 @@ impl Ctx<'_> {
         };
         errln!("colloc bench: {what} ...");
         let started = self.now();
-        let baseline = self
-            .readings()
-            .iter()
-            .rev()
-            .find_map(|r| r.used_bytes)
-            .unwrap_or(0);
         let argv = match cell.kind {
             Kind::Reference => self.spec.reference.clone().unwrap_or_default(),
             _ => self.spec.cmd.clone(),
@@ -1083,6 +1049,7 @@ impl Ctx<'_> {
         let mut logs = Vec::with_capacity(n);
         let mut slots = Vec::with_capacity(n);
         let mut jobs = Vec::with_capacity(n);
+        let mut slot_devices = Vec::with_capacity(n);
         for i in 0..n {
             let log = self.logs.join(format!("{tag}-{i}.log"));
             logs.push(log.display().to_string());
@@ -1090,6 +1057,7 @@ impl Ctx<'_> {
                 .and_then(|d| d.get(i))
                 .unwrap_or(&self.device)
                 .clone();
+            slot_devices.push(dev.clone());
             let mut env = vec![("CUDA_VISIBLE_DEVICES".to_string(), dev)];
             env.extend(extra_env.iter().cloned());
             slots.push(Slot { env });
@@ -1116,6 +1084,11 @@ impl Ctx<'_> {
         } else {
             self.spec.duration
         };
+        // Each copy is read as `colloc run` reads each run: its own processes.
+        let mps = matches!(cell.kind, Kind::Mps | Kind::MpsLimited);
+        let sampler = self.nvml.as_ref().map(|nvml| {
+            gpu::sampler_for_devices(nvml, &slot_devices, mps, SAMPLE_EVERY, self.clock.t0)
+        });
         let out = copies::run(
             self.launcher,
             self.signals,
@@ -1129,12 +1102,14 @@ impl Ctx<'_> {
                 grace: STOP_GRACE,
                 what: self.spec.throughput.describe(),
             },
+            sampler.as_ref(),
         );
+        let gpu_read = sampler.map(Sampler::finish);
         if let Some(sig) = out.signal {
             return Err(Interrupted(sig));
         }
         let wall = self.now() - started;
-        let (launch_t, stop_t) = (out.launch_t, out.stop_t);
+        let stop_t = out.stop_t;
         // Lines after the stop (a copy's shutdown) do not count.
         let samples: Vec<Vec<Sample>> = out
             .samples
@@ -1173,12 +1148,20 @@ impl Ctx<'_> {
         let se = (k >= 2)
             .then(|| stats::block_se(&m.blocks(&samples, k)))
             .flatten();
-        let mut peak = None;
-        let mut energy = None;
-        if self.sampler.is_some() {
-            let readings = self.readings();
-            peak = analysis::peak_memory(&readings, launch_t, stop_t, baseline);
-            energy = analysis::energy_in(&readings, m.window);
+        let copy_peaks: Vec<Option<u64>> = out
+            .gpu
+            .iter()
+            .map(|g| g.as_ref().and_then(|g| g.peak_memory_bytes))
+            .collect();
+        let (mut peak, mut energy, mut mps_server) = (None, None, None);
+        if let Some((totals, history)) = &gpu_read {
+            peak = copy_peaks
+                .iter()
+                .any(Option::is_some)
+                .then(|| copy_peaks.iter().flatten().sum::<u64>());
+            let readings = history.first().map(Vec::as_slice).unwrap_or_default();
+            energy = colloc_core::energy::energy_in(readings, m.window.start, m.window.end);
+            mps_server = totals.iter().filter_map(|g| g.mps_server_peak_bytes).max();
         }
         let measurement = Measurement {
             round,
@@ -1190,6 +1173,12 @@ impl Ctx<'_> {
             se,
             per_copy: m.per_copy(),
             peak_memory_bytes: peak,
+            copy_peak_memory_bytes: if gpu_read.is_some() {
+                copy_peaks
+            } else {
+                Vec::new()
+            },
+            mps_server_bytes: mps_server,
             energy_j: energy,
         };
         let u = unit

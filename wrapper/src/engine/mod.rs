@@ -13,9 +13,11 @@
 //! - [`copies`]: N copies of one command on N slots until their measurement window is
 //!   complete (the engine call under `colloc bench`).
 //! - [`duration`]: durations as users write them.
+//! - [`gpu`]: the GPU sampler of a pack of attempts and what its figures are called.
 
 pub mod copies;
 pub mod duration;
+pub mod gpu;
 pub mod launch;
 pub mod pack;
 pub mod scan;

@@ -337,6 +337,10 @@ pub fn table(report: &Report) -> String {
                     .map_or("n/a".to_string(), |u| format!("{u:.0} %")),
             );
         }
+        let mps = report.mode.starts_with("mps");
+        for l in crate::engine::gpu::run_legend(mps, gpus) {
+            let _ = writeln!(out, "{l}");
+        }
     }
     out
 }

@@ -756,7 +756,7 @@ impl Fold {
         let mut out = Remote::default();
         for (key, (mut totals, readings, spans)) in by_gpu {
             let iv: Vec<(f64, f64)> = spans.iter().map(|(_, s, e)| (*s, *e)).collect();
-            if let Some(sp) = super::energy::split(&readings, &iv) {
+            if let Some(sp) = colloc_core::energy::split(&readings, &iv) {
                 for ((k, _, _), share) in spans.into_iter().zip(sp.shares) {
                     out.shares.insert(k, share);
                 }

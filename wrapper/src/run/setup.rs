@@ -11,7 +11,7 @@ use anyhow::Context;
 use colloc_core::mode::Mode;
 use colloc_core::mps;
 use colloc_core::nvml::NvmlGpus;
-use colloc_core::telemetry::{self, NvmlProbe, Sampler, SamplerConfig, SlotMap};
+use colloc_core::telemetry::{self, Sampler, SlotMap};
 
 use super::args::RunArgs;
 use super::manifest::{self, RunSpec};
@@ -522,16 +522,12 @@ pub fn slot_env(
 /// Start the GPU sampler over the slots' GPUs.
 pub fn sampler(g: &Gpus, interval: std::time::Duration, base: Instant) -> Option<Sampler> {
     let (nvml, map) = g.nvml.as_ref()?;
-    let probe = NvmlProbe::new(Arc::clone(nvml), map);
-    Some(Sampler::start(
-        Box::new(probe),
+    Some(crate::engine::gpu::sampler(
+        nvml,
         map.clone(),
-        SamplerConfig {
-            interval,
-            // Under MPS NVML accounts every client's SM time to the MPS server.
-            process_util: !matches!(g.layout.mode, Mode::Mps { .. }),
-            base,
-        },
+        matches!(g.layout.mode, Mode::Mps { .. }),
+        interval,
+        base,
     ))
 }
 
