@@ -366,3 +366,55 @@ fn sweeps_carry_their_grid_values_and_metrics() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("loss best"), "{stdout}");
 }
+
+/// Three runs on two slots, each silent for 1 s of start-up, then 100 img/s alone and 75
+/// each when two run: a and b together (150 img/s on the GPU), then c alone. The steady
+/// aggregate (while both slots ran past start-up) must read 150; work over makespan,
+/// which counts start-ups and c's lone tail, must read well below it; each run's start-up
+/// must be its silence; the table must name which figure is which.
+#[test]
+fn the_steady_aggregate_and_start_up_stand_beside_work_over_makespan() {
+    let env = Env::new();
+    let rate = fixture("rate.py");
+    let m = env.manifest(&format!(
+        "[defaults]\nenv = {{ RATE_DIR = '{}', BASE = '100', FACTORS = '1,0.75', STARTUP = '1', DURATION = '3' }}\n[[run]]\nname = 'a'\ncommand = ['python3', '{rate}']\n[[run]]\nname = 'b'\ncommand = ['python3', '{rate}']\n[[run]]\nname = 'c'\ncommand = ['python3', '{rate}']\n",
+        env.mark().display()
+    ));
+    let out = env
+        .colloc()
+        .args(["-j", "2", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    let (stdout, _) = succeeded(&out);
+    let rep = env.report();
+    let s = &rep["summary"];
+    let steady = s["steady_throughput"].as_f64().unwrap();
+    assert!(close(steady, 150.0, 0.05), "steady {steady}\n{stdout}");
+    let over = s["aggregate_throughput"].as_f64().unwrap();
+    assert!(
+        over < 0.85 * steady,
+        "work over makespan {over} vs steady {steady}"
+    );
+    // a and b produce together for about their 3 s; never longer.
+    let secs = s["steady_s"].as_f64().unwrap();
+    assert!(secs > 1.5 && secs <= 3.2, "{secs} s steady");
+    for name in ["a", "b", "c"] {
+        let r = run(&rep, name);
+        let st = r["startup_s"].as_f64().unwrap();
+        // At least its 1 s of silence and less than its whole run.
+        assert!(st >= 1.0 && st < r["wall_s"].as_f64().unwrap() - 2.0, "{r}");
+        assert_eq!(r["attempts"][0]["startup_s"].as_f64(), Some(st));
+    }
+    assert!(
+        stdout.contains(&format!("(work over makespan); steady {steady:.1} img/s")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("while all 2 slots ran past start-up"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("start s: from a run's start to its first throughput line"));
+    let rows = csv_rows(&env);
+    assert!(rows.iter().all(|r| !r["startup_s"].is_empty()), "{rows:?}");
+}

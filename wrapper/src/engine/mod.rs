@@ -10,6 +10,7 @@
 //! - [`scan`]: what a line of output says (throughput, user metrics, epochs, OOM).
 //! - [`throughput`]: the one throughput estimator and its window rule.
 //! - [`window`]: the common-window analysis of copies running side by side.
+//! - [`steady`]: the steady aggregate of a pack (while every slot was producing).
 //! - [`copies`]: N copies of one command on N slots until their measurement window is
 //!   complete (the engine call under `colloc bench`).
 //! - [`duration`]: durations as users write them.
@@ -22,6 +23,7 @@ pub mod launch;
 pub mod pack;
 pub mod scan;
 pub mod signals;
+pub mod steady;
 pub mod supervisor;
 pub mod sys;
 pub mod text;

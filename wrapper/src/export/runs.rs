@@ -60,6 +60,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
         "start",
         "end",
         "wall_s",
+        "startup_s",
         "throughput",
         "throughput_unit",
         "samples",
@@ -101,6 +102,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             opt(r.start.clone()),
             opt(r.end.clone()),
             f3(r.wall_s),
+            f3(r.startup_s),
             f3(tp.map(|t| t.mean)),
             opt(tp.map(|t| t.unit.clone())),
             opt(tp.map(|t| t.count)),
@@ -166,8 +168,8 @@ pub fn table(report: &Report) -> String {
     // Across nodes, each run's node goes after its slot.
     let nodes = !report.nodes.is_empty();
     let mut headers: Vec<String> = [
-        "run", "state", "exit", "tries", "slot", "wall s", &unit, "solo", "epoch s", "peak MiB",
-        "util %", "energy J",
+        "run", "state", "exit", "tries", "slot", "wall s", "start s", &unit, "solo", "epoch s",
+        "peak MiB", "util %", "energy J",
     ]
     .iter()
     .map(|h| h.to_string())
@@ -199,6 +201,7 @@ pub fn table(report: &Report) -> String {
             r.attempts.len().to_string(),
             or_dash(r.slot.map(|s| s.to_string())),
             or_dash(r.wall_s.map(|w| format!("{w:.1}"))),
+            or_dash(r.startup_s.map(|w| format!("{w:.1}"))),
             or_dash(tp.map(|t| {
                 if t.unit == unit {
                     format!("{:.1}", t.mean)
@@ -253,7 +256,17 @@ pub fn table(report: &Report) -> String {
     }
     match (s.aggregate_throughput, &s.throughput_unit) {
         (Some(a), Some(u)) => {
-            let _ = write!(out, "; aggregate throughput {a:.1} {u}");
+            let _ = write!(
+                out,
+                "; aggregate throughput {a:.1} {u} (work over makespan)"
+            );
+            if let (Some(st), Some(secs)) = (s.steady_throughput, s.steady_s) {
+                let _ = write!(
+                    out,
+                    "; steady {st:.1} {u} (while all {} slots ran past start-up, {secs:.1} s)",
+                    report.slots.len()
+                );
+            }
         }
         _ => out.push_str("; aggregate throughput unknown (no run printed a throughput we read)"),
     }
@@ -321,6 +334,12 @@ pub fn table(report: &Report) -> String {
     }
     if let Some(d) = s.median_dispatch_s {
         let _ = writeln!(out, "median start of a run's step: {d:.2} s after its srun");
+    }
+    if report.runs.iter().any(|r| r.startup_s.is_some()) {
+        let _ = writeln!(
+            out,
+            "start s: from a run's start to its first throughput line (start-up: no work counted)"
+        );
     }
     if let Some(gpus) = &report.gpus {
         for g in gpus {

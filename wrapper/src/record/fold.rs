@@ -30,7 +30,8 @@ use super::model::{
     NodeRecord, Report, RunRecord, SessionRecord, SignalRecord, Summary, ThroughputRecord,
     FASTER_THAN_SOLO, SCHEMA,
 };
-use crate::engine::throughput::{keep, Stats};
+use crate::engine::steady::steady;
+use crate::engine::throughput::{keep, Sample, Stats};
 use crate::engine::State;
 
 /// RFC 3339 (UTC, milliseconds) of Unix seconds.
@@ -567,6 +568,7 @@ impl Fold {
                 dispatch_s: s.dispatch_s,
                 failed: s.failed.clone(),
             }),
+            startup_s: a.stats.first_t.map(|f| (f - a.start).max(0.0)),
         }
     }
 
@@ -668,6 +670,7 @@ impl Fold {
                 })
                 .collect(),
             gpu: combine_gpu(&attempts),
+            startup_s: attempts.iter().rev().find_map(|a| a.startup_s),
             solo_throughput: self
                 .solos
                 .get(&r.id.solo_key())
@@ -926,6 +929,7 @@ impl Fold {
         if makespan_s > 0.0 {
             sum.aggregate_throughput = Some(work / makespan_s);
         }
+        self.steady_into(&mut sum, &unit);
         // One after another: each covered attempt's work at its run's solo rate, plus its
         // start-up (the time before its first sample, or all of it without samples).
         let mut seq = 0.0;
@@ -986,6 +990,37 @@ impl Fold {
         }
         sum.throughput_unit = Some(unit);
         sum
+    }
+}
+
+impl Fold {
+    /// The steady aggregate over all sessions: each session's periods with every slot
+    /// producing, their work summed over their time summed.
+    fn steady_into(&self, sum: &mut Summary, unit: &str) {
+        let (mut work, mut seconds) = (0.0, 0.0);
+        for s in &self.sessions {
+            let series: Vec<Vec<Sample>> = self
+                .runs
+                .iter()
+                .flat_map(|r| &r.attempts)
+                .filter(|a| a.session == s.session && a.unit.as_deref() == Some(unit))
+                .map(|a| {
+                    a.samples
+                        .iter()
+                        .map(|&(t, rate)| Sample { t, rate })
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[Sample]> = series.iter().map(Vec::as_slice).collect();
+            if let Some(st) = steady(&refs, s.slots.len()) {
+                work += st.throughput * st.seconds;
+                seconds += st.seconds;
+            }
+        }
+        if seconds > 0.0 {
+            sum.steady_throughput = Some(work / seconds);
+            sum.steady_s = Some(seconds);
+        }
     }
 }
 
