@@ -11,6 +11,7 @@
 //! - [`throughput`]: the one throughput estimator and its window rule.
 //! - [`window`]: the common-window analysis of copies running side by side.
 //! - [`steady`]: the steady aggregate of a pack (while every slot was producing).
+//! - [`solo`]: a solo figure, `n = 1` of the copies' window, with one warm-up rule.
 //! - [`copies`]: N copies of one command on N slots until their measurement window is
 //!   complete (the engine call under `colloc bench`).
 //! - [`duration`]: durations as users write them.
@@ -23,6 +24,7 @@ pub mod launch;
 pub mod pack;
 pub mod scan;
 pub mod signals;
+pub mod solo;
 pub mod steady;
 pub mod supervisor;
 pub mod sys;
