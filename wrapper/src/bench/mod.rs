@@ -25,7 +25,6 @@ mod report;
 mod runner;
 mod stats;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -47,7 +46,7 @@ pub fn main(args: BenchArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     };
     // Before any thread exists: the launcher is forked from this process.
     let mut launcher = LocalLauncher::start().context("cannot start the run launcher")?;
-    let config = load_config(g)?;
+    let config = crate::nodecfg::config_or_default(g)?;
     let signals = Signals::install().context("cannot install signal handlers")?;
     runner::run(&spec, &config, &mut launcher, &signals)
 }
@@ -61,19 +60,4 @@ fn compare_only(old: &std::path::Path, new: &std::path::Path) -> anyhow::Result<
     let c = compare::compare(&old.display().to_string(), &o, &n);
     out!("{}", c.text);
     Ok(ExitCode::SUCCESS)
-}
-
-/// The node configuration: as given (`--config`, `$COLLOC_CONFIG`) or at the default
-/// path; outside a managed node, where no file exists, the defaults.
-fn load_config(g: &crate::Global) -> anyhow::Result<colloc_core::config::Config> {
-    let explicit = g.config.is_some() || std::env::var_os("COLLOC_CONFIG").is_some();
-    let path: PathBuf = g.config_path();
-    if !explicit && !path.exists() {
-        log::info!(
-            "no {}; using the default node configuration",
-            path.display()
-        );
-        return Ok(colloc_core::config::Config::default());
-    }
-    g.load_config()
 }

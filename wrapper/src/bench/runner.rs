@@ -990,17 +990,7 @@ impl Ctx<'_> {
     }
 
     fn start_mps(&self) -> Result<mps::PrivateDaemon, String> {
-        let program = self
-            .config
-            .mps_control_path()
-            .filter(|p| p.is_file())
-            .ok_or_else(|| {
-                format!(
-                    "MPS control program {} not found (looked in {}); set mps_control in the node config",
-                    self.config.mps_control,
-                    colloc_core::config::SYSTEM_BIN_DIRS.join(", ")
-                )
-            })?;
+        let program = crate::nodecfg::mps_control(self.config)?;
         let guard = mps::PrivateDaemon::start(&program, "colloc-bench", &self.device)
             .map_err(|e| format!("cannot start MPS: {e}"))?;
         errln!(
