@@ -16,6 +16,7 @@
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
 //! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
 //! - [`energy`]: the one rule that shares a GPU's energy out among what ran on it.
+//! - [`num`]: small numeric rules (the median) defined once.
 //! - [`publish`]: the node's colloc state in its Slurm node comment, for the cluster view.
 //! - [`buildid`]: the GNU build id of an ELF file (which plugin build runs where).
 #![deny(missing_docs)]
@@ -32,6 +33,7 @@ pub mod journal;
 pub mod mig;
 pub mod mode;
 pub mod mps;
+pub mod num;
 pub mod nvml;
 pub mod publish;
 pub mod reconfig;

@@ -333,18 +333,6 @@ pub fn own_build_id() -> Option<String> {
     search.found
 }
 
-/// The primary group of a user, from the password database (for a prolog environment
-/// without `SLURM_JOB_GID`).
-pub fn primary_gid(uid: u32) -> Option<u32> {
-    let mut buf = vec![0 as c_char; 16 * 1024];
-    // SAFETY: passwd is plain data; all-zero is a valid (empty) value to be filled in.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call and `buf` is as long as we say.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
-    (rc == 0 && !result.is_null()).then_some(pw.pw_gid)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

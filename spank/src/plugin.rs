@@ -395,7 +395,7 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     // The group only owns the job's 0700 MPS directories, so a failed password-database
     // lookup (sssd/LDAP down) must not fail the prolog and drain the node.
     let gid = env_u32(host, "SLURM_JOB_GID")
-        .or_else(|| crate::ffi::primary_gid(uid))
+        .or_else(|| colloc_core::sys::primary_gid(uid))
         .or_else(|| host.job_gid().ok())
         .unwrap_or_else(|| {
             log::warn!(

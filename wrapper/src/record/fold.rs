@@ -1024,18 +1024,9 @@ impl Fold {
     }
 }
 
-/// The median of some figures.
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+/// The median of some figures (the one rule, in core).
+fn median(v: Vec<f64>) -> Option<f64> {
+    colloc_core::num::median(&v)
 }
 
 /// A run's throughput over its attempts: their work over their summed sampled time.

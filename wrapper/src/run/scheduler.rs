@@ -43,17 +43,8 @@ pub struct StepCtx {
 /// Sub-directory of the report dir with one log per attempt.
 pub const LOGS_DIR: &str = "logs";
 
-/// Node name for the record: Slurm's, else the host's.
-pub fn node_name() -> Option<String> {
-    std::env::var("SLURMD_NODENAME")
-        .ok()
-        .filter(|n| !n.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-        })
-}
+/// Node name for the record: Slurm's, else the short host name (one rule, in core).
+pub use colloc_core::publish::node_name;
 
 /// The output facts of an attempt since the last call, as a progress body.
 fn progress_of(seen: &mut Seen, metric_names: &[String]) -> Progress {

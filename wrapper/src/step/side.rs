@@ -159,7 +159,7 @@ pub fn main(nvml_library: &str) -> anyhow::Result<ExitCode> {
     let stdin = io::stdin();
     let stdin_fd = stdin.as_fd();
     say(&StepMsg::Hello {
-        node: crate::run::scheduler::node_name().unwrap_or_default(),
+        node: colloc_core::publish::node_name().unwrap_or_default(),
         step: match (
             std::env::var("SLURM_JOB_ID"),
             std::env::var("SLURM_STEP_ID"),
