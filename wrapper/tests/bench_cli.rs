@@ -454,7 +454,7 @@ fn each_copy_gets_the_memory_of_its_own_processes() {
             ],
             &format!(
                 "nvml_library = \"{}\"\nstate_dir = \"{dirs}/state\"\nrun_dir = \"{dirs}/run\"\n",
-                fake_nvml().display()
+                fake_nvml::locate::library().display()
             ),
         )
         .env("COLLOC_FAKE_NVML_STATE", &state)
@@ -480,19 +480,6 @@ fn each_copy_gets_the_memory_of_its_own_processes() {
     );
 }
 
-/// The fake libnvidia-ml, built with this test as a dev-dependency.
-fn fake_nvml() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libfake_nvml.so"),
-        deps.join("../libfake_nvml.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .expect("libfake_nvml.so next to the test (cargo test builds it as a dev-dependency)")
-}
-
 #[test]
 fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
     let b = Bench::new();
@@ -513,7 +500,7 @@ fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
             ],
             &format!(
                 "nvml_library = \"{}\"\nstate_dir = \"{dirs}/state\"\nrun_dir = \"{dirs}/run\"\n",
-                fake_nvml().display()
+                fake_nvml::locate::library().display()
             ),
         )
         .env("COLLOC_FAKE_NVML_STATE", &state)
