@@ -70,7 +70,9 @@ pub fn log_line(level: log::Level, line: &str) {
 /// Run one callback: no panic crosses into Slurm, and an error is logged through
 /// `slurm_error` (which reaches the user's terminal in sbatch/srun) before -1 is returned.
 fn guard(callback: &str, f: impl FnOnce() -> Result<(), String>) -> c_int {
-    crate::logger::init();
+    crate::logger::init(log_line);
+    // The plugin publishes its build id; it asks for it through this (see BUILD_ID).
+    let _ = plugin::BUILD_ID.set(own_build_id);
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => SLURM_SUCCESS,
         Ok(Err(msg)) => {

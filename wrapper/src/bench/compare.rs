@@ -9,8 +9,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::cell::cell_name;
 use super::host::{differences, Host};
-use super::report::cell_name;
 use crate::export::table::Table;
 
 /// One configuration in both reports.

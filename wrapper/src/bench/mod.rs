@@ -12,12 +12,15 @@
 //!   what fits `--budget`.
 //! - [`runner`]: running the configurations through the engine.
 //! - [`stats`]: the spread of repeated measurements and the uncertainty of ratios.
-//! - [`analysis`]: slowdown, memory, energy, the recommendation.
+//! - [`analysis`]: slowdown, whether copies fit in memory, the recommendation (GPU
+//!   figures are the engine's, as for `colloc run`: [`crate::engine::gpu`]).
+//! - [`cell`]: how a configuration is named.
 //! - [`host`]: the host a report comes from; [`compare`]: two reports side by side.
 //! - [`report`]: the table, JSON and CSV.
 
 mod analysis;
 mod args;
+mod cell;
 mod compare;
 mod host;
 mod plan;

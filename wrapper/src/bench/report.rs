@@ -445,14 +445,7 @@ fn below(x: f64, limit: f64) -> String {
         .unwrap_or_else(|| format!("{x}"))
 }
 
-/// `mps 7`, `naive 2`, `solo`.
-pub fn cell_name(mode: &str, n: usize) -> String {
-    if mode == "solo" || mode == "reference" || mode.starts_with("mps:") {
-        mode.to_string()
-    } else {
-        format!("{mode} {n}")
-    }
-}
+pub use super::cell::cell_name;
 
 fn copies(n: usize, mode: &str) -> String {
     format!("{n} cop{} under {mode}", if n == 1 { "y" } else { "ies" })
