@@ -69,6 +69,12 @@ pub fn run_legend(mps: bool, totals: &[GpuTotals]) -> Vec<String> {
         memory.push_str("; under MPS each client's own memory is its run's");
         memory.push_str(&server_part(totals));
     }
+    if let Some(b) = totals.iter().filter_map(|g| g.others_peak_bytes).max() {
+        memory.push_str(&format!(
+            "; processes of no run (another user's, or one that left its run) held up to {}",
+            mib(b)
+        ));
+    }
     let util = if mps {
         "util %: n/a under MPS (NVML counts every client's SM time to the MPS server)"
     } else {
@@ -118,6 +124,11 @@ mod tests {
         );
         assert!(l[1].starts_with("util %: n/a under MPS"));
         assert!(!run_legend(false, &[]).join(" ").contains("MPS server's"));
+        let other = GpuTotals {
+            others_peak_bytes: Some(500 << 20),
+            ..GpuTotals::default()
+        };
+        assert!(run_legend(false, &[other])[0].contains("held up to 500 MiB"));
         assert!(bench_legend(true, Some(66 << 20)).contains("(at most 66 MiB) no copy's"));
         assert!(!bench_legend(false, None).contains("MPS"));
     }
