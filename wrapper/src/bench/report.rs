@@ -14,7 +14,7 @@
 //! the schema in a column.
 
 use colloc_core::gpu::GpuInfo;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::analysis::{gib, Recommendation, Verdict};
 use super::compare::Comparison;
@@ -22,11 +22,18 @@ use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
 use crate::export::table::Table;
 
+/// A `gpu` record of an older report that does not read as [`BenchGpu`] is none, not a
+/// report that cannot be read.
+fn gpu_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BenchGpu>, D::Error> {
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.and_then(|v| serde_json::from_value(v).ok()))
+}
+
 /// Report format version of `bench.json`, `bench.csv` and `bench-measurements.csv`.
 pub const SCHEMA: u32 = 3;
 
 /// The GPU under test.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchGpu {
     /// What NVML says about it.
     #[serde(flatten)]
@@ -36,19 +43,22 @@ pub struct BenchGpu {
 }
 
 /// Outcome of one configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Ran and measured (at least once).
     Measured,
     /// Not run; `reason` says why.
+    #[default]
     Skipped,
     /// Ran and failed every time; `reason` says how.
     Failed,
 }
 
-/// One measurement of a configuration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One measurement of a configuration. Read back (`--compare`) with every field an older
+/// schema lacks at its default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Measurement {
     /// Round (1-based; the closing solo run has the number after the last round; 0 is
     /// the warm-up run).
@@ -92,7 +102,8 @@ impl Measurement {
 }
 
 /// One configuration: a mode and a number of copies, over all its measurements.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ConfigResult {
     /// `solo`, `reference`, `naive`, `mps`, `mps:N` (the thread-percentage limit) or `mig`.
     pub mode: String,
@@ -290,7 +301,8 @@ impl ConfigResult {
 }
 
 /// The recommendation as written to JSON.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RecommendationOut {
     /// Mode of the recommended configuration (`solo`: run one at a time).
     pub mode: String,
@@ -321,7 +333,8 @@ pub struct RecommendationOut {
 }
 
 /// MPS with the thread-percentage limit (`mps:N`) against unlimited MPS at the same N.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MpsLimit {
     /// Copies.
     pub n: usize,
@@ -338,7 +351,12 @@ pub struct MpsLimit {
 }
 
 /// The whole benchmark.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// `bench.json` is written from this and read back through it (`--compare`): every field
+/// an older schema (1 to 3) lacks reads as its default, a `gpu` record that does not
+/// read as one reads as none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Report {
     /// Format version.
     pub schema: u32,
@@ -349,6 +367,7 @@ pub struct Report {
     /// Where it ran.
     pub host: Host,
     /// The GPU, when NVML could be read.
+    #[serde(deserialize_with = "gpu_or_none")]
     pub gpu: Option<BenchGpu>,
     /// Why there is no GPU information.
     pub gpu_note: Option<String>,

@@ -158,7 +158,7 @@ struct Ctx<'a> {
     /// The workload's peak memory alone (warm-up and solo runs).
     solo_peak: Option<u64>,
     /// The earlier report of `--compare`.
-    old: Option<serde_json::Value>,
+    old: Option<Report>,
     report: Report,
 }
 
@@ -1299,8 +1299,8 @@ impl Ctx<'_> {
         }
         report.wall_s = self.clock.now();
         if let (Some(old), Some(path)) = (&self.old, &self.spec.compare) {
-            let new = serde_json::to_value(&*report)?;
-            report.comparison = Some(compare::compare(&path.display().to_string(), old, &new));
+            let c = compare::compare(&path.display().to_string(), old, report);
+            report.comparison = Some(c);
         }
         let report = &self.report;
         out!("{}", report::table(report));
