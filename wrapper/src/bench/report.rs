@@ -20,7 +20,7 @@ use super::analysis::{gib, Recommendation, Verdict};
 use super::compare::Comparison;
 use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
-use crate::export::table::Table;
+use crate::export::table::{csv_num, csv_opt, dash_or as opt, Table};
 
 /// A `gpu` record of an older report that does not read as [`BenchGpu`] is none, not a
 /// report that cannot be read.
@@ -540,10 +540,6 @@ pub fn recommendation_text(
     }
 }
 
-fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    v.map_or_else(|| "-".into(), f)
-}
-
 /// Seconds as `25 s`, `3m 10s`.
 pub fn secs(s: f64) -> String {
     if s < 100.0 {
@@ -781,7 +777,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
         "layout",
         "reason",
     ])?;
-    let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+    let f = |v: Option<f64>| csv_num(v, 6);
     for r in &report.results {
         w.write_record([
             SCHEMA.to_string(),
@@ -802,7 +798,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             f(r.slowdown_mean),
             f(r.slowdown_max),
             r.baseline_problem.to_string(),
-            r.peak_memory_bytes.map_or(String::new(), |v| v.to_string()),
+            csv_opt(r.peak_memory_bytes),
             f(r.energy_j),
             f(r.energy_per_sample_j),
             format!("{:.3}", r.wall_s),
@@ -853,7 +849,7 @@ pub fn measurements_csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             format!("{:.3}", m.window[0]),
             format!("{:.3}", m.window[1]),
             format!("{:.6}", m.aggregate),
-            m.se.map_or(String::new(), |v| format!("{v:.6}")),
+            csv_num(m.se, 6),
             report.unit.clone(),
         ])?;
     }

@@ -6,16 +6,12 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::table::Table;
+use super::table::{csv_opt as opt, or_dash, Table};
 use crate::engine::State;
 use crate::record::model::{Report, RunRecord};
 
 fn f3(v: Option<f64>) -> String {
-    v.map(|v| format!("{v:.3}")).unwrap_or_default()
-}
-
-fn opt<T: ToString>(v: Option<T>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
+    super::table::csv_num(v, 3)
 }
 
 fn mean_epoch(r: &RunRecord) -> Option<f64> {
@@ -151,10 +147,6 @@ pub fn state_text(r: &RunRecord) -> String {
         (State::Failed, _, true) => format!("{s} (OOM)"),
         (_, n, _) => format!("{s} after {n} OOM"),
     }
-}
-
-fn or_dash(v: Option<String>) -> String {
-    v.unwrap_or_else(|| "-".into())
 }
 
 /// The summary table printed at the end.
