@@ -297,7 +297,7 @@ pub struct Fold {
     attempts: HashMap<u64, AttemptAcc>,
     gpus: Vec<GpuAcc>,
     last_t: Option<f64>,
-    proc_cache: HashMap<u32, Option<ProcInfo>>,
+    proc_cache: HashMap<u32, ProcInfo>,
     /// Leaders of attempts that ended (their lingering processes are no one's).
     ended: HashSet<u32>,
 }
@@ -436,7 +436,15 @@ impl Fold {
             let cache = &mut self.proc_cache;
             let ended = &self.ended;
             let mut owner_of = |pid: u32| -> Owner {
-                let mut info = |p: u32| cache.entry(p).or_insert_with(|| proc_of(p)).clone();
+                // A pid that is gone is asked again next time: it may be reused.
+                let mut info = |p: u32| match cache.get(&p) {
+                    Some(i) => Some(i.clone()),
+                    None => {
+                        let i = proc_of(p)?;
+                        cache.insert(p, i.clone());
+                        Some(i)
+                    }
+                };
                 owner(pid, &by_leader, ended, clients, &mut info)
             };
             if g.procs.is_some() || g.mps_clients.is_some() {
@@ -567,6 +575,8 @@ impl Fold {
         let a = self.attempts.remove(&key)?;
         if let Some(sid) = a.sid {
             self.ended.insert(sid);
+            // Its processes' pids may be reused by a later attempt's.
+            self.proc_cache.retain(|_, i| i.sid != sid);
         }
         a.gpu?;
         Some(AttemptGpu {
@@ -1211,6 +1221,24 @@ mod tests {
             table(&[(100, 100, 1, false), (101, 100, 100, false)]),
         );
         assert_eq!(f.end(1).unwrap().peak_memory_bytes, Some(1000));
+    }
+
+    #[test]
+    fn a_pid_gone_at_one_reading_is_asked_again_at_the_next() {
+        let mut f = Fold::new(map(vec![Some(0)], vec![false], 1), false);
+        f.begin(1, 0, 0.0);
+        f.session(1, 100);
+        let t = Tick {
+            gpus: vec![GpuTick {
+                procs: Some(vec![(300, Some(700))]),
+                ..GpuTick::default()
+            }],
+            mig_used: vec![None],
+        };
+        // Not (yet) in /proc at the first reading: nobody's, and not remembered so.
+        f.apply(1.0, &t, |_| None);
+        f.apply(2.0, &t, table(&[(300, 100, 100, false)]));
+        assert_eq!(f.end(1).unwrap().peak_memory_bytes, Some(700));
     }
 
     #[test]
