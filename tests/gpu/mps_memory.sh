@@ -5,7 +5,7 @@
 #                                                         # here with `cargo build --release`
 #
 # 1. `colloc run --mode mps -j 3` runs 3 PyTorch clients that each hold a known tensor
-#    (1, 2 and 3 GiB) for ~25 s, printing img/s lines. Expected in colloc-report.json:
+#    (1, 2 and 3 GiB) for ~20 s, printing img/s lines. Expected in colloc-report.json:
 #    each run's gpu.peak_memory_bytes ~ its tensor + its CUDA context (~600 MiB on driver
 #    580: ~1.6, 2.6, 3.6 GiB), none several times another's; gpus[0].mps_server_peak_bytes
 #    ~66 MiB (the server's, nobody's).
@@ -13,7 +13,7 @@
 #    saved to nvml-lists.txt, as the truth to compare with.
 # 3. `colloc bench --modes mps --counts 2` with the 1 GiB client: each copy's
 #    copy_peak_memory_bytes ~1.6 GiB, peak_memory_bytes their sum (was 0.0 GiB).
-# Wall time ~110 s. Writes everything under $OUT.
+# Wall time ~100 s. Writes everything under $OUT.
 set -u
 BIN=${COLLOC_BIN:-target/release/colloc}
 OUT=${OUT:-/tmp/colloc-mps-memory}
@@ -42,13 +42,13 @@ PY
 cat > "$OUT/runs.toml" <<TOML
 [[run]]
 name = "hold1"
-command = ["python3", "$OUT/hold.py", "1", "25"]
+command = ["python3", "$OUT/hold.py", "1", "20"]
 [[run]]
 name = "hold2"
-command = ["python3", "$OUT/hold.py", "2", "25"]
+command = ["python3", "$OUT/hold.py", "2", "20"]
 [[run]]
 name = "hold3"
-command = ["python3", "$OUT/hold.py", "3", "25"]
+command = ["python3", "$OUT/hold.py", "3", "20"]
 TOML
 cat > "$OUT/lists.py" <<'PY'
 import time, pynvml
@@ -71,7 +71,7 @@ LISTS=$!
 echo "run exit $?" >> "$OUT/run.txt"
 wait $LISTS
 "$BIN" --config "$OUT/colloc.toml" bench --modes mps --counts 2 --repeat 1 \
-    --duration 8s --warmup 2s --report-dir "$OUT/bench" \
+    --duration 6s --warmup 2s --report-dir "$OUT/bench" \
     -- python3 "$OUT/hold.py" 1 60 > "$OUT/bench.txt" 2>&1
 echo "bench exit $?" >> "$OUT/bench.txt"
 python3 - "$OUT" <<'PY' > "$OUT/summary.txt" 2>&1
