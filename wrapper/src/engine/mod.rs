@@ -4,6 +4,7 @@
 //! - [`launch`], [`supervisor`], [`sys`]: starting runs so that nothing of them outlives
 //!   colloc (a supervisor per run, forked by a launcher process), behind the
 //!   [`launch::Launcher`] trait.
+//! - [`control`]: the requests and messages between colloc and a supervisor.
 //! - [`signals`]: the signals colloc handles, as pollable pipes.
 //! - [`pack`]: the pack engine: jobs on slots, one event loop over every run's output and
 //!   supervisor, timeouts, grace periods, forwarded signals.
@@ -17,6 +18,7 @@
 //! - [`duration`]: durations as users write them.
 //! - [`gpu`]: the GPU sampler of a pack of attempts and what its figures are called.
 
+pub mod control;
 pub mod copies;
 pub mod duration;
 pub mod gpu;
