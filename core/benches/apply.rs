@@ -3,28 +3,11 @@
 //! every NVML call, so colloc's own share is smaller).
 //! Run: `cargo bench -p colloc-core --bench apply`.
 
-use std::path::PathBuf;
-
 use colloc_core::config::Config;
 use colloc_core::gpu::GpuControl;
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, Outcome};
 use criterion::{criterion_group, criterion_main, Criterion};
-
-fn fake_library() -> PathBuf {
-    if let Some(p) = std::env::var_os("COLLOC_FAKE_NVML_LIB") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [deps, deps.parent().unwrap()]
-        .iter()
-        .map(|d| d.join("libfake_nvml.so"))
-        .find(|p| p.exists())
-        .expect(
-            "libfake_nvml.so: run `cargo build --release -p fake-nvml` or set COLLOC_FAKE_NVML_LIB",
-        )
-}
 
 fn apply_restore(c: &mut Criterion) {
     let tmp = tempfile::tempdir().unwrap();
@@ -35,7 +18,7 @@ fn apply_restore(c: &mut Criterion) {
         run_dir: tmp.path().join("run"),
         ..Config::default()
     };
-    let gpus = NvmlGpus::open(&fake_library().display().to_string()).unwrap();
+    let gpus = NvmlGpus::open(&fake_nvml::locate::library().display().to_string()).unwrap();
     let spec = JobSpec {
         job: 7,
         uid: 0,

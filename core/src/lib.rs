@@ -22,6 +22,8 @@
 //! - [`fs`]: root-side file system work that never follows a path a user can change.
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
 //! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
+//! - [`energy`]: the one rule that shares a GPU's energy out among what ran on it.
+//! - [`num`]: small numeric rules (the median) defined once.
 //! - [`publish`]: the node's colloc state in its Slurm node comment, for the cluster view.
 //! - [`buildid`]: the GNU build id of an ELF file (which plugin build runs where).
 #![deny(missing_docs)]
@@ -32,6 +34,7 @@ pub mod container;
 pub mod dirholders;
 pub mod devfiles;
 pub mod drain;
+pub mod energy;
 pub mod fs;
 pub mod gpu;
 pub mod holders;
@@ -42,6 +45,7 @@ pub mod mig;
 pub mod migconf;
 pub mod mode;
 pub mod mps;
+pub mod num;
 pub mod nvml;
 pub mod publish;
 pub mod reconfig;

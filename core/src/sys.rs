@@ -5,13 +5,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// Send `sig` to process `pid`. Returns false if the process does not exist (or is not
-/// ours to signal).
+/// ours to signal). The one pid guard of colloc: 0 and negative pids (a process group,
+/// every process) and 1 (init) are never signalled.
 pub fn kill(pid: u32, sig: i32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
-    if pid <= 0 {
-        return false; // never signal a process group or every process by accident
+    if pid <= 1 {
+        return false; // never a process group, every process or init by accident
     }
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     unsafe { libc::kill(pid, sig) == 0 }
@@ -132,22 +133,37 @@ pub enum ChildEnd {
     Lost,
 }
 
-/// The name of user `uid` in the password database (`getpwuid_r`), `None` when it has
-/// none (or the database cannot be asked).
-pub fn user_name(uid: u32) -> Option<String> {
+/// User `uid`'s entry in the password database (`getpwuid_r`, the one call of colloc):
+/// (name, primary group). `None` when it has none (or the database cannot be asked).
+fn passwd(uid: u32) -> Option<(Option<String>, u32)> {
     let mut buf = vec![0 as libc::c_char; 16 * 1024];
     // SAFETY: passwd is plain data; all-zero is a valid (empty) value to be filled in.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut result: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: every pointer is valid for the call and `buf` is as long as we say.
     let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
-    if rc != 0 || result.is_null() || pw.pw_name.is_null() {
+    if rc != 0 || result.is_null() {
         return None;
     }
-    // SAFETY: on success pw_name points to a NUL-terminated string inside `buf`, which
-    // is still alive here.
-    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
-    Some(name.to_string_lossy().into_owned())
+    let name = (!pw.pw_name.is_null()).then(|| {
+        // SAFETY: on success pw_name points to a NUL-terminated string inside `buf`,
+        // which is still alive here.
+        let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+        name.to_string_lossy().into_owned()
+    });
+    Some((name, pw.pw_gid))
+}
+
+/// The name of user `uid` in the password database, `None` when it has none (or the
+/// database cannot be asked).
+pub fn user_name(uid: u32) -> Option<String> {
+    passwd(uid)?.0
+}
+
+/// The primary group of user `uid` in the password database (for a prolog environment
+/// without `SLURM_JOB_GID`).
+pub fn primary_gid(uid: u32) -> Option<u32> {
+    passwd(uid).map(|p| p.1)
 }
 
 /// Exit code of a child whose change of credentials failed.
@@ -620,6 +636,8 @@ mod tests {
     fn user_names() {
         assert_eq!(user_name(0).as_deref(), Some("root"));
         assert_eq!(user_name(4_000_000_000), None);
+        assert_eq!(primary_gid(0), Some(0));
+        assert_eq!(primary_gid(4_000_000_000), None);
     }
 
     #[test]

@@ -2,32 +2,35 @@
 //! ([`Sampler`]) behind the [`Probe`] trait, and folded ([`Fold`], a pure accumulator)
 //! into figures per attempt (one process tree running on one slot) and per physical GPU.
 //!
-//! What is attributed how:
-//! - **Memory**: the peak of the summed used memory of an attempt's processes (found by
-//!   session id: each attempt is its own session) on a whole GPU (naive, MPS), or of its
-//!   MIG instance.
+//! What is attributed how (one rule each, for `colloc run` and `colloc bench` alike):
+//! - **Memory**: per process. On a whole GPU (naive, MPS) an attempt's figure is the peak
+//!   of the summed memory NVML lists for its own processes: those in its session (each
+//!   attempt is its own session) or below its leader in the process tree. NVML's two
+//!   lists are merged by pid: `nvmlDeviceGetComputeRunningProcesses` (under MPS on driver
+//!   580: the server and each client with its own memory) and
+//!   `nvmlDeviceGetMPSComputeRunningProcesses` (the clients only). The MPS server's memory
+//!   goes to no attempt: it is kept per GPU ([`GpuTotals::mps_server_peak_bytes`]), as is
+//!   the memory of processes of no attempt ([`GpuTotals::others_peak_bytes`]). On a MIG
+//!   slot the figure is its instance's used memory.
 //! - **Utilization**: per-process SM utilization where NVML reports it per process (a
 //!   whole GPU without MPS); `None` where it cannot (MPS accounts every client to the MPS
 //!   server, MIG has none), never a made-up 0. The GPU-wide utilization while an attempt
 //!   ran is kept as well.
 //! - **Energy**: each GPU's energy counter is read at most every [`ENERGY_EVERY`] and at
-//!   every attempt's end. The energy of each interval between two readings is split by
-//!   *time share*: the part of the interval in which at least one attempt was active on the
-//!   GPU is split among those attempts in proportion to the time each was active in it; the
-//!   rest is idle energy. So the attempts' shares plus the idle energy add up to the GPU's
-//!   measured energy exactly ([`GpuTotals`]).
+//!   every attempt's end, and each interval between two readings is shared out by the one
+//!   rule of [`crate::energy`] (time share of the busy part; the rest idle), so the
+//!   attempts' shares plus the idle energy add up to the GPU's measured energy exactly
+//!   ([`GpuTotals`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use nvml_wrapper::enums::device::UsedGpuMemory;
-use nvml_wrapper::{Device, Nvml};
 use serde::{Deserialize, Serialize};
 
-use crate::nvml::NvmlGpus;
+mod probe;
+pub use probe::{resolve, NvmlProbe};
 
 /// Energy and GPU-wide and per-process utilization are read at most this often (and at
 /// every attempt's end). The energy counter is cumulative, NVML averages utilization over
@@ -51,6 +54,8 @@ pub struct GpuTick {
     pub used_bytes: Option<u64>,
     /// Compute processes: (pid, used memory in bytes).
     pub procs: Option<Vec<(u32, Option<u64>)>>,
+    /// MPS clients, from NVML's MPS list: (pid, used memory in bytes).
+    pub mps_clients: Option<Vec<(u32, Option<u64>)>>,
     /// Per-process SM utilization since the last reading: (pid, percent).
     pub proc_util: Option<Vec<(u32, u32)>>,
 }
@@ -137,6 +142,104 @@ pub struct GpuTotals {
     pub mean_util_percent: Option<f64>,
     /// Most memory in use on the whole GPU, bytes.
     pub peak_used_bytes: Option<u64>,
+    /// Most memory the MPS server held (attributed to no attempt), bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_server_peak_bytes: Option<u64>,
+    /// Most memory held together by listed processes of no attempt (another user's, a
+    /// process that left its attempt's tree), bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub others_peak_bytes: Option<u64>,
+}
+
+/// What the sampler needs to know of a process NVML lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcInfo {
+    /// Its session id.
+    pub sid: u32,
+    /// Its parent's pid.
+    pub ppid: u32,
+    /// It is the MPS server (`nvidia-cuda-mps-server`), whoever started it.
+    pub mps_server: bool,
+}
+
+/// Who a listed process's memory belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Attempt(u64),
+    /// An attempt that ended, its processes on their way out: counted nowhere.
+    Ended,
+    MpsServer,
+    Other,
+}
+
+/// Deepest process tree walked up from a listed process to an attempt's leader.
+const MAX_TREE_DEPTH: usize = 64;
+
+/// NVML's two process lists merged: one entry per pid, its entries within a list summed,
+/// the larger of the two lists' figures (a client listed in both counts once).
+fn merge_lists(
+    procs: Option<&[(u32, Option<u64>)]>,
+    clients: Option<&[(u32, Option<u64>)]>,
+) -> Vec<(u32, u64)> {
+    let sum = |l: Option<&[(u32, Option<u64>)]>| {
+        let mut m: HashMap<u32, u64> = HashMap::new();
+        for &(pid, b) in l.unwrap_or_default() {
+            if let Some(b) = b {
+                *m.entry(pid).or_default() += b;
+            }
+        }
+        m
+    };
+    let mut out = sum(procs);
+    for (pid, b) in sum(clients) {
+        let e = out.entry(pid).or_default();
+        *e = (*e).max(b);
+    }
+    let mut v: Vec<(u32, u64)> = out.into_iter().collect();
+    v.sort_unstable();
+    v
+}
+
+/// Whose memory a listed process's is: an attempt's if it is in the attempt's session or
+/// below its leader in the process tree (an attempt that already ended: nobody's, it is
+/// on its way out); the MPS server's (no attempt's, even when it was started from an
+/// attempt's tree) if it is the server and not an MPS client; else no one's.
+/// `by_leader`: attempt leader pid (= its session id) -> attempt; `ended`: leaders of
+/// attempts that ended.
+fn owner(
+    pid: u32,
+    by_leader: &HashMap<u32, u64>,
+    ended: &HashSet<u32>,
+    mps_clients: &[(u32, Option<u64>)],
+    info: &mut dyn FnMut(u32) -> Option<ProcInfo>,
+) -> Owner {
+    let Some(me) = info(pid) else {
+        return Owner::Other;
+    };
+    if me.mps_server && !mps_clients.iter().any(|(p, _)| *p == pid) {
+        return Owner::MpsServer;
+    }
+    let led_by = |leader: u32| match by_leader.get(&leader) {
+        Some(k) => Some(Owner::Attempt(*k)),
+        None => ended.contains(&leader).then_some(Owner::Ended),
+    };
+    if let Some(o) = led_by(me.sid).or_else(|| led_by(pid)) {
+        return o;
+    }
+    let mut up = me.ppid;
+    for _ in 0..MAX_TREE_DEPTH {
+        if up <= 1 {
+            break;
+        }
+        if let Some(o) = led_by(up) {
+            return o;
+        }
+        match info(up) {
+            Some(p) => up = p.ppid,
+            None => break,
+        }
+    }
+    Owner::Other
 }
 
 /// One reading in a GPU's history.
@@ -192,7 +295,9 @@ pub struct Fold {
     attempts: HashMap<u64, AttemptAcc>,
     gpus: Vec<GpuAcc>,
     last_t: Option<f64>,
-    sid_cache: HashMap<u32, Option<u32>>,
+    proc_cache: HashMap<u32, ProcInfo>,
+    /// Leaders of attempts that ended (their lingering processes are no one's).
+    ended: HashSet<u32>,
 }
 
 impl Fold {
@@ -217,7 +322,8 @@ impl Fold {
             attempts: HashMap::new(),
             gpus,
             last_t: None,
-            sid_cache: HashMap::new(),
+            proc_cache: HashMap::new(),
+            ended: HashSet::new(),
         }
     }
 
@@ -266,8 +372,9 @@ impl Fold {
         w
     }
 
-    /// Fold one tick read at `t` seconds; `sid_of` maps a pid to its session id.
-    pub fn apply(&mut self, t: f64, tick: &Tick, mut sid_of: impl FnMut(u32) -> Option<u32>) {
+    /// Fold one tick read at `t` seconds; `proc_of` tells what a pid is ([`proc_info`]
+    /// in the sampler; `None` if it is gone or unknown).
+    pub fn apply(&mut self, t: f64, tick: &Tick, mut proc_of: impl FnMut(u32) -> Option<ProcInfo>) {
         // Time since the last tick counts as active for every attempt that was active in
         // it (from its start, if it began meanwhile).
         let prev = self.last_t.unwrap_or(t);
@@ -277,6 +384,7 @@ impl Fold {
             let from = prev.max(a.since);
             let dt = (t - from).max(0.0);
             a.pending_s += dt;
+            // Every active interval ends at `t`: their union is the longest.
             busy_any[g] = f64::max(busy_any[g], dt);
         }
         let span = (t - prev).max(0.0);
@@ -316,27 +424,37 @@ impl Fold {
                     }
                 }
             }
-            // pid -> attempt, through the session of the pid (non-MIG slots only).
-            let mut by_sid: HashMap<u32, u64> = HashMap::new();
-            for k in &on_gpu {
-                let a = &self.attempts[k];
-                if let (Some(s), false) = (
-                    a.sid,
-                    self.map.slot_mig.get(a.slot).copied().unwrap_or(false),
-                ) {
-                    by_sid.insert(s, *k);
-                }
-            }
-            let cache = &mut self.sid_cache;
-            let mut attempt_of = |pid: u32| -> Option<u64> {
-                let sid = (*cache.entry(pid).or_insert_with(|| sid_of(pid)))?;
-                by_sid.get(&sid).copied()
+            // Leader pid (= session id) -> attempt. A MIG slot's figure is its instance's
+            // memory (at least its processes'), its processes are still its own.
+            let by_leader: HashMap<u32, u64> = on_gpu
+                .iter()
+                .filter_map(|k| Some((self.attempts[k].sid?, *k)))
+                .collect();
+            let clients = g.mps_clients.as_deref().unwrap_or_default();
+            let cache = &mut self.proc_cache;
+            let ended = &self.ended;
+            let mut owner_of = |pid: u32| -> Owner {
+                // A pid that is gone is asked again next time: it may be reused.
+                let mut info = |p: u32| match cache.get(&p) {
+                    Some(i) => Some(i.clone()),
+                    None => {
+                        let i = proc_of(p)?;
+                        cache.insert(p, i.clone());
+                        Some(i)
+                    }
+                };
+                owner(pid, &by_leader, ended, clients, &mut info)
             };
-            if let Some(procs) = &g.procs {
+            if g.procs.is_some() || g.mps_clients.is_some() {
+                let used = merge_lists(g.procs.as_deref(), g.mps_clients.as_deref());
                 let mut mem: HashMap<u64, u64> = HashMap::new();
-                for &(pid, used) in procs {
-                    if let (Some(k), Some(b)) = (attempt_of(pid), used) {
-                        *mem.entry(k).or_default() += b;
+                let (mut server, mut others) = (None::<u64>, None::<u64>);
+                for (pid, b) in used {
+                    match owner_of(pid) {
+                        Owner::Attempt(k) => *mem.entry(k).or_default() += b,
+                        Owner::MpsServer => *server.get_or_insert(0) += b,
+                        Owner::Other => *others.get_or_insert(0) += b,
+                        Owner::Ended => {}
                     }
                 }
                 for (k, b) in mem {
@@ -345,16 +463,25 @@ impl Fold {
                         *p = Some(p.unwrap_or(0).max(b));
                     }
                 }
+                let totals = &mut self.gpus[gi].totals;
+                for (seen, peak) in [
+                    (server, &mut totals.mps_server_peak_bytes),
+                    (others, &mut totals.others_peak_bytes),
+                ] {
+                    if let Some(b) = seen {
+                        *peak = Some(peak.unwrap_or(0).max(b));
+                    }
+                }
             }
             if let (Some(pu), true) = (&g.proc_util, self.process_util) {
                 let mut util: HashMap<u64, u32> = HashMap::new();
                 for &(pid, u) in pu {
-                    if let Some(k) = attempt_of(pid) {
+                    if let Owner::Attempt(k) = owner_of(pid) {
                         *util.entry(k).or_default() += u;
                     }
                 }
                 // An attempt with no sample in this reading was idle on the GPU.
-                for k in by_sid.values() {
+                for k in by_leader.values() {
                     let u = util.get(k).copied().unwrap_or(0).min(100);
                     if let Some(a) = self.attempts.get_mut(k) {
                         a.util.0 += f64::from(u);
@@ -370,8 +497,11 @@ impl Fold {
                 *p = Some(p.unwrap_or(0).max(*b));
             }
         }
-        if self.sid_cache.len() > 4096 {
-            self.sid_cache.clear();
+        if self.proc_cache.len() > 4096 {
+            self.proc_cache.clear();
+        }
+        if self.ended.len() > 4096 {
+            self.ended.clear();
         }
     }
 
@@ -389,31 +519,16 @@ impl Fold {
             return;
         };
         let delta = e.saturating_sub(prev) as f64 / 1000.0;
-        let busy_frac = if acc.pending_total_s > 0.0 {
-            (acc.pending_busy_s / acc.pending_total_s).clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        let weights: f64 = self
+        let (span, busy_s) = (acc.pending_total_s, acc.pending_busy_s);
+        let mut on: Vec<&mut AttemptAcc> = self
             .attempts
-            .values()
+            .values_mut()
             .filter(|a| a.gpu == Some(gi))
-            .map(|a| a.pending_s)
-            .sum();
-        let busy = if weights > 0.0 {
-            delta * busy_frac
-        } else {
-            0.0
-        };
-        let mut given = 0.0;
-        for a in self.attempts.values_mut().filter(|a| a.gpu == Some(gi)) {
-            if weights > 0.0 {
-                let share = busy * a.pending_s / weights;
-                *a.fig.energy_j.get_or_insert(0.0) += share;
-                given += share;
-            } else {
-                a.fig.energy_j.get_or_insert(0.0);
-            }
+            .collect();
+        let times: Vec<f64> = on.iter().map(|a| a.pending_s).collect();
+        let (shares, given) = crate::energy::share(delta, span, busy_s, &times);
+        for (a, share) in on.iter_mut().zip(shares) {
+            *a.fig.energy_j.get_or_insert(0.0) += share;
             a.pending_s = 0.0;
         }
         let acc = &mut self.gpus[gi];
@@ -456,6 +571,11 @@ impl Fold {
     /// The attempt ended (after the tick that read its GPU's energy last): its figures.
     pub fn end(&mut self, key: u64) -> Option<AttemptGpu> {
         let a = self.attempts.remove(&key)?;
+        if let Some(sid) = a.sid {
+            self.ended.insert(sid);
+            // Its processes' pids may be reused by a later attempt's.
+            self.proc_cache.retain(|_, i| i.sid != sid);
+        }
         a.gpu?;
         Some(AttemptGpu {
             mean_util_percent: if self.process_util
@@ -507,6 +627,19 @@ pub struct SamplerConfig {
     pub process_util: bool,
     /// Times are seconds since this instant.
     pub base: Instant,
+}
+
+impl SamplerConfig {
+    /// The one configuration of `colloc run`, its steps and `colloc bench`: `mps` says
+    /// whether the attempts are MPS clients, where NVML accounts every client's SM time
+    /// to the MPS server, so per-process utilization means nothing.
+    pub fn new(interval: Duration, mps: bool, base: Instant) -> SamplerConfig {
+        SamplerConfig {
+            interval,
+            process_util: !mps,
+            base,
+        }
+    }
 }
 
 /// The background sampler: one thread that reads the probe every interval and folds.
@@ -614,7 +747,7 @@ fn sampler_loop(mut probe: Box<dyn Probe>, mut fold: Fold, cfg: SamplerConfig, r
         let want = fold.want(&due);
         let reading = probe.read(&want);
         let t = now.duration_since(cfg.base).as_secs_f64();
-        fold.apply(t, &reading, session_of);
+        fold.apply(t, &reading, proc_info);
     };
     loop {
         let wait = next.saturating_duration_since(Instant::now());
@@ -660,333 +793,33 @@ pub fn session_of(pid: u32) -> Option<u32> {
 /// Field 6 (session) of a `/proc/<pid>/stat` line; the command name may hold spaces and
 /// parentheses, so fields are counted after its last `)`.
 pub fn parse_session(stat: &str) -> Option<u32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
+    parse_stat(stat).map(|p| p.sid)
+}
+
+/// What [`Fold::apply`] needs of process `pid`, from `/proc/<pid>/stat` (`None` if it is
+/// gone).
+pub fn proc_info(pid: u32) -> Option<ProcInfo> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Session, parent and whether it is the MPS server, from a `/proc/<pid>/stat` line. The
+/// kernel cuts the command name to 15 bytes: `nvidia-cuda-mps-server` reads
+/// `nvidia-cuda-mps` (the control daemon too, which holds no GPU memory and so is never
+/// listed by NVML).
+pub fn parse_stat(stat: &str) -> Option<ProcInfo> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?;
     // after ")": state, ppid, pgrp, session
-    rest.split_whitespace().nth(3)?.parse().ok()
-}
-
-/// Map slot devices (`CUDA_VISIBLE_DEVICES` entries: index, GPU UUID or MIG UUID) to the
-/// GPUs behind them. Devices NVML does not know are warned about once and left unmapped.
-pub fn resolve(nvml: &Nvml, slot_devices: &[Option<String>]) -> SlotMap {
-    let mut m = SlotMap {
-        slot_device: slot_devices.to_vec(),
-        ..SlotMap::default()
-    };
-    let mut warned: Vec<&str> = Vec::new();
-    for dev in slot_devices {
-        let mut found = (None, false, None);
-        if let Some(d) = dev {
-            let handle = match d.parse::<u32>() {
-                Ok(i) => nvml.device_by_index(i),
-                Err(_) => nvml.device_by_uuid(d.as_str()),
-            };
-            match handle {
-                Ok(h) => {
-                    let mig = d.starts_with("MIG-");
-                    let mem = h.memory_info().ok().map(|m| m.total / (1024 * 1024));
-                    let phys = if mig { h.mig_parent_device() } else { Ok(h) };
-                    if let Ok(p) = phys {
-                        let uuid = p.uuid().unwrap_or_default();
-                        let gi = match m.gpus.iter().position(|g| g.uuid == uuid) {
-                            Some(gi) => gi,
-                            None => {
-                                m.gpus.push(GpuId {
-                                    index: p.index().unwrap_or(u32::MAX),
-                                    uuid,
-                                    name: p.name().unwrap_or_default(),
-                                });
-                                m.gpus.len() - 1
-                            }
-                        };
-                        found = (Some(gi), mig, mem);
-                    }
-                }
-                Err(e) if !warned.contains(&d.as_str()) => {
-                    warned.push(d);
-                    log::warn!("GPU {d}: not found through NVML ({e}); no GPU figures for it")
-                }
-                Err(_) => {}
-            }
-        }
-        m.slot_gpu.push(found.0);
-        m.slot_mig.push(found.1);
-        m.slot_memory_mib.push(found.2);
-    }
-    m
-}
-
-/// Readings through NVML. Device handles are looked up by index or UUID at each reading
-/// (a table lookup in the driver), so the probe owns the library and borrows nothing.
-pub struct NvmlProbe {
-    nvml: Arc<NvmlGpus>,
-    gpu_index: Vec<u32>,
-    slot_mig_uuid: Vec<Option<String>>,
-    last_ts: Vec<Option<u64>>,
-}
-
-impl NvmlProbe {
-    /// A probe over the GPUs of `map`.
-    pub fn new(nvml: Arc<NvmlGpus>, map: &SlotMap) -> NvmlProbe {
-        NvmlProbe {
-            gpu_index: map.gpus.iter().map(|g| g.index).collect(),
-            slot_mig_uuid: map
-                .slot_device
-                .iter()
-                .zip(&map.slot_mig)
-                .map(|(d, &mig)| d.clone().filter(|_| mig))
-                .collect(),
-            last_ts: vec![None; map.gpus.len()],
-            nvml,
-        }
-    }
-
-    fn read_gpu(&mut self, gi: usize, d: &Device<'_>, want: &Want) -> GpuTick {
-        let mut g = GpuTick {
-            used_bytes: d.memory_info().ok().map(|m| m.used),
-            ..GpuTick::default()
-        };
-        let energy = want.energy.get(gi).copied().unwrap_or(false);
-        if energy {
-            g.energy_mj = d.total_energy_consumption().ok();
-        }
-        if !want.busy.get(gi).copied().unwrap_or(false) {
-            return g;
-        }
-        g.procs = d.running_compute_processes().ok().map(|ps| {
-            ps.into_iter()
-                .map(|p| {
-                    let m = match p.used_gpu_memory {
-                        UsedGpuMemory::Used(b) => Some(b),
-                        UsedGpuMemory::Unavailable => None,
-                    };
-                    (p.pid, m)
-                })
-                .collect()
-        });
-        if energy {
-            g.util = d
-                .utilization_rates()
-                .map_err(|e| log::debug!("GPU {gi}: utilization: {e}"))
-                .ok()
-                .map(|u| u.gpu);
-            match d.process_utilization_stats(self.last_ts[gi]) {
-                Ok(samples) => {
-                    if let Some(ts) = samples.iter().map(|s| s.timestamp).max() {
-                        self.last_ts[gi] = Some(ts);
-                    }
-                    g.proc_util = Some(samples.iter().map(|s| (s.pid, s.sm_util)).collect());
-                }
-                Err(e) => log::debug!("GPU {gi}: process utilization: {e}"),
-            }
-        }
-        g
-    }
-}
-
-impl Probe for NvmlProbe {
-    fn read(&mut self, want: &Want) -> Tick {
-        let nvml = Arc::clone(&self.nvml);
-        let mut tick = Tick::default();
-        for gi in 0..self.gpu_index.len() {
-            let g = match nvml.nvml().device_by_index(self.gpu_index[gi]) {
-                Ok(d) => self.read_gpu(gi, &d, want),
-                Err(_) => GpuTick::default(),
-            };
-            tick.gpus.push(g);
-        }
-        tick.mig_used = self
-            .slot_mig_uuid
-            .iter()
-            .enumerate()
-            .map(|(s, uuid)| {
-                let uuid = uuid
-                    .as_deref()
-                    .filter(|_| want.busy_slots.get(s).copied().unwrap_or(false))?;
-                let d = nvml.nvml().device_by_uuid(uuid).ok()?;
-                d.memory_info().ok().map(|m| m.used)
-            })
-            .collect();
-        tick
-    }
+    let mut rest = stat[close + 1..].split_whitespace().skip(1);
+    let ppid = rest.next()?.parse().ok()?;
+    let sid = rest.nth(1)?.parse().ok()?;
+    Some(ProcInfo {
+        sid,
+        ppid,
+        mps_server: comm.starts_with("nvidia-cuda-mps"),
+    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn map(slot_gpu: Vec<Option<usize>>, slot_mig: Vec<bool>, gpus: usize) -> SlotMap {
-        SlotMap {
-            slot_device: vec![None; slot_gpu.len()],
-            slot_memory_mib: vec![None; slot_gpu.len()],
-            slot_gpu,
-            slot_mig,
-            gpus: (0..gpus)
-                .map(|i| GpuId {
-                    index: i as u32,
-                    ..GpuId::default()
-                })
-                .collect(),
-        }
-    }
-
-    fn energy(e0: u64) -> Tick {
-        Tick {
-            gpus: vec![GpuTick {
-                energy_mj: Some(e0),
-                ..GpuTick::default()
-            }],
-            mig_used: vec![None, None],
-        }
-    }
-
-    #[test]
-    fn energy_is_split_by_time_share_and_adds_up() {
-        // 100 W constant: 100 J per second. A runs 0..4 s, B 2..4 s, nothing 4..5 s.
-        let mut f = Fold::new(map(vec![Some(0), Some(0)], vec![false, false], 1), true);
-        f.apply(0.0, &energy(0), |_| None);
-        f.begin(1, 0, 0.0);
-        f.apply(1.0, &energy(100_000), |_| None);
-        f.apply(2.0, &energy(200_000), |_| None);
-        f.begin(2, 1, 2.0);
-        f.apply(3.0, &energy(300_000), |_| None);
-        f.apply(4.0, &energy(400_000), |_| None);
-        let a = f.end(1).unwrap();
-        let b = f.end(2).unwrap();
-        f.apply(5.0, &energy(500_000), |_| None);
-        // A: 2 s alone (200 J) + half of 2 s together (100 J); B: the other half.
-        assert!((a.energy_j.unwrap() - 300.0).abs() < 1e-6, "{a:?}");
-        assert!((b.energy_j.unwrap() - 100.0).abs() < 1e-6, "{b:?}");
-        let t = &f.totals()[0];
-        assert!((t.energy_j.unwrap() - 500.0).abs() < 1e-6);
-        assert!((t.runs_energy_j.unwrap() - 400.0).abs() < 1e-6);
-        assert!((t.idle_energy_j.unwrap() - 100.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn an_attempt_that_starts_mid_interval_gets_only_its_part() {
-        // One energy interval 0..10 s of 1000 J: A active all of it, B from 5 s.
-        let mut f = Fold::new(map(vec![Some(0), Some(0)], vec![false, false], 1), true);
-        f.apply(0.0, &energy(0), |_| None);
-        f.begin(1, 0, 0.0);
-        f.begin(2, 1, 5.0);
-        f.apply(10.0, &energy(1_000_000), |_| None);
-        let a = f.end(1).unwrap().energy_j.unwrap();
-        let b = f.end(2).unwrap().energy_j.unwrap();
-        assert!((a - 1000.0 * 10.0 / 15.0).abs() < 1e-6, "{a}");
-        assert!((b - 1000.0 * 5.0 / 15.0).abs() < 1e-6, "{b}");
-        assert!((a + b - 1000.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn memory_and_utilization_by_session_and_mps_gives_none() {
-        let t = Tick {
-            gpus: vec![GpuTick {
-                util: Some(80),
-                procs: Some(vec![(101, Some(1000)), (102, Some(500)), (201, Some(700))]),
-                proc_util: Some(vec![(101, 30), (201, 50)]),
-                ..GpuTick::default()
-            }],
-            mig_used: vec![None, None],
-        };
-        let sid = |pid: u32| Some(if pid < 200 { 100 } else { 200 });
-        for process_util in [true, false] {
-            let mut f = Fold::new(
-                map(vec![Some(0), Some(0)], vec![false, false], 1),
-                process_util,
-            );
-            f.begin(10, 0, 0.0);
-            f.session(10, 100);
-            f.begin(11, 1, 0.0);
-            f.session(11, 200);
-            f.apply(1.0, &t, sid);
-            f.apply(2.0, &t, sid);
-            let a = f.end(10).unwrap();
-            let b = f.end(11).unwrap();
-            assert_eq!(a.peak_memory_bytes, Some(1500));
-            assert_eq!(b.peak_memory_bytes, Some(700));
-            assert_eq!(a.mean_gpu_util_percent, Some(80.0));
-            if process_util {
-                assert_eq!(a.mean_util_percent, Some(30.0));
-                assert_eq!(b.mean_util_percent, Some(50.0));
-            } else {
-                assert_eq!(a.mean_util_percent, None, "unavailable under MPS, not 0");
-                assert_eq!(b.mean_util_percent, None);
-            }
-        }
-    }
-
-    #[test]
-    fn a_mig_slot_reports_its_instance_memory_and_no_process_util() {
-        let mut f = Fold::new(map(vec![Some(0), Some(0)], vec![true, false], 1), true);
-        f.begin(1, 0, 0.0);
-        f.session(1, 100);
-        let t = Tick {
-            gpus: vec![GpuTick {
-                proc_util: Some(vec![(100, 40)]),
-                procs: Some(vec![(100, Some(99))]),
-                ..GpuTick::default()
-            }],
-            mig_used: vec![Some(4096), None],
-        };
-        f.apply(1.0, &t, Some);
-        let a = f.end(1).unwrap();
-        assert_eq!(a.peak_memory_bytes, Some(4096));
-        assert_eq!(a.mean_util_percent, None);
-    }
-
-    #[test]
-    fn idle_energy_goes_to_no_one() {
-        let mut f = Fold::new(map(vec![Some(0)], vec![false], 1), true);
-        f.apply(0.0, &energy(0), |_| None);
-        f.apply(1.0, &energy(500), |_| None);
-        let t = &f.totals()[0];
-        assert_eq!(t.energy_j, Some(0.5));
-        assert_eq!(t.runs_energy_j, Some(0.0));
-        assert_eq!(t.idle_energy_j, Some(0.5));
-    }
-
-    #[test]
-    fn session_field() {
-        assert_eq!(
-            parse_session("1234 (python a) b) S 1 1234 1200 0 -1"),
-            Some(1200)
-        );
-        assert_eq!(parse_session("garbage"), None);
-        assert!(session_of(std::process::id()).is_some());
-    }
-
-    struct Fixed(Tick);
-    impl Probe for Fixed {
-        fn read(&mut self, _: &Want) -> Tick {
-            self.0.clone()
-        }
-    }
-
-    #[test]
-    fn the_sampler_thread_answers_and_stops() {
-        let m = map(vec![Some(0)], vec![false], 1);
-        let s = Sampler::start(
-            Box::new(Fixed(Tick {
-                gpus: vec![GpuTick {
-                    used_bytes: Some(7),
-                    energy_mj: Some(5),
-                    ..GpuTick::default()
-                }],
-                mig_used: vec![None],
-            })),
-            m,
-            SamplerConfig {
-                interval: Duration::from_millis(10),
-                process_util: true,
-                base: Instant::now(),
-            },
-        );
-        s.begin(1, 0);
-        std::thread::sleep(Duration::from_millis(30));
-        let a = s.end(1).unwrap();
-        assert_eq!(a.energy_j, Some(0.0));
-        let (totals, hist) = s.finish();
-        assert_eq!(totals[0].peak_used_bytes, Some(7));
-        assert!(!hist[0].is_empty());
-    }
-}
+mod tests;

@@ -21,24 +21,6 @@ use fake_nvml::store::{ctl_change, Locked};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn fake_library() -> PathBuf {
-    if let Some(p) = std::env::var_os("COLLOC_FAKE_NVML_LIB") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps dir");
-    for dir in [deps, deps.parent().expect("target dir")] {
-        let p = dir.join("libfake_nvml.so");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!(
-        "libfake_nvml.so not found next to {}; run `cargo build -p fake-nvml` or set COLLOC_FAKE_NVML_LIB",
-        exe.display()
-    );
-}
-
 /// One test's fake machine: its own state file, the lock on the process environment.
 struct Fake {
     _guard: MutexGuard<'static, ()>,
@@ -71,7 +53,8 @@ impl Fake {
     }
 
     fn open(&self) -> NvmlGpus {
-        NvmlGpus::open(fake_library().to_str().expect("utf-8 path")).expect("open the fake NVML")
+        NvmlGpus::open(fake_nvml::locate::library().to_str().expect("utf-8 path"))
+            .expect("open the fake NVML")
     }
 
     fn read(&self) -> State {
@@ -637,7 +620,8 @@ fn instances_dcgm_holds_mark_the_gpu_until_released() {
 fn a_crash_fault_kills_the_calling_process() {
     // Run the crashing call in a child process (this test binary, one test, env set).
     if std::env::var_os("COLLOC_NVML_FAKE_CRASH_CHILD").is_some() {
-        let gpus = NvmlGpus::open(fake_library().to_str().expect("utf-8")).expect("open");
+        let gpus =
+            NvmlGpus::open(fake_nvml::locate::library().to_str().expect("utf-8")).expect("open");
         let _ = gpus.create_instance(0, 19, Placement { start: 0, size: 1 });
         unreachable!("the fake should have killed this process");
     }

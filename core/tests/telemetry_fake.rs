@@ -3,7 +3,6 @@
 //! utilization the test attaches to a pid. The fake is a dev-dependency, so its library
 //! lands next to this test binary (`COLLOC_FAKE_NVML_LIB` overrides).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,21 +10,6 @@ use colloc_core::nvml::NvmlGpus;
 use colloc_core::telemetry::{self, NvmlProbe, Sampler, SamplerConfig};
 use fake_nvml::state::State;
 use fake_nvml::store::{ctl_change, now_ms, Locked};
-
-fn fake_library() -> PathBuf {
-    if let Some(p) = std::env::var_os("COLLOC_FAKE_NVML_LIB") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps dir");
-    for dir in [deps, deps.parent().expect("target dir")] {
-        let p = dir.join("libfake_nvml.so");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("libfake_nvml.so not found next to {}", exe.display());
-}
 
 #[test]
 fn the_sampler_reads_memory_utilization_and_shares_out_energy() {
@@ -36,7 +20,8 @@ fn the_sampler_reads_memory_utilization_and_shares_out_energy() {
     let mut fresh = State::fresh_from_list("H200", now_ms()).unwrap();
     fresh.gpus[0].mig_current = false; // utilization is NOT_SUPPORTED in MIG mode
     Locked::open(&state).unwrap().write(&fresh).unwrap();
-    let nvml = Arc::new(NvmlGpus::open(&fake_library().display().to_string()).unwrap());
+    let nvml =
+        Arc::new(NvmlGpus::open(&fake_nvml::locate::library().display().to_string()).unwrap());
     // Two slots on GPU 0.
     let map = telemetry::resolve(nvml.nvml(), &[Some("0".into()), Some("0".into())]);
     assert_eq!(map.slot_gpu, vec![Some(0), Some(0)]);

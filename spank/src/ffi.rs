@@ -70,7 +70,9 @@ pub fn log_line(level: log::Level, line: &str) {
 /// Run one callback: no panic crosses into Slurm, and an error is logged through
 /// `slurm_error` (which reaches the user's terminal in sbatch/srun) before -1 is returned.
 fn guard(callback: &str, f: impl FnOnce() -> Result<(), String>) -> c_int {
-    crate::logger::init();
+    crate::logger::init(log_line);
+    // The plugin publishes its build id; it asks for it through this (see BUILD_ID).
+    let _ = plugin::BUILD_ID.set(own_build_id);
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => SLURM_SUCCESS,
         Ok(Err(msg)) => {
@@ -331,18 +333,6 @@ pub fn own_build_id() -> Option<String> {
     // loader hands it; `search` outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(visit), std::ptr::addr_of_mut!(search).cast()) };
     search.found
-}
-
-/// The primary group of a user, from the password database (for a prolog environment
-/// without `SLURM_JOB_GID`).
-pub fn primary_gid(uid: u32) -> Option<u32> {
-    let mut buf = vec![0 as c_char; 16 * 1024];
-    // SAFETY: passwd is plain data; all-zero is a valid (empty) value to be filled in.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call and `buf` is as long as we say.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
-    (rc == 0 && !result.is_null()).then_some(pw.pw_gid)
 }
 
 #[cfg(test)]

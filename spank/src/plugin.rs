@@ -396,7 +396,7 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     // The group only owns the job's 0700 MPS directories, so a failed password-database
     // lookup (sssd/LDAP down) must not fail the prolog and drain the node.
     let gid = env_u32(host, "SLURM_JOB_GID")
-        .or_else(|| crate::ffi::primary_gid(uid))
+        .or_else(|| colloc_core::sys::primary_gid(uid))
         .or_else(|| host.job_gid().ok())
         .unwrap_or_else(|| {
             log::warn!(
@@ -533,10 +533,14 @@ pub fn task_post_fork(host: &mut dyn Host, args: &[&str]) -> Result<(), String> 
 /// Who publishes: this plugin's version, for `colloc status --cluster`.
 const PUBLISHER: &str = concat!("plugin/", env!("CARGO_PKG_VERSION"));
 
+/// How to read this plugin's own build id as loaded: set by the FFI layer (which reads
+/// it from the loaded object) before any callback, so this module does not import it.
+pub static BUILD_ID: OnceLock<fn() -> Option<String>> = OnceLock::new();
+
 /// Publish the node's colloc state in its Slurm node comment (`colloc status --cluster`).
 /// Best effort and bounded: a failure is logged, never the job's or the node's problem.
 fn publish(cfg: &Config, job: u32) {
-    let build = crate::ffi::own_build_id();
+    let build = BUILD_ID.get().and_then(|read| read());
     if let Err(e) = colloc_core::publish::publish(cfg, PUBLISHER, build.as_deref()) {
         log::warn!("job {job}: node comment for `colloc status --cluster` not updated: {e}");
     }

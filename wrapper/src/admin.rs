@@ -99,14 +99,9 @@ fn parse_mode(s: &str) -> anyhow::Result<Mode> {
     s.parse::<Mode>().map_err(|e| bad_input(e.to_string()))
 }
 
-/// The config for read-only commands: the file if it can be read, defaults if the
-/// default file is simply absent; a broken file is still an error.
+/// The config for read-only commands: the one rule of every user command.
 pub(crate) fn config_or_default(g: &Global) -> anyhow::Result<Config> {
-    let path = g.config_path();
-    if g.config.is_none() && std::env::var_os("COLLOC_CONFIG").is_none() && !path.exists() {
-        return Ok(Config::default());
-    }
-    g.load_config()
+    crate::nodecfg::config_or_default(g)
 }
 
 /// The config for commands that act as root (`apply`, `restore`, `check-config`): read

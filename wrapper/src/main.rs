@@ -18,6 +18,7 @@ mod bench;
 mod engine;
 mod export;
 mod logger;
+mod nodecfg;
 mod record;
 mod report;
 mod run;

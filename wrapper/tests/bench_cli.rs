@@ -394,17 +394,90 @@ fn mps_runs_copies_as_clients_of_a_private_daemon_that_is_stopped_after() {
     );
 }
 
-/// The fake libnvidia-ml, built with this test as a dev-dependency.
-fn fake_nvml() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    [
-        deps.join("libfake_nvml.so"),
-        deps.join("../libfake_nvml.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .expect("libfake_nvml.so next to the test (cargo test builds it as a dev-dependency)")
+/// Every copy of a bench cell is sampled as `colloc run` samples each run: its own
+/// processes' memory from NVML's per-process list. Each stand-in copy is attached to the
+/// fake H200 (by its pid, its session) with a known memory: 1000 MiB for copy 0, 1100
+/// for copy 1.
+#[test]
+fn each_copy_gets_the_memory_of_its_own_processes() {
+    use fake_nvml::state::State;
+    use fake_nvml::store::{ctl_change, now_ms, Locked};
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let b = Bench::new();
+    let state = b.tmp.path().join("fake-nvml.json");
+    let mut fresh = State::fresh_from_list("H200", now_ms()).unwrap();
+    fresh.gpus[0].mig_current = false;
+    Locked::open(&state).unwrap().write(&fresh).unwrap();
+    let dirs = b.tmp.path().display().to_string();
+    let done = Arc::new(AtomicBool::new(false));
+    // Attach each copy as soon as it has written its env-<pid> file.
+    let attacher = {
+        let (done, shared, state) = (Arc::clone(&done), b.shared.clone(), state.clone());
+        std::thread::spawn(move || {
+            let mut seen: HashSet<u32> = HashSet::new();
+            while !done.load(Ordering::Relaxed) {
+                for e in std::fs::read_dir(&shared).unwrap().flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let Some(pid) = name.strip_prefix("env-").and_then(|p| p.parse().ok()) else {
+                        continue;
+                    };
+                    let Ok(text) = std::fs::read_to_string(e.path()) else {
+                        continue;
+                    };
+                    let Some(index) = text.split_whitespace().next() else {
+                        continue;
+                    };
+                    if seen.insert(pid) {
+                        let mib = 1000 + 100 * index.parse::<u64>().unwrap();
+                        ctl_change(&state, |s| s.attach(0, None, pid, mib, 0)).unwrap();
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let out = b
+        .cmd_with_config(
+            "1,0.9",
+            &[
+                "--modes",
+                "naive",
+                "--counts",
+                "1,2",
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+            ],
+            &format!(
+                "nvml_library = \"{}\"\nstate_dir = \"{dirs}/state\"\nrun_dir = \"{dirs}/run\"\n",
+                fake_nvml::locate::library().display()
+            ),
+        )
+        .env("COLLOC_FAKE_NVML_STATE", &state)
+        .output()
+        .unwrap();
+    done.store(true, Ordering::Relaxed);
+    attacher.join().unwrap();
+    let (stdout, _) = succeeded(&out);
+    let j = b.json();
+    const MIB: u64 = 1 << 20;
+    let solo = &row(&j, "solo", 1)["measurements"][0];
+    assert_eq!(solo["peak_memory_bytes"], 1000 * MIB, "{solo}");
+    let two = &row(&j, "naive", 2)["measurements"][0];
+    assert_eq!(
+        two["copy_peak_memory_bytes"],
+        serde_json::json!([1000 * MIB, 1100 * MIB]),
+        "{two}"
+    );
+    assert_eq!(two["peak_memory_bytes"], 2100 * MIB, "{two}");
+    assert!(
+        stdout.contains("peak memory: the copies' own processes"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -427,7 +500,7 @@ fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
             ],
             &format!(
                 "nvml_library = \"{}\"\nstate_dir = \"{dirs}/state\"\nrun_dir = \"{dirs}/run\"\n",
-                fake_nvml().display()
+                fake_nvml::locate::library().display()
             ),
         )
         .env("COLLOC_FAKE_NVML_STATE", &state)
@@ -441,7 +514,9 @@ fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
     assert!(gpu["memory_total"].as_u64().unwrap() > 100 << 30, "{gpu}");
     let uuid = gpu["uuid"].as_str().unwrap();
     assert!(uuid.starts_with("GPU-"), "{gpu}");
-    assert!(row(&j, "naive", 2)["peak_memory_bytes"].is_u64());
+    // The stand-in holds no GPU memory: nothing is attributed to its copies (their
+    // figures with memory held: each_copy_gets_the_memory_of_its_own_processes).
+    assert!(row(&j, "naive", 2)["peak_memory_bytes"].is_null());
     let envs: Vec<String> = std::fs::read_dir(&b.shared)
         .unwrap()
         .filter_map(|e| {

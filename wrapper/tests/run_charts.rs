@@ -151,7 +151,15 @@ fn solo_calibrations_are_drawn_where_they_ran() {
     ));
     let out = env
         .colloc()
-        .args(["-j", "2", "-q", "--solo-baseline", "-f"])
+        .args([
+            "-j",
+            "2",
+            "-q",
+            "--solo-baseline",
+            "--solo-warmup",
+            "0s",
+            "-f",
+        ])
         .arg(&m)
         .output()
         .unwrap();

@@ -39,7 +39,7 @@ fn solo_baseline_measures_each_sweep_point_and_the_speedup_says_what_it_covers()
     ));
     let out = env
         .colloc()
-        .args(["-j", "2", "--solo-baseline", "-f"])
+        .args(["-j", "2", "--solo-baseline", "--solo-warmup", "0s", "-f"])
         .arg(&m)
         .output()
         .unwrap();
@@ -117,6 +117,8 @@ fn solo_baseline_measures_each_sweep_point_and_the_speedup_says_what_it_covers()
             "-j",
             "2",
             "--solo-baseline",
+            "--solo-warmup",
+            "0s",
             "--solo-window",
             "1500ms",
             "--solo-budget",
@@ -155,7 +157,14 @@ fn solo_window_begins_at_the_first_throughput_line() {
     ));
     let out = env
         .colloc()
-        .args(["--solo-baseline", "--solo-window", "1500ms", "-f"])
+        .args([
+            "--solo-baseline",
+            "--solo-warmup",
+            "0s",
+            "--solo-window",
+            "1500ms",
+            "-f",
+        ])
         .arg(&m)
         .output()
         .unwrap();
@@ -187,7 +196,16 @@ fn runs_faster_packed_than_alone_are_a_baseline_problem() {
     ));
     let out = env
         .colloc()
-        .args(["-j", "2", "--solo-baseline", "--solo-window", "1s", "-f"])
+        .args([
+            "-j",
+            "2",
+            "--solo-baseline",
+            "--solo-warmup",
+            "0s",
+            "--solo-window",
+            "1s",
+            "-f",
+        ])
         .arg(&m)
         .output()
         .unwrap();
@@ -365,4 +383,130 @@ fn sweeps_carry_their_grid_values_and_metrics() {
     assert_eq!(row["acc_last"], "0.300");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("loss best"), "{stdout}");
+}
+
+/// Three runs on two slots, each silent for 1 s of start-up, then 100 img/s alone and 75
+/// each when two run: a and b together (150 img/s on the GPU), then c alone. The steady
+/// aggregate (while both slots ran past start-up) must read 150; work over makespan,
+/// which counts start-ups and c's lone tail, must read well below it; each run's start-up
+/// must be its silence; the table must name which figure is which.
+#[test]
+fn the_steady_aggregate_and_start_up_stand_beside_work_over_makespan() {
+    let env = Env::new();
+    let rate = fixture("rate.py");
+    let m = env.manifest(&format!(
+        "[defaults]\nenv = {{ RATE_DIR = '{}', BASE = '100', FACTORS = '1,0.75', STARTUP = '1', DURATION = '3' }}\n[[run]]\nname = 'a'\ncommand = ['python3', '{rate}']\n[[run]]\nname = 'b'\ncommand = ['python3', '{rate}']\n[[run]]\nname = 'c'\ncommand = ['python3', '{rate}']\n",
+        env.mark().display()
+    ));
+    let out = env
+        .colloc()
+        .args(["-j", "2", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    let (stdout, _) = succeeded(&out);
+    let rep = env.report();
+    let s = &rep["summary"];
+    let steady = s["steady_throughput"].as_f64().unwrap();
+    assert!(close(steady, 150.0, 0.05), "steady {steady}\n{stdout}");
+    let over = s["aggregate_throughput"].as_f64().unwrap();
+    assert!(
+        over < 0.85 * steady,
+        "work over makespan {over} vs steady {steady}"
+    );
+    // a and b produce together for about their 3 s; never longer.
+    let secs = s["steady_s"].as_f64().unwrap();
+    assert!(secs > 1.5 && secs <= 3.2, "{secs} s steady");
+    for name in ["a", "b", "c"] {
+        let r = run(&rep, name);
+        let st = r["startup_s"].as_f64().unwrap();
+        // At least its 1 s of silence and less than its whole run.
+        assert!(st >= 1.0 && st < r["wall_s"].as_f64().unwrap() - 2.0, "{r}");
+        assert_eq!(r["attempts"][0]["startup_s"].as_f64(), Some(st));
+    }
+    assert!(
+        stdout.contains(&format!("(work over makespan); steady {steady:.1} img/s")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("while all 2 slots ran past start-up"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("start s: from a run's start to its first throughput line"));
+    let rows = csv_rows(&env);
+    assert!(rows.iter().all(|r| !r["startup_s"].is_empty()), "{rows:?}");
+}
+
+/// A solo figure is `n = 1` of bench's path with one warm-up rule: the same stand-in
+/// (20 img/s for its first second of output, a warm-up, then 100 img/s) measured alone
+/// by `colloc run --solo-baseline` and by `colloc bench` must read the same, 100 img/s,
+/// with the same warm-up left out. (Counting the warm-up in read (20 + 100 * 2) / 3 = 73.)
+#[test]
+fn run_and_bench_give_the_same_solo_figure() {
+    let env = Env::new();
+    let rate = fixture("rate.py");
+    let vars = format!(
+        "RATE_DIR = '{}', BASE = '100', WARM_S = '1', WARM_RATE = '20', DURATION = '5'",
+        env.mark().display()
+    );
+    let m = env.manifest(&format!(
+        "[[run]]\nname = 'w'\ncommand = ['python3', '{rate}']\nenv = {{ {vars} }}\n"
+    ));
+    let out = env
+        .colloc()
+        .args([
+            "--solo-baseline",
+            "--solo-warmup",
+            "1500ms",
+            "--solo-window",
+            "2s",
+            "-f",
+        ])
+        .arg(&m)
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let from_run = run(&env.report(), "w")["solo_throughput"].as_f64().unwrap();
+
+    let cfg = env.path().join("bench.toml");
+    std::fs::write(
+        &cfg,
+        "version = 1\nnvml_library = \"/nonexistent/libnvidia-ml.so.1\"\nmps_control = \"/nonexistent/nvidia-cuda-mps-control\"\n",
+    )
+    .unwrap();
+    let bench_dir = env.path().join("bench");
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"))
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env("RATE_DIR", env.mark())
+        .env("BASE", "100")
+        .env("WARM_S", "1")
+        .env("WARM_RATE", "20")
+        .env("DURATION", "60")
+        .arg("--config")
+        .arg(&cfg)
+        .args([
+            "bench",
+            "--modes",
+            "naive",
+            "--counts",
+            "2",
+            "--duration",
+            "2s",
+        ])
+        .args(["--warmup", "1500ms", "--report-dir"])
+        .arg(&bench_dir)
+        .args(["--", "python3", &rate])
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bench_dir.join("bench.json")).unwrap())
+            .unwrap();
+    let from_bench = j["solo"].as_f64().unwrap();
+    assert!(close(from_run, 100.0, 0.03), "run: {from_run}");
+    assert!(close(from_bench, 100.0, 0.03), "bench: {from_bench}");
+    assert!(
+        close(from_run, from_bench, 0.03),
+        "{from_run} vs {from_bench}"
+    );
 }

@@ -7,30 +7,11 @@
 
 mod run_support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use fake_nvml::state::State;
 use fake_nvml::store::{ctl_change, now_ms, Locked};
 use run_support::{run, succeeded, Env};
-
-fn fake_library() -> PathBuf {
-    if let Some(p) = std::env::var_os("COLLOC_FAKE_NVML_LIB") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    for dir in [deps, deps.parent().unwrap()] {
-        let p = dir.join("libfake_nvml.so");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!(
-        "libfake_nvml.so not found next to {}; run `cargo build -p fake-nvml`",
-        exe.display()
-    );
-}
 
 /// Two runs on one fake H200 (constant 100 W), each attached to the fake GPU by its pid
 /// with known memory and SM utilization. `mode_env`: the job environment (empty: outside
@@ -48,7 +29,7 @@ fn two_runs_on_one_gpu(mode_env: &[(&str, String)]) -> (serde_json::Value, Strin
         &config,
         format!(
             "version = 1\nallowed_modes = [\"naive\", \"mps\", \"mig\"]\nnvml_library = \"{}\"\n",
-            fake_library().display()
+            fake_nvml::locate::library().display()
         ),
     )
     .unwrap();
@@ -202,7 +183,7 @@ fn a_mig_slot_reports_its_instance_memory() {
         &config,
         format!(
             "version = 1\nallowed_modes = [\"naive\", \"mps\", \"mig\"]\nnvml_library = \"{}\"\n",
-            fake_library().display()
+            fake_nvml::locate::library().display()
         ),
     )
     .unwrap();

@@ -220,6 +220,8 @@ fn solo_baseline_and_earlier_reports_give_a_speedup() {
             "-n",
             "2",
             "--solo-baseline",
+            "--solo-warmup",
+            "0s",
             "--solo-window",
             "30s",
             "--",

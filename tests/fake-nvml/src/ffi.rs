@@ -1279,44 +1279,90 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     infos: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
     api("nvmlDeviceGetComputeRunningProcesses_v3", || {
-        if info_count.is_null() {
-            return Err(code::INVALID_ARGUMENT);
+        // SAFETY: the caller's pointers, passed on as given.
+        unsafe {
+            process_list(
+                "nvmlDeviceGetComputeRunningProcesses_v3",
+                device,
+                info_count,
+                infos,
+                |_| true,
+            )
         }
-        let h = handle(device)?;
-        let list = nvml_call("nvmlDeviceGetComputeRunningProcesses_v3", |st| {
-            let (gpu, gi) = match h {
-                Handle::Gpu(g) => (st.gpu(g)?, None),
-                Handle::Mig(g, gi, ci) => (mig_device(st, g, gi, ci)?.0, Some(gi)),
-                _ => return Err(code::INVALID_ARGUMENT),
-            };
-            Ok(gpu
-                .processes_on(gi)
-                .into_iter()
-                .map(|p| nvmlProcessInfo_t {
-                    pid: p.pid,
-                    usedGpuMemory: p.mem_mib * MIB,
-                    gpuInstanceId: p.gi.unwrap_or(NO_ID),
-                    computeInstanceId: p.ci.unwrap_or(NO_ID),
-                })
-                .collect::<Vec<_>>())
-        })?;
-        let n = list.len() as u32;
-        // SAFETY: checked non-NULL; in/out count per nvml.h.
-        let room = unsafe { *info_count };
-        // SAFETY: as above.
-        unsafe { put(info_count, n)? };
-        if n == 0 {
-            return Ok(());
-        }
-        if infos.is_null() || room < n {
-            return Err(code::INSUFFICIENT_SIZE);
-        }
-        for (i, p) in list.into_iter().enumerate() {
-            // SAFETY: i < n <= room entries the caller provides.
-            unsafe { put(infos.add(i), p)? };
-        }
-        Ok(())
     })
+}
+
+/// Clients of MPS only, as driver 580 lists them (the server is not among them).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    info_count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    api("nvmlDeviceGetMPSComputeRunningProcesses_v3", || {
+        // SAFETY: the caller's pointers, passed on as given.
+        unsafe {
+            process_list(
+                "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+                device,
+                info_count,
+                infos,
+                |p| p.mps == Some(crate::state::MpsRole::Client),
+            )
+        }
+    })
+}
+
+/// The processes on `device` that `keep` takes, into the caller's array (in/out count,
+/// INSUFFICIENT_SIZE with the count needed when it is too small).
+///
+/// # Safety
+/// `info_count` NULL or valid; `infos` NULL or valid for `*info_count` entries.
+unsafe fn process_list(
+    call: &str,
+    device: nvmlDevice_t,
+    info_count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+    keep: fn(&crate::state::Process) -> bool,
+) -> Result<(), nvmlReturn_t> {
+    if info_count.is_null() {
+        return Err(code::INVALID_ARGUMENT);
+    }
+    let h = handle(device)?;
+    let list = nvml_call(call, |st| {
+        let (gpu, gi) = match h {
+            Handle::Gpu(g) => (st.gpu(g)?, None),
+            Handle::Mig(g, gi, ci) => (mig_device(st, g, gi, ci)?.0, Some(gi)),
+            _ => return Err(code::INVALID_ARGUMENT),
+        };
+        Ok(gpu
+            .processes_on(gi)
+            .into_iter()
+            .filter(|p| keep(p))
+            .map(|p| nvmlProcessInfo_t {
+                pid: p.pid,
+                usedGpuMemory: p.mem_mib * MIB,
+                gpuInstanceId: p.gi.unwrap_or(NO_ID),
+                computeInstanceId: p.ci.unwrap_or(NO_ID),
+            })
+            .collect::<Vec<_>>())
+    })?;
+    let n = list.len() as u32;
+    // SAFETY: checked non-NULL; in/out count per nvml.h.
+    let room = unsafe { *info_count };
+    // SAFETY: as above.
+    unsafe { put(info_count, n)? };
+    if n == 0 {
+        return Ok(());
+    }
+    if infos.is_null() || room < n {
+        return Err(code::INSUFFICIENT_SIZE);
+    }
+    for (i, p) in list.into_iter().enumerate() {
+        // SAFETY: i < n <= room entries the caller provides.
+        unsafe { put(infos.add(i), p)? };
+    }
+    Ok(())
 }
 
 #[no_mangle]

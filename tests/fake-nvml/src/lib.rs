@@ -12,10 +12,12 @@
 //! - [`state`]: the state and the driver's rules, pure Rust.
 //! - [`store`]: the state file, its lock and fault counting.
 //! - [`ffi`]: the exported C functions.
+//! - [`locate`]: where a test finds the library.
 #![deny(missing_docs)]
 
 pub mod caps;
 pub mod ffi;
+pub mod locate;
 pub mod state;
 pub mod store;
 mod sys;

@@ -270,6 +270,21 @@ pub struct Process {
     /// SM utilisation it reports, percent.
     #[serde(default)]
     pub sm_util: u32,
+    /// Its part in MPS, if any. As driver 580 answers (measured on the H200):
+    /// `nvmlDeviceGetComputeRunningProcesses` lists the server and every client, each with
+    /// its own memory; `nvmlDeviceGetMPSComputeRunningProcesses` lists the clients only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps: Option<MpsRole>,
+}
+
+/// A process's part in MPS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MpsRole {
+    /// The MPS server (`nvidia-cuda-mps-server`).
+    Server,
+    /// A client of the MPS server.
+    Client,
 }
 
 /// A fault to inject: the `call`-th call of the function (counting from when the fault
@@ -858,8 +873,28 @@ impl State {
             ci,
             mem_mib,
             sm_util,
+            mps: None,
         });
         Ok(())
+    }
+
+    /// Mark an attached process as an MPS server or client (`None`: no part in MPS).
+    ///
+    /// # Errors
+    /// The pid is not attached to any fake GPU.
+    pub fn set_mps_role(&mut self, pid: u32, role: Option<MpsRole>) -> Result<(), String> {
+        let mut found = false;
+        for p in self.gpus.iter_mut().flat_map(|g| g.processes.iter_mut()) {
+            if p.pid == pid {
+                p.mps = role;
+                found = true;
+            }
+        }
+        if found {
+            Ok(())
+        } else {
+            Err(format!("pid {pid} is not attached to any fake GPU"))
+        }
     }
 
     /// Detach a fake process from every GPU. Returns whether it was attached.

@@ -1,14 +1,11 @@
 //! The arithmetic of a benchmark that is not the common window (that is
-//! [`crate::engine::window`]): slowdown against solo, energy in a window from the GPU's
-//! readings, whether N copies fit, and whether the solo figure can be trusted (the
-//! recommendation is [`super::answer`]). No I/O here, so every rule is unit-tested.
-
-use colloc_core::telemetry::Reading;
+//! [`crate::engine::window`]) nor a GPU figure (those are [`colloc_core::telemetry`] and
+//! [`colloc_core::energy`], as for `colloc run`): slowdown against solo, whether N copies
+//! fit, and whether the solo figure can be trusted (the recommendation is
+//! [`super::answer`]). No I/O here, so every rule is unit-tested.
 
 use super::plan::MIN_RISE;
 use super::stats::Spread;
-
-use crate::engine::window::Window;
 
 /// Per-run slowdown against the solo run: how much longer an epoch takes.
 /// `(mean, max)` over copies; `None` where a copy made no progress or solo is unknown.
@@ -25,42 +22,6 @@ pub fn slowdown(solo_rate: f64, per_copy: &[f64]) -> Option<(f64, f64)> {
 /// A finite number above zero (false for NaN).
 fn positive(v: f64) -> bool {
     v.is_finite() && v > 0.0
-}
-
-/// Energy counter (joules since the first reading) at time `t`, linear between
-/// readings. `None` outside them.
-pub fn energy_at(readings: &[(f64, f64)], t: f64) -> Option<f64> {
-    let i = readings.partition_point(|(rt, _)| *rt < t);
-    if i < readings.len() && readings[i].0 == t {
-        return Some(readings[i].1);
-    }
-    if i == 0 || i >= readings.len() {
-        return None;
-    }
-    let (t0, e0) = readings[i - 1];
-    let (t1, e1) = readings[i];
-    Some(e0 + (e1 - e0) * (t - t0) / (t1 - t0))
-}
-
-/// Joules the GPU used during `w`, from its readings.
-pub fn energy_in(readings: &[Reading], w: Window) -> Option<f64> {
-    let pts: Vec<(f64, f64)> = readings
-        .iter()
-        .filter_map(|r| r.energy_j.map(|e| (r.t, e)))
-        .collect();
-    let a = energy_at(&pts, w.start)?;
-    let b = energy_at(&pts, w.end)?;
-    (b >= a).then_some(b - a)
-}
-
-/// Most memory in use on the GPU between `from` and `to`, above `baseline`.
-pub fn peak_memory(readings: &[Reading], from: f64, to: f64, baseline: u64) -> Option<u64> {
-    readings
-        .iter()
-        .filter(|r| r.t >= from && r.t <= to)
-        .filter_map(|r| r.used_bytes)
-        .max()
-        .map(|p| p.saturating_sub(baseline))
 }
 
 /// Would `n` copies of a run that peaked at `solo_peak` bytes fit in `total` bytes?
@@ -187,31 +148,6 @@ mod tests {
         assert!((mean - 3.0).abs() < 1e-9 && (max - 4.0).abs() < 1e-9);
         assert_eq!(slowdown(100.0, &[0.0]), None);
         assert_eq!(slowdown(0.0, &[1.0]), None);
-    }
-
-    #[test]
-    fn energy_interpolates_between_readings() {
-        let pts = vec![(0.0, 0.0), (1.0, 1.0), (3.0, 5.0)];
-        assert_eq!(energy_at(&pts, 2.0), Some(3.0));
-        assert_eq!(energy_at(&pts, 4.0), None);
-        let r: Vec<Reading> = pts
-            .iter()
-            .map(|&(t, e)| Reading {
-                t,
-                energy_j: Some(e),
-                used_bytes: Some((t * 10.0) as u64),
-            })
-            .collect();
-        let j = energy_in(
-            &r,
-            Window {
-                start: 0.5,
-                end: 3.0,
-            },
-        )
-        .unwrap();
-        assert!((j - 4.5).abs() < 1e-9);
-        assert_eq!(peak_memory(&r, 0.5, 2.0, 5), Some(5));
     }
 
     #[test]

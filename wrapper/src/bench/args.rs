@@ -73,7 +73,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "60s", value_name = "TIME")]
     duration: String,
     /// Time after every copy's first throughput line before measuring.
-    #[arg(long, default_value = "10s", value_name = "TIME")]
+    #[arg(long, default_value = crate::engine::solo::DEFAULT_WARMUP, value_name = "TIME")]
     warmup: String,
     /// Longest wait for every copy's first throughput line.
     #[arg(long, default_value = "300s", value_name = "TIME")]

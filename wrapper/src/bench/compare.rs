@@ -6,15 +6,16 @@
 
 use std::path::Path;
 
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
+use super::cell::cell_name;
 use super::host::{differences, Host};
-use super::report::cell_name;
+use super::report::{Report, Status};
 use crate::export::table::Table;
 
 /// One configuration in both reports.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CellChange {
     /// Mode.
     pub mode: String,
@@ -39,7 +40,8 @@ pub struct CellChange {
 }
 
 /// The comparison of two reports.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Comparison {
     /// The earlier report's path, as given.
     pub old: String,
@@ -85,11 +87,19 @@ pub enum CompareError {
 /// Largest bench.json read (colloc writes a few hundred KiB).
 pub const MAX_BENCH_REPORT: u64 = 64 << 20;
 
-/// Read a bench.json as JSON, checking that it is one.
+/// What a file must have to be read as a bench report at all.
+#[derive(Deserialize)]
+struct Head {
+    schema: Option<u64>,
+    results: Option<serde::de::IgnoredAny>,
+}
+
+/// Read a bench.json through the model bench writes ([`Report`]), checking that it is
+/// one (schema 1 to 3).
 ///
 /// # Errors
 /// [`CompareError`].
-pub fn load(path: &Path) -> Result<Value, CompareError> {
+pub fn load(path: &Path) -> Result<Report, CompareError> {
     let shown = path.display().to_string();
     // Non-blocking, a regular file, capped: a FIFO or /dev/zero is refused at once.
     let text = crate::userfs::read_user_file(path, MAX_BENCH_REPORT).map_err(|e| match e {
@@ -102,42 +112,29 @@ pub fn load(path: &Path) -> Result<Value, CompareError> {
             why: e.reason(),
         },
     })?;
-    let v: Value = serde_json::from_slice(&text).map_err(|e| CompareError::NotAReport {
+    let not = |why: String| CompareError::NotAReport {
         path: shown.clone(),
-        why: format!("not JSON: {e}"),
-    })?;
-    match (v.get("schema").and_then(Value::as_u64), v.get("results")) {
-        (Some(1..=3), Some(Value::Array(_))) => Ok(v),
-        (Some(s), Some(_)) => Err(CompareError::NotAReport {
-            path: shown,
-            why: format!("schema {s}; this colloc reads schema 1 to 3"),
-        }),
-        _ => Err(CompareError::NotAReport {
-            path: shown,
-            why: "no schema and results".into(),
-        }),
+        why,
+    };
+    let head: Head = serde_json::from_slice(&text).map_err(|e| not(format!("not JSON: {e}")))?;
+    match (head.schema, head.results) {
+        (Some(1..=3), Some(_)) => serde_json::from_slice(&text).map_err(|e| not(e.to_string())),
+        (Some(s), Some(_)) => Err(not(format!("schema {s}; this colloc reads schema 1 to 3"))),
+        _ => Err(not("no schema and results".into())),
     }
 }
 
-/// The host of a report: its `host` record (schema 3), else what its `gpu` says.
-fn host_of(v: &Value) -> (Host, bool) {
-    if let Some(h) = v
-        .get("host")
-        .and_then(|h| serde_json::from_value::<Host>(h.clone()).ok())
-    {
-        return (h, true);
+/// The host of a report: its `host` record (schema 3 on), else what its `gpu` says.
+fn host_of(r: &Report) -> (Host, bool) {
+    if r.schema >= 3 {
+        return (r.host.clone(), true);
     }
-    let g = v.get("gpu");
-    let s = |k: &str| {
-        g.and_then(|g| g.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
+    let g = r.gpu.as_ref();
     (
         Host {
-            gpu: s("name"),
-            gpu_uuid: s("uuid"),
-            driver: s("driver"),
+            gpu: g.map(|g| g.info.name.clone()),
+            gpu_uuid: g.map(|g| g.info.uuid.clone()),
+            driver: g.and_then(|g| g.driver.clone()),
             ..Host::default()
         },
         false,
@@ -153,44 +150,37 @@ struct Row {
     vs_reference: Option<f64>,
 }
 
-fn rows(v: &Value) -> Vec<Row> {
-    let f = |r: &Value, k: &str| r.get(k).and_then(Value::as_f64);
-    v.get("results")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter(|r| r.get("status").and_then(Value::as_str) == Some("measured"))
-                .filter_map(|r| {
-                    Some(Row {
-                        mode: r.get("mode")?.as_str()?.to_string(),
-                        n: r.get("n")?.as_u64()? as usize,
-                        aggregate: f(r, "aggregate")?,
-                        u: f(r, "aggregate_u"),
-                        vs_solo: f(r, "vs_solo"),
-                        vs_reference: f(r, "vs_reference"),
-                    })
-                })
-                .collect()
+fn rows(r: &Report) -> Vec<Row> {
+    r.results
+        .iter()
+        .filter(|c| c.status == Status::Measured)
+        .filter_map(|c| {
+            Some(Row {
+                mode: c.mode.clone(),
+                n: c.n,
+                aggregate: c.aggregate?,
+                u: c.aggregate_u,
+                vs_solo: c.vs_solo,
+                vs_reference: c.vs_reference,
+            })
         })
-        .unwrap_or_default()
+        .collect()
 }
 
-fn recommendation(v: &Value) -> Option<String> {
-    let r = v.get("recommendation")?;
-    let mode = r.get("mode")?.as_str()?;
-    let n = r.get("n")?.as_u64()? as usize;
-    let pays = r.get("pays").and_then(Value::as_bool).unwrap_or(false);
-    let vs = r.get("vs_solo").and_then(Value::as_f64);
+fn recommendation(r: &Report) -> Option<String> {
+    let rec = r.recommendation.as_ref()?;
+    // An older report without the figure reads 0: say nothing of it.
+    let vs = Some(rec.vs_solo).filter(|v| v.is_finite() && *v > 0.0);
     Some(format!(
         "{}{}{}",
-        cell_name(mode, n),
+        cell_name(&rec.mode, rec.n),
         vs.map_or_else(String::new, |x| format!(", {x:.2}x solo")),
-        if pays { "" } else { " (does not pay)" }
+        if rec.pays { "" } else { " (does not pay)" }
     ))
 }
 
 /// Compare `new` with `old` (read from `old_path`).
-pub fn compare(old_path: &str, old: &Value, new: &Value) -> Comparison {
+pub fn compare(old_path: &str, old: &Report, new: &Report) -> Comparison {
     let (old_host, old_known) = host_of(old);
     let (new_host, new_known) = host_of(new);
     let host_differences = differences(&old_host, &new_host);
@@ -227,7 +217,7 @@ pub fn compare(old_path: &str, old: &Value, new: &Value) -> Comparison {
         .collect();
     let mut c = Comparison {
         old: old_path.to_string(),
-        old_schema: old.get("schema").and_then(Value::as_u64).unwrap_or(0),
+        old_schema: u64::from(old.schema),
         same_host,
         host_differences,
         cells,
@@ -313,12 +303,13 @@ fn render(c: &Comparison) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
-    fn report(schema: u64, host: Option<Value>, solo: f64, mps7: f64, u: Option<f64>) -> Value {
+    /// A report as bench.json holds it, read through the model.
+    fn report(schema: u64, host: Option<Value>, solo: f64, mps7: f64, u: Option<f64>) -> Report {
         let mut v = json!({
             "schema": schema,
-            "gpu": {"name": "NVIDIA H200", "uuid": "GPU-1", "driver": "580.1"},
+            "gpu": {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-1", "memory_total": 1, "driver": "580.1"},
             "results": [
                 {"mode": "solo", "n": 1, "status": "measured", "aggregate": solo, "aggregate_u": u, "vs_solo": 1.0},
                 {"mode": "mps", "n": 7, "status": "measured", "aggregate": mps7, "aggregate_u": u, "vs_solo": mps7 / solo},
@@ -329,7 +320,33 @@ mod tests {
         if let Some(h) = host {
             v["host"] = h;
         }
-        v
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn every_bench_json_of_the_studies_reads_through_the_model() {
+        // bench/results holds reports of schemas 1 and 3 written by earlier colloc.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/results");
+        let mut found = 0;
+        let mut stack = vec![root];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.file_name().is_some_and(|n| n == "bench.json") {
+                    let r = load(&p).unwrap_or_else(|e| panic!("{e}"));
+                    assert!(!r.results.is_empty(), "{}", p.display());
+                    assert!(
+                        r.results.iter().any(|c| c.aggregate.is_some()),
+                        "{}",
+                        p.display()
+                    );
+                    found += 1;
+                }
+            }
+        }
+        assert!(found >= 2, "{found} reports");
     }
 
     #[test]

@@ -12,14 +12,17 @@
 //!   what fits `--budget`.
 //! - [`runner`]: running the configurations through the engine.
 //! - [`stats`]: the spread of repeated measurements and the uncertainty of ratios.
-//! - [`analysis`]: slowdown, memory, energy, how far solo can be trusted.
+//! - [`analysis`]: slowdown, whether copies fit in memory, how far solo can be trusted
+//!   (GPU figures are the engine's, as for `colloc run`: [`crate::engine::gpu`]).
 //! - [`answer`]: wide cells and the rule that names the configuration to run.
+//! - [`cell`]: how a configuration is named.
 //! - [`host`]: the host a report comes from; [`compare`]: two reports side by side.
 //! - [`report`]: the table, JSON and CSV.
 
 mod analysis;
 mod answer;
 mod args;
+mod cell;
 mod compare;
 mod host;
 mod plan;
@@ -27,7 +30,6 @@ mod report;
 mod runner;
 mod stats;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -49,7 +51,7 @@ pub fn main(args: BenchArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     };
     // Before any thread exists: the launcher is forked from this process.
     let mut launcher = LocalLauncher::start().context("cannot start the run launcher")?;
-    let config = load_config(g)?;
+    let config = crate::nodecfg::config_or_default(g)?;
     let signals = Signals::install().context("cannot install signal handlers")?;
     runner::run(&spec, &config, &mut launcher, &signals)
 }
@@ -63,19 +65,4 @@ fn compare_only(old: &std::path::Path, new: &std::path::Path) -> anyhow::Result<
     let c = compare::compare(&old.display().to_string(), &o, &n);
     out!("{}", c.text);
     Ok(ExitCode::SUCCESS)
-}
-
-/// The node configuration: as given (`--config`, `$COLLOC_CONFIG`) or at the default
-/// path; outside a managed node, where no file exists, the defaults.
-fn load_config(g: &crate::Global) -> anyhow::Result<colloc_core::config::Config> {
-    let explicit = g.config.is_some() || std::env::var_os("COLLOC_CONFIG").is_some();
-    let path: PathBuf = g.config_path();
-    if !explicit && !path.exists() {
-        log::info!(
-            "no {}; using the default node configuration",
-            path.display()
-        );
-        return Ok(colloc_core::config::Config::default());
-    }
-    g.load_config()
 }

@@ -16,20 +16,27 @@
 //! `vs_reference_u`; measurements of rounds after `repeat` re-measured wide cells.
 
 use colloc_core::gpu::GpuInfo;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::analysis::gib;
 use super::answer::{Candidate, Recommendation, Verdict, AS_GOOD};
 use super::compare::Comparison;
 use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
-use crate::export::table::Table;
+use crate::export::table::{csv_num, csv_opt, dash_or as opt, Table};
+
+/// A `gpu` record of an older report that does not read as [`BenchGpu`] is none, not a
+/// report that cannot be read.
+fn gpu_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BenchGpu>, D::Error> {
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.and_then(|v| serde_json::from_value(v).ok()))
+}
 
 /// Report format version of `bench.json`, `bench.csv` and `bench-measurements.csv`.
 pub const SCHEMA: u32 = 3;
 
 /// The GPU under test.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchGpu {
     /// What NVML says about it.
     #[serde(flatten)]
@@ -39,19 +46,22 @@ pub struct BenchGpu {
 }
 
 /// Outcome of one configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Ran and measured (at least once).
     Measured,
     /// Not run; `reason` says why.
+    #[default]
     Skipped,
     /// Ran and failed every time; `reason` says how.
     Failed,
 }
 
-/// One measurement of a configuration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One measurement of a configuration. Read back (`--compare`) with every field an older
+/// schema lacks at its default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Measurement {
     /// Round (1-based; the closing solo run has the number after the last round; 0 is
     /// the warm-up run).
@@ -71,9 +81,16 @@ pub struct Measurement {
     pub se: Option<f64>,
     /// Each copy's throughput in the window.
     pub per_copy: Vec<f64>,
-    /// Peak GPU memory above what was in use before, bytes.
+    /// Peak GPU memory of the copies' own processes, each copy's peak summed, bytes
+    /// ([`crate::engine::gpu::bench_legend`]).
     pub peak_memory_bytes: Option<u64>,
-    /// GPU energy in the window, joules.
+    /// Each copy's peak memory, bytes (empty where NVML was not read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_peak_memory_bytes: Vec<Option<u64>>,
+    /// Most memory the MPS server held meanwhile (no copy's), bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps_server_bytes: Option<u64>,
+    /// Energy of the whole GPU in the window, joules.
     pub energy_j: Option<f64>,
 }
 
@@ -88,7 +105,8 @@ impl Measurement {
 }
 
 /// One configuration: a mode and a number of copies, over all its measurements.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ConfigResult {
     /// `solo`, `reference`, `naive`, `mps`, `mps:N` (the thread-percentage limit) or `mig`.
     pub mode: String,
@@ -131,7 +149,7 @@ pub struct ConfigResult {
     pub baseline_problem: bool,
     /// `--counts auto`: how much the aggregate rose from the previous count (round 1).
     pub rise: Option<f64>,
-    /// Peak GPU memory of any measurement (above what was in use before), bytes.
+    /// Peak GPU memory of any measurement (its copies' own processes, summed), bytes.
     pub peak_memory_bytes: Option<u64>,
     /// Mean GPU energy in the window, joules.
     pub energy_j: Option<f64>,
@@ -286,7 +304,8 @@ impl ConfigResult {
 }
 
 /// The recommendation as written to JSON.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RecommendationOut {
     /// Mode of the configuration the answer names (to run where `pays`; else the
     /// collocated one the rule would have chosen, and the answer is one at a time).
@@ -324,7 +343,8 @@ pub struct RecommendationOut {
 }
 
 /// MPS with the thread-percentage limit (`mps:N`) against unlimited MPS at the same N.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MpsLimit {
     /// Copies.
     pub n: usize,
@@ -341,7 +361,12 @@ pub struct MpsLimit {
 }
 
 /// The whole benchmark.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// `bench.json` is written from this and read back through it (`--compare`): every field
+/// an older schema (1 to 3) lacks reads as its default, a `gpu` record that does not
+/// read as one reads as none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Report {
     /// Format version.
     pub schema: u32,
@@ -352,6 +377,7 @@ pub struct Report {
     /// Where it ran.
     pub host: Host,
     /// The GPU, when NVML could be read.
+    #[serde(deserialize_with = "gpu_or_none")]
     pub gpu: Option<BenchGpu>,
     /// Why there is no GPU information.
     pub gpu_note: Option<String>,
@@ -449,14 +475,7 @@ fn below(x: f64, limit: f64) -> String {
         .unwrap_or_else(|| format!("{x}"))
 }
 
-/// `mps 7`, `naive 2`, `solo`.
-pub fn cell_name(mode: &str, n: usize) -> String {
-    if mode == "solo" || mode == "reference" || mode.starts_with("mps:") {
-        mode.to_string()
-    } else {
-        format!("{mode} {n}")
-    }
-}
+pub use super::cell::cell_name;
 
 fn copies(n: usize, mode: &str) -> String {
     format!("{n} cop{} under {mode}", if n == 1 { "y" } else { "ies" })
@@ -600,10 +619,6 @@ pub fn wide_text(w: &Candidate, r: &Recommendation, unit: &str) -> String {
     format!("{head}: {why}")
 }
 
-fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    v.map_or_else(|| "-".into(), f)
-}
-
 /// Seconds as `25 s`, `3m 10s`.
 pub fn secs(s: f64) -> String {
     if s < 100.0 {
@@ -725,6 +740,20 @@ pub fn table(report: &Report) -> String {
         out.push('\n');
     };
     line(&mut out, &format!("host: {}", report.host.describe()));
+    if report.gpu.is_some() {
+        let measured = report
+            .results
+            .iter()
+            .flat_map(|r| r.measurements.iter().map(move |m| (r, m)));
+        let mps_seen = measured
+            .clone()
+            .any(|(r, _)| r.mode.starts_with("mps") && r.status == Status::Measured);
+        let server = measured.filter_map(|(_, m)| m.mps_server_bytes).max();
+        line(
+            &mut out,
+            &crate::engine::gpu::bench_legend(mps_seen, server),
+        );
+    }
     if let (Some(solo), Some(row)) = (report.solo, report.row("solo", 1)) {
         let spread = match (row.aggregate_min, row.aggregate_max) {
             (Some(lo), Some(hi)) if row.repeats > 1 => format!(
@@ -830,7 +859,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
         "layout",
         "reason",
     ])?;
-    let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+    let f = |v: Option<f64>| csv_num(v, 6);
     for r in &report.results {
         w.write_record([
             SCHEMA.to_string(),
@@ -851,7 +880,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             f(r.slowdown_mean),
             f(r.slowdown_max),
             r.baseline_problem.to_string(),
-            r.peak_memory_bytes.map_or(String::new(), |v| v.to_string()),
+            csv_opt(r.peak_memory_bytes),
             f(r.energy_j),
             f(r.energy_per_sample_j),
             format!("{:.3}", r.wall_s),
@@ -902,7 +931,7 @@ pub fn measurements_csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             format!("{:.3}", m.window[0]),
             format!("{:.3}", m.window[1]),
             format!("{:.6}", m.aggregate),
-            m.se.map_or(String::new(), |v| format!("{v:.6}")),
+            csv_num(m.se, 6),
             report.unit.clone(),
         ])?;
     }
@@ -924,6 +953,8 @@ pub(crate) mod tests {
             se: Some(1.0),
             per_copy: vec![aggregate],
             peak_memory_bytes: Some(1 << 30),
+            copy_peak_memory_bytes: vec![Some(1 << 30)],
+            mps_server_bytes: None,
             energy_j: Some(aggregate * 5.0 * 0.01),
         }
     }

@@ -17,7 +17,6 @@ use colloc_core::mode::{MigRequest, Mode, ModeKind, ProfileSel};
 use colloc_core::mps;
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, Outcome};
-use colloc_core::telemetry::{GpuId, NvmlProbe, Reading, Sampler, SamplerConfig, SlotMap};
 
 use super::analysis;
 use super::answer::{self, Candidate};
@@ -38,10 +37,11 @@ use crate::engine::scan::Scanner;
 use crate::engine::signals::{Signals, STOP};
 use crate::engine::throughput::Sample;
 use crate::engine::window::Measured;
-use crate::engine::{signal_name, Clock};
+use crate::engine::{gpu, signal_name, Clock};
 use crate::export::chart::{self, BenchPoint};
 use crate::record::store::{self, ReportDir};
 use crate::userfs::CheckedDir;
+use colloc_core::telemetry::Sampler;
 
 /// How long copies get to stop on SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -146,7 +146,8 @@ struct Ctx<'a> {
     clock: Clock,
     launcher: &'a mut LocalLauncher,
     signals: &'a Signals,
-    sampler: Option<Sampler>,
+    /// NVML, where it answers: each measurement samples its copies through it.
+    nvml: Option<Arc<NvmlGpus>>,
     gpu: Option<BenchGpu>,
     /// `CUDA_VISIBLE_DEVICES` for copies: the GPU's UUID, or the selector as given.
     device: String,
@@ -160,14 +161,14 @@ struct Ctx<'a> {
     /// The workload's peak memory alone (warm-up and solo runs).
     solo_peak: Option<u64>,
     /// The earlier report of `--compare`.
-    old: Option<serde_json::Value>,
+    old: Option<Report>,
     /// The first round that only measures wide cells again (after the repeats).
     extra_from: Option<u32>,
     report: Report,
 }
 
-/// The GPU under test through NVML, and a sampler of its memory and energy.
-fn open_gpu(spec: &Spec, config: &Config, clock: Clock) -> Result<(BenchGpu, Sampler), String> {
+/// The GPU under test, and NVML to sample the copies on it through.
+fn open_gpu(spec: &Spec, config: &Config) -> Result<(BenchGpu, Arc<NvmlGpus>), String> {
     let nvml = NvmlGpus::open(&config.nvml_library).map_err(|e| e.to_string())?;
     let all = nvml.gpus().map_err(|e| e.to_string())?;
     let info = all
@@ -178,26 +179,7 @@ fn open_gpu(spec: &Spec, config: &Config, clock: Clock) -> Result<(BenchGpu, Sam
         })
         .ok_or_else(|| format!("no GPU {} in NVML", spec.gpu))?;
     let driver = nvml.driver_version().ok();
-    let map = SlotMap {
-        gpus: vec![GpuId {
-            index: info.index,
-            uuid: info.uuid.clone(),
-            name: info.name.clone(),
-        }],
-        ..SlotMap::default()
-    };
-    let nvml = Arc::new(nvml);
-    let probe = NvmlProbe::new(Arc::clone(&nvml), &map);
-    let sampler = Sampler::start(
-        Box::new(probe),
-        map,
-        SamplerConfig {
-            interval: SAMPLE_EVERY,
-            process_util: false,
-            base: clock.t0,
-        },
-    );
-    Ok((BenchGpu { info, driver }, sampler))
+    Ok((BenchGpu { info, driver }, Arc::new(nvml)))
 }
 
 /// Open (or make) the report directory: the caller's own, writable by no one else, and
@@ -275,8 +257,8 @@ pub fn run(
             .map_err(crate::userfs::UserFsError::into_anyhow)?,
     );
     let clock = Clock::start();
-    let (gpu, sampler, gpu_note) = match open_gpu(spec, config, clock) {
-        Ok((g, s)) => (Some(g), Some(s), None),
+    let (gpu, nvml, gpu_note) = match open_gpu(spec, config) {
+        Ok((g, n)) => (Some(g), Some(n), None),
         Err(why) => {
             log::warn!("no GPU figures (memory, energy): {why}");
             (None, None, Some(why))
@@ -332,7 +314,7 @@ pub fn run(
         clock,
         launcher,
         signals,
-        sampler,
+        nvml,
         gpu,
         device,
         out,
@@ -351,9 +333,6 @@ pub fn run(
 
     let outcome = ctx.measure_all();
     // Interrupted or not, what was measured is reported.
-    if let Some(s) = ctx.sampler.take() {
-        s.finish();
-    }
     ctx.finish()?;
     outcome?;
     let solo = ctx.report.row("solo", 1);
@@ -1206,17 +1185,7 @@ impl Ctx<'_> {
     }
 
     fn start_mps(&self) -> Result<mps::PrivateDaemon, String> {
-        let program = self
-            .config
-            .mps_control_path()
-            .filter(|p| p.is_file())
-            .ok_or_else(|| {
-                format!(
-                    "MPS control program {} not found (looked in {}); set mps_control in the node config",
-                    self.config.mps_control,
-                    colloc_core::config::SYSTEM_BIN_DIRS.join(", ")
-                )
-            })?;
+        let program = crate::nodecfg::mps_control(self.config)?;
         let guard = mps::PrivateDaemon::start(&program, "colloc-bench", &self.device)
             .map_err(|e| format!("cannot start MPS: {e}"))?;
         errln!(
@@ -1224,13 +1193,6 @@ impl Ctx<'_> {
             guard.daemon().pipe_dir.display()
         );
         Ok(guard)
-    }
-
-    fn readings(&self) -> Vec<Reading> {
-        self.sampler
-            .as_ref()
-            .map(|s| s.totals().1.into_iter().next().unwrap_or_default())
-            .unwrap_or_default()
     }
 
     /// Run `cell`'s copies at once and measure them (copy `i` on `devices[i]` where
@@ -1266,12 +1228,6 @@ impl Ctx<'_> {
         };
         errln!("colloc bench: {what} ...");
         let started = self.now();
-        let baseline = self
-            .readings()
-            .iter()
-            .rev()
-            .find_map(|r| r.used_bytes)
-            .unwrap_or(0);
         let argv = match cell.kind {
             Kind::Reference => self.spec.reference.clone().unwrap_or_default(),
             _ => self.spec.cmd.clone(),
@@ -1284,6 +1240,7 @@ impl Ctx<'_> {
         let mut logs = Vec::with_capacity(n);
         let mut slots = Vec::with_capacity(n);
         let mut jobs = Vec::with_capacity(n);
+        let mut slot_devices = Vec::with_capacity(n);
         for i in 0..n {
             let name = format!("{tag}-{i}.log");
             let log = LogFile::new(Some(&self.logs), name.clone(), self.logs.shown(&name));
@@ -1292,6 +1249,7 @@ impl Ctx<'_> {
                 .and_then(|d| d.get(i))
                 .unwrap_or(&self.device)
                 .clone();
+            slot_devices.push(dev.clone());
             let mut env = vec![("CUDA_VISIBLE_DEVICES".to_string(), dev)];
             env.extend(extra_env.iter().cloned());
             slots.push(Slot { env });
@@ -1318,6 +1276,11 @@ impl Ctx<'_> {
         } else {
             self.spec.duration
         };
+        // Each copy is read as `colloc run` reads each run: its own processes.
+        let mps = matches!(cell.kind, Kind::Mps | Kind::MpsLimited);
+        let sampler = self.nvml.as_ref().map(|nvml| {
+            gpu::sampler_for_devices(nvml, &slot_devices, mps, SAMPLE_EVERY, self.clock.t0)
+        });
         let out = copies::run(
             self.launcher,
             self.signals,
@@ -1331,12 +1294,14 @@ impl Ctx<'_> {
                 grace: STOP_GRACE,
                 what: self.spec.throughput.describe(),
             },
+            sampler.as_ref(),
         );
+        let gpu_read = sampler.map(Sampler::finish);
         if let Some(sig) = out.signal {
             return Err(Interrupted(sig));
         }
         let wall = self.now() - started;
-        let (launch_t, stop_t) = (out.launch_t, out.stop_t);
+        let stop_t = out.stop_t;
         // Lines after the stop (a copy's shutdown) do not count.
         let samples: Vec<Vec<Sample>> = out
             .samples
@@ -1375,12 +1340,20 @@ impl Ctx<'_> {
         let se = (k >= 2)
             .then(|| stats::block_se(&m.blocks(&samples, k)))
             .flatten();
-        let mut peak = None;
-        let mut energy = None;
-        if self.sampler.is_some() {
-            let readings = self.readings();
-            peak = analysis::peak_memory(&readings, launch_t, stop_t, baseline);
-            energy = analysis::energy_in(&readings, m.window);
+        let copy_peaks: Vec<Option<u64>> = out
+            .gpu
+            .iter()
+            .map(|g| g.as_ref().and_then(|g| g.peak_memory_bytes))
+            .collect();
+        let (mut peak, mut energy, mut mps_server) = (None, None, None);
+        if let Some((totals, history)) = &gpu_read {
+            peak = copy_peaks
+                .iter()
+                .any(Option::is_some)
+                .then(|| copy_peaks.iter().flatten().sum::<u64>());
+            let readings = history.first().map(Vec::as_slice).unwrap_or_default();
+            energy = colloc_core::energy::energy_in(readings, m.window.start, m.window.end);
+            mps_server = totals.iter().filter_map(|g| g.mps_server_peak_bytes).max();
         }
         let measurement = Measurement {
             round,
@@ -1392,6 +1365,12 @@ impl Ctx<'_> {
             se,
             per_copy: m.per_copy(),
             peak_memory_bytes: peak,
+            copy_peak_memory_bytes: if gpu_read.is_some() {
+                copy_peaks
+            } else {
+                Vec::new()
+            },
+            mps_server_bytes: mps_server,
             energy_j: energy,
         };
         let u = unit
@@ -1516,8 +1495,8 @@ impl Ctx<'_> {
         }
         report.wall_s = self.clock.now();
         if let (Some(old), Some(path)) = (&self.old, &self.spec.compare) {
-            let new = serde_json::to_value(&*report)?;
-            report.comparison = Some(compare::compare(&path.display().to_string(), old, &new));
+            let c = compare::compare(&path.display().to_string(), old, report);
+            report.comparison = Some(c);
         }
         let report = &self.report;
         out!("{}", report::table(report));

@@ -8,6 +8,9 @@
 //! analysis, [`super::window`], decides whether enough was measured); no first sample from
 //! some copy within `startup_timeout` fails it. What the copies printed after the stop
 //! (their shutdown) is the caller's to leave out: it gets the time of the stop.
+//!
+//! Each copy is an attempt of the pack engine, so a GPU sampler given here reads each
+//! copy's own processes exactly as `colloc run` reads each run's ([`super::gpu`]).
 
 use std::time::Duration;
 
@@ -16,6 +19,7 @@ use super::pack::{Ctl, Driver, Ended, Engine, Exit, Job, LogFile, Options, Slot}
 use super::signals::{Signals, STOP};
 use super::throughput::Sample;
 use super::{signal_name, Clock, State};
+use colloc_core::telemetry::{AttemptGpu, Sampler};
 
 /// How often the window is checked.
 const TICK: Duration = Duration::from_millis(50);
@@ -50,6 +54,8 @@ pub struct Outcome {
     pub failure: Option<String>,
     /// A stop signal colloc received meanwhile.
     pub signal: Option<i32>,
+    /// Each copy's GPU figures, where a sampler read them.
+    pub gpu: Vec<Option<AttemptGpu>>,
 }
 
 /// The last lines of a log, for an error message (read from its last 64 KiB, through
@@ -97,6 +103,9 @@ impl Driver for Copies<'_> {
             *s = e.seen.series.as_samples();
         }
         self.first[i] = e.seen.series.stats.first_t;
+        if let Some(g) = self.out.gpu.get_mut(i) {
+            *g = e.gpu;
+        }
         if self.out.unit.is_none() {
             self.out.unit = e.seen.series.unit.clone();
         }
@@ -170,7 +179,8 @@ impl Driver for Copies<'_> {
 }
 
 /// Run `jobs` (copy `i` is `jobs[i]`, with `run == i`) on `slots` (one each) until their
-/// window is complete, and return what they printed.
+/// window is complete, and return what they printed (and, with a `sampler` over `slots`,
+/// their GPU figures).
 pub fn run(
     launcher: &mut dyn Launcher,
     signals: &Signals,
@@ -178,6 +188,7 @@ pub fn run(
     slots: Vec<Slot>,
     jobs: Vec<Job>,
     window: &Window,
+    sampler: Option<&Sampler>,
 ) -> Outcome {
     let n = jobs.len();
     let mut copies = Copies {
@@ -187,6 +198,7 @@ pub fn run(
         stop_at: None,
         out: Outcome {
             samples: vec![Vec::new(); n],
+            gpu: vec![None; n],
             launch_t: clock.now(),
             ..Outcome::default()
         },
@@ -195,7 +207,7 @@ pub fn run(
     let mut engine = Engine::new(
         launcher,
         slots,
-        None,
+        sampler,
         signals,
         Options {
             grace: window.grace,

@@ -4,22 +4,30 @@
 //! - [`launch`], [`supervisor`], [`sys`]: starting runs so that nothing of them outlives
 //!   colloc (a supervisor per run, forked by a launcher process), behind the
 //!   [`launch::Launcher`] trait.
+//! - [`control`]: the requests and messages between colloc and a supervisor.
 //! - [`signals`]: the signals colloc handles, as pollable pipes.
 //! - [`pack`]: the pack engine: jobs on slots, one event loop over every run's output and
 //!   supervisor, timeouts, grace periods, forwarded signals.
 //! - [`scan`]: what a line of output says (throughput, user metrics, epochs, OOM).
 //! - [`throughput`]: the one throughput estimator and its window rule.
 //! - [`window`]: the common-window analysis of copies running side by side.
+//! - [`steady`]: the steady aggregate of a pack (while every slot was producing).
+//! - [`solo`]: a solo figure, `n = 1` of the copies' window, with one warm-up rule.
 //! - [`copies`]: N copies of one command on N slots until their measurement window is
 //!   complete (the engine call under `colloc bench`).
 //! - [`duration`]: durations as users write them.
+//! - [`gpu`]: the GPU sampler of a pack of attempts and what its figures are called.
 
+pub mod control;
 pub mod copies;
 pub mod duration;
+pub mod gpu;
 pub mod launch;
 pub mod pack;
 pub mod scan;
 pub mod signals;
+pub mod solo;
+pub mod steady;
 pub mod supervisor;
 pub mod sys;
 pub mod text;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::process::{wait, WaitOptions};
 
-use super::launch::{recv_request, LaunchSpec, Msg, Request, GROUP_EXIT_WAIT};
+use super::control::{recv_request, LaunchSpec, Msg, Request, GROUP_EXIT_WAIT};
 use super::sys;
 
 /// How often leftovers are looked for while a finished run's processes go away.
@@ -170,7 +170,7 @@ struct Stdio3 {
 }
 
 impl Stdio3 {
-    /// Sort out the descriptors of a request (in the order [`super::launch::Request::Run`]
+    /// Sort out the descriptors of a request (in the order [`super::control::Request::Run`]
     /// says).
     fn take(fds: Vec<OwnedFd>, stdin: bool, stderr: bool) -> Result<Stdio3, String> {
         let want = 1 + usize::from(stdin) + usize::from(stderr);

@@ -46,17 +46,8 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// Send `sig` to process `pid`. False when it is gone (or `pid` is not a process id).
-pub fn kill(pid: u32, sig: i32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    if pid <= 1 {
-        return false;
-    }
-    // SAFETY: kill takes plain integers; a positive pid addresses one process.
-    unsafe { libc::kill(pid, sig) == 0 }
-}
+/// Send `sig` to process `pid`: the one kill of colloc, with its pid guard, in core.
+pub use colloc_core::sys::kill;
 
 /// Send `sig` to process group `pgid`. False when no process is left in it.
 pub fn kill_group(pgid: u32, sig: i32) -> bool {

@@ -121,9 +121,7 @@ fn row_labels<X: Ranged<ValueType = f64>, Y: Ranged<ValueType = f64>>(
 }
 
 fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    colloc_core::num::median(v).unwrap_or(0.0)
 }
 
 /// A legend beside a plot: colour keys and names.

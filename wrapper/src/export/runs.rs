@@ -6,16 +6,12 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::table::Table;
+use super::table::{csv_opt as opt, or_dash, Table};
 use crate::engine::State;
 use crate::record::model::{Report, RunRecord};
 
 fn f3(v: Option<f64>) -> String {
-    v.map(|v| format!("{v:.3}")).unwrap_or_default()
-}
-
-fn opt<T: ToString>(v: Option<T>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
+    super::table::csv_num(v, 3)
 }
 
 fn mean_epoch(r: &RunRecord) -> Option<f64> {
@@ -60,6 +56,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
         "start",
         "end",
         "wall_s",
+        "startup_s",
         "throughput",
         "throughput_unit",
         "samples",
@@ -103,6 +100,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             opt(r.start.clone()),
             opt(r.end.clone()),
             f3(r.wall_s),
+            f3(r.startup_s),
             f3(tp.map(|t| t.mean)),
             opt(tp.map(|t| t.unit.clone())),
             opt(tp.map(|t| t.count)),
@@ -155,10 +153,6 @@ pub fn state_text(r: &RunRecord) -> String {
     }
 }
 
-fn or_dash(v: Option<String>) -> String {
-    v.unwrap_or_else(|| "-".into())
-}
-
 /// The summary table printed at the end.
 pub fn table(report: &Report) -> String {
     let s = &report.summary;
@@ -170,8 +164,8 @@ pub fn table(report: &Report) -> String {
     // Across nodes, each run's node goes after its slot.
     let nodes = !report.nodes.is_empty();
     let mut headers: Vec<String> = [
-        "run", "state", "exit", "tries", "slot", "wall s", &unit, "solo", "epoch s", "peak MiB",
-        "util %", "energy J",
+        "run", "state", "exit", "tries", "slot", "wall s", "start s", &unit, "solo", "epoch s",
+        "peak MiB", "util %", "energy J",
     ]
     .iter()
     .map(|h| h.to_string())
@@ -210,6 +204,7 @@ pub fn table(report: &Report) -> String {
             r.attempts.len().to_string(),
             or_dash(r.slot.map(|s| s.to_string())),
             or_dash(r.wall_s.map(|w| format!("{w:.1}"))),
+            or_dash(r.startup_s.map(|w| format!("{w:.1}"))),
             or_dash(tp.map(|t| {
                 if t.unit == unit {
                     format!("{:.1}", t.mean)
@@ -274,7 +269,17 @@ pub fn table(report: &Report) -> String {
     }
     match (s.aggregate_throughput, &s.throughput_unit) {
         (Some(a), Some(u)) => {
-            let _ = write!(out, "; aggregate throughput {a:.1} {u}");
+            let _ = write!(
+                out,
+                "; aggregate throughput {a:.1} {u} (work over makespan)"
+            );
+            if let (Some(st), Some(secs)) = (s.steady_throughput, s.steady_s) {
+                let _ = write!(
+                    out,
+                    "; steady {st:.1} {u} (while all {} slots ran past start-up, {secs:.1} s)",
+                    report.slots.len()
+                );
+            }
         }
         _ => out.push_str("; aggregate throughput unknown (no run printed a throughput we read)"),
     }
@@ -343,6 +348,12 @@ pub fn table(report: &Report) -> String {
     if let Some(d) = s.median_dispatch_s {
         let _ = writeln!(out, "median start of a run's step: {d:.2} s after its srun");
     }
+    if report.runs.iter().any(|r| r.startup_s.is_some()) {
+        let _ = writeln!(
+            out,
+            "start s: from a run's start to its first throughput line (start-up: no work counted)"
+        );
+    }
     if let Some(gpus) = &report.gpus {
         for g in gpus {
             let j = |v: Option<f64>| v.map_or("n/a".to_string(), |e| format!("{e:.0} J"));
@@ -357,6 +368,10 @@ pub fn table(report: &Report) -> String {
                 g.mean_util_percent
                     .map_or("n/a".to_string(), |u| format!("{u:.0} %")),
             );
+        }
+        let mps = report.mode.starts_with("mps");
+        for l in crate::engine::gpu::run_legend(mps, gpus) {
+            let _ = writeln!(out, "{l}");
         }
     }
     // Names (runs, nodes, GPUs, reasons) come from the record: nothing in them reaches

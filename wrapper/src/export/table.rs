@@ -60,6 +60,27 @@ impl Table {
     }
 }
 
+/// A number in a CSV cell with `decimals` places; empty when unknown. One formatter for
+/// both commands' CSVs.
+pub fn csv_num(v: Option<f64>, decimals: usize) -> String {
+    v.map(|v| format!("{v:.decimals$}")).unwrap_or_default()
+}
+
+/// Any value in a CSV cell; empty when unknown.
+pub fn csv_opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// A text table cell: the value, or `-` when unknown.
+pub fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".into())
+}
+
+/// A number in a text table cell through `f`, or `-` when unknown.
+pub fn dash_or(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".into(), f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

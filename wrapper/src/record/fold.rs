@@ -30,7 +30,8 @@ use super::model::{
     NodeRecord, Report, RunRecord, SessionRecord, SignalRecord, Summary, ThroughputRecord,
     FASTER_THAN_SOLO, SCHEMA,
 };
-use crate::engine::throughput::{keep, Stats};
+use crate::engine::steady::steady;
+use crate::engine::throughput::{keep, Sample, Stats};
 use crate::engine::State;
 
 /// RFC 3339 (UTC, milliseconds) of Unix seconds.
@@ -568,6 +569,7 @@ impl Fold {
                 dispatch_s: s.dispatch_s,
                 failed: s.failed.clone(),
             }),
+            startup_s: a.stats.first_t.map(|f| (f - a.start).max(0.0)),
         }
     }
 
@@ -677,6 +679,7 @@ impl Fold {
                 })
                 .collect(),
             gpu: combine_gpu(&attempts),
+            startup_s: attempts.iter().rev().find_map(|a| a.startup_s),
             solo_throughput: self
                 .solos
                 .get(&r.id.solo_key())
@@ -765,7 +768,7 @@ impl Fold {
         let mut out = Remote::default();
         for (key, (mut totals, readings, spans)) in by_gpu {
             let iv: Vec<(f64, f64)> = spans.iter().map(|(_, s, e)| (*s, *e)).collect();
-            if let Some(sp) = super::energy::split(&readings, &iv) {
+            if let Some(sp) = colloc_core::energy::split(&readings, &iv) {
                 for ((k, _, _), share) in spans.into_iter().zip(sp.shares) {
                     out.shares.insert(k, share);
                 }
@@ -935,6 +938,7 @@ impl Fold {
         if makespan_s > 0.0 {
             sum.aggregate_throughput = Some(work / makespan_s);
         }
+        self.steady_into(&mut sum, &unit);
         // One after another: each covered attempt's work at its run's solo rate, plus its
         // start-up (the time before its first sample, or all of it without samples).
         let mut seq = 0.0;
@@ -998,18 +1002,40 @@ impl Fold {
     }
 }
 
-/// The median of some figures.
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
+impl Fold {
+    /// The steady aggregate over all sessions: each session's periods with every slot
+    /// producing, their work summed over their time summed.
+    fn steady_into(&self, sum: &mut Summary, unit: &str) {
+        let (mut work, mut seconds) = (0.0, 0.0);
+        for s in &self.sessions {
+            let series: Vec<Vec<Sample>> = self
+                .runs
+                .iter()
+                .flat_map(|r| &r.attempts)
+                .filter(|a| a.session == s.session && a.unit.as_deref() == Some(unit))
+                .map(|a| {
+                    a.samples
+                        .iter()
+                        .map(|&(t, rate)| Sample { t, rate })
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[Sample]> = series.iter().map(Vec::as_slice).collect();
+            if let Some(st) = steady(&refs, s.slots.len()) {
+                work += st.throughput * st.seconds;
+                seconds += st.seconds;
+            }
+        }
+        if seconds > 0.0 {
+            sum.steady_throughput = Some(work / seconds);
+            sum.steady_s = Some(seconds);
+        }
     }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+}
+
+/// The median of some figures (the one rule, in core).
+fn median(v: Vec<f64>) -> Option<f64> {
+    colloc_core::num::median(&v)
 }
 
 /// A run's throughput over its attempts: their work over their summed sampled time.

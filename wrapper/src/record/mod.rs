@@ -1,9 +1,8 @@
 //! The durable record of a pack: an append-only event log ([`events`], [`store`]), the
 //! report rebuilt from it ([`fold`], [`model`]), and the files of a report directory
-//! written atomically ([`store`]); a GPU's energy shared out among runs measured on
-//! other nodes ([`energy`]).
+//! written atomically ([`store`]). A GPU's energy shared out among runs measured on other
+//! nodes follows the one energy rule of [`colloc_core::energy`].
 
-pub mod energy;
 pub mod events;
 pub mod fold;
 pub mod model;

@@ -111,6 +111,9 @@ pub struct AttemptRecord {
     /// Its Slurm step, where it ran as one (runs across nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<AttemptStep>,
+    /// Start-up: seconds from its start to its first throughput line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_s: Option<f64>,
 }
 
 /// The Slurm step an attempt ran as.
@@ -214,6 +217,10 @@ pub struct RunRecord {
     /// Processes of it that had left its session.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escaped: Vec<Escaped>,
+    /// Start-up of its latest attempt that printed a throughput line: seconds from that
+    /// attempt's start to its first one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_s: Option<f64>,
 }
 
 /// A solo calibration (`--solo-baseline`).
@@ -311,6 +318,13 @@ pub struct Summary {
     pub makespan_s: f64,
     /// Work of all attempts in the pack's unit over the makespan.
     pub aggregate_throughput: Option<f64>,
+    /// The steady aggregate: work per second while every slot was busy with a run past
+    /// its start-up ([`crate::engine::steady`]), in the pack's unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_throughput: Option<f64>,
+    /// Seconds of such time (over all sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_s: Option<f64>,
     /// Its unit (the most common unit among runs).
     pub throughput_unit: Option<String>,
     /// Estimated time to run the covered runs one after another, seconds.

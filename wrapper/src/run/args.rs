@@ -68,9 +68,13 @@ pub struct RunArgs {
     /// --solo-window to measure its solo throughput, within --solo-budget.
     #[arg(long, conflicts_with = "baseline")]
     pub solo_baseline: bool,
-    /// Length of each --solo-baseline measurement, from the command's first throughput line.
+    /// Length of each --solo-baseline measurement, after its warm-up.
     #[arg(long, value_name = "DUR", default_value = "60s")]
     pub solo_window: String,
+    /// Time after the command's first throughput line left out of its --solo-baseline
+    /// figure (as `colloc bench --warmup`).
+    #[arg(long, value_name = "DUR", default_value = crate::engine::solo::DEFAULT_WARMUP)]
+    pub solo_warmup: String,
     /// Most time all --solo-baseline measurements together may take.
     #[arg(long, value_name = "DUR", default_value = "10m")]
     pub solo_budget: String,
@@ -167,6 +171,8 @@ pub struct Options {
     pub status_every: Duration,
     /// Each solo measurement.
     pub solo_window: Duration,
+    /// Warm-up before each solo measurement.
+    pub solo_warmup: Duration,
     /// All solo measurements.
     pub solo_budget: Duration,
     /// Default per-run time limit.
@@ -227,6 +233,9 @@ impl Options {
             interval,
             status_every: dur("--status-every", &a.status_every)?,
             solo_window: dur("--solo-window", &a.solo_window)?,
+            // As bench's --warmup, 0 is valid: the figure from the first line on.
+            solo_warmup: duration::parse(&a.solo_warmup, true)
+                .map_err(|e| bad_input(format!("--solo-warmup: {e}")))?,
             solo_budget: dur("--solo-budget", &a.solo_budget)?,
             timeout: a
                 .timeout

@@ -79,7 +79,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     // Before any thread exists: the launcher is forked from this process.
     let launcher = LocalLauncher::start().context("cannot start the run launcher")?;
     let opts = args::Options::from(&args)?;
-    let config = setup::config(g);
+    let config = setup::config(g)?;
     // Everything the user wrote is checked before anything starts.
     if args.file.is_none() && args.command.is_empty() {
         return Err(bad_input(

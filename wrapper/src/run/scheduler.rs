@@ -17,7 +17,7 @@ use super::record::Recorder;
 use super::steps::{self, StepBook, StepFacts};
 use crate::engine::launch::LaunchSpec;
 use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, LogFile, Seen, View};
-use crate::engine::{duration, signal_name, State};
+use crate::engine::{duration, signal_name, solo, State};
 use crate::record::events::{Escaped, Event, Kind, MetricValue, Progress, RunIdentity, StepInfo};
 use crate::userfs::CheckedDir;
 use colloc_core::telemetry::Sampler;
@@ -46,17 +46,8 @@ pub struct StepCtx {
 pub use crate::record::store::LOGS_DIR;
 use crate::record::store::SOLO_LOGS_DIR;
 
-/// Node name for the record: Slurm's, else the host's.
-pub fn node_name() -> Option<String> {
-    std::env::var("SLURMD_NODENAME")
-        .ok()
-        .filter(|n| !n.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-        })
-}
+/// Node name for the record: Slurm's, else the short host name (one rule, in core).
+pub use colloc_core::publish::node_name;
 
 /// The output facts of an attempt since the last call, as a progress body.
 fn progress_of(seen: &mut Seen, metric_names: &[String]) -> Progress {
@@ -394,6 +385,8 @@ pub struct Calibrate<'a> {
     common: Common<'a>,
     queue: VecDeque<usize>,
     window: Duration,
+    /// Left out after the first throughput line ([`solo::figure`]).
+    warmup: Duration,
     budget: Duration,
     started: Instant,
     quiet: bool,
@@ -435,6 +428,7 @@ impl<'a> Calibrate<'a> {
             common: Common::new(specs, rec, devices, sampler, steps),
             queue,
             window: opts.solo_window,
+            warmup: opts.solo_warmup,
             budget: opts.solo_budget,
             started: Instant::now(),
             quiet: opts.quiet,
@@ -462,12 +456,13 @@ impl Driver for Calibrate<'_> {
         }
         let idx = self.queue.pop_front()?;
         let window = self.window.min(left);
-        let limit = (self.window + SOLO_STARTUP).min(left);
+        let limit = (self.warmup + self.window + SOLO_STARTUP).min(left);
         let name = &self.common.specs[idx].name;
         if !self.quiet {
             outln!(
-                "colloc: measuring {name} alone for up to {} from its first throughput line ({} of {} distinct commands)",
+                "colloc: measuring {name} alone for up to {} after a {} warm-up from its first throughput line ({} of {} distinct commands)",
                 duration::show(window),
+                duration::show(self.warmup),
                 self.total - self.queue.len(),
                 self.total
             );
@@ -492,13 +487,16 @@ impl Driver for Calibrate<'_> {
             e.state = State::Succeeded;
         }
         let stats = e.seen.series.stats;
+        let samples = e.seen.series.as_samples();
         let unit = e.seen.series.unit.clone();
         if let Some(f) = self.common.ended(&mut e, Kind::Solo) {
             self.common.node_health(&f);
         }
         let name = e.job.label.clone();
         self.windowed.remove(&e.id);
-        match (stats.rate(), unit) {
+        // n = 1 of bench's path: the warm-up after the first line is left out.
+        let figure = solo::figure(&samples, self.warmup.as_secs_f64()).ok();
+        match (figure, unit) {
             (Some(rate), Some(unit)) if stats.count >= 2 && e.state == State::Succeeded => {
                 let key = self.common.rec.fold().identities()[e.job.run].solo_key();
                 let ev = Event::Solo {
@@ -534,7 +532,8 @@ impl Driver for Calibrate<'_> {
             .filter_map(|v| {
                 let first = v.seen.series.stats.first_t?;
                 let since = Duration::from_secs_f64((now - first).max(0.0));
-                Some((v.id, self.window.saturating_sub(since).min(budget_left)))
+                let rest = (self.warmup + self.window).saturating_sub(since);
+                Some((v.id, rest.min(budget_left)))
             })
             .collect();
         for (id, rest) in begun {

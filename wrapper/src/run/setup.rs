@@ -10,7 +10,7 @@ use anyhow::Context;
 use colloc_core::mode::Mode;
 use colloc_core::mps;
 use colloc_core::nvml::NvmlGpus;
-use colloc_core::telemetry::{self, NvmlProbe, Sampler, SamplerConfig, SlotMap};
+use colloc_core::telemetry::{self, Sampler, SlotMap};
 
 use super::args::RunArgs;
 use super::manifest::{self, RunSpec};
@@ -320,34 +320,21 @@ pub fn report_dir(
     }
 }
 
-/// The node configuration, if there is one.
-pub fn config(g: &crate::Global) -> Option<colloc_core::config::Config> {
-    // As root, only a configuration no one else can change (else the defaults).
-    match colloc_core::config::Config::load_for_caller(&g.config_path()) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            log::debug!("no node configuration ({e}); using defaults");
-            None
-        }
-    }
+/// The node configuration by the one rule of every command
+/// ([`crate::nodecfg::config_or_default`]): a broken file is bad input (exit 2), and as
+/// root a file others could change is refused.
+///
+/// # Errors
+/// As that rule.
+pub fn config(g: &crate::Global) -> anyhow::Result<Option<colloc_core::config::Config>> {
+    crate::nodecfg::config_or_default(g).map(Some)
 }
 
-/// The MPS control program: the node config's, else on PATH, else the system dirs.
+/// The MPS control program, by the one lookup of every command.
 fn mps_control_program(config: Option<&colloc_core::config::Config>) -> anyhow::Result<PathBuf> {
-    if let Some(p) = config.and_then(colloc_core::config::Config::mps_control_path) {
-        return Ok(p);
-    }
-    const NAME: &str = "nvidia-cuda-mps-control";
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join(NAME))
-            .find(|p| p.is_file())
-    });
-    on_path
-        .or_else(|| colloc_core::config::resolve_program(NAME))
-        .ok_or_else(|| {
-            anyhow::anyhow!("--mode mps: {NAME} not found on PATH or in the system directories")
-        })
+    let default = colloc_core::config::Config::default();
+    crate::nodecfg::mps_control(config.unwrap_or(&default))
+        .map_err(|e| anyhow::anyhow!("--mode mps: {e}"))
 }
 
 /// The GPUs, slots and the environment of each slot.
@@ -517,16 +504,12 @@ pub fn slot_env(
 /// Start the GPU sampler over the slots' GPUs.
 pub fn sampler(g: &Gpus, interval: std::time::Duration, base: Instant) -> Option<Sampler> {
     let (nvml, map) = g.nvml.as_ref()?;
-    let probe = NvmlProbe::new(Arc::clone(nvml), map);
-    Some(Sampler::start(
-        Box::new(probe),
+    Some(crate::engine::gpu::sampler(
+        nvml,
         map.clone(),
-        SamplerConfig {
-            interval,
-            // Under MPS NVML accounts every client's SM time to the MPS server.
-            process_util: !matches!(g.layout.mode, Mode::Mps { .. }),
-            base,
-        },
+        matches!(g.layout.mode, Mode::Mps { .. }),
+        interval,
+        base,
     ))
 }
 

@@ -55,7 +55,7 @@ fn split(list: &str) -> Vec<String> {
 /// What this node offers, from its environment and NVML.
 pub fn gather(nvml_library: &str) -> NodeReport {
     let mut r = NodeReport {
-        node: crate::run::scheduler::node_name().unwrap_or_default(),
+        node: colloc_core::publish::node_name().unwrap_or_default(),
         colloc_version: env!("CARGO_PKG_VERSION").to_string(),
         env: JobEnv::from_process_set(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),

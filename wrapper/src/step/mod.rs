@@ -27,10 +27,8 @@ enum What {
     Run,
 }
 
-fn nvml_library(g: &crate::Global) -> String {
-    crate::run::setup::config(g)
-        .map(|c| c.nvml_library)
-        .unwrap_or_else(|| "libnvidia-ml.so.1".into())
+fn nvml_library(g: &crate::Global) -> anyhow::Result<String> {
+    Ok(crate::nodecfg::config_or_default(g)?.nvml_library)
 }
 
 /// Entry point of `colloc step`.
@@ -40,12 +38,12 @@ fn nvml_library(g: &crate::Global) -> String {
 pub fn main(a: StepArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     match a.what {
         What::Discover => {
-            let r = discover::gather(&nvml_library(g));
+            let r = discover::gather(&nvml_library(g)?);
             for l in discover::lines(&r) {
                 outln!("{l}");
             }
             Ok(ExitCode::SUCCESS)
         }
-        What::Run => side::main(&nvml_library(g)),
+        What::Run => side::main(&nvml_library(g)?),
     }
 }

@@ -65,7 +65,7 @@ pub struct StepGpu {
     /// Its physical GPU.
     pub gpu: GpuId,
     /// Memory and utilization of the run (energy is shared out by colloc run, which
-    /// sees every run on the GPU: see [`crate::record::energy`]).
+    /// sees every run on the GPU: see [`colloc_core::energy`]).
     pub figures: AttemptGpu,
     /// The GPU's energy counter while the run ran.
     #[serde(default)]

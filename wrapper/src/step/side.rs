@@ -134,12 +134,11 @@ fn start_sampler(spec: &StepSpec, nvml_library: &str, base: Instant) -> Option<G
     let sampler = Sampler::start(
         Box::new(probe),
         map,
-        SamplerConfig {
-            interval: Duration::from_secs_f64(spec.interval_s.max(0.05)),
-            // Under MPS NVML accounts every client's SM time to the MPS server.
-            process_util: !spec.mode.starts_with("mps"),
+        SamplerConfig::new(
+            Duration::from_secs_f64(spec.interval_s.max(0.05)),
+            spec.mode.starts_with("mps"),
             base,
-        },
+        ),
     );
     sampler.begin(ID, 0);
     Some(Gpu {
@@ -160,7 +159,7 @@ pub fn main(nvml_library: &str) -> anyhow::Result<ExitCode> {
     let stdin = io::stdin();
     let stdin_fd = stdin.as_fd();
     say(&StepMsg::Hello {
-        node: crate::run::scheduler::node_name().unwrap_or_default(),
+        node: colloc_core::publish::node_name().unwrap_or_default(),
         step: match (
             std::env::var("SLURM_JOB_ID"),
             std::env::var("SLURM_STEP_ID"),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use fake_nvml::state::{parse_fault_code, Fault, Fresh, Quirks, State};
+use fake_nvml::state::{parse_fault_code, Fault, Fresh, MpsRole, Quirks, State};
 use fake_nvml::store::{self, ctl_change, Locked};
 use fake_nvml::tables;
 
@@ -45,6 +45,10 @@ enum Cmd {
         /// SM utilisation it reports, percent.
         #[arg(long, default_value_t = 0)]
         util: u32,
+        /// Its part in MPS: `server` (listed by nvmlDeviceGetComputeRunningProcesses only)
+        /// or `client` (listed by both that and nvmlDeviceGetMPSComputeRunningProcesses).
+        #[arg(long)]
+        mps: Option<String>,
     },
     /// Detach a fake process.
     Detach {
@@ -214,10 +218,19 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             pid,
             mem_mib,
             util,
-        } => ctl_change(path, |st| {
-            st.attach(gpu, gi, pid, mem_mib, util)
-                .map(|()| String::new())
-        })
+            mps,
+        } => {
+            let role = match mps.as_deref() {
+                None => None,
+                Some("server") => Some(MpsRole::Server),
+                Some("client") => Some(MpsRole::Client),
+                Some(other) => return Err((format!("--mps {other}: give server or client"), 2)),
+            };
+            ctl_change(path, |st| {
+                st.attach(gpu, gi, pid, mem_mib, util)?;
+                st.set_mps_role(pid, role).map(|()| String::new())
+            })
+        }
         .map_err(refused),
         Cmd::Detach { pid } => ctl_change(path, |st| {
             if st.detach(pid) {

@@ -1,16 +1,32 @@
-//! A GPU's energy shared out among the runs on it, from the readings of several processes.
+//! The one rule for a GPU's energy, whichever command shows it.
 //!
-//! Across nodes each run is its own Slurm step, and the step side samples only its own
-//! run's GPU while its run runs ([`crate::step::side`]). Runs on one GPU (MIG instances,
-//! MPS or naive slots) are therefore read by different processes; each sees the GPU's one
-//! energy counter. Put together, their readings give the GPU's energy over time, and the
-//! rule of the one-node sampler ([`colloc_core::telemetry`]) shares it out: the energy of
-//! each interval between two readings, for the part of the interval in which at least one
-//! run was active, goes to the runs active in it in proportion to their time in it; the
-//! rest is idle energy. (Here the active part is the union of the runs' times in the
-//! interval; the one-node sampler, which keeps no history, takes the longest of them.)
-//! The shares and the idle energy add up to the counter's difference from the first
-//! reading to the last.
+//! NVML gives energy only per physical GPU, as a counter. Between two readings of it, the
+//! energy of the interval is shared out among the attempts (runs, bench copies) that were
+//! active on the GPU: the part of the interval in which at least one was active
+//! ([`share`]'s `busy_s`) goes to them in proportion to the time each was active in it;
+//! the rest is idle energy, nobody's. So the shares plus the idle energy add up to the
+//! counter's difference exactly.
+//!
+//! Three callers, one rule:
+//! - the one-node sampler ([`crate::telemetry::Fold`]) shares each interval as it reads it;
+//! - across nodes, each run's Slurm step reads the counter while its run runs, and
+//!   [`split`] shares the merged readings out afterwards;
+//! - `colloc bench` wants the whole GPU's energy during a measurement window
+//!   ([`energy_in`]): device-wide by design (every copy of the cell is on that GPU).
+
+use crate::telemetry::Reading;
+
+/// One interval's energy `de` (joules) over `span_s` seconds, of which `busy_s` had at
+/// least one attempt active, shared among attempts active `times[i]` seconds in it.
+/// Returns each attempt's share and the part shared out (the rest of `de` is idle).
+pub fn share(de: f64, span_s: f64, busy_s: f64, times: &[f64]) -> (Vec<f64>, f64) {
+    let weights: f64 = times.iter().sum();
+    if weights <= 0.0 || span_s <= 0.0 {
+        return (vec![0.0; times.len()], 0.0);
+    }
+    let busy = de * (busy_s / span_s).clamp(0.0, 1.0);
+    (times.iter().map(|t| busy * t / weights).collect(), busy)
+}
 
 /// How a GPU's energy was shared out.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -44,9 +60,10 @@ fn union_len(mut iv: Vec<(f64, f64)>) -> f64 {
     total + cur.map_or(0.0, |(a, b)| b - a)
 }
 
-/// Share out the energy of one GPU, read at `readings` (any order, from any number of
-/// processes), among `spans` (start, end: Unix seconds). `None` without two readings.
-/// A counter that goes back (a driver reload) skips that interval.
+/// Share out the energy of one GPU, read at `readings` ((time, counter in mJ), any order,
+/// from any number of processes), among `spans` (start, end, same clock) by [`share`].
+/// `None` without two readings. A counter that goes back (a driver reload) skips that
+/// interval.
 pub fn split(readings: &[(f64, u64)], spans: &[(f64, f64)]) -> Option<Split> {
     let mut r: Vec<(f64, u64)> = readings.to_vec();
     r.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -67,19 +84,41 @@ pub fn split(readings: &[(f64, u64)], spans: &[(f64, f64)]) -> Option<Split> {
         out.total_j += de;
         let clipped: Vec<(f64, f64)> = spans.iter().map(|&(s, e)| (s.max(t0), e.min(t1))).collect();
         let times: Vec<f64> = clipped.iter().map(|(a, b)| (b - a).max(0.0)).collect();
-        let weights: f64 = times.iter().sum();
-        if weights <= 0.0 {
-            out.idle_j += de;
-            continue;
-        }
-        let busy = de * (union_len(clipped) / (t1 - t0)).clamp(0.0, 1.0);
-        for (share, t) in out.shares.iter_mut().zip(&times) {
-            *share += busy * t / weights;
+        let (shares, busy) = share(de, t1 - t0, union_len(clipped), &times);
+        for (acc, s) in out.shares.iter_mut().zip(shares) {
+            *acc += s;
         }
         out.runs_j += busy;
         out.idle_j += de - busy;
     }
     Some(out)
+}
+
+/// Energy counter (joules since the first reading) at time `t`, linear between
+/// readings. `None` outside them.
+pub fn energy_at(readings: &[(f64, f64)], t: f64) -> Option<f64> {
+    let i = readings.partition_point(|(rt, _)| *rt < t);
+    if i < readings.len() && readings[i].0 == t {
+        return Some(readings[i].1);
+    }
+    if i == 0 || i >= readings.len() {
+        return None;
+    }
+    let (t0, e0) = readings[i - 1];
+    let (t1, e1) = readings[i];
+    Some(e0 + (e1 - e0) * (t - t0) / (t1 - t0))
+}
+
+/// Joules the whole GPU used from `start` to `end` (seconds on the readings' clock),
+/// interpolated between its readings.
+pub fn energy_in(readings: &[Reading], start: f64, end: f64) -> Option<f64> {
+    let pts: Vec<(f64, f64)> = readings
+        .iter()
+        .filter_map(|r| r.energy_j.map(|e| (r.t, e)))
+        .collect();
+    let a = energy_at(&pts, start)?;
+    let b = energy_at(&pts, end)?;
+    (b >= a).then_some(b - a)
 }
 
 #[cfg(test)]
@@ -100,6 +139,16 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-6
+    }
+
+    #[test]
+    fn one_interval_shares_its_busy_part_by_time() {
+        // 100 J over 10 s, busy 5 s: 50 J shared 3:1, 50 J idle.
+        let (s, busy) = share(100.0, 10.0, 5.0, &[3.0, 1.0]);
+        assert!(close(busy, 50.0));
+        assert!(close(s[0], 37.5) && close(s[1], 12.5), "{s:?}");
+        // Nobody active: all idle.
+        assert_eq!(share(100.0, 10.0, 0.0, &[0.0]), (vec![0.0], 0.0));
     }
 
     #[test]
@@ -156,5 +205,23 @@ mod tests {
         .unwrap();
         assert!(close(s.total_j, 2.0), "{s:?}");
         assert!(close(s.shares[0], 2.0));
+    }
+
+    #[test]
+    fn energy_in_a_window_interpolates_between_readings() {
+        let pts = vec![(0.0, 0.0), (1.0, 1.0), (3.0, 5.0)];
+        assert_eq!(energy_at(&pts, 2.0), Some(3.0));
+        assert_eq!(energy_at(&pts, 4.0), None);
+        let r: Vec<Reading> = pts
+            .iter()
+            .map(|&(t, e)| Reading {
+                t,
+                energy_j: Some(e),
+                used_bytes: None,
+            })
+            .collect();
+        let j = energy_in(&r, 0.5, 3.0).unwrap();
+        assert!((j - 4.5).abs() < 1e-9);
+        assert_eq!(energy_in(&r, 0.5, 4.0), None);
     }
 }
