@@ -498,8 +498,14 @@ fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
                 "--warmup",
                 "0s",
             ],
+            // [mig]: the instances' device files from the fake driver's capability tree
+            // (beside its state file) into a folder of the test's.
             &format!(
-                "nvml_library = \"{}\"\nstate_dir = \"{dirs}/state\"\nrun_dir = \"{dirs}/run\"\n",
+                "nvml_library = \"{}\"\nstate_dir = \"{dirs}/state\"\nrun_dir = \"{dirs}/run\"\n\
+                 [mig]\ncaps_dev_dir = \"{dirs}/dev/nvidia-caps\"\n\
+                 caps_proc_dir = \"{dirs}/proc/driver/nvidia/capabilities\"\n\
+                 mig_minors = \"{dirs}/proc/driver/nvidia-caps/mig-minors\"\n\
+                 proc_devices = \"{dirs}/proc/devices\"\nnvidia_modprobe = \"{dirs}/no-nvidia-modprobe\"\n",
                 fake_nvml::locate::library().display()
             ),
         )

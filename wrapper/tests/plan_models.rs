@@ -205,7 +205,11 @@ impl Node {
         let dir = tempfile::tempdir().unwrap();
         let cfg = format!(
             "version = 1\nallowed_modes = [\"mig\"]\nstate_dir = \"{0}/state\"\n\
-             run_dir = \"{0}/run\"\nnvml_library = \"{1}\"\nnode_comment = false\n",
+             run_dir = \"{0}/run\"\nnvml_library = \"{1}\"\nnode_comment = false\n\
+             [mig]\ncaps_dev_dir = \"{0}/dev/nvidia-caps\"\n\
+             caps_proc_dir = \"{0}/proc/driver/nvidia/capabilities\"\n\
+             mig_minors = \"{0}/proc/driver/nvidia-caps/mig-minors\"\n\
+             proc_devices = \"{0}/proc/devices\"\nnvidia_modprobe = \"{0}/no-nvidia-modprobe\"\n",
             dir.path().display(),
             lib.display()
         );
