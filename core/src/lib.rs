@@ -31,8 +31,8 @@
 pub mod buildid;
 pub mod config;
 pub mod container;
-pub mod dirholders;
 pub mod devfiles;
+pub mod dirholders;
 pub mod drain;
 pub mod energy;
 pub mod fs;
