@@ -82,6 +82,13 @@ pub trait Host {
     fn step_id(&self) -> Result<u32, String> {
         Err("no step here".into())
     }
+    /// The running Slurm's version (`S_SLURM_VERSION`, e.g. `22.05.8`).
+    ///
+    /// # Errors
+    /// Slurm did not say.
+    fn slurm_version(&self) -> Result<String, String> {
+        Err("no Slurm here".into())
+    }
 }
 
 /// Slurm's step id of a job's extern step (`SLURM_EXTERN_CONT` in `<slurm/slurm.h>`).
@@ -201,6 +208,11 @@ static SUBMIT_ARGS: OnceLock<PluginArgs> = OnceLock::new();
 /// # Errors
 /// Bad plugstack arguments, or Slurm refused the option.
 pub fn init(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
+    crate::slurm_version::check(
+        crate::ffi::BUILT_FOR,
+        crate::ffi::SUPPORTED_SLURM,
+        &host.slurm_version()?,
+    )?;
     let parsed = parse_args(args)?;
     let line = usage(&parsed);
     // A second init in one process (not expected) keeps the first arguments.
