@@ -181,13 +181,28 @@ impl Config {
     /// # Errors
     /// As [`Config::load`], and [`ConfigError::Unsafe`].
     pub fn load_trusted(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_trusted_text(path).map(|(c, _)| c)
+    }
+
+    /// [`Config::load_trusted`], also returning the file's text (for
+    /// [`crate::lastgood::remember`]).
+    ///
+    /// # Errors
+    /// As [`Config::load_trusted`].
+    pub fn load_trusted_text(path: &Path) -> Result<(Config, Vec<u8>), ConfigError> {
         let file = crate::fs::open_trusted_file(path).map_err(|e| match e {
             FsError::Unsafe { .. } => ConfigError::Unsafe(e),
             e => read_error(path, e),
         })?;
         let bytes = crate::fs::read_file_capped(file, path, CONFIG_LIMIT)
             .map_err(|e| read_error(path, e))?;
-        Config::parse_bytes(&bytes, path)
+        Config::parse_bytes(&bytes, path).map(|c| (c, bytes))
+    }
+
+    /// Is this the file's own fault (bad TOML, an unknown key or version, a value that
+    /// makes no sense), as opposed to a missing, unreadable or unsafe file?
+    pub fn is_broken(e: &ConfigError) -> bool {
+        matches!(e, ConfigError::Parse { .. } | ConfigError::Invalid { .. })
     }
 
     fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Config, ConfigError> {

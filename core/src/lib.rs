@@ -27,6 +27,7 @@ pub mod gpu;
 pub mod holders;
 pub mod jobenv;
 pub mod journal;
+pub mod lastgood;
 pub mod mig;
 pub mod mode;
 pub mod mps;
