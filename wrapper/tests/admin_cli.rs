@@ -867,7 +867,10 @@ fn check_config_warns_of_a_job_container_without_contain_where_mps_is_allowed() 
     let d = dir.path().display();
     let conf = job_container_node(dir.path(), "Alloc");
     let cfg = dir.path().join("colloc.toml");
-    let lib = fake_lib();
+    // A copy beside the config: the checkout may lie under /tmp (a clone there), which
+    // the job container hides, and check-config says so for a library there.
+    let lib = dir.path().join("libfake_nvml.so");
+    std::fs::copy(fake_lib(), &lib).unwrap();
     for (modes, warned) in [("\"mps\", \"naive\"", true), ("\"naive\"", false)] {
         std::fs::write(
             &cfg,
