@@ -41,8 +41,9 @@ slurm_version() {
 # are still the installed ones (spank/build.rs). COLLOC_PREBUILT=1 skips cargo and uses
 # what is there (CI builds once for both packages).
 GLIBC_TARGET=${COLLOC_GLIBC_TARGET:-x86_64-unknown-linux-gnu.2.28}
-GLIBC_MAX=${GLIBC_TARGET##*.gnu.}
-RELEASE_DIR=${CARGO_TARGET_DIR:-$REPO/target}/${GLIBC_TARGET%.gnu.*}.gnu/release
+GLIBC_MAX=${GLIBC_TARGET##*-gnu.}
+RUST_TARGET=${GLIBC_TARGET%".$GLIBC_MAX"}
+RELEASE_DIR=${CARGO_TARGET_DIR:-$REPO/target}/$RUST_TARGET/release
 build_release() {
     if [ "${COLLOC_PREBUILT:-0}" != 1 ]; then
         command -v cargo-zigbuild >/dev/null && command -v python3 >/dev/null &&
