@@ -293,7 +293,7 @@ fn check_config_says_where_as_line_and_column() {
     let (code, _, err) = check_config("allowed_modes = [\"mps\",\n  \"gpu\"]\n");
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("colloc.toml: 4:17: allowed_modes: unknown mode \"gpu\""),
+        err.contains("colloc.toml:4:17: allowed_modes: unknown mode \"gpu\""),
         "{err}"
     );
     assert!(!err.contains("byte"), "{err}");
