@@ -65,6 +65,9 @@ cleanup() {
     COLLOC_FORCE_REMOVE=1 DEBIAN_FRONTEND=noninteractive dpkg --purge colloc >/dev/null &&
       echo "purged the colloc package the tests installed"
   fi
+  # Copies of build artifacts the tests made outside /tmp for a checkout under /tmp
+  # (tests/slurm visible_to_jobs).
+  rm -rf /var/tmp/colloc-test-artifacts
   rm -f "$log" "$log".* /run/colloc-test-users.lock
 }
 trap cleanup EXIT

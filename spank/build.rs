@@ -142,6 +142,10 @@ fn main() {
         ] {
             println!("cargo:rustc-link-arg-cdylib={arg}");
         }
+    } else {
+        // zig's linker writes no GNU build id unless asked; `colloc status --cluster`
+        // tells plugin builds apart by it.
+        println!("cargo:rustc-link-arg-cdylib=-Wl,--build-id=sha1");
     }
     let mut builder = bindgen::Builder::default()
         .header_contents("colloc_spank.h", HEADER)
