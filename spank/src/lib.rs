@@ -12,6 +12,8 @@
 //! (`required` once every host has it). How it works: docs/design.md.
 #![deny(missing_docs)]
 
+#[cfg(colloc_build_note)]
+pub mod build_note;
 pub mod ffi;
 pub mod logger;
 pub mod plugin;
