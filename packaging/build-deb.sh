@@ -69,7 +69,7 @@ done
 DOC=$ROOT/usr/share/doc/colloc
 install -d -m 0755 "$DOC"
 install -m 0644 "$REPO/packaging/debian/copyright" "$DOC/copyright"
-for f in README.md SECURITY.md docs/design.md; do
+for f in $DOC_FILES; do
     [ -f "$REPO/$f" ] && install -m 0644 "$REPO/$f" "$DOC/$(basename "$f")"
 done
 gzip -9nc "$REPO/CHANGELOG.md" >"$DOC/changelog.gz"
@@ -77,7 +77,7 @@ gzip -9nc "$REPO/CHANGELOG.md" >"$DOC/changelog.gz"
     printf 'colloc (%s) unstable; urgency=medium\n\n' "$DEB_VERSION"
     printf '  * Binary package built by packaging/build-deb.sh from the colloc\n'
     printf '    source; upstream changes are in changelog.gz.\n\n'
-    printf ' -- colloc maintainers <colloc@example.invalid>  %s\n' \
+    printf ' -- %s  %s\n' "$COLLOC_MAINTAINER" \
         "$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")"
 } | gzip -9n >"$DOC/changelog.Debian.gz"
 # Examples: the user's job scripts and run manifest in examples/, the admin's Slurm and
@@ -103,7 +103,8 @@ chmod 0644 "$ROOT/DEBIAN/conffiles"
 SIZE=$(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
 sed -e "s|@VERSION@|$DEB_VERSION|" -e "s|@ARCH@|$ARCH|" -e "s|@INSTALLED_SIZE@|$SIZE|" \
     -e "s|@SHLIBS_DEPENDS@|$SHLIBS|" -e "s|@SLURM_MAJMIN@|$SLURM_MAJMIN|g" \
-    -e "s|@SLURM_NEXT@|$SLURM_NEXT|g" "$REPO/packaging/debian/control.in" >"$ROOT/DEBIAN/control"
+    -e "s|@SLURM_NEXT@|$SLURM_NEXT|g" -e "s|@MAINTAINER@|$COLLOC_MAINTAINER|" \
+    -e "s|@URL@|$COLLOC_URL|" "$REPO/packaging/debian/control.in" >"$ROOT/DEBIAN/control"
 (cd "$ROOT" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z |
     xargs -0 md5sum >DEBIAN/md5sums)
 chmod 0644 "$ROOT/DEBIAN/control" "$ROOT/DEBIAN/md5sums"

@@ -39,7 +39,7 @@ mkdir -p "$TOP"/{SOURCES,SPECS,BUILD,BUILDROOT,RPMS,SRPMS}
         -czf "$TOP/SOURCES/colloc-$PKG_VERSION.tar.gz")
 cp "$SPEC" "$TOP/SPECS/"
 
-common=(--define "_topdir $TOP" --define "_build_id_links none"
+common=(--define "_topdir $TOP" --define "_build_id_links none" --define "colloc_url $COLLOC_URL"
     --define "slurm_version_number $SLURM_VERSION_NUMBER")
 # Debian's rpm runs brp-compress (man page gzip) with /bin/sh, but the script uses bash's
 # "read -d": run it with bash, as on RHEL where /bin/sh is bash.

@@ -56,7 +56,8 @@ command -v rpmbuild >/dev/null || need+=(rpm)
 command -v man >/dev/null || need+=(man-db)
 command -v groff >/dev/null || need+=(groff-base)
 command -v jq >/dev/null || need+=(jq)
-command -v strip >/dev/null || need+=(binutils)
+command -v strip >/dev/null && command -v objdump >/dev/null || need+=(binutils)
+command -v cpio >/dev/null || need+=(cpio)
 # Build: Slurm headers for the plugin, libclang for bindgen; install: the Slurm it needs.
 [ -r /usr/include/slurm/slurm_version.h ] || need+=(libslurm-dev)
 dpkg -s slurm-wlm-basic-plugins >/dev/null 2>&1 || need+=(slurm-wlm-basic-plugins)
@@ -118,6 +119,11 @@ for e in \
     "-rw-r--r-- usr/share/fish/vendor_completions.d/colloc.fish" \
     "-rw-r--r-- usr/share/doc/colloc/SECURITY.md" \
     "-rw-r--r-- usr/share/doc/colloc/design.md" \
+    "-rw-r--r-- usr/share/doc/colloc/admin.md" \
+    "-rw-r--r-- usr/share/doc/colloc/multinode.md" \
+    "-rw-r--r-- usr/share/doc/colloc/slurm-callbacks.md" \
+    "-rw-r--r-- usr/share/doc/colloc/LICENSE-MIT" \
+    "-rw-r--r-- usr/share/doc/colloc/LICENSE-APACHE" \
     "-rw-r--r-- usr/share/doc/colloc/examples/runs.toml" \
     "-rw-r--r-- usr/share/doc/colloc/examples/mps-pack.sbatch" \
     "-rw-r--r-- usr/share/doc/colloc/examples/slurm-conf/gres.conf" \
@@ -143,6 +149,48 @@ check "plugstack line ships commented out, pointing at the plugin" bash -c \
 if command -v lintian >/dev/null; then
     lintian_out=$(lintian --tag-display-limit 0 "$DEB" 2>&1 | grep -E '^E: ' || true)
     if [ -z "$lintian_out" ]; then ok "lintian: no errors"; else not_ok "lintian errors" "$lintian_out"; fi
+fi
+
+# ---------------------------------------------------------------- glibc 2.28 (EL8 and EL9)
+# Every ELF file the packages hold needs at most GLIBC_$GLIBC_MAX (RHEL/Rocky 8 has 2.28,
+# 9 has 2.34), and the RPM asks for nothing newer either.
+EX=$WORK/extract
+mkdir -p "$EX/deb" "$EX/rpm"
+dpkg-deb -x "$DEB" "$EX/deb"
+[ -n "${RPM:-}" ] && (cd "$EX/rpm" && rpm2cpio "$RPM" | cpio -idm --quiet 2>/dev/null)
+for pkg in deb rpm; do
+    [ "$pkg" = rpm ] && [ -z "${RPM:-}" ] && continue
+    elfs=$(find "$EX/$pkg" -type f -exec sh -c 'head -c 4 "$1" | grep -q "ELF" && echo "$1"' _ {} \;)
+    if [ -z "$elfs" ]; then
+        not_ok "$pkg: holds ELF files to check"
+        continue
+    fi
+    for f in $elfs; do
+        need=$(glibc_needed "$f")
+        if [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$GLIBC_MAX" | sort -V | tail -n 1)" = "$GLIBC_MAX" ]; then
+            ok "$pkg: ${f#"$EX/$pkg"} needs GLIBC_$need at most (limit $GLIBC_MAX)"
+        else
+            not_ok "$pkg: ${f#"$EX/$pkg"} needs GLIBC_${need:-?}, above $GLIBC_MAX"
+        fi
+    done
+done
+if [ -n "${RPM:-}" ]; then
+    reqs=$(rpm -qp --requires "$RPM" 2>/dev/null)
+    too_new=$(printf '%s\n' "$reqs" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV |
+        awk -v max="$GLIBC_MAX" '{ split($0, a, "."); split(max, b, "."); if (a[1] > b[1] || (a[1] == b[1] && a[2] > b[2])) print }')
+    if [ -z "$too_new" ] && printf '%s\n' "$reqs" | grep -q 'libc.so.6(GLIBC_'; then
+        ok "rpm -qp --requires: no GLIBC version above $GLIBC_MAX"
+    else
+        not_ok "rpm -qp --requires: no GLIBC version above $GLIBC_MAX (too new: ${too_new:-none listed})" "$reqs"
+    fi
+    # Only libraries EL8's base system has (glibc, libgcc), and nothing by file path
+    # that EL8 lacks.
+    other=$(printf '%s\n' "$reqs" | grep '\.so' | grep -Ev '^(libc|libm|libdl|libpthread|librt|libgcc_s|ld-linux-x86-64|ld-linux-aarch64)\.so' || true)
+    if [ -z "$other" ]; then
+        ok "rpm -qp --requires: only glibc and libgcc libraries"
+    else
+        not_ok "rpm -qp --requires: only glibc and libgcc libraries" "$other"
+    fi
 fi
 
 # ---------------------------------------------------------------- Slurm version check
@@ -200,7 +248,10 @@ if [ -n "${RPM:-}" ]; then
         "rpm -qp --requires '$RPM' | grep -qx 'slurm >= $SLURM_MAJMIN' && rpm -qp --requires '$RPM' | grep -qx 'slurm < $SLURM_NEXT'"
     for f in /usr/share/bash-completion/completions/colloc /usr/share/zsh/site-functions/_colloc \
         /usr/share/fish/vendor_completions.d/colloc.fish /usr/share/doc/colloc/SECURITY.md \
-        /usr/share/doc/colloc/design.md /usr/share/doc/colloc/examples/runs.toml \
+        /usr/share/doc/colloc/design.md /usr/share/doc/colloc/admin.md \
+        /usr/share/doc/colloc/multinode.md /usr/share/doc/colloc/slurm-callbacks.md \
+        /usr/share/doc/colloc/LICENSE-MIT /usr/share/doc/colloc/LICENSE-APACHE \
+        /usr/share/doc/colloc/examples/runs.toml \
         /usr/share/doc/colloc/examples/mps-pack.sbatch /usr/share/doc/colloc/examples/slurm-conf/gres.conf; do
         if printf '%s\n' "$rpm_list" | grep -qx "$f"; then ok "rpm -qlp: $f"; else not_ok "rpm -qlp: $f" "$rpm_list"; fi
     done

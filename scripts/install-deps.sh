@@ -4,7 +4,8 @@ set -euo pipefail
 pkgs=(
   slurmctld slurmd slurm-client munge libslurm-dev   # the real Slurm the tests run
   libclang1-14 libclang-common-14-dev                # bindgen for the SPANK plugin
-  dpkg-dev rpm man-db groff-base                     # packages and man pages
+  dpkg-dev rpm man-db groff-base binutils cpio       # packages, man pages, objdump
+  python3-pip                                        # zig and cargo-zigbuild (install-zig.sh)
   parallel fonts-dejavu-core python3                 # benchmarks, report charts
 )
 missing=()
@@ -17,3 +18,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The release build's tool chain (glibc 2.28 binaries): zig and cargo-zigbuild.
+"$(dirname "$0")/install-zig.sh"

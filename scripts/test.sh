@@ -1,68 +1,156 @@
 #!/usr/bin/env bash
-# Run every test colloc has on a machine without a GPU, from a fresh clone:
-# installs the Debian packages it needs, checks formatting and lints, runs the unit and
-# CLI tests, builds and checks the .deb/.rpm, installs the .deb and runs the real-Slurm
-# tests against the installed plugin, under a simple and a production-like Slurm
-# configuration. Needs root (Slurm daemons, dpkg).
-set -euo pipefail
+# Run every test colloc has on a machine without a GPU, from a fresh clone anywhere (also
+# under /tmp): installs the Debian packages it needs, checks formatting and lints, runs
+# the unit and CLI tests, builds and checks the .deb/.rpm, installs the .deb and runs the
+# real-Slurm tests against the installed plugin, under a simple and a production-like
+# Slurm configuration. Needs root (Slurm daemons, dpkg).
+#
+# Every step runs, whatever failed before it; the last line is always
+# "total: N passed, N failed" (a step that fails without test counts of its own, such as
+# the format check, counts as one failure), and the exit status is 0 only when nothing
+# failed. The host is left as it was found: the test accounts the suites made are
+# removed, the .deb is purged again if it was not installed before, and no mount of the
+# test clusters stays behind (checked).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
 step() { printf '\n== %s\n' "$*"; }
 # Every test runner's output also goes to a log, so the closing line can add them all up.
 log=$(mktemp /tmp/colloc-test-log.XXXXXX)
-trap 'rm -f "$log" "$log".*' EXIT
-tally() { "$@" 2>&1 | tee -a "$log"; }
+# The accounts the real-Slurm tests make (tests/slurm ensure_user), to remove at the end.
+export COLLOC_TEST_USERS=$log.users
+: >"$COLLOC_TEST_USERS"
+failed_steps=()
+# run_step NAME CMD...: run it; a non-zero exit is recorded, and the suite goes on.
+run_step() {
+  local name=$1
+  shift
+  step "$name"
+  if ! "$@"; then
+    failed_steps+=("$name")
+    echo "step failed: $name"
+  fi
+}
+# A step whose failures show as test counts in the log (cargo test, the package checks):
+# its exit status is not counted again.
+counted_steps=()
+tally() {
+  local name=$1
+  shift
+  step "$name"
+  "$@" 2>&1 | tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  if ((rc != 0)); then
+    counted_steps+=("$name")
+    echo "step failed: $name"
+  fi
+  return 0
+}
 
-step "system packages"
-scripts/install-deps.sh
+colloc_was_installed=0
+dpkg -s colloc >/dev/null 2>&1 && colloc_was_installed=1
 
-step "format and lints"
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cleanup() {
+  step "leave the host as it was found"
+  local u
+  # The test accounts made by this run (and their groups).
+  sort -u "$COLLOC_TEST_USERS" 2>/dev/null | while read -r u; do
+    [ -n "$u" ] || continue
+    userdel "$u" 2>/dev/null && echo "removed test account $u"
+    getent group "$u" >/dev/null && groupdel "$u" 2>/dev/null
+  done
+  if ((colloc_was_installed == 0)) && dpkg -s colloc >/dev/null 2>&1; then
+    # Nothing of the tests is on a GPU here (fake GPUs): no restore to wait for.
+    COLLOC_FORCE_REMOVE=1 DEBIAN_FRONTEND=noninteractive dpkg --purge colloc >/dev/null &&
+      echo "purged the colloc package the tests installed"
+  fi
+  # Copies of build artifacts the tests made outside /tmp for a checkout under /tmp
+  # (tests/slurm visible_to_jobs).
+  rm -rf /var/tmp/colloc-test-artifacts
+  rm -f "$log" "$log".* /run/colloc-test-users.lock
+}
+trap cleanup EXIT
+
+run_step "system packages" scripts/install-deps.sh
+
+run_step "format" cargo fmt --all -- --check
+run_step "lints" cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "build (the fake libnvidia-ml and stand-ins the tests load)"
-cargo build --workspace --locked
+build_ok=1
+cargo build --workspace --locked || build_ok=0
 # The plugin with the test-only seam test_panic= (never packaged), for the real-Slurm
 # panic-containment test: target/test-seams/libcolloc_spank.so.
-cargo build --locked -p colloc-spank --features test-seams --profile test-seams
+cargo build --locked -p colloc-spank --features test-seams --profile test-seams || build_ok=0
+((build_ok)) || { failed_steps+=("build"); echo "step failed: build"; }
 
-step "unit and CLI tests"
-tally cargo test --workspace --locked --no-fail-fast --exclude colloc-slurm-tests
+tally "unit and CLI tests" cargo test --workspace --locked --no-fail-fast --exclude colloc-slurm-tests
 
-step "packages: build .deb and .rpm, install the .deb, check it"
-tally packaging/test-packages.sh
+# Builds the release binaries for glibc 2.28 (cargo zigbuild), the .deb and .rpm from
+# them, installs the .deb and checks it.
+tally "packages: build .deb and .rpm, install the .deb, check it" packaging/test-packages.sh
 
 step "real Slurm cluster tests, against the installed .deb, under two Slurm configurations"
 # The same suites under the simple configuration and the production one (cgroups,
 # ConstrainDevices, PrologFlags=Contain, job_container/tmpfs: tests/slurm/cluster.sh), at
 # the same time: the suites mostly wait for Slurm, and each cluster has its own ports,
 # folders, mount namespaces and job ids. Each run's output is shown once both are done.
-cargo build --locked -p colloc-slurm-tests --tests
-slurm_suites() {
-  COLLOC_CLUSTER_PROFILE=$1 \
-  COLLOC_SPANK_PLUGIN="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so" \
-  COLLOC_BIN=/usr/bin/colloc \
-    cargo test --locked --no-fail-fast -p colloc-slurm-tests --tests -- --test-threads=1 >"$log.$1" 2>&1
-}
-slurm_rc=0
-slurm_suites simple &
-simple_pid=$!
-slurm_suites production &
-production_pid=$!
-wait "$simple_pid" || slurm_rc=1
-wait "$production_pid" || slurm_rc=1
-for profile in simple production; do
-  printf '\n-- %s configuration --\n' "$profile"
-  tally cat "$log.$profile"
-  rm -f "$log.$profile"
-done
-((slurm_rc == 0)) || echo "real Slurm tests failed (see above)"
+plugin="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so"
+if [ ! -f "$plugin" ] || [ ! -x /usr/bin/colloc ]; then
+  echo "the .deb is not installed (see the package step): no real-Slurm tests"
+  failed_steps+=("real Slurm tests (no installed package)")
+elif ! cargo build --locked -p colloc-slurm-tests --tests; then
+  failed_steps+=("build the real-Slurm tests")
+else
+  slurm_suites() {
+    COLLOC_CLUSTER_PROFILE=$1 COLLOC_SPANK_PLUGIN=$plugin COLLOC_BIN=/usr/bin/colloc \
+      cargo test --locked --no-fail-fast -p colloc-slurm-tests --tests -- --test-threads=1 >"$log.$1" 2>&1
+  }
+  slurm_rc=0
+  slurm_suites simple &
+  simple_pid=$!
+  slurm_suites production &
+  production_pid=$!
+  wait "$simple_pid" || slurm_rc=1
+  wait "$production_pid" || slurm_rc=1
+  for profile in simple production; do
+    printf '\n-- %s configuration --\n' "$profile"
+    tee -a "$log" <"$log.$profile"
+    rm -f "$log.$profile"
+  done
+  ((slurm_rc == 0)) || counted_steps+=("real Slurm tests")
+fi
+
+# Nothing of the test clusters may stay mounted (each cluster's stop unmounts its own).
+step "no test cluster mount left"
+left=$(awk '$2 ~ /\/colloc-slurm-|\/colloc-pkgtest\./ { print $2 }' /proc/self/mounts)
+if [ -n "$left" ]; then
+  printf 'left mounted:\n%s\n' "$left"
+  failed_steps+=("mounts left")
+else
+  echo "none"
+fi
 
 # One closing line for the whole run: cargo's "test result" lines, the package checks'
-# and the cluster tests' own "N passed, N failed".
-awk -v slurm_rc="$slurm_rc" '
+# and the cluster tests' own "N passed, N failed", and one failure per failed step that
+# has no counts of its own. Counted before the clean-up (which removes the log), printed
+# after it, so that it is the last line.
+summary=$(awk -v steps="${#failed_steps[@]}" -v counted="${#counted_steps[@]}" '
   /^test result: .* passed; .* failed/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
   /^[0-9]+ passed, [0-9]+ failed$/ { p += $1; f += $3 }
-  END { printf "\ntotal: %d passed, %d failed\n", p, f; exit (f > 0 || slurm_rc != 0) }
-' "$log"
+  END {
+    # A runner that failed without a failing count (it did not build, it crashed) is one failure.
+    if (counted > 0 && f == 0) f = counted
+    f += steps
+    printf "total: %d passed, %d failed\n", p, f; exit (f > 0)
+  }
+' "$log")
+rc=$?
+trap - EXIT
+cleanup
+printf '\n'
+((${#failed_steps[@]} == 0)) || printf 'failed step: %s\n' "${failed_steps[@]}"
+((${#counted_steps[@]} == 0)) || printf 'step with failures (counted above): %s\n' "${counted_steps[@]}"
+echo "$summary"
+exit "$rc"

@@ -37,12 +37,16 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// TOML syntax, an unknown key, a wrong type.
-    #[error("{path}: {message}")]
+    /// TOML syntax, an unknown key, a wrong type, a missing or unknown version. Shown
+    /// as `FILE:LINE:COLUMN: message` where the place is known (as compilers write it,
+    /// so editors jump there), else `FILE: message`.
+    #[error("{}{}: {message}", path.display(), at.map_or_else(String::new, |(l, c)| format!(":{l}:{c}")))]
     Parse {
         /// The file.
         path: PathBuf,
-        /// What is wrong, with line and column where known.
+        /// The 1-based line and column (in characters) where known.
+        at: Option<(usize, usize)>,
+        /// What is wrong.
         message: String,
     },
     /// A value that parses but makes no sense.
@@ -94,12 +98,18 @@ pub struct Config {
     #[serde(default)]
     pub allow_mig_mode_change: bool,
     /// Publish the node's colloc state (jobs, modes, marked GPUs) in its Slurm node
-    /// `Comment` at every prolog and epilog, for `colloc status --cluster`.
+    /// `Comment` at every prolog and epilog, for `colloc status --cluster`. colloc keeps
+    /// its record in one word of the comment and leaves the admin's text around it alone.
     #[serde(default = "default_true")]
     pub node_comment: bool,
     /// `[mig]`: driver retries and waits, reconfiguration hooks, MIG device files.
     #[serde(default)]
     pub mig: crate::migconf::MigConfig,
+    /// Does the node take new `--colloc` jobs? `false` switches colloc off while jobs
+    /// run: new jobs asking for a mode are refused with a clear line, nothing is
+    /// reconfigured, and the epilogs still restore what running jobs' journals recorded.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
 }
 
 fn default_true() -> bool {
@@ -167,6 +177,7 @@ impl Default for Config {
             allow_mig_mode_change: false,
             node_comment: true,
             mig: crate::migconf::MigConfig::default(),
+            enabled: true,
         }
     }
 }
@@ -189,13 +200,28 @@ impl Config {
     /// # Errors
     /// As [`Config::load`], and [`ConfigError::Unsafe`].
     pub fn load_trusted(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_trusted_text(path).map(|(c, _)| c)
+    }
+
+    /// [`Config::load_trusted`], also returning the file's text (for
+    /// [`crate::lastgood::remember`]).
+    ///
+    /// # Errors
+    /// As [`Config::load_trusted`].
+    pub fn load_trusted_text(path: &Path) -> Result<(Config, Vec<u8>), ConfigError> {
         let file = crate::fs::open_trusted_file(path).map_err(|e| match e {
             FsError::Unsafe { .. } => ConfigError::Unsafe(e),
             e => read_error(path, e),
         })?;
         let bytes = crate::fs::read_file_capped(file, path, CONFIG_LIMIT)
             .map_err(|e| read_error(path, e))?;
-        Config::parse_bytes(&bytes, path)
+        Config::parse_bytes(&bytes, path).map(|c| (c, bytes))
+    }
+
+    /// Is this the file's own fault (bad TOML, an unknown key or version, a value that
+    /// makes no sense), as opposed to a missing, unreadable or unsafe file?
+    pub fn is_broken(e: &ConfigError) -> bool {
+        matches!(e, ConfigError::Parse { .. } | ConfigError::Invalid { .. })
     }
 
     /// The configuration for a command of the caller's: root ([`crate::sys::euid`] 0) gets
@@ -229,6 +255,7 @@ impl Config {
     fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Config, ConfigError> {
         let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
+            at: Some(line_column_bytes(bytes, e.valid_up_to())),
             message: format!("not UTF-8 text ({e})"),
         })?;
         Config::parse(text, path)
@@ -239,29 +266,41 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let parse_err = |message: String| ConfigError::Parse {
+        let parse_err = |at: Option<(usize, usize)>, message: String| ConfigError::Parse {
             path: path.to_path_buf(),
+            at,
             message,
+        };
+        let toml_err = |e: toml::de::Error| {
+            let at = e.span().map(|s| line_column(text, s.start));
+            parse_err(at, e.message().trim().replace('\n', "; "))
         };
         // Check the version first, so a future file gets "unknown version", not a
         // complaint about a key this build does not know.
-        let raw: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| parse_err(one_line(&e, text)))?;
-        match raw.get("version") {
+        #[derive(Deserialize)]
+        struct VersionOnly {
+            version: Option<toml::Spanned<toml::Value>>,
+        }
+        let raw: VersionOnly = toml::from_str(text).map_err(toml_err)?;
+        match raw.version {
             None => {
-                return Err(parse_err(format!(
-                    "missing `version` (this colloc reads version = {VERSION})"
-                )))
+                return Err(parse_err(
+                    Some((1, 1)),
+                    format!("missing `version` (this colloc reads version = {VERSION})"),
+                ))
             }
-            Some(toml::Value::Integer(v)) if *v == i64::from(VERSION) => {}
+            Some(v) if v.get_ref().as_integer() == Some(i64::from(VERSION)) => {}
             Some(v) => {
-                return Err(parse_err(format!(
-                    "unknown version {v} (this colloc reads version = {VERSION})"
-                )))
+                return Err(parse_err(
+                    Some(line_column(text, v.span().start)),
+                    format!(
+                        "unknown version {} (this colloc reads version = {VERSION})",
+                        v.get_ref()
+                    ),
+                ))
             }
         }
-        let cfg: Config = toml::from_str(text).map_err(|e| parse_err(one_line(&e, text)))?;
+        let cfg: Config = toml::from_str(text).map_err(toml_err)?;
         cfg.validate(path)?;
         Ok(cfg)
     }
@@ -571,17 +610,11 @@ fn read_error(path: &Path, e: FsError) -> ConfigError {
     }
 }
 
-/// toml's own message spans lines (a source excerpt): keep the reason, and say where as
-/// `line:column` (1-based; the column counts characters), the way compilers and editors do.
-fn one_line(e: &toml::de::Error, text: &str) -> String {
-    let msg = e.message().trim().replace('\n', "; ");
-    match e.span() {
-        Some(span) => {
-            let (line, column) = line_column(text, span.start);
-            format!("{line}:{column}: {msg}")
-        }
-        None => msg.to_string(),
-    }
+/// The 1-based line and column of byte `offset` in bytes that are not all UTF-8 (the
+/// valid part before it is).
+fn line_column_bytes(bytes: &[u8], offset: usize) -> (usize, usize) {
+    let valid = std::str::from_utf8(&bytes[..offset.min(bytes.len())]).unwrap_or_default();
+    line_column(valid, valid.len())
 }
 
 /// The 1-based line and column (in characters) of byte `offset` in `text`.
@@ -686,7 +719,7 @@ node_comment = true
             let err = parse(text).expect_err(text).to_string();
             assert!(err.contains(want), "{text:?}: {err}");
             assert!(!err.contains('\n'), "{text:?}: {err}");
-            assert!(err.starts_with("test.toml: "), "{err}");
+            assert!(err.starts_with("test.toml:"), "{err}");
         }
     }
 
@@ -695,17 +728,23 @@ node_comment = true
         for (text, want) in [
             (
                 "version = 1\nbogus = 3\n",
-                "test.toml: 2:1: unknown field `bogus`",
+                "test.toml:2:1: unknown field `bogus`",
             ),
             (
                 "version = 1\nallowed_modes = [\"mps\", \"gpu\"]\n",
-                "test.toml: 2:17: allowed_modes: unknown mode \"gpu\"",
+                "test.toml:2:17: allowed_modes: unknown mode \"gpu\"",
             ),
-            ("version = 1\n# é\nrun_dir = @\n", "test.toml: 3:11: "),
+            ("version = 1\n# é\nrun_dir = @\n", "test.toml:3:11: "),
             (
                 "version = 1\nallow_mig_mode_change = \"yes\"",
-                "test.toml: 2:25: invalid type",
+                "test.toml:2:25: invalid type",
             ),
+            (
+                "# colloc\nversion = 7\n",
+                "test.toml:2:11: unknown version 7",
+            ),
+            ("allowed_modes = []\n", "test.toml:1:1: missing `version`"),
+            ("version = 1\n[x\n", "test.toml:2:3: "),
         ] {
             let err = parse(text).expect_err(text).to_string();
             assert!(err.starts_with(want), "{text:?}: {err}");

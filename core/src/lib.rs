@@ -41,6 +41,7 @@ pub mod holders;
 pub mod hooks;
 pub mod jobenv;
 pub mod journal;
+pub mod lastgood;
 pub mod mig;
 pub mod migconf;
 pub mod mode;

@@ -4,6 +4,10 @@
 //! `colloc apply`/`restore`), and busy nodes (the ones that matter) cannot take a job
 //! that would look. So whatever changes the state also publishes it, as one compact
 //! JSON record in the node's Slurm `Comment` (`scontrol update NodeName=N Comment=…`),
+//! beside whatever the admin wrote there: the record is one word that starts with
+//! `{"colloc":` (it has no spaces), and colloc reads the comment first
+//! (`scontrol show node N`) and replaces only that word, keeping the admin's text
+//! (`rack 4, fan replaced {"colloc":1,…}`). A comment it cannot read is not written.
 //! which slurmctld keeps across restarts and anyone can read back with `sinfo` or
 //! `scontrol show node`. The record is built from the journals alone, so it says what
 //! colloc holds on the node: each job's mode and GPUs, and GPUs left marked.
@@ -98,8 +102,10 @@ pub enum PublishError {
         source: std::io::Error,
     },
     /// It failed.
-    #[error("`scontrol update NodeName={node} Comment=…` failed ({status}): {stderr}")]
+    #[error("`scontrol {}` failed ({status}): {stderr}", if *reading { format!("show node {node}") } else { format!("update NodeName={node} Comment=…") })]
     Failed {
+        /// Reading the comment (`show node`), not writing it.
+        reading: bool,
         /// The node.
         node: String,
         /// Exit status, or "timed out".
@@ -176,13 +182,11 @@ impl NodeRecord {
         }
     }
 
-    /// Read a node's comment. `None`: not a colloc record (empty, or someone else's);
-    /// `Some(Err)`: colloc's, but not one this version reads.
+    /// Read a node's comment. `None`: no colloc record in it (empty, or only an admin's
+    /// text); `Some(Err)`: colloc's, but not one this version reads.
     pub fn decode(comment: &str) -> Option<Result<NodeRecord, String>> {
-        let c = comment.trim();
-        if !c.starts_with("{\"colloc\":") {
-            return None;
-        }
+        let (_, c) = split_comment(comment);
+        let c = c?;
         Some(match serde_json::from_str::<NodeRecord>(c) {
             Ok(r) if r.colloc == RECORD_VERSION => Ok(r),
             Ok(r) => Err(format!(
@@ -192,6 +196,46 @@ impl NodeRecord {
             Err(e) => Err(format!("an unreadable colloc record ({e})")),
         })
     }
+}
+
+/// How colloc's record is recognized in a comment: the start of its one word.
+const RECORD_START: &str = "{\"colloc\":";
+
+/// A node comment split into the admin's text (the comment without colloc's record,
+/// runs of spaces folded) and colloc's record word, if there is one.
+pub fn split_comment(comment: &str) -> (String, Option<&str>) {
+    let mut record = None;
+    let mut admin: Vec<&str> = Vec::new();
+    for word in comment.split_whitespace() {
+        if word.starts_with(RECORD_START) {
+            record.get_or_insert(word);
+        } else {
+            admin.push(word);
+        }
+    }
+    (admin.join(" "), record)
+}
+
+/// The comment to write: the admin's text, then colloc's record.
+pub fn merge_comment(admin: &str, record: &str) -> String {
+    let admin = admin.trim();
+    if admin.is_empty() {
+        record.to_string()
+    } else {
+        format!("{admin} {record}")
+    }
+}
+
+/// The node's current comment from `scontrol show node NODE` (multi-line form, where
+/// `Comment=` is a line of its own), `""` when it has none.
+pub fn parse_comment(show_node: &str) -> String {
+    show_node
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("Comment="))
+        .filter(|c| *c != "(null)")
+        .unwrap_or("")
+        .trim_end()
+        .to_string()
 }
 
 /// The Slurm node name colloc runs on: `SLURMD_NODENAME` (set for prologs, epilogs and
@@ -225,6 +269,7 @@ pub fn publish(cfg: &Config, by: &str, build: Option<&str>) -> Result<(), Publis
     }
     let Some(node) = node_name() else {
         return Err(PublishError::Failed {
+            reading: false,
             node: "?".into(),
             status: "no node name".into(),
             stderr: "neither SLURMD_NODENAME nor a host name".into(),
@@ -235,9 +280,25 @@ pub fn publish(cfg: &Config, by: &str, build: Option<&str>) -> Result<(), Publis
     // writer one that saw the other's journal.
     let _lock = GpuLock::acquire_within(cfg, "node-comment", PUBLISH_TIMEOUT)?;
     let rec = NodeRecord::from_journals(cfg, by, build)?;
-    let left = PUBLISH_TIMEOUT.saturating_sub(start.elapsed());
     let conf = std::env::var_os("SLURM_CONF");
-    set_comment(&node, &rec.encode(), left, conf.as_deref())
+    // The admin's text stays: read the comment, replace colloc's word only.
+    let program = crate::config::resolve_program("scontrol").ok_or(PublishError::NoScontrol)?;
+    let left = PUBLISH_TIMEOUT.saturating_sub(start.elapsed());
+    let shown = run_scontrol(
+        &program,
+        &node,
+        &["show", "node", &node],
+        left,
+        conf.as_deref(),
+    )?;
+    let (admin, _) = split_comment(&parse_comment(&shown));
+    let left = PUBLISH_TIMEOUT.saturating_sub(start.elapsed());
+    set_comment(
+        &node,
+        &merge_comment(&admin, &rec.encode()),
+        left,
+        conf.as_deref(),
+    )
 }
 
 /// `scontrol update NodeName=NODE Comment=TEXT` with `SLURM_CONF=slurm_conf` where given,
@@ -252,23 +313,18 @@ pub fn set_comment(
     slurm_conf: Option<&std::ffi::OsStr>,
 ) -> Result<(), PublishError> {
     let program = crate::config::resolve_program("scontrol").ok_or(PublishError::NoScontrol)?;
-    run_scontrol(&program, node, text, timeout, slurm_conf)
-}
-
-fn run_scontrol(
-    program: &std::path::Path,
-    node: &str,
-    text: &str,
-    timeout: Duration,
-    slurm_conf: Option<&std::ffi::OsStr>,
-) -> Result<(), PublishError> {
-    scontrol_update(
-        program,
+    run_scontrol(
+        &program,
         node,
-        &[format!("Comment={text}")],
+        &[
+            "update",
+            &format!("NodeName={node}"),
+            &format!("Comment={text}"),
+        ],
         timeout,
         slurm_conf,
     )
+    .map(|_| ())
 }
 
 /// `scontrol update NodeName=NODE SETTINGS...` (no shell), killed after `timeout`: root
@@ -283,17 +339,30 @@ pub fn scontrol_update(
     timeout: Duration,
     slurm_conf: Option<&std::ffi::OsStr>,
 ) -> Result<(), PublishError> {
+    let node_arg = format!("NodeName={node}");
+    let mut args: Vec<&str> = vec!["update", &node_arg];
+    args.extend(settings.iter().map(String::as_str));
+    run_scontrol(program, node, &args, timeout, slurm_conf).map(|_| ())
+}
+
+/// Run `scontrol ARGS` (about `node`, for messages), killed after `timeout`; its
+/// standard output on success.
+fn run_scontrol(
+    program: &std::path::Path,
+    node: &str,
+    args: &[&str],
+    timeout: Duration,
+    slurm_conf: Option<&std::ffi::OsStr>,
+) -> Result<String, PublishError> {
     // Root runs it: only if it and its directories are root's alone (as mps_control).
     crate::fs::open_trusted_file(program).map_err(PublishError::Untrusted)?;
     let program = program.to_path_buf();
     let mut cmd = Command::new(&program);
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .arg("update")
-        .arg(format!("NodeName={node}"))
-        .args(settings)
+        .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(conf) = slurm_conf {
         cmd.env("SLURM_CONF", conf);
@@ -316,14 +385,22 @@ pub fn scontrol_update(
             None => std::thread::sleep(Duration::from_millis(5)),
         }
     };
-    let mut stderr = String::new();
-    if let Some(mut e) = child.stderr.take() {
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    {
         use std::io::Read as _;
-        let _ = (&mut e).take(4096).read_to_string(&mut stderr);
+        // `show node` of one node is a few hundred bytes: it fits the pipe, so reading
+        // after the exit cannot block the child.
+        if let Some(mut o) = child.stdout.take() {
+            let _ = (&mut o).take(64 << 10).read_to_string(&mut stdout);
+        }
+        if let Some(mut e) = child.stderr.take() {
+            let _ = (&mut e).take(4096).read_to_string(&mut stderr);
+        }
     }
     match status {
-        Some(s) if s.success() => Ok(()),
+        Some(s) if s.success() => Ok(stdout),
         other => Err(PublishError::Failed {
+            reading: args.first() == Some(&"show"),
             node: node.to_string(),
             status: other.map_or_else(
                 || format!("timed out after {} s", timeout.as_secs()),
@@ -357,6 +434,44 @@ mod tests {
             unreadable: 0,
             cut: 0,
         }
+    }
+
+    #[test]
+    fn the_admins_text_stays_beside_the_record() {
+        let rec = r#"{"colloc":1,"at":5,"by":"plugin/0.1.0","jobs":[]}"#;
+        // No comment yet, or only the admin's: the record goes after it.
+        assert_eq!(merge_comment("", rec), rec);
+        let (admin, old) = split_comment("rack 4, fan replaced");
+        assert_eq!((admin.as_str(), old), ("rack 4, fan replaced", None));
+        let c = merge_comment(&admin, rec);
+        assert_eq!(c, format!("rack 4, fan replaced {rec}"));
+        // The next publication replaces colloc's word only, wherever the admin wrote
+        // around it since.
+        let later = format!("see ticket 12 {rec} rack 4, fan replaced");
+        let (admin, old) = split_comment(&later);
+        assert_eq!(admin, "see ticket 12 rack 4, fan replaced");
+        assert_eq!(old, Some(rec));
+        let newer = r#"{"colloc":1,"at":9,"by":"plugin/0.1.0","jobs":[]}"#;
+        assert_eq!(
+            merge_comment(&admin, newer),
+            format!("see ticket 12 rack 4, fan replaced {newer}")
+        );
+        // Decoding finds the record among the admin's words.
+        let r = NodeRecord::decode(&format!("rack 4 {newer}"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.at, 9);
+        assert!(NodeRecord::decode("rack 4, fan replaced").is_none());
+    }
+
+    #[test]
+    fn the_comment_is_read_from_show_node() {
+        let out = "NodeName=n1 Arch=x86_64 CoresPerSocket=1\n   OS=Linux 6.1 #1 SMP\n   \
+                   Comment=rack 4, fan replaced {\"colloc\":1}\n   Extra=x\n   \
+                   Reason=none\n";
+        assert_eq!(parse_comment(out), "rack 4, fan replaced {\"colloc\":1}");
+        assert_eq!(parse_comment("NodeName=n1 State=IDLE\n"), "");
+        assert_eq!(parse_comment("NodeName=n1\n   Comment=(null)\n"), "");
     }
 
     #[test]
@@ -412,14 +527,28 @@ mod tests {
         let fake = dir.path().join("scontrol");
         std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = run_scontrol(&fake, "n1", "{}", Duration::from_secs(3), None).unwrap_err();
+        let e = run_scontrol(
+            &fake,
+            "n1",
+            &["update", "NodeName=n1", "Comment={}"],
+            Duration::from_secs(3),
+            None,
+        )
+        .unwrap_err();
         assert!(matches!(e, PublishError::Untrusted(_)), "{e}");
         assert!(e.to_string().contains("mode 0777"), "{e}");
         assert!(!marker.exists(), "it ran");
         // The same program, root's alone: run (where the test runs as root).
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
         if crate::sys::euid() == 0 && crate::fs::open_trusted_file(&fake).is_ok() {
-            run_scontrol(&fake, "n1", "{}", Duration::from_secs(3), None).unwrap();
+            run_scontrol(
+                &fake,
+                "n1",
+                &["update", "NodeName=n1", "Comment={}"],
+                Duration::from_secs(3),
+                None,
+            )
+            .unwrap();
             assert!(marker.exists());
         }
     }

@@ -35,17 +35,44 @@ slurm_version() {
     SLURM_NEXT=$(printf '%d.%02d' "$major" $((minor + 1)))
 }
 
-# Release binaries: target/release/colloc and target/release/libcolloc_spank.so.
-# COLLOC_PREBUILT=1 skips cargo and uses what is there (CI builds once for both packages).
-RELEASE_DIR=${CARGO_TARGET_DIR:-$REPO/target}/release
+# Release binaries, built for the clusters that exist: glibc 2.28 (RHEL/Rocky/Alma 8; 9
+# has 2.34, Debian 12 2.36), with cargo-zigbuild and zig (scripts/install-zig.sh), into
+# target/x86_64-unknown-linux-gnu/release/{colloc,libcolloc_spank.so}. The Slurm headers
+# are still the installed ones (spank/build.rs). COLLOC_PREBUILT=1 skips cargo and uses
+# what is there (CI builds once for both packages).
+GLIBC_TARGET=${COLLOC_GLIBC_TARGET:-x86_64-unknown-linux-gnu.2.28}
+GLIBC_MAX=${GLIBC_TARGET##*-gnu.}
+RUST_TARGET=${GLIBC_TARGET%".$GLIBC_MAX"}
+RELEASE_DIR=${CARGO_TARGET_DIR:-$REPO/target}/$RUST_TARGET/release
 build_release() {
     if [ "${COLLOC_PREBUILT:-0}" != 1 ]; then
-        (cd "$REPO" && cargo build --release --locked -p colloc -p colloc-spank) ||
-            die "cargo build --release failed"
+        command -v cargo-zigbuild >/dev/null && command -v python3 >/dev/null &&
+            python3 -m ziglang version >/dev/null 2>&1 ||
+            die "cargo-zigbuild or zig missing: run scripts/install-zig.sh"
+        (cd "$REPO" && cargo zigbuild --release --locked -p colloc -p colloc-spank \
+            --target "$GLIBC_TARGET") || die "cargo zigbuild --release failed"
     fi
     [ -x "$RELEASE_DIR/colloc" ] || die "$RELEASE_DIR/colloc missing"
     [ -f "$RELEASE_DIR/libcolloc_spank.so" ] || die "$RELEASE_DIR/libcolloc_spank.so missing"
     check_plugin "$RELEASE_DIR/libcolloc_spank.so"
+    check_glibc "$RELEASE_DIR/colloc" "$RELEASE_DIR/libcolloc_spank.so"
+}
+
+# The newest GLIBC_x.y symbol version an ELF file needs (objdump -T), e.g. 2.28.
+glibc_needed() {
+    objdump -T "$1" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' |
+        sort -uV | tail -n 1
+}
+
+# Every file given needs at most GLIBC_$GLIBC_MAX.
+check_glibc() {
+    local f need
+    for f in "$@"; do
+        need=$(glibc_needed "$f")
+        [ -n "$need" ] || die "$f: no GLIBC symbol versions found (objdump -T)"
+        [ "$(printf '%s\n%s\n' "$need" "$GLIBC_MAX" | sort -V | tail -n 1)" = "$GLIBC_MAX" ] ||
+            die "$f needs GLIBC_$need, more than the $GLIBC_MAX it is built for"
+    done
 }
 
 # A SPANK plugin that slurmd will load exports these (see slurm-test-cluster.md).
@@ -79,6 +106,14 @@ source_date_epoch() {
 }
 
 MAN_PAGES="colloc.1 colloc.toml.5 colloc-spank.8"
+
+# Who builds and answers for these packages, and where the project lives: FILL IN when
+# you publish packages (environment variables, so a site's build sets its own).
+COLLOC_MAINTAINER=${COLLOC_MAINTAINER:-colloc maintainers <FILL-IN-the-maintainers-address>}
+COLLOC_URL=${COLLOC_URL:-https://FILL-IN-the-repository-url/colloc}
+
+# The documents both packages install in /usr/share/doc/colloc/.
+DOC_FILES="README.md SECURITY.md LICENSE-MIT LICENSE-APACHE $(cd "$REPO" && ls docs/*.md 2>/dev/null | tr '\n' ' ')"
 
 # The examples both packages ship, into DIR: the user's job scripts and run manifest
 # (slurm-conf/examples/) in DIR, the admin's configuration files (slurm-conf/) in

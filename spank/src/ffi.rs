@@ -40,6 +40,11 @@ pub static plugin_type: [u8; 6] = *b"spank\0";
 #[no_mangle]
 pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
 
+/// The Slurm release (`SLURM_VERSION_NUMBER`) whose headers the plugin was built from.
+pub const BUILT_FOR: u32 = sys::SLURM_VERSION_NUMBER;
+/// The Slurm releases (major, minor) whose header facts spank/build.rs checked.
+pub const SUPPORTED_SLURM: &[(u32, u32)] = sys::COLLOC_SUPPORTED_SLURM;
+
 const SLURM_SUCCESS: c_int = 0;
 const SLURM_ERROR: c_int = -1;
 
@@ -234,6 +239,22 @@ impl Host for Spank {
 
     fn step_id(&self) -> Result<u32, String> {
         self.item_u32(sys::S_JOB_STEPID, "S_JOB_STEPID")
+    }
+
+    fn slurm_version(&self) -> Result<String, String> {
+        let mut v: *const c_char = std::ptr::null();
+        // SAFETY: S_SLURM_VERSION takes one `char **`, which `&mut v` is for the call;
+        // Slurm stores a pointer to its static version string there.
+        let rc = unsafe {
+            sys::spank_get_item(self.raw, sys::S_SLURM_VERSION, &mut v as *mut *const c_char)
+        };
+        if rc != sys::ESPANK_SUCCESS as sys::spank_err_t {
+            return Err(spank_err("spank_get_item(S_SLURM_VERSION)", rc));
+        }
+        // SAFETY: on success `v` is NULL or Slurm's static NUL-terminated version string.
+        unsafe { c_str(v) }
+            .map(str::to_string)
+            .map_err(|e| format!("spank_get_item(S_SLURM_VERSION): {e}"))
     }
 
     fn setenv(&mut self, name: &str, value: &str) -> Result<(), String> {

@@ -83,6 +83,13 @@ pub trait Host {
     fn step_id(&self) -> Result<u32, String> {
         Err("no step here".into())
     }
+    /// The running Slurm's version (`S_SLURM_VERSION`, e.g. `22.05.8`).
+    ///
+    /// # Errors
+    /// Slurm did not say.
+    fn slurm_version(&self) -> Result<String, String> {
+        Err("no Slurm here".into())
+    }
 }
 
 /// Slurm's step id of a job's extern step (`SLURM_EXTERN_CONT` in `<slurm/slurm.h>`).
@@ -202,6 +209,11 @@ static SUBMIT_ARGS: OnceLock<PluginArgs> = OnceLock::new();
 /// # Errors
 /// Bad plugstack arguments, or Slurm refused the option.
 pub fn init(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
+    crate::slurm_version::check(
+        crate::ffi::BUILT_FOR,
+        crate::ffi::SUPPORTED_SLURM,
+        &host.slurm_version()?,
+    )?;
     let parsed = parse_args(args)?;
     let line = usage(&parsed);
     // A second init in one process (not expected) keeps the first arguments.
@@ -249,6 +261,7 @@ pub fn check_at_submission(raw: &[u8], config: &Path) -> Result<(), String> {
         return Ok(());
     }
     match Config::load(config) {
+        Ok(cfg) if !cfg.enabled => Err(switched_off(&mode, config)),
         Ok(cfg) => cfg
             .check_allowed(&mode)
             .map_err(|e| format!("--colloc: {e}")),
@@ -316,9 +329,24 @@ fn option_value(host: &dyn Host) -> Option<Vec<u8>> {
 /// config and `missing_ok` (the prolog and epilog: colloc is not offered on this node, or
 /// nothing can have been applied), or the job asked for nothing (no `--colloc` other than
 /// `off`, no plugstack default) and the config cannot be used.
-fn job_config(args: &PluginArgs, asked: bool, missing_ok: bool) -> Result<Option<Config>, String> {
-    match Config::load_trusted(&args.config) {
-        Ok(c) => Ok(Some(c)),
+///
+/// A config that loads is also kept as its last good copy ([`colloc_core::lastgood`]),
+/// which the epilog uses when the file turns out broken later.
+fn job_config(
+    args: &PluginArgs,
+    asked: bool,
+    missing_ok: bool,
+) -> Result<Option<Config>, ConfigError> {
+    match Config::load_trusted_text(&args.config) {
+        Ok((c, text)) => {
+            if let Err(e) = colloc_core::lastgood::remember(&args.config, &text) {
+                log::warn!(
+                    "cannot keep {} for the epilog: {e}",
+                    colloc_core::lastgood::path(&args.config).display()
+                );
+            }
+            Ok(Some(c))
+        }
         Err(ConfigError::Read { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound && missing_ok =>
         {
@@ -339,8 +367,27 @@ fn job_config(args: &PluginArgs, asked: bool, missing_ok: bool) -> Result<Option
             }
             Ok(None)
         }
-        Err(e) => Err(format!("node configuration: {e}")),
+        Err(e) => Err(e),
     }
+}
+
+/// The line for a job that asked for a mode on a node whose colloc.toml is broken: the
+/// parse error (`FILE:LINE:COL: …`) and how the admin checks the file.
+fn broken_config(mode: &str, e: &ConfigError, config: &Path) -> String {
+    format!(
+        "--colloc{mode}: colloc is not available on this node, its configuration is broken: \
+         {e} (the admin checks it with `colloc check-config {}`)",
+        config.display()
+    )
+}
+
+/// The line for a job that asked for a mode while colloc is switched off.
+fn switched_off(mode: &Mode, config: &Path) -> String {
+    format!(
+        "--colloc={mode}: colloc is switched off here for now (enabled = false in {}); \
+         submit without --colloc, or ask your admin when it is back",
+        config.display()
+    )
 }
 
 /// Group of the job's MPS directories when the job's own cannot be found.
@@ -368,8 +415,20 @@ fn job_id(host: &dyn Host) -> Result<u32, String> {
 pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let args = parse_args(args)?;
     let raw = option_value(host);
-    let Some(cfg) = job_config(&args, asked_for_mode(raw.as_deref()), true)? else {
-        return Ok(());
+    let cfg = match job_config(&args, asked_for_mode(raw.as_deref()), true) {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(()),
+        // The file's own fault is not the node's: nothing is changed, the job's tasks
+        // fail with the same line (task_init_privileged), the node stays up.
+        Err(e) if Config::is_broken(&e) => {
+            let job = job_id(host).map_or_else(|_| "?".to_string(), |j| j.to_string());
+            log::error!(
+                "job {job}: refused: {}",
+                broken_config("", &e, &args.config)
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(format!("node configuration: {e}")),
     };
     let job = job_id(host)?;
     let mode = match raw {
@@ -388,6 +447,14 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             .unwrap_or_else(|| cfg.default_mode.clone()),
     };
     if mode == Mode::Off {
+        return Ok(());
+    }
+    if !cfg.enabled {
+        // Switched off: nothing is applied or recorded; the tasks refuse the job.
+        log::info!(
+            "job {job}: not applied: {}",
+            switched_off(&mode, &args.config)
+        );
         return Ok(());
     }
     let uid = env_u32(host, "SLURM_JOB_UID")
@@ -603,8 +670,17 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
             ),
         ));
     }
-    let Some(cfg) = job_config(&args, asked, false)? else {
-        return Ok(());
+    let cfg = match job_config(&args, asked, false) {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(()),
+        Err(e) if Config::is_broken(&e) => {
+            let mode = raw
+                .as_deref()
+                .and_then(|r| Mode::parse_bytes(r).ok())
+                .map_or_else(String::new, |m| format!("={m}"));
+            return Err(refuse_task(job, &broken_config(&mode, &e, &args.config)));
+        }
+        Err(e) => return Err(format!("node configuration: {e}")),
     };
     let mode = match &raw {
         Some(raw) => Mode::parse_bytes(raw).unwrap_or(Mode::Off),
@@ -624,6 +700,9 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
     let Some(j) = journal else {
         if mode == Mode::Off {
             return Ok(());
+        }
+        if !cfg.enabled {
+            return Err(refuse_task(job, &switched_off(&mode, &args.config)));
         }
         return Err(refuse_task(
             job,
@@ -660,8 +739,17 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
 pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let args = parse_args(args)?;
     let asked = asked_for_mode(option_value(host).as_deref());
-    let Some(cfg) = job_config(&args, asked, true)? else {
-        return Ok(());
+    let cfg = match job_config(&args, asked, true) {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(()),
+        // A broken config must not strand the GPUs of jobs that ran under a good one:
+        // restore with the last good copy (or the packaged defaults).
+        Err(e) if Config::is_broken(&e) => {
+            let (c, from) = colloc_core::lastgood::recall(&args.config);
+            log::error!("node configuration: {e}; the epilog restores with {from}");
+            c
+        }
+        Err(e) => return Err(format!("node configuration: {e}")),
     };
     let job = job_id(host)?;
     match reconfig::job_state(&cfg, job) {
@@ -1005,10 +1093,80 @@ mod tests {
         // --colloc=off asks for nothing.
         h.opt = Ok(Some(b"off".to_vec()));
         job_prolog(&mut h, &[&broken]).unwrap();
-        // A broken config on a node where a job asked for a mode is a node fault.
+    }
+
+    #[test]
+    fn a_broken_config_refuses_the_job_not_the_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), "");
+        let path = dir.path().join("colloc.toml");
+        let mut h = FakeHost {
+            opt: Ok(None),
+            env: vec![("SLURM_JOB_ID", "7".into()), ("SLURM_JOB_GPUS", "0".into())],
+            set: vec![],
+        };
+        // A job under the good config: root keeps its text beside it, 0600.
+        job_prolog(&mut h, &[&cfg]).unwrap();
+        let copy = colloc_core::lastgood::path(&path);
+        let good = std::fs::read(&path).unwrap();
+        assert_eq!(std::fs::read(&copy).unwrap(), good);
+        // The admin pushes a typo.
+        std::fs::write(
+            &path,
+            "version = 1\nstate_dir = \"/elsewhere\"\nbogus = 2\n",
+        )
+        .unwrap();
         h.opt = Ok(Some(b"mps".to_vec()));
-        let e = job_prolog(&mut h, &[&broken]).unwrap_err();
-        assert!(e.contains("unknown field `bogus`"), "{e}");
+        // The prolog does not fail (a failing prolog drains the node) ...
+        job_prolog(&mut h, &[&cfg]).unwrap();
+        // ... the job's tasks fail with the parse error, FILE:LINE:COL.
+        let e = task_init_privileged(&mut h, &[&cfg]).unwrap_err();
+        let want = format!(
+            "job 7 cannot run: --colloc=mps: colloc is not available on this node, its \
+             configuration is broken: {}:3:1: unknown field `bogus`",
+            path.display()
+        );
+        assert!(e.starts_with(&want), "{e}");
+        assert!(e.contains("colloc check-config"), "{e}");
+        // The broken text never replaces the good copy.
+        assert_eq!(std::fs::read(&copy).unwrap(), good);
+        // The epilog restores with the good copy's state_dir: a journal there is read
+        // (this one is unreadable, so the epilog says so and names it).
+        let jobs = dir.path().join("state/jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::write(jobs.join("7.json"), "not json").unwrap();
+        let e = job_epilog(&mut h, &[&cfg]).unwrap_err();
+        assert!(
+            e.contains(&dir.path().join("state").display().to_string()),
+            "{e}"
+        );
+        std::fs::remove_file(jobs.join("7.json")).unwrap();
+        job_epilog(&mut h, &[&cfg]).unwrap();
+    }
+
+    #[test]
+    fn switched_off_refuses_new_jobs_and_applies_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(dir.path(), "enabled = false\n");
+        let mut h = FakeHost {
+            opt: Ok(Some(b"mps".to_vec())),
+            env: vec![("SLURM_JOB_ID", "9".into()), ("SLURM_JOB_GPUS", "0".into())],
+            set: vec![],
+        };
+        // No NVML is loaded (the bogus library would fail), nothing is recorded.
+        job_prolog(&mut h, &[&cfg]).unwrap();
+        assert!(!dir.path().join("state/jobs/9.json").exists());
+        let e = task_init_privileged(&mut h, &[&cfg]).unwrap_err();
+        assert!(
+            e.starts_with("job 9 cannot run: --colloc=mps: colloc is switched off here for now (enabled = false in "),
+            "{e}"
+        );
+        job_epilog(&mut h, &[&cfg]).unwrap();
+        // At submission too, where the config is readable.
+        let path = dir.path().join("colloc.toml");
+        let e = check_at_submission(b"mps:2", &path).unwrap_err();
+        assert!(e.contains("colloc is switched off here for now"), "{e}");
+        check_at_submission(b"off", &path).unwrap();
     }
 
     /// A [`FakeHost`] in a job's extern step.

@@ -366,7 +366,22 @@ start() {
   mkdir -p "$dir"
   compgen -G "$dir/slurm/slurmd*.pid" >/dev/null && die "$dir already has a running cluster (cluster.sh stop $dir)"
   rm -rf "${dir:?}/etc" "${dir:?}/slurm" "${dir:?}/dev" "${dir:?}/state" "${dir:?}/run" \
-    "${dir:?}/fake-nvml" "${dir:?}/nodes" "${dir:?}/cluster.info"
+    "${dir:?}/fake-nvml" "${dir:?}/nodes" "${dir:?}/cluster.info" "${dir:?}/bin"
+  if [[ $profile == production ]]; then
+    # The job container hides /tmp and /dev/shm, and colloc refuses jobs on a node whose
+    # colloc.toml names files there: a checkout under /tmp (a clone there) must not be
+    # where colloc.toml points. The stand-ins are copied into the cluster's folder.
+    local var src
+    for var in fake_lib mps; do
+      src=$(realpath -m "${!var}")
+      case $src in
+        /tmp/* | /dev/shm/*)
+          install -D -m 0755 "$src" "$dir/bin/$(basename "$src")"
+          printf -v "$var" '%s' "$dir/bin/$(basename "$src")"
+          ;;
+      esac
+    done
+  fi
   mkdir -p "$dir/etc" "$dir/slurm/state" "$dir/slurm/spool" "$dir/dev" "$dir/state" "$dir/run" "$dir/fake-nvml" "$dir/jobs"
   chmod 1777 "$dir/jobs"
   # Jobs run as other users in some tests: let them reach their output folder.

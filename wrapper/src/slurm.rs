@@ -249,7 +249,8 @@ pub struct NodeInfo {
     pub name: String,
     /// Its state, e.g. `IDLE`, `MIXED`, `DOWN+DRAIN`.
     pub state: String,
-    /// Its comment's first word (colloc's record has no spaces), `None` when unset.
+    /// colloc's record word of its comment (the record has no spaces and may follow an
+    /// admin's text), else the comment's first word; `None` when unset.
     pub comment: Option<String>,
 }
 
@@ -264,7 +265,17 @@ pub fn parse_show_node(out: &str) -> Vec<NodeInfo> {
             Some(NodeInfo {
                 name: field("NodeName=")?,
                 state: field("State=").unwrap_or_default(),
-                comment: field("Comment=").filter(|c| c != "(null)"),
+                comment: line.split_once(" Comment=").and_then(|(_, c)| {
+                    let mut words = c.split_whitespace();
+                    let first = words.next().filter(|w| *w != "(null)")?;
+                    Some(
+                        std::iter::once(first)
+                            .chain(words)
+                            .find(|w| w.starts_with("{\"colloc\":"))
+                            .unwrap_or(first)
+                            .to_string(),
+                    )
+                }),
             })
         })
         .collect()
@@ -368,14 +379,17 @@ mod tests {
         let out = "NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 Gres=gpu:4 State=MIXED \
                    OS=Linux 6.1 #1 SMP Comment={\"colloc\":1,\"jobs\":[]} Extra=x\n\
                    NodeName=gpu02 Arch=x86_64 State=IDLE+DRAIN Partitions=gpu\n\
-                   NodeName=gpu03 State=IDLE Comment=replaced DIMM 3\n";
+                   NodeName=gpu03 State=IDLE Comment=replaced DIMM 3\n\
+                   NodeName=gpu04 State=IDLE Comment=rack 4, fan replaced {\"colloc\":1,\"jobs\":[]} Extra=x\n";
         let n = parse_show_node(out);
-        assert_eq!(n.len(), 3);
+        assert_eq!(n.len(), 4);
         assert_eq!(n[0].name, "gpu01");
         assert_eq!(n[0].state, "MIXED");
         assert_eq!(n[0].comment.as_deref(), Some("{\"colloc\":1,\"jobs\":[]}"));
         assert_eq!(n[1].state, "IDLE+DRAIN");
         assert_eq!(n[1].comment, None);
         assert_eq!(n[2].comment.as_deref(), Some("replaced"));
+        // colloc's record beside an admin's text.
+        assert_eq!(n[3].comment.as_deref(), Some("{\"colloc\":1,\"jobs\":[]}"));
     }
 }

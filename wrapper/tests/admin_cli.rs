@@ -298,7 +298,7 @@ fn check_config_says_where_as_line_and_column() {
     let (code, _, err) = check_config("allowed_modes = [\"mps\",\n  \"gpu\"]\n");
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("colloc.toml: 4:17: allowed_modes: unknown mode \"gpu\""),
+        err.contains("colloc.toml:4:17: allowed_modes: unknown mode \"gpu\""),
         "{err}"
     );
     assert!(!err.contains("byte"), "{err}");
@@ -885,7 +885,10 @@ fn check_config_warns_of_a_job_container_without_contain_where_mps_is_allowed() 
     let d = dir.path().display();
     let conf = job_container_node(dir.path(), "Alloc");
     let cfg = dir.path().join("colloc.toml");
-    let lib = fake_lib();
+    // A copy beside the config: the checkout may lie under /tmp (a clone there), which
+    // the job container hides, and check-config says so for a library there.
+    let lib = dir.path().join("libfake_nvml.so");
+    std::fs::copy(fake_lib(), &lib).unwrap();
     for (modes, warned) in [("\"mps\", \"naive\"", true), ("\"naive\"", false)] {
         std::fs::write(
             &cfg,

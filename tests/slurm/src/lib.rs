@@ -38,12 +38,56 @@ fn target_dir() -> PathBuf {
         .join("debug")
 }
 
-/// An artifact: `$var` when set, else `target/debug/<name>`.
+/// An artifact: `$var` when set, else `target/debug/<name>`; see [`visible_to_jobs`].
 pub fn artifact(var: &str, name: &str) -> PathBuf {
-    match std::env::var_os(var) {
+    visible_to_jobs(match std::env::var_os(var) {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => target_dir().join(name),
+    })
+}
+
+/// Where copies of artifacts that lie under `/tmp` go (scripts/test.sh removes it).
+pub const ARTIFACT_COPIES: &str = "/var/tmp/colloc-test-artifacts";
+
+/// `path`, or, where it lies under `/tmp` or `/dev/shm` (a checkout cloned under /tmp),
+/// a copy of it under [`ARTIFACT_COPIES`]: the production profile's job container gives
+/// every job its own `/tmp` and `/dev/shm`, so a job script, an `srun` inside a job, or a
+/// colloc.toml could not reach the file there. The copy is refreshed when the file
+/// changed, and made aside then renamed, since suites run at the same time.
+pub fn visible_to_jobs(path: PathBuf) -> PathBuf {
+    let real = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    if !(real.starts_with("/tmp") || real.starts_with("/dev/shm")) {
+        return path;
     }
+    let Some(name) = real.file_name() else {
+        return path;
+    };
+    let Ok(meta) = std::fs::metadata(&real) else {
+        return path;
+    };
+    // One folder per source file, so names (and a plugin's file name) stay as they are.
+    let key = real
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    let dir = Path::new(ARTIFACT_COPIES).join(format!("{key:016x}"));
+    let dest = dir.join(name);
+    let fresh = std::fs::metadata(&dest)
+        .is_ok_and(|d| d.len() == meta.len() && d.modified().ok() >= meta.modified().ok());
+    if !fresh {
+        std::fs::create_dir_all(&dir).expect("make the artifact copies' folder");
+        let tmp = dir.join(format!(
+            ".{}.{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        std::fs::copy(&real, &tmp).expect("copy an artifact out of /tmp");
+        std::fs::rename(&tmp, &dest).expect("move the artifact copy into place");
+    }
+    dest
 }
 
 /// The plugin under test.
@@ -66,6 +110,7 @@ pub fn test_seams_plugin() -> PathBuf {
             .unwrap_or_else(|| repo_root().join("target"))
             .join("test-seams/libcolloc_spank.so"),
     };
+    let p = visible_to_jobs(p);
     assert!(
         p.is_file(),
         "no test-seams plugin at {}: build it with `cargo build -p colloc-spank --features \
@@ -110,7 +155,7 @@ pub fn build_spank_probe() -> PathBuf {
         text(&built.stderr).trim()
     );
     std::fs::rename(&tmp, &out).expect("move the probe plugin into place");
-    out
+    visible_to_jobs(out)
 }
 
 /// Longest any single wait may take before the suite gives up (a hang guard, not a
@@ -1185,7 +1230,14 @@ pub fn processes_of_pipe_dir(dir: &str) -> Vec<u32> {
 }
 
 /// An unprivileged account for tests, made with `useradd` if missing (with a group of
-/// its own, no home directory). Returns its uid and gid.
+/// its own, no home directory). Returns its uid and gid, as the system says them (never
+/// assumed: another suite may have made its accounts first).
+///
+/// Suites run at the same time (scripts/test.sh runs both cluster profiles at once): the
+/// look-up and `useradd` happen under one lock (`flock` on `/run/colloc-test-users.lock`),
+/// so two of them never race to make the same account or fight over `/etc/passwd`'s own
+/// lock. An account made here is written to the file `$COLLOC_TEST_USERS` when that is
+/// set, one name a line, so that scripts/test.sh can remove what the tests made.
 ///
 /// # Panics
 /// When the account cannot be made.
@@ -1197,6 +1249,18 @@ pub fn ensure_user(name: &str) -> (u32, u32) {
         }
         text(&out.stdout).trim().parse().ok()
     };
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/run/colloc-test-users.lock")
+        .expect("open /run/colloc-test-users.lock");
+    {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: flock(2) on a descriptor this function owns; released when `lock` drops.
+        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(rc, 0, "flock /run/colloc-test-users.lock");
+    }
     if id("-u").is_none() {
         let out = run(Command::new("useradd")
             .args(["--no-create-home", "--user-group", "--shell", "/bin/sh"])
@@ -1206,11 +1270,24 @@ pub fn ensure_user(name: &str) -> (u32, u32) {
             "useradd {name}: {}",
             text(&out.stderr).trim()
         );
+        if out.status.success() {
+            if let Some(ledger) = std::env::var_os("COLLOC_TEST_USERS") {
+                use std::io::Write as _;
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(ledger)
+                    .expect("open $COLLOC_TEST_USERS");
+                writeln!(f, "{name}").expect("write $COLLOC_TEST_USERS");
+            }
+        }
     }
-    (
+    let ids = (
         id("-u").unwrap_or_else(|| panic!("no uid for {name}")),
         id("-g").unwrap_or_else(|| panic!("no gid for {name}")),
-    )
+    );
+    drop(lock);
+    ids
 }
 
 /// Is process `pid` alive? A zombie (exited, waiting to be reaped by init) is not.

@@ -1,0 +1,281 @@
+//! What an admin does to colloc on a live cluster (issue 28), on a real Slurm cluster
+//! with two fake A100s: an admin's node comment survives colloc's record, a broken
+//! colloc.toml refuses `--colloc` jobs without draining the node (and the epilog still
+//! restores with the last good copy), and `enabled = false` switches colloc off while a
+//! job runs with MPS, leaving no GPU reconfigured.
+
+use std::path::{Path, PathBuf};
+
+use colloc_slurm_tests::{pid_alive, processes_of_pipe_dir, run_suite, Cluster, Test};
+
+fn main() {
+    let tests: &[Test] = &[
+        ("an_admins_node_comment_survives_colloc_jobs", admin_comment),
+        (
+            "a_broken_colloc_toml_refuses_colloc_jobs_with_the_parse_error_and_drains_nothing",
+            broken_config,
+        ),
+        (
+            "enabled_false_switches_colloc_off_while_an_mps_job_runs_and_on_again",
+            switch_off_and_on,
+        ),
+    ];
+    run_suite(2, None, tests, &[]);
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The node's Slurm comment as `scontrol show node` prints it (`""` when unset).
+fn comment(c: &Cluster) -> String {
+    let out = c
+        .slurm("scontrol")
+        .args(["show", "node", &c.node_names()[0]])
+        .output()
+        .unwrap();
+    colloc_core::publish::parse_comment(&text(&out.stdout))
+}
+
+fn set_comment(c: &Cluster, value: &str) {
+    let out = c
+        .slurm("scontrol")
+        .args([
+            "update",
+            &format!("NodeName={}", c.node_names()[0]),
+            &format!("Comment={value}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// The state job `id` ended in, while other jobs still run on the node (`wait_done` also
+/// waits for the node to be idle).
+fn ended(c: &Cluster, id: u32) -> String {
+    c.wait_until(&format!("job {id} to end"), || {
+        let state = c.job_info(id)?.get("JobState")?.clone();
+        (!matches!(
+            state.as_str(),
+            "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED"
+        ))
+        .then_some(state)
+    })
+}
+
+fn assert_idle_and_clean(c: &Cluster) {
+    assert_eq!(c.node_state(), "idle", "node not idle: {}", c.node_reason());
+    assert!(c.journals().is_empty(), "journals left: {:?}", c.journals());
+    assert_eq!(c.squeue(), "");
+}
+
+/// Puts colloc.toml back however the test ends.
+struct Restore {
+    path: PathBuf,
+    text: String,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        std::fs::write(&self.path, &self.text).expect("restore colloc.toml");
+    }
+}
+
+fn keep_config(c: &Cluster) -> Restore {
+    let path = c.colloc_config();
+    let text = std::fs::read_to_string(&path).unwrap();
+    Restore { path, text }
+}
+
+/// A job script that writes its MPS pipe directory to `ready`, then waits for `go` (at
+/// most two minutes).
+fn gated(ready: &Path, go: &Path) -> String {
+    format!(
+        "printf '%s\\n' \"$CUDA_MPS_PIPE_DIRECTORY\" >{0}.tmp && mv {0}.tmp {0}\n\
+         for i in $(seq 600); do [ -e {1} ] && break; sleep 0.2; done\n",
+        ready.display(),
+        go.display()
+    )
+}
+
+fn admin_comment(c: &Cluster) {
+    let admin = "rack 4, fan replaced";
+    set_comment(c, admin);
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], "echo RAN");
+    assert_eq!(c.wait_done(id).state, "COMPLETED");
+    // The prolog and epilog published their record beside the admin's words.
+    let now = comment(c);
+    let (kept, record) = colloc_core::publish::split_comment(&now);
+    assert_eq!(kept, admin, "comment now: {now}");
+    let record = record.unwrap_or_else(|| panic!("no colloc record in {now:?}"));
+    let rec = colloc_core::publish::NodeRecord::decode(record)
+        .expect("a colloc record")
+        .expect("one this version reads");
+    assert!(rec.by.starts_with("plugin/"), "{rec:?}");
+    assert!(rec.jobs.is_empty(), "{rec:?}");
+    // The admin edits the comment between jobs: the next job keeps that too, and colloc
+    // still keeps one record, not two.
+    set_comment(c, &format!("see ticket 12 {record}"));
+    let id = c.submit(&["--colloc=mps", "--gres=gpu:1"], "echo RAN");
+    assert_eq!(c.wait_done(id).state, "COMPLETED");
+    let now = comment(c);
+    let (kept, record) = colloc_core::publish::split_comment(&now);
+    assert_eq!(kept, "see ticket 12", "comment now: {now}");
+    assert!(record.is_some(), "{now}");
+    assert_eq!(now.matches("{\"colloc\":").count(), 1, "{now}");
+    set_comment(c, "");
+    assert_idle_and_clean(c);
+}
+
+fn broken_config(c: &Cluster) {
+    let cfg = c.colloc_config();
+    let restore = keep_config(c);
+    let ready = c.jobs_dir().join("broken-ready");
+    let go = c.jobs_dir().join("broken-go");
+    let _ = std::fs::remove_file(&go);
+    // A job under the good config: its prolog starts MPS (and keeps the config's copy).
+    let running = c.submit(&["--colloc=mps", "--gres=gpu:1"], &gated(&ready, &go));
+    c.wait_for_file(running, &ready);
+    let pipe = std::fs::read_to_string(&ready).unwrap().trim().to_string();
+    assert!(
+        !pipe.is_empty(),
+        "the running job has no MPS pipe directory"
+    );
+    let daemons = processes_of_pipe_dir(&pipe);
+    assert!(!daemons.is_empty(), "no MPS daemon for {pipe}");
+    assert_eq!(c.journals().len(), 1);
+    let last_good = colloc_core::lastgood::path(&cfg);
+    assert_eq!(
+        std::fs::read_to_string(&last_good).unwrap(),
+        restore.text,
+        "the prolog kept the config that loaded"
+    );
+
+    // The admin pushes a typo.
+    std::fs::write(&cfg, top_key(&restore.text, "bogus_key = 1")).unwrap();
+    let line = top_key(&restore.text, "bogus_key = 1")
+        .lines()
+        .position(|l| l == "bogus_key = 1")
+        .unwrap()
+        + 1;
+    let want = format!("{}:{line}:1: unknown field `bogus_key`", cfg.display());
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], "echo RAN");
+    assert_eq!(ended(c, id), "FAILED");
+    assert!(!c.job_out(id).contains("RAN"));
+    let err = c.job_err(id);
+    assert!(
+        err.contains("colloc is not available on this node, its configuration is broken"),
+        "stderr: {err}"
+    );
+    assert!(err.contains(&want), "stderr: {err}\nwant: {want}");
+    assert!(
+        c.slurmd_log_tail(400).contains(&want),
+        "slurmd log:\n{}",
+        c.slurmd_log_tail(40)
+    );
+    let state = c.node_state();
+    assert!(
+        !state.contains("drain") && !state.contains("down"),
+        "node {state}: {}",
+        c.node_reason()
+    );
+    // Jobs that ask for nothing run as usual.
+    let plain = c.submit(&["--gres=gpu:1"], "echo RAN");
+    assert_eq!(ended(c, plain), "COMPLETED");
+    // The running job ends while the config is broken: its epilog restores with the last
+    // good copy: no journal, no MPS daemon left.
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(c.wait_done(running).state, "COMPLETED");
+    c.wait_until("the epilog to restore", || {
+        c.journals().is_empty().then_some(())
+    });
+    assert!(
+        daemons.iter().all(|&p| !pid_alive(p)),
+        "MPS daemons left: {daemons:?}"
+    );
+    assert_eq!(c.node_state(), "idle", "node: {}", c.node_reason());
+    assert!(
+        c.slurmd_log_tail(400).contains(&format!(
+            "the epilog restores with the last good copy {}",
+            last_good.display()
+        )),
+        "slurmd log:\n{}",
+        c.slurmd_log_tail(40)
+    );
+
+    // Fixed: the next job works.
+    drop(restore);
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], "echo RAN $COLLOC_MODE");
+    assert_eq!(c.wait_done(id).state, "COMPLETED");
+    assert!(c.job_out(id).contains("RAN naive"), "{}", c.job_out(id));
+    std::fs::remove_file(&go).unwrap();
+    assert_idle_and_clean(c);
+}
+
+fn switch_off_and_on(c: &Cluster) {
+    let cfg = c.colloc_config();
+    let restore = keep_config(c);
+    let ready = c.jobs_dir().join("off-ready");
+    let go = c.jobs_dir().join("off-go");
+    let _ = std::fs::remove_file(&go);
+    let running = c.submit(&["--colloc=mps", "--gres=gpu:1"], &gated(&ready, &go));
+    c.wait_for_file(running, &ready);
+    let pipe = std::fs::read_to_string(&ready).unwrap().trim().to_string();
+    let daemons = processes_of_pipe_dir(&pipe);
+    assert!(!daemons.is_empty(), "no MPS daemon for {pipe}");
+
+    // Switch off: the admin's one line.
+    std::fs::write(&cfg, top_key(&restore.text, "enabled = false")).unwrap();
+    let off = "colloc is switched off here for now (enabled = false in";
+    // At submission, where the config is readable (here: the same file).
+    match c.sbatch(&["--colloc=mig:3g", "--gres=gpu:1"], "echo RAN") {
+        Err(out) => assert!(text(&out.stderr).contains(off), "{}", text(&out.stderr)),
+        Ok(id) => panic!("job {id} was queued while colloc is off"),
+    }
+    // A job that slipped past submission (a submit host without the file) is refused
+    // when it starts, with the same line; the node stays up.
+    std::fs::write(&cfg, &restore.text).unwrap();
+    let held = c.submit(&["--colloc=naive", "--gres=gpu:1", "--hold"], "echo RAN");
+    std::fs::write(&cfg, top_key(&restore.text, "enabled = false")).unwrap();
+    let out = c
+        .slurm("scontrol")
+        .args(["release", &held.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(ended(c, held), "FAILED");
+    let err = c.job_err(held);
+    assert!(
+        err.contains(&format!("--colloc=naive: {off}")),
+        "stderr: {err}"
+    );
+    assert!(!c.job_out(held).contains("RAN"));
+    // The running MPS job ends while colloc is off: its epilog restores its GPU.
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(c.wait_done(running).state, "COMPLETED");
+    c.wait_until("the epilog to restore", || {
+        c.journals().is_empty().then_some(())
+    });
+    assert!(
+        daemons.iter().all(|&p| !pid_alive(p)),
+        "MPS daemons left: {daemons:?}"
+    );
+    assert_eq!(c.node_state(), "idle", "node: {}", c.node_reason());
+
+    // Switch on again: the next job gets its mode.
+    drop(restore);
+    let id = c.submit(&["--colloc=mps", "--gres=gpu:1"], "echo RAN $COLLOC_MODE");
+    assert_eq!(c.wait_done(id).state, "COMPLETED");
+    assert!(c.job_out(id).contains("RAN mps"), "{}", c.job_out(id));
+    std::fs::remove_file(&go).unwrap();
+    assert_idle_and_clean(c);
+}
+
+/// `text` (a colloc.toml) with a top-level `line` added before its first table (`[mig]`),
+/// where TOML keeps it top-level.
+fn top_key(text: &str, line: &str) -> String {
+    match text.find("\n[") {
+        Some(at) => format!("{}\n{line}{}", &text[..at], &text[at..]),
+        None => format!("{text}{line}\n"),
+    }
+}
