@@ -385,6 +385,13 @@ set_nvml() { sed -i "s|^nvml_library = .*|nvml_library = \"$1\"|" /etc/slurm/col
 # The admin's edits: the fake NVML library and a marker line.
 MARK="# admin edit $$"
 set_nvml "$FAKE_NVML"
+# MIG device files from the fake driver's capability tree (beside its state file) into a
+# folder of the test's.
+sed -i -e "s|^caps_dev_dir = .*|caps_dev_dir = \"$WORK/dev/nvidia-caps\"|" \
+    -e "s|^caps_proc_dir = .*|caps_proc_dir = \"$WORK/proc/driver/nvidia/capabilities\"|" \
+    -e "s|^mig_minors = .*|mig_minors = \"$WORK/proc/driver/nvidia-caps/mig-minors\"|" \
+    -e "s|^proc_devices = .*|proc_devices = \"$WORK/proc/devices\"|" \
+    -e "s|^nvidia_modprobe = .*|nvidia_modprobe = \"$WORK/no-nvidia-modprobe\"|" /etc/slurm/colloc.toml
 echo "$MARK" >>/etc/slurm/colloc.toml
 check "edited colloc.toml is valid" /usr/bin/colloc check-config /etc/slurm/colloc.toml
 
