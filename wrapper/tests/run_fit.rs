@@ -10,20 +10,6 @@ use fake_nvml::state::State;
 use fake_nvml::store::{now_ms, Locked};
 use run_support::{run, succeeded, Env};
 
-fn fake_library() -> PathBuf {
-    if let Some(p) = std::env::var_os("COLLOC_FAKE_NVML_LIB") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    for dir in [deps, deps.parent().unwrap()] {
-        let p = dir.join("libfake_nvml.so");
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("libfake_nvml.so not found next to {}", exe.display());
-}
 
 /// A fake GPU of `model` written to the env's state file, and a node config that loads
 /// the fake library. Returns the state and the config path.
@@ -37,7 +23,7 @@ fn fake_gpu(env: &Env, model: &str, edit: impl FnOnce(&mut State)) -> (State, Pa
         &config,
         format!(
             "version = 1\nallowed_modes = [\"naive\", \"mps\", \"mig\"]\nnvml_library = \"{}\"\n",
-            fake_library().display()
+            fake_nvml::locate::library().display()
         ),
     )
     .unwrap();
