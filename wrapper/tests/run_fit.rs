@@ -10,7 +10,6 @@ use fake_nvml::state::State;
 use fake_nvml::store::{now_ms, Locked};
 use run_support::{run, succeeded, Env};
 
-
 /// A fake GPU of `model` written to the env's state file, and a node config that loads
 /// the fake library. Returns the state and the config path.
 fn fake_gpu(env: &Env, model: &str, edit: impl FnOnce(&mut State)) -> (State, PathBuf, PathBuf) {
