@@ -93,8 +93,8 @@ pub fn instance_memory(j: &Journal, catalogs: &[Catalog]) -> Vec<(String, u64)> 
 }
 
 /// The environment of the job's tasks (design.md, "The environment contract"):
-/// `COLLOC_MODE` (the layout made, then `:mps` or `:mps:N`), `COLLOC_DEVICES` (each
-/// instance's UUID, N times with `:mps:N`, so one entry is one slot), `COLLOC_SLOTS`
+/// `COLLOC_MODE` (the layout made, then `:mps` or `:mps:N`), `COLLOC_DEVICES` (the
+/// instances' UUIDs, all of them N times over with `:mps:N`, so one entry is one slot), `COLLOC_SLOTS`
 /// (instances × N with `:mps:N`; unset with `:mps`, as for plain `mps`), the first
 /// daemon's `CUDA_MPS_PIPE_DIRECTORY`/`CUDA_MPS_LOG_DIRECTORY`, `COLLOC_MPS_PIPES`
 /// (`MIG-UUID=PIPE_DIR` per instance) and, with `:mps:N`, the client limits of the
@@ -118,10 +118,9 @@ pub fn job_env(
         format!("{}{suffix}", mig::layout_mode_string(&planned)),
     )];
     let per = clients.unwrap_or(1) as usize;
-    let devices: Vec<String> = j
-        .mps
-        .iter()
-        .flat_map(|d| std::iter::repeat_n(d.devices.clone(), per))
+    // Round the instances N times, so the lowest free slots spread runs over them.
+    let devices: Vec<String> = (0..per)
+        .flat_map(|_| j.mps.iter().map(|d| d.devices.clone()))
         .collect();
     if clients.is_some() {
         env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
@@ -236,7 +235,7 @@ mod tests {
         };
         assert_eq!(get("COLLOC_MODE"), "mig:3g.20gb,2g.10gb:mps:2");
         assert_eq!(get("COLLOC_SLOTS"), "4");
-        assert_eq!(get("COLLOC_DEVICES"), "MIG-0,MIG-0,MIG-1,MIG-1");
+        assert_eq!(get("COLLOC_DEVICES"), "MIG-0,MIG-1,MIG-0,MIG-1");
         let pipes = get("COLLOC_MPS_PIPES");
         let parsed = crate::jobenv::parse_mps_pipes(&pipes);
         assert_eq!(parsed.len(), 2);

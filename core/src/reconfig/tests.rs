@@ -1384,7 +1384,7 @@ fn mps_inside_mig_runs_one_daemon_per_instance_and_restores_all() {
         .collect();
     assert_eq!(
         env["COLLOC_DEVICES"],
-        format!("{0},{0},{1},{1}", uuids[0], uuids[1])
+        format!("{0},{1},{0},{1}", uuids[0], uuids[1])
     );
     assert_eq!(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50");
     assert_eq!(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=9984M");
