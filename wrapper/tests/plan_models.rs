@@ -342,7 +342,11 @@ fn apply_refuses_mps_inside_mig_and_changes_nothing() {
     let out = node.colloc(&["apply", "mig:3g:mps:2", "--gpu", "0", "--job", "32"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not available on this cluster yet"), "{err}");
-    assert!(err.contains("ask for mig:3g or mps:N"), "{err}");
+    // This node offers mig only; MPS inside MIG needs mps allowed too.
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("needs both mig and mps allowed on this cluster, and mps is not"),
+        "{err}"
+    );
     assert_eq!(node.status()["gpus"][0]["instances"], Value::Array(vec![]));
 }
