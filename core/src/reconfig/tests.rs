@@ -1353,7 +1353,7 @@ fn devices_served(pipe: &Path) -> Vec<String> {
             .split(|&b| b == 0)
             .map(|v| String::from_utf8_lossy(v).into_owned())
             .collect();
-        if vars.iter().any(|v| *v == want) {
+        if vars.contains(&want) {
             if let Some(d) = vars
                 .iter()
                 .find_map(|v| v.strip_prefix("CUDA_VISIBLE_DEVICES="))
