@@ -1523,3 +1523,54 @@ fn mps_inside_mig_is_refused_where_it_cannot_run() {
         r.message
     );
 }
+
+#[test]
+fn under_contain_the_instances_daemons_start_in_the_extern_step_and_a_crash_before_is_undone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = fake_mps(tmp.path());
+    let g = MemGpus::a100s(1);
+    let s = user_spec(87, &[0], "mig:2gx2:mps");
+    let env = env_of(&prolog_with(&c, &g, &s, MpsStart::ExternStep).unwrap());
+    assert_eq!(env["COLLOC_MODE"], "mig:2g.10gbx2:mps");
+    let j = journal::load(&c, 87).unwrap().unwrap();
+    assert_eq!(j.mps.len(), 2);
+    assert!(daemons_of(&j).is_empty(), "the prolog started a daemon");
+    // Tasks before the extern step ran are refused, as for mps.
+    let own = container::own_mount_ns().unwrap();
+    assert!(mps_reachable(&j, own).is_err());
+    let r = start_mps_in_extern_step(&c, 87, SlurmFacts::default).unwrap();
+    assert!(
+        matches!(r, ExternStart::Started { daemons: 2, .. }),
+        "{r:?}"
+    );
+    let j = journal::load(&c, 87).unwrap().unwrap();
+    mps_reachable(&j, own).unwrap();
+    for d in &j.mps {
+        assert_eq!(devices_served(&d.pipe_dir), vec![d.devices.clone()]);
+    }
+    let r = restore(&c, Some(&g), 87).unwrap();
+    assert_eq!((r.mps_stopped, r.destroyed), (2, 2));
+    assert_eq!(g.count(0), 0);
+
+    // A prolog that died after recording the daemons, before starting them (what the
+    // extern-step case leaves too): the restore finds no daemon and still destroys the
+    // instances and removes the directories.
+    env_of(
+        &prolog_with(
+            &c,
+            &g,
+            &user_spec(88, &[0], "mig:3g:mps:2"),
+            MpsStart::ExternStep,
+        )
+        .unwrap(),
+    );
+    let mut j = journal::load(&c, 88).unwrap().unwrap();
+    j.phase = Phase::Applying;
+    journal::write(&c, &j).unwrap();
+    let r = restore(&c, Some(&g), 88).unwrap();
+    assert_eq!(r.destroyed, 2);
+    assert!(r.killed.is_empty());
+    assert_eq!(g.count(0), 0);
+    assert!(!tmp.path().join("run/job-88").exists());
+    assert!(journal::load(&c, 88).unwrap().is_none());
+}
