@@ -383,14 +383,25 @@ impl Config {
     /// # Errors
     /// A one-line message naming the allowed modes.
     pub fn check_allowed(&self, mode: &Mode) -> Result<(), String> {
-        if let Mode::MigMps { layout, .. } = mode {
-            // The grammar and `colloc plan` know it; the prolog cannot start MPS daemons
-            // inside MIG instances yet, so no node offers it.
-            return Err(format!(
-                "mode {mode} (MPS inside MIG instances) is not available on this cluster \
-                 yet; `colloc plan {mode} --gpu-model NAME` shows what it would make; ask \
-                 for mig:{layout} or mps:N"
-            ));
+        if let Mode::MigMps { .. } = mode {
+            // MIG instances with an MPS daemon in each: a node offers it where it offers
+            // both.
+            let missing: Vec<&str> = [ModeKind::Mig, ModeKind::Mps]
+                .iter()
+                .filter(|k| !self.allowed_modes.contains(k))
+                .map(|k| k.as_str())
+                .collect();
+            if !missing.is_empty() {
+                let allowed: Vec<&str> = self.allowed_modes.iter().map(|k| k.as_str()).collect();
+                return Err(format!(
+                    "mode {mode} (MPS inside MIG instances) needs both mig and mps allowed on \
+                     this cluster, and {} is not; allowed: off{}{}",
+                    missing.join(" and "),
+                    if allowed.is_empty() { "" } else { ", " },
+                    allowed.join(", ")
+                ));
+            }
+            return Ok(());
         }
         let kind = mode.kind();
         if kind == ModeKind::Off || self.allowed_modes.contains(&kind) {
@@ -861,22 +872,22 @@ node_comment = true
             err,
             "mode mig:3g is not allowed on this cluster; allowed: off, mps"
         );
-        // MPS inside MIG instances: planned by `colloc plan`, not yet made by the prolog,
-        // so refused on every node, with what to ask for instead.
+        // MPS inside MIG instances: where both mig and mps are allowed.
         let c = parse("version = 1\nallowed_modes = [\"mps\", \"mig\"]").unwrap();
         assert!(c.check_allowed(&"mig:3g".parse().unwrap()).is_ok());
+        assert!(c.check_allowed(&"mig:4g,2g:mps:2".parse().unwrap()).is_ok());
+        let c = parse("version = 1\nallowed_modes = [\"mig\"]").unwrap();
         let err = c
             .check_allowed(&"mig:4g,2g:mps:2".parse().unwrap())
             .unwrap_err();
-        assert!(
-            err.contains("mig:4g,2g:mps:2 (MPS inside MIG instances)"),
-            "{err}"
+        assert_eq!(
+            err,
+            "mode mig:4g,2g:mps:2 (MPS inside MIG instances) needs both mig and mps allowed \
+             on this cluster, and mps is not; allowed: off, mig"
         );
-        assert!(
-            err.contains("colloc plan mig:4g,2g:mps:2 --gpu-model"),
-            "{err}"
-        );
-        assert!(err.contains("ask for mig:4g,2g or mps:N"), "{err}");
+        let c = parse("version = 1\nallowed_modes = [\"naive\"]").unwrap();
+        let err = c.check_allowed(&"mig:3g:mps".parse().unwrap()).unwrap_err();
+        assert!(err.contains("and mig and mps is not"), "{err}");
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, HoldReason};
 use crate::hooks;
 use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
 use crate::mig::{self, Catalog, PlannedInstance};
+use crate::migmps;
 use crate::mode::{Mode, ModeKind};
 use crate::mps::{self, MpsDaemon, MpsStart};
 use crate::retry;
@@ -345,6 +346,7 @@ fn apply_fresh(
     let others = journal::list(cfg)?;
     let mut records = Vec::new();
     let mut plans: Vec<Vec<PlannedInstance>> = Vec::new();
+    let mut catalogs: Vec<Catalog> = Vec::new();
     if let Some(Err(e)) = others.iter().find(|j| j.is_err()) {
         // It may hold any GPU; touching one could undo another job's setup.
         return refused(
@@ -395,7 +397,7 @@ fn apply_fresh(
             // Root without the mig-config capability: MIG jobs cannot run here; other
             // modes create no instance and need not list them.
             Err(e) if e.is_no_permission() => {
-                if matches!(spec.mode, Mode::Mig(_)) {
+                if migmps::layout(&spec.mode).is_some() {
                     let Failure::Refuse(msg) =
                         create::driver_refusal(cfg, g.index, "listing MIG instances", &e);
                     return refused(cfg, spec, msg, false);
@@ -419,7 +421,7 @@ fn apply_fresh(
             planned: Vec::new(),
             created: Vec::new(),
         };
-        if let Mode::Mig(req) = &spec.mode {
+        if let Some(req) = migmps::layout(&spec.mode) {
             if !existing.is_empty() {
                 let what: Vec<String> = existing
                     .iter()
@@ -471,6 +473,11 @@ fn apply_fresh(
                 Ok(p) => plans.push(p),
                 Err(e) => return refused(cfg, spec, e.to_string(), true),
             }
+            if let Err((msg, bad_request)) = migmps::check(cfg, &spec.mode, &catalog, plans.last())
+            {
+                return refused(cfg, spec, msg, bad_request);
+            }
+            catalogs.push(catalog);
         }
         records.push(record);
     }
@@ -498,23 +505,45 @@ fn apply_fresh(
         gpus: j.gpu_indexes(),
         uuids: j.gpus.iter().map(|g| g.uuid.clone()).collect(),
     };
-    let is_mig = matches!(spec.mode, Mode::Mig(_));
+    let is_mig = migmps::layout(&spec.mode).is_some();
     let result = match &spec.mode {
         // Every driver answer, after its retries, refuses the job once undone: a known
         // state (the GPU as before), not a node fault.
-        Mode::Mig(_) => hooks::run(cfg, hooks::Phase::Pre, &hook_change, true)
-            .map_err(|e| Failure::Refuse(format!("{e}; nothing was changed, ask the admin")))
-            .and_then(|()| create::make_instances(cfg, ctl, &mut j)),
-        Mode::Mps { .. } => start_mps(cfg, &mut j, mps_start),
+        Mode::Mig(_) | Mode::MigMps { .. } => {
+            hooks::run(cfg, hooks::Phase::Pre, &hook_change, true)
+                .map_err(|e| Failure::Refuse(format!("{e}; nothing was changed, ask the admin")))
+                .and_then(|()| create::make_instances(cfg, ctl, &mut j))
+                // MPS inside the instances: one daemon each, undone with them.
+                .and_then(|()| match spec.mode {
+                    Mode::MigMps { .. } => migmps::daemons(cfg, &j)
+                        .map_err(Failure::Refuse)
+                        .and_then(|d| start_mps(cfg, &mut j, mps_start, d)),
+                    _ => Ok(()),
+                })
+        }
+        Mode::Mps { .. } => {
+            let d = j
+                .gpus
+                .iter()
+                .map(|g| {
+                    let dir = rundir::gpu_dir(cfg, j.job, g.index);
+                    (
+                        rundir::gpu_dir_name(g.index),
+                        MpsDaemon::in_dir(&dir, &g.uuid),
+                    )
+                })
+                .collect();
+            start_mps(cfg, &mut j, mps_start, d)
+        }
         Mode::Naive | Mode::Off => Ok(()),
-        // Config::check_allowed refuses it before anything is planned.
-        Mode::MigMps { .. } => Err(Failure::Refuse(format!(
-            "mode {} is not available on this cluster yet",
-            spec.mode
-        ))),
     }
     .and_then(|()| {
-        j.env = job_env(&j, &gpus, &spec.mode);
+        j.env = match &spec.mode {
+            Mode::MigMps { clients, .. } => {
+                migmps::job_env(&j, *clients, &migmps::instance_memory(&j, &catalogs))
+            }
+            _ => job_env(&j, &gpus, &spec.mode),
+        };
         j.phase = Phase::Applied;
         journal::write(cfg, &j)
             .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))
@@ -620,7 +649,7 @@ pub fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String>
 
 /// The MPS control program, if it is one root may run for a user: a regular file only
 /// root can change (else whoever can change it runs code as every MPS job's user).
-fn trusted_mps_control(cfg: &Config) -> Result<PathBuf, String> {
+pub(crate) fn trusted_mps_control(cfg: &Config) -> Result<PathBuf, String> {
     let program = cfg.mps_control_path().ok_or_else(|| {
         format!(
             "the MPS control program {} is not installed on this node (looked in {}); \
@@ -634,24 +663,26 @@ fn trusted_mps_control(cfg: &Config) -> Result<PathBuf, String> {
         .map_err(|e| format!("the MPS control program: {e}"))
 }
 
-/// Start one MPS daemon per GPU, as the job's user, in `run_dir/job-<id>/gpu<K>` (or,
-/// with [`MpsStart::ExternStep`], make their directories and leave the start to the
-/// job's extern step). Failures refuse the job: they concern its files and daemons, not
-/// the GPUs.
-fn start_mps(cfg: &Config, j: &mut Journal, mps_start: MpsStart) -> Result<(), Failure> {
+/// Start the job's MPS daemons (`daemons`: one per GPU in `run_dir/job-<id>/gpu<K>`, or
+/// one per MIG instance in `…/gpu<K>-gi<G>`, each with its directory's name), as the
+/// job's user (or, with [`MpsStart::ExternStep`], make their directories and leave the
+/// start to the job's extern step). Failures refuse the job: they concern its files and
+/// daemons, not the GPUs.
+fn start_mps(
+    cfg: &Config,
+    j: &mut Journal,
+    mps_start: MpsStart,
+    daemons: Vec<(String, MpsDaemon)>,
+) -> Result<(), Failure> {
     let program = trusted_mps_control(cfg).map_err(Failure::Refuse)?;
     j.mps_start = mps_start;
     j.job_dir = Some(rundir::job_dir(cfg, j.job));
-    j.mps = j
-        .gpus
-        .iter()
-        .map(|g| MpsDaemon::in_dir(&rundir::gpu_dir(cfg, j.job, g.index), &g.uuid))
-        .collect();
+    let (names, daemons): (Vec<String>, Vec<MpsDaemon>) = daemons.into_iter().unzip();
+    j.mps = daemons;
     // Record before making anything, so a crash in between is cleaned up by restore.
     journal::write(cfg, j)
         .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))?;
-    let indexes: Vec<u32> = j.gpus.iter().map(|g| g.index).collect();
-    rundir::create(cfg, j.job, j.uid, j.gid, &indexes)
+    rundir::create_named(cfg, j.job, j.uid, j.gid, &names)
         .map_err(|e| Failure::Refuse(format!("cannot set up the job's MPS directories: {e}")))?;
     if mps_start == MpsStart::ExternStep {
         log::info!(
@@ -664,10 +695,22 @@ fn start_mps(cfg: &Config, j: &mut Journal, mps_start: MpsStart) -> Result<(), F
     let deadline = Instant::now() + mps::START_TIME;
     for d in &j.mps {
         mps::start_daemon(&program, d, Some((j.uid, j.gid)), deadline)
-            .map_err(|e| Failure::Refuse(format!("the MPS daemon did not start: {e}")))?;
+            .map_err(|e| Failure::Refuse(not_started(d, &e)))?;
     }
     j.mps_mount_ns = container::own_mount_ns().ok();
     Ok(())
+}
+
+/// Why the job is refused when daemon `d` did not start; a MIG instance's is named.
+fn not_started(d: &MpsDaemon, e: &mps::MpsError) -> String {
+    if d.devices.starts_with("MIG-") {
+        format!(
+            "the MPS daemon did not start in MIG instance {}: {e}",
+            d.devices
+        )
+    } else {
+        format!("the MPS daemon did not start: {e}")
+    }
 }
 
 /// What the extern step did about a job's MPS daemons ([`start_mps_in_extern_step`]).
@@ -761,7 +804,7 @@ pub fn start_mps_in_extern_step(
             if let Err(e) = mps::start_daemon_in(&program, d, user, Some(&entry), deadline) {
                 // Those already started go too.
                 mps::stop_all(None, &j.mps, user, Instant::now());
-                return Err(format!("the MPS daemon did not start: {e}"));
+                return Err(not_started(d, &e));
             }
         }
         Ok(entry)
@@ -814,7 +857,7 @@ fn entry_hint(facts: &SlurmFacts) -> Option<String> {
 /// # Errors
 /// Why they cannot, in one line naming the Slurm setting.
 pub fn mps_reachable(j: &Journal, task_ns: u64) -> Result<(), String> {
-    if j.phase != Phase::Applied || journal_kind(j) != Some(ModeKind::Mps) {
+    if j.phase != Phase::Applied || j.mps.is_empty() {
         return Ok(());
     }
     match (j.mps_start, j.mps_mount_ns) {
@@ -840,6 +883,7 @@ pub fn mps_reachable(j: &Journal, task_ns: u64) -> Result<(), String> {
 fn job_env(j: &Journal, gpus: &[GpuInfo], mode: &Mode) -> Vec<(String, String)> {
     let mut env = Vec::new();
     match mode {
+        // MigMps: migmps::job_env.
         Mode::Mig(_) | Mode::MigMps { .. } => {
             let planned: Vec<PlannedInstance> = j
                 .gpus
