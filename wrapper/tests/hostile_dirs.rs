@@ -553,3 +553,170 @@ fn bench_refuses_to_replace_an_earlier_bench_json() {
         .args(["--", "true"]);
     refused(&output(&mut c), "writable by group or others (mode 0777)");
 }
+
+#[test]
+fn a_link_planted_in_a_parent_never_redirects_where_colloc_writes() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as two users");
+        return;
+    }
+    let t = tmp();
+    // A shared scratch directory, sticky as /tmp is; the victim keeps a directory of
+    // their own elsewhere, which the attacker wants colloc to write into.
+    let shared = t.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let target = t.path().join("victims-own");
+    std::fs::create_dir(&target).unwrap();
+    std::os::unix::fs::lchown(&target, Some(VICTIM), Some(VICTIM)).unwrap();
+    // The attacker plants `shared/proj` as a link to it, where the victim (or root) will
+    // give `--report-dir shared/proj/out`.
+    let rec = t.path().join("rec");
+    record(t.path(), &rec, Some(VICTIM), &[]);
+    let link = shared.join("proj");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(ATTACKER), Some(ATTACKER)).unwrap();
+    for uid in [VICTIM, 0] {
+        let mut c = colloc(t.path());
+        c.args([
+            "run",
+            "-q",
+            "-n",
+            "1",
+            "--report-dir",
+            "shared/proj/out",
+            "--",
+            "true",
+        ]);
+        if uid != 0 {
+            as_user(&mut c, uid);
+        }
+        refused(
+            &output(&mut c),
+            "shared/proj is a symbolic link owned by uid 64201",
+        );
+        assert_eq!(
+            std::fs::read_dir(&target).unwrap().count(),
+            0,
+            "colloc wrote through the link"
+        );
+        // colloc report --out goes the same way.
+        let mut c = colloc(t.path());
+        c.args(["report", "--out", "shared/proj/out"]).arg(&rec);
+        if uid != 0 {
+            as_user(&mut c, uid);
+        }
+        refused(
+            &output(&mut c),
+            "shared/proj is a symbolic link owned by uid 64201",
+        );
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+    }
+    // The victim's own link is followed for the victim (not for root); root's for both.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(VICTIM), Some(VICTIM)).unwrap();
+    let mut c = colloc(t.path());
+    c.args([
+        "run",
+        "-q",
+        "-n",
+        "1",
+        "--report-dir",
+        "shared/proj/out",
+        "--",
+        "true",
+    ]);
+    let out = output(&mut c);
+    refused(&out, "as root colloc follows only root's links");
+    let out = output(as_user(&mut c, VICTIM));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(target.join("out/events").is_dir());
+    std::os::unix::fs::lchown(&link, Some(0), Some(0)).unwrap();
+    let mut c = colloc(t.path());
+    c.args([
+        "run",
+        "-q",
+        "-n",
+        "1",
+        "--report-dir",
+        "shared/proj/out2",
+        "--",
+        "true",
+    ]);
+    let out = output(&mut c);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Root never works below a directory others may rename entries of (no sticky bit).
+    let open = t.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = output(colloc(t.path()).args([
+        "run",
+        "-q",
+        "-n",
+        "1",
+        "--report-dir",
+        "open/a/out",
+        "--",
+        "true",
+    ]));
+    refused(
+        &out,
+        "open is writable by group or others without the sticky bit (mode 0777)",
+    );
+    assert!(!open.join("a").exists());
+}
+
+#[test]
+fn new_report_directories_are_readable_by_their_owner_only() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[("TOKEN", "s3cret")]);
+    for d in [&dir, &dir.join("events"), &dir.join("logs")] {
+        let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} is {mode:o}", d.display());
+    }
+    let out_dir = t.path().join("copy");
+    let out = output(
+        colloc(t.path())
+            .args(["report", "-q", "--out"])
+            .arg(&out_dir)
+            .arg(&dir),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mode = std::fs::metadata(&out_dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[test]
+fn a_record_of_thousands_of_event_files_reads_under_a_low_open_file_limit() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[]);
+    // 2,000 writers of the session: far more files than the 256 descriptors allowed.
+    for w in 0..2000 {
+        std::fs::write(
+            dir.join(format!("events/1.w{w}.jsonl")),
+            format!("{{\"ev\":\"unknown\",\"ts\":{}}}\n", 1_800_000_000 + w),
+        )
+        .unwrap();
+    }
+    let mut c = colloc(t.path());
+    c.args(["report", "--no-write"]).arg(&dir);
+    // SAFETY: setrlimit is async-signal-safe and gets a valid pointer.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = output(&mut c);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("run1"), "{}", text(&out.stdout));
+}
