@@ -312,7 +312,7 @@ fn walk_parent(path: &Path) -> Result<OwnedFd, UserFsError> {
         .collect();
     let mut links = 0;
     // Where the walk is, for messages: the path as given, up to the component at hand.
-    let mut shown = PathBuf::new();
+    let mut shown = PathBuf::from(if path.is_absolute() { "/" } else { "" });
     while let Some(c) = todo.pop_front() {
         if root {
             refuse_shared_parent(&fd, &shown)?;
