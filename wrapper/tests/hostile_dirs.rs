@@ -753,3 +753,36 @@ fn a_run_name_made_to_inject_a_spreadsheet_formula_stays_text_in_the_csv() {
         }
     }
 }
+
+#[test]
+fn control_characters_reach_no_terminal_through_json_or_csv() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[]);
+    let ev = dir.join("events/1.main.jsonl");
+    // ESC and BEL as JSON escapes; DEL and the C1 CSI (U+009B, a sequence's start on
+    // some terminals) raw, as a forged record may hold them.
+    let forged = std::fs::read_to_string(&ev)
+        .unwrap()
+        .replace("\"run1\"", "\"r\\u001b[2J\u{7f}\u{9b}2J\\u0007\"");
+    std::fs::write(&ev, forged).unwrap();
+    for args in [
+        &["report", "--json"][..],
+        &["report", "--csv"][..],
+        &["report", "--no-write"][..],
+        &["report", "-q", "--no-write"][..],
+    ] {
+        let out = output(colloc(t.path()).args(args).arg(&dir));
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let all = text(&[out.stdout.as_slice(), out.stderr.as_slice()].concat());
+        assert!(
+            !all.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?}: raw control characters: {all:?}"
+        );
+        if args[1] == "--json" {
+            // Still the same JSON, name and all.
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["runs"][0]["name"], "r\u{1b}[2J\u{7f}\u{9b}2J\u{7}");
+        }
+    }
+}
