@@ -786,3 +786,84 @@ fn control_characters_reach_no_terminal_through_json_or_csv() {
         }
     }
 }
+
+/// Run to the end and give the peak resident memory of the process, in bytes.
+fn peak_memory(c: &mut Command) -> (Output, u64) {
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut out = child.stdout.unwrap();
+    let mut err = child.stderr.unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut b).unwrap();
+        b
+    });
+    let stderr = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut b).unwrap();
+        b
+    });
+    let mut status = 0;
+    // SAFETY: rusage is plain data, zeroed is a valid value; wait4 writes into both.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is our child's, not yet waited for; the pointers are valid.
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
+    let out = Output {
+        status: std::os::unix::process::ExitStatusExt::from_raw(status),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    (out, usage.ru_maxrss as u64 * 1024)
+}
+
+#[test]
+fn memory_for_a_record_stays_within_a_small_multiple_of_its_size() {
+    use std::io::Write;
+    let t = tmp();
+    // Two shapes: the shortest lines an index is built for, and progress lines full of
+    // samples (a 63 MB record once took 1.3 GB).
+    for shape in ["short", "samples"] {
+        let dir = t.path().join(shape);
+        record(t.path(), &dir, None, &[]);
+        let mut f = std::io::BufWriter::new(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.join("events/1.main.jsonl"))
+                .unwrap(),
+        );
+        let mut size = 0u64;
+        let mut i = 0u64;
+        while size < 24 << 20 {
+            let line = if shape == "short" {
+                "{\"ev\":\"x\",\"ts\":1}\n".to_string()
+            } else {
+                let samples: Vec<String> = (0..20)
+                    .map(|k| format!("[{},{k}]", 1_800_000_000 + i * 20 + k))
+                    .collect();
+                format!(
+                    "{{\"ev\":\"progress\",\"ts\":1800000000,\"run\":\"run1\",\"attempt\":1,\"samples\":[{}]}}\n",
+                    samples.join(",")
+                )
+            };
+            f.write_all(line.as_bytes()).unwrap();
+            size += line.len() as u64;
+            i += 1;
+        }
+        drop(f);
+        let (out, peak) = peak_memory(
+            colloc(t.path())
+                .args(["report", "-q", "--no-write"])
+                .arg(&dir),
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        eprintln!("{shape}: {size} bytes of events, peak {peak} bytes");
+        assert!(
+            peak < 3 * size + (48 << 20),
+            "{shape}: {peak} bytes for a record of {size}"
+        );
+    }
+}
