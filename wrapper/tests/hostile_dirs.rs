@@ -788,6 +788,10 @@ fn control_characters_reach_no_terminal_through_json_or_csv() {
 }
 
 /// Run to the end and give the peak resident memory of the process, in bytes.
+#[allow(
+    clippy::zombie_processes,
+    reason = "reaped by wait4, which also gives its rusage"
+)]
 fn peak_memory(c: &mut Command) -> (Output, u64) {
     let child = c
         .stdout(Stdio::piped())

@@ -441,8 +441,8 @@ fn check_event_files(events: &CheckedDir) -> Result<Vec<EventFile>, RecordError>
             session,
             path: events.shown(&name),
             name,
-            dev: st.st_dev as u64,
-            ino: st.st_ino as u64,
+            dev: st.st_dev,
+            ino: st.st_ino,
             size: st.st_size as u64,
         });
     }
@@ -470,15 +470,15 @@ impl EventFile {
         let Some((file, st)) = open_event_file(events, &self.name)? else {
             return Err(changed());
         };
-        if st.st_dev as u64 != self.dev
-            || st.st_ino as u64 != self.ino
-            || (st.st_size as u64) < self.size
-        {
+        if st.st_dev != self.dev || st.st_ino != self.ino || (st.st_size as u64) < self.size {
             return Err(changed());
         }
         Ok(file.take(self.size))
     }
 }
+
+/// A session and the index of its lines.
+type SessionIndex = (u32, Vec<Entry>);
 
 /// Where an event line is, for the second pass: 32 bytes a line.
 struct Entry {
@@ -541,7 +541,7 @@ fn next_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<(usi
 fn index_events(
     events: &CheckedDir,
     files: &[EventFile],
-) -> Result<(Vec<(u32, Vec<Entry>)>, usize), RecordError> {
+) -> Result<(Vec<SessionIndex>, usize), RecordError> {
     let mut bad = 0;
     let mut lines = 0usize;
     let mut sessions: Vec<(u32, Vec<Entry>)> = Vec::new();
