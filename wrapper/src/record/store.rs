@@ -1050,6 +1050,25 @@ mod tests {
     }
 
     #[test]
+    fn many_writers_of_a_session_merge_by_time_with_few_files_open() {
+        // More writers than files kept open, their lines interleaved in time: every
+        // line is read from a file opened again and sought to.
+        let (t, d, _) = record_with("");
+        let writers = MAX_OPEN as u32 + 36;
+        for w in 0..writers {
+            let lines: String = (0..3).map(|k| stop(f64::from(10 + k * 1000 + w))).collect();
+            std::fs::write(t.path().join(format!("r/events/1.w{w}.jsonl")), lines).unwrap();
+        }
+        let (events, bad) = events_of(&d);
+        assert_eq!((events.len(), bad), (1 + 3 * writers as usize, 0));
+        let ts: Vec<f64> = events.iter().skip(1).map(Event::ts).collect();
+        let mut sorted = ts.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(ts, sorted);
+        assert_eq!(ts[writers as usize], 1010.0);
+    }
+
+    #[test]
     fn an_event_file_with_another_link_is_refused() {
         let (t, d, p) = record_with("");
         std::fs::hard_link(&p, t.path().join("elsewhere")).unwrap();
