@@ -382,11 +382,22 @@ impl CheckedDir {
     /// [`UserFsError::WrongType`] (a link or a file), or I/O.
     pub fn create_or_adopt(path: &Path, mode: u32) -> Result<(CheckedDir, bool), UserFsError> {
         let Some(name) = path.file_name() else {
-            return Err(UserFsError::WrongType {
+            // `.`, `..`, `/`: the directory the walk ends in, never made here.
+            let fd = walk_parent(path)?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| io("inspect", path, e))?;
+            if let Some(why) = not_yours(&st) {
+                return Err(UserFsError::NotYours {
+                    path: path.to_path_buf(),
+                    why,
+                });
+            }
+            let d = CheckedDir {
+                fd,
                 path: path.to_path_buf(),
-                what: "a path that ends in `..` or `/`".into(),
-                expected: "a directory name",
-            });
+                owner: st.st_uid,
+                writable: true,
+            };
+            return Ok((d, false));
         };
         let parent = path.parent().unwrap_or(Path::new(""));
         let at = walk_parent(parent)?;
@@ -820,6 +831,10 @@ mod tests {
         assert!(!made);
         let (_, made) = CheckedDir::create_or_adopt(&t.path().join("a/b"), 0o755).unwrap();
         assert!(made);
+        // `.` and `..` name the directory itself.
+        let (d, made) = CheckedDir::create_or_adopt(&t.path().join("a/b/.."), 0o755).unwrap();
+        assert!(!made);
+        assert!(d.lstat("b").unwrap().is_some());
     }
 
     #[test]
