@@ -404,6 +404,47 @@ mod tests {
     }
 
     #[test]
+    fn bench_json_reads_back_as_the_report_it_was_written_from() {
+        // One model for both: what runner/finish.rs writes is what --compare reads.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bench.json");
+        let mut written = crate::bench::report::tests::report();
+        written.gpu = Some(report(3, None, 1.0, 2.0, None).gpu.unwrap());
+        written.notes.push("a note".into());
+        std::fs::write(&p, serde_json::to_string_pretty(&written).unwrap() + "\n").unwrap();
+        assert_eq!(load(&p).unwrap(), written);
+    }
+
+    #[test]
+    fn an_older_gpu_record_reads_through_the_model_or_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bench.json");
+        // Schema 1 (bench/results/earlier): `mig_enabled`, no `mig_mode`.
+        std::fs::write(
+            &p,
+            r#"{"schema": 1, "gpu": {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-e16f", "memory_total": 150754820096, "driver": "580.159.04", "mig_enabled": false},
+               "results": [{"mode": "solo", "n": 1, "status": "measured", "aggregate": 8403.0}]}"#,
+        )
+        .unwrap();
+        let r = load(&p).unwrap();
+        let g = r.gpu.unwrap();
+        assert_eq!((g.info.uuid.as_str(), g.info.mig_mode), ("GPU-e16f", None));
+        assert_eq!(g.driver.as_deref(), Some("580.159.04"));
+        assert_eq!(r.results[0].aggregate, Some(8403.0));
+        // A record that is not one (no uuid; not an object): no GPU, the rest still read.
+        for gpu in [r#"{"index": 0, "name": "NVIDIA H200"}"#, r#""NVIDIA H200""#] {
+            std::fs::write(
+                &p,
+                format!(r#"{{"schema": 2, "gpu": {gpu}, "results": [{{"mode": "mps", "n": 7, "aggregate": 62231.0}}]}}"#),
+            )
+            .unwrap();
+            let r = load(&p).unwrap_or_else(|e| panic!("{gpu}: {e}"));
+            assert_eq!(r.gpu, None, "{gpu}");
+            assert_eq!(r.row("mps", 7).unwrap().aggregate, Some(62231.0));
+        }
+    }
+
+    #[test]
     fn only_bench_reports_are_read() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("x.json");

@@ -25,11 +25,22 @@ use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
 use crate::export::table::{csv_num, csv_opt, dash_or as opt, Table};
 
+/// A `gpu` record as a report of any schema holds it: one that reads as [`BenchGpu`], or
+/// something else (an older or damaged record).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum GpuRecord {
+    Read(BenchGpu),
+    Unread(serde::de::IgnoredAny),
+}
+
 /// A `gpu` record of an older report that does not read as [`BenchGpu`] is none, not a
 /// report that cannot be read.
 fn gpu_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BenchGpu>, D::Error> {
-    let v = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(v.and_then(|v| serde_json::from_value(v).ok()))
+    Ok(match Option::<GpuRecord>::deserialize(d)? {
+        Some(GpuRecord::Read(g)) => Some(g),
+        Some(GpuRecord::Unread(_)) | None => None,
+    })
 }
 
 /// Report format version of `bench.json`, `bench.csv` and `bench-measurements.csv`.
