@@ -17,104 +17,25 @@ use crate::record::store;
 impl Ctx<'_> {
     /// Settle the figures, recommend, print the table, write JSON, CSVs and PNG.
     pub(super) fn finish(&mut self) -> anyhow::Result<()> {
+        let min_gain = self.spec.min_gain;
         let report = &mut self.report;
-        if report.unit.is_empty() {
-            report.unit = crate::engine::scan::FALLBACK_UNIT.into();
-        }
-        for r in &mut report.results {
-            r.settle();
-        }
-        let solo = report.row("solo", 1).and_then(ConfigResult::spread);
-        let reference = report.row("reference", 1).and_then(ConfigResult::spread);
-        report.solo = solo.map(|s| s.mean);
-        report.solo_u = solo.and_then(|s| s.u);
-        report.reference = reference.map(|s| s.mean);
-        report.reference_u = reference.and_then(|s| s.u);
-        let mut faster: Vec<String> = Vec::new();
-        for r in &mut report.results {
-            let Some(sp) = r.spread() else { continue };
-            r.set_vs_solo(solo.and_then(|s| stats::ratio(&sp, &s)));
-            r.set_vs_reference(reference.and_then(|f| stats::ratio(&sp, &f)));
-            if r.mode == "solo" || r.mode == "reference" {
-                continue;
-            }
-            if let Some(s) = solo {
-                if let Some((mean, max)) = analysis::slowdown(s.mean, &r.per_copy) {
-                    r.slowdown_mean = Some(mean);
-                    r.slowdown_max = Some(max);
-                    let rel = (s.rel_u().powi(2) + sp.rel_u().powi(2)).sqrt();
-                    r.baseline_problem = analysis::baseline_problem(mean, rel);
-                    if r.baseline_problem {
-                        faster.push(format!("{} ({mean:.2}x)", cell_name(&r.mode, r.n)));
-                    }
-                }
-            }
-        }
-        if !faster.is_empty() {
-            report.notes.push(format!(
-                "baseline problem: each copy ran faster than the solo run, beyond the noise, in {}: the solo figure is too low (a solo run bound by launching kernels from the host measures the host's CPU as much as the GPU), so ratios to solo overstate collocation{}",
-                faster.join(", "),
-                if report.reference.is_some() {
-                    "; the fractions of the reference do not depend on it"
-                } else {
-                    "; give a --reference that saturates the GPU in one process"
-                }
-            ));
-        }
-        if let Some(note) = analysis::solo_unsteady(solo, reference) {
-            report.notes.push(note);
-        }
+        let solo = settle(report);
         report.mps_limit = mps_limit(report);
         if let Some(s) = solo {
-            let cands = judged_candidates(report);
-            if let Some(rec) = answer::recommend(&s, &cands, self.spec.min_gain) {
-                let vs_ref = report
-                    .row(&rec.chosen.mode, rec.chosen.n)
-                    .and_then(|r| r.vs_reference.map(|v| (v, r.vs_reference_u)));
-                let solo_moves = report
-                    .notes
-                    .iter()
-                    .any(|n| n.starts_with(analysis::SOLO_MOVES));
-                report.recommendation = Some(RecommendationOut {
-                    mode: rec.chosen.mode.clone(),
-                    n: rec.chosen.n,
-                    aggregate: rec.chosen.aggregate.mean,
-                    aggregate_u: rec.chosen.aggregate.u,
-                    vs_solo: rec.ratio.value,
-                    vs_solo_u: rec.ratio.u,
-                    vs_reference: vs_ref.map(|v| v.0),
-                    vs_reference_u: vs_ref.and_then(|v| v.1),
-                    pays: rec.pays(),
-                    verdict: rec.verdict.as_str().into(),
-                    margin: rec.margin,
-                    best: cell_name(&rec.best.mode, rec.best.n),
-                    as_good: rec
-                        .as_good
-                        .iter()
-                        .map(|c| cell_name(&c.mode, c.n))
-                        .collect(),
-                    wide: rec
-                        .wide
-                        .iter()
-                        .map(|c| report::wide_text(c, &rec, &report.unit))
-                        .collect(),
-                    text: report::recommendation_text(
-                        &rec,
-                        self.spec.min_gain,
-                        &report.unit,
-                        vs_ref,
-                        solo_moves,
-                    ),
-                });
-            }
+            report.recommendation = recommendation(report, &s, min_gain);
         }
         report.wall_s = self.clock.now();
         if let (Some(old), Some(path)) = (&self.old, &self.spec.compare) {
             let c = compare::compare(&path.display().to_string(), old, report);
             report.comparison = Some(c);
         }
+        out!("{}", report::table(&self.report));
+        self.write_reports()
+    }
+
+    /// bench.json, the CSVs and the plot into the report directory.
+    fn write_reports(&self) -> anyhow::Result<()> {
         let report = &self.report;
-        out!("{}", report::table(report));
         let dir = &self.out;
         let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
             dir.write(name, bytes).map_err(anyhow::Error::from)
@@ -166,6 +87,97 @@ impl Ctx<'_> {
         errln!("colloc bench: reports in {}", dir.path().display());
         Ok(())
     }
+}
+
+/// Each configuration's figures and spread settled, with its ratios to solo and to the
+/// reference and its slowdown; a note where copies ran faster than solo beyond the
+/// noise, and where solo moved with the host. Solo's spread, where it was measured.
+fn settle(report: &mut Report) -> Option<Spread> {
+    if report.unit.is_empty() {
+        report.unit = crate::engine::scan::FALLBACK_UNIT.into();
+    }
+    for r in &mut report.results {
+        r.settle();
+    }
+    let solo = report.row("solo", 1).and_then(ConfigResult::spread);
+    let reference = report.row("reference", 1).and_then(ConfigResult::spread);
+    report.solo = solo.map(|s| s.mean);
+    report.solo_u = solo.and_then(|s| s.u);
+    report.reference = reference.map(|s| s.mean);
+    report.reference_u = reference.and_then(|s| s.u);
+    let mut faster: Vec<String> = Vec::new();
+    for r in &mut report.results {
+        let Some(sp) = r.spread() else { continue };
+        r.set_vs_solo(solo.and_then(|s| stats::ratio(&sp, &s)));
+        r.set_vs_reference(reference.and_then(|f| stats::ratio(&sp, &f)));
+        if r.mode == "solo" || r.mode == "reference" {
+            continue;
+        }
+        if let Some(s) = solo {
+            if let Some((mean, max)) = analysis::slowdown(s.mean, &r.per_copy) {
+                r.slowdown_mean = Some(mean);
+                r.slowdown_max = Some(max);
+                let rel = (s.rel_u().powi(2) + sp.rel_u().powi(2)).sqrt();
+                r.baseline_problem = analysis::baseline_problem(mean, rel);
+                if r.baseline_problem {
+                    faster.push(format!("{} ({mean:.2}x)", cell_name(&r.mode, r.n)));
+                }
+            }
+        }
+    }
+    if !faster.is_empty() {
+        report.notes.push(format!(
+            "baseline problem: each copy ran faster than the solo run, beyond the noise, in {}: the solo figure is too low (a solo run bound by launching kernels from the host measures the host's CPU as much as the GPU), so ratios to solo overstate collocation{}",
+            faster.join(", "),
+            if report.reference.is_some() {
+                "; the fractions of the reference do not depend on it"
+            } else {
+                "; give a --reference that saturates the GPU in one process"
+            }
+        ));
+    }
+    if let Some(note) = analysis::solo_unsteady(solo, reference) {
+        report.notes.push(note);
+    }
+    solo
+}
+
+/// What colloc recommends against `solo` ([`answer::recommend`]), as the report holds it.
+fn recommendation(report: &Report, solo: &Spread, min_gain: f64) -> Option<RecommendationOut> {
+    let cands = judged_candidates(report);
+    let rec = answer::recommend(solo, &cands, min_gain)?;
+    let vs_ref = report
+        .row(&rec.chosen.mode, rec.chosen.n)
+        .and_then(|r| r.vs_reference.map(|v| (v, r.vs_reference_u)));
+    let solo_moves = report
+        .notes
+        .iter()
+        .any(|n| n.starts_with(analysis::SOLO_MOVES));
+    Some(RecommendationOut {
+        mode: rec.chosen.mode.clone(),
+        n: rec.chosen.n,
+        aggregate: rec.chosen.aggregate.mean,
+        aggregate_u: rec.chosen.aggregate.u,
+        vs_solo: rec.ratio.value,
+        vs_solo_u: rec.ratio.u,
+        vs_reference: vs_ref.map(|v| v.0),
+        vs_reference_u: vs_ref.and_then(|v| v.1),
+        pays: rec.pays(),
+        verdict: rec.verdict.as_str().into(),
+        margin: rec.margin,
+        best: cell_name(&rec.best.mode, rec.best.n),
+        as_good: rec
+            .as_good
+            .iter()
+            .map(|c| cell_name(&c.mode, c.n))
+            .collect(),
+        wide: rec
+            .wide
+            .iter()
+            .map(|c| report::wide_text(c, &rec, &report.unit))
+            .collect(),
+        text: report::recommendation_text(&rec, min_gain, &report.unit, vs_ref, solo_moves),
+    })
 }
 
 /// Lines of the plot: each mode's measured (N, aggregate ± u) points, naive with solo as

@@ -68,37 +68,20 @@ impl Ctx<'_> {
             );
             return Ok(None);
         }
-        let mut guard = None;
-        let mut env: Vec<(String, String)> = Vec::new();
-        let mut mig_ctl = None;
-        match mode {
-            BenchMode::Naive => {}
-            BenchMode::Mps => match self.start_mps() {
-                Ok(g) => {
-                    env = g.daemon().env();
-                    guard = Some(g);
-                }
-                Err(why) => {
-                    self.skip_mode(mode, &counts, &why);
-                    return Ok(None);
-                }
-            },
-            BenchMode::Mig => {
-                if let Some(why) = mig_unavailable(self.gpu.as_ref(), self.config) {
-                    self.skip_mode(mode, &counts, &why);
-                    return Ok(None);
-                }
-                match NvmlGpus::open(&self.config.nvml_library) {
-                    Ok(c) => mig_ctl = Some(c),
-                    Err(e) => {
-                        self.skip_mode(mode, &counts, &e.to_string());
-                        return Ok(None);
-                    }
-                }
+        if mode == BenchMode::Mig {
+            if let Some(why) = mig_unavailable(self.gpu.as_ref(), self.config) {
+                self.skip_mode(mode, &counts, &why);
+                return Ok(None);
             }
         }
+        let under = match self.open_mode(mode) {
+            Ok(u) => u,
+            Err(why) => {
+                self.skip_mode(mode, &counts, &why);
+                return Ok(None);
+            }
+        };
         let auto = self.spec.counts == Counts::Auto;
-        let total = self.gpu.as_ref().map(|g| g.info.memory_total);
         let mut prev: Option<(usize, Obs)> = self
             .report
             .row("solo", 1)
@@ -119,37 +102,22 @@ impl Ctx<'_> {
                 }
                 continue;
             }
-            if mode == BenchMode::Mps && n > MPS_MAX_CLIENTS {
-                let why = format!("MPS serves at most {MPS_MAX_CLIENTS} clients per GPU");
-                self.report
-                    .results
-                    .push(ConfigResult::skipped(name, n, why.clone()));
-                stopped = Some(why);
-                continue;
-            }
-            if let Err(why) = analysis::memory_fits(self.solo_peak, total, n) {
-                self.report
-                    .results
-                    .push(ConfigResult::skipped(name, n, why.clone()));
-                if auto {
-                    self.report.notes.push(format!(
-                        "{name}: --counts auto stopped before {n} copies: they would not fit in the GPU's memory"
-                    ));
-                }
+            if let Some(why) = self.cannot_hold(mode, n, auto) {
                 stopped = Some(why);
                 continue;
             }
             // Under MPS, once a count was measured, room stays for `mps:N` at the chosen N:
             // a count further is tried only where both fit.
             let measured_mps = block.cells.iter().any(|c| c.kind == Kind::Mps && c.n > 1);
-            let keep = (mode == BenchMode::Mps && guard.is_some() && measured_mps).then(|| {
-                let limited = Cell {
-                    kind: Kind::MpsLimited,
-                    n,
-                };
-                let s = plan::kept_for_limit(&self.budget, &limited.key(), n, self.spec.repeat);
-                (limited, s)
-            });
+            let keep =
+                (mode == BenchMode::Mps && under.daemon.is_some() && measured_mps).then(|| {
+                    let limited = Cell {
+                        kind: Kind::MpsLimited,
+                        n,
+                    };
+                    let s = plan::kept_for_limit(&self.budget, &limited.key(), n, self.spec.repeat);
+                    (limited, s)
+                });
             if let Err(why) = self.new_cell_fits(cell, found, with_ref, &block.cells, keep) {
                 self.skip_for_budget(cell, why.clone());
                 if auto {
@@ -162,21 +130,18 @@ impl Ctx<'_> {
                 stopped = Some(format!("budget: {why}"));
                 continue;
             }
-            let obs = match mode {
-                BenchMode::Mig => {
-                    let ctl = mig_ctl.as_ref().expect("opened above");
-                    match self.measure_mig(ctl, n, 1)? {
-                        Ok(o) => o,
-                        Err(why) => {
-                            self.report
-                                .results
-                                .push(ConfigResult::skipped(name, n, why.clone()));
-                            stopped = Some(why);
-                            continue;
-                        }
+            let obs = match &under.mig {
+                Some(ctl) => match self.measure_mig(ctl, n, 1)? {
+                    Ok(o) => o,
+                    Err(why) => {
+                        self.report
+                            .results
+                            .push(ConfigResult::skipped(name, n, why.clone()));
+                        stopped = Some(why);
+                        continue;
                     }
-                }
-                _ => self.measure(cell, 1, &env, None)?,
+                },
+                None => self.measure(cell, 1, &under.env, None)?,
             };
             let Some(o) = obs else {
                 stopped = Some(format!("not tried: {name} with {n} copies failed"));
@@ -184,63 +149,118 @@ impl Ctx<'_> {
             };
             block.cells.push(cell);
             if auto {
-                if let Some((pn, p)) = prev {
-                    let step = plan::step_rises(p, o);
-                    self.report.row_mut(name, n).rise = Some(step.rise);
-                    if !step.go_on {
-                        let note = format!(
-                            "{name}: --counts auto stopped at {n} copies: the aggregate rose {:+.1} % from {pn} cop{}, not more than the noise (± {:.1} %) and {:.0} %",
-                            step.rise * 100.0,
-                            if pn == 1 { "y" } else { "ies" },
-                            step.noise * 100.0,
-                            plan::MIN_RISE * 100.0
-                        );
-                        errln!("colloc bench: {note}");
-                        self.report.notes.push(note);
-                        stopped = Some("the aggregate stopped rising".into());
-                    }
+                if let Some(p) = prev {
+                    stopped = self.judge_step(name, n, p, o);
                 }
             }
             prev = Some((n, o));
         }
-        if mode == BenchMode::Mps && guard.is_some() {
-            if let Some(n) = self.chosen_n(&block) {
-                let cell = Cell {
-                    kind: Kind::MpsLimited,
-                    n,
-                };
-                let fits = self
-                    .new_cell_fits(cell, found, with_ref, &block.cells, None)
-                    // Its repeat no longer fits (a count ran longer than its estimate):
-                    // measured once all the same where that fits; round 2 repeats it
-                    // first if it can.
-                    .or_else(|why| {
-                        if self.fits_once(cell, found, with_ref, &block.cells) {
-                            Ok(())
-                        } else {
-                            Err(why)
-                        }
-                    });
-                if let Err(why) = fits {
-                    self.skip_for_budget(cell, why.clone());
-                    // Said first: the question "does mps:N cost anything here" stays open.
-                    self.report.notes.insert(
-                        0,
-                        format!(
-                            "{m} was not measured: the budget could not hold it even after the search for N stopped to keep room for it ({why}); whether --colloc={m}'s limits cost anything against unlimited mps at {n} copies stays open: a larger --budget measures it",
-                            m = cell.mode()
-                        ),
-                    );
+        if mode == BenchMode::Mps && under.daemon.is_some() {
+            self.explore_limited(&mut block, &under.env, found, with_ref)?;
+        }
+        drop(under);
+        Ok((!block.cells.is_empty()).then_some(block))
+    }
+
+    /// Why `n` copies of `mode` cannot run, said in their row (and, under `--counts auto`,
+    /// in a note where memory stopped the search): more MPS clients than a GPU serves, or
+    /// copies that would not fit in the GPU's memory. `None`: they can.
+    fn cannot_hold(&mut self, mode: BenchMode, n: usize, auto: bool) -> Option<String> {
+        let name = mode.as_str();
+        if mode == BenchMode::Mps && n > MPS_MAX_CLIENTS {
+            let why = format!("MPS serves at most {MPS_MAX_CLIENTS} clients per GPU");
+            self.report
+                .results
+                .push(ConfigResult::skipped(name, n, why.clone()));
+            return Some(why);
+        }
+        let total = self.gpu.as_ref().map(|g| g.info.memory_total);
+        if let Err(why) = analysis::memory_fits(self.solo_peak, total, n) {
+            self.report
+                .results
+                .push(ConfigResult::skipped(name, n, why.clone()));
+            if auto {
+                self.report.notes.push(format!(
+                    "{name}: --counts auto stopped before {n} copies: they would not fit in the GPU's memory"
+                ));
+            }
+            return Some(why);
+        }
+        None
+    }
+
+    /// `--counts auto`: did the aggregate rise enough from `prev` copies to `n` to try
+    /// more? The rise goes into the row; why the search stops, where it does.
+    fn judge_step(
+        &mut self,
+        name: &str,
+        n: usize,
+        (pn, p): (usize, Obs),
+        o: Obs,
+    ) -> Option<String> {
+        let step = plan::step_rises(p, o);
+        self.report.row_mut(name, n).rise = Some(step.rise);
+        if step.go_on {
+            return None;
+        }
+        let note = format!(
+            "{name}: --counts auto stopped at {n} copies: the aggregate rose {:+.1} % from {pn} cop{}, not more than the noise (± {:.1} %) and {:.0} %",
+            step.rise * 100.0,
+            if pn == 1 { "y" } else { "ies" },
+            step.noise * 100.0,
+            plan::MIN_RISE * 100.0
+        );
+        errln!("colloc bench: {note}");
+        self.report.notes.push(note);
+        Some("the aggregate stopped rising".into())
+    }
+
+    /// After the MPS counts of round 1: `mps:N` at the chosen N, measured where the
+    /// budget holds it (once, at least, if its repeats no longer fit); where it does
+    /// not, a note says so first.
+    fn explore_limited(
+        &mut self,
+        block: &mut Block,
+        daemon_env: &[(String, String)],
+        found: &[Block],
+        with_ref: bool,
+    ) -> anyhow::Result<()> {
+        let Some(n) = self.chosen_n(block) else {
+            return Ok(());
+        };
+        let cell = Cell {
+            kind: Kind::MpsLimited,
+            n,
+        };
+        let fits = self
+            .new_cell_fits(cell, found, with_ref, &block.cells, None)
+            // Its repeat no longer fits (a count ran longer than its estimate):
+            // measured once all the same where that fits; round 2 repeats it
+            // first if it can.
+            .or_else(|why| {
+                if self.fits_once(cell, found, with_ref, &block.cells) {
+                    Ok(())
                 } else {
-                    let limited = self.limited_env(&env, n);
-                    if self.measure(cell, 1, &limited, None)?.is_some() {
-                        block.cells.push(cell);
-                    }
+                    Err(why)
                 }
+            });
+        if let Err(why) = fits {
+            self.skip_for_budget(cell, why.clone());
+            // Said first: the question "does mps:N cost anything here" stays open.
+            self.report.notes.insert(
+                0,
+                format!(
+                    "{m} was not measured: the budget could not hold it even after the search for N stopped to keep room for it ({why}); whether --colloc={m}'s limits cost anything against unlimited mps at {n} copies stays open: a larger --budget measures it",
+                    m = cell.mode()
+                ),
+            );
+        } else {
+            let limited = self.limited_env(daemon_env, n);
+            if self.measure(cell, 1, &limited, None)?.is_some() {
+                block.cells.push(cell);
             }
         }
-        drop(guard);
-        Ok((!block.cells.is_empty()).then_some(block))
+        Ok(())
     }
 
     /// The N at which `mps:N` is tried: the plateau rule over the block's unlimited MPS
@@ -279,44 +299,24 @@ impl Ctx<'_> {
     /// Rounds 2 and on: the block's configurations again, in this round's order.
     pub(super) fn repeat_block(&mut self, block: &Block, round: u32) -> anyhow::Result<()> {
         let cells = plan::in_round_order(&block.cells, round);
-        let mut guard = None;
-        let mut env = Vec::new();
-        let mut mig_ctl = None;
-        match block.mode {
-            BenchMode::Naive => {}
-            BenchMode::Mps => match self.start_mps() {
-                Ok(g) => {
-                    env = g.daemon().env();
-                    guard = Some(g);
+        let under = match self.open_mode(block.mode) {
+            Ok(u) => u,
+            Err(why) => {
+                for c in &cells {
+                    self.report
+                        .row_mut(&c.mode(), c.n)
+                        .fail(round, why.clone(), 0.0, vec![]);
                 }
-                Err(why) => {
-                    for c in &cells {
-                        self.report
-                            .row_mut(&c.mode(), c.n)
-                            .fail(round, why.clone(), 0.0, vec![]);
-                    }
-                    return Ok(());
-                }
-            },
-            BenchMode::Mig => match NvmlGpus::open(&self.config.nvml_library) {
-                Ok(c) => mig_ctl = Some(c),
-                Err(e) => {
-                    for c in &cells {
-                        self.report
-                            .row_mut(&c.mode(), c.n)
-                            .fail(round, e.to_string(), 0.0, vec![]);
-                    }
-                    return Ok(());
-                }
-            },
-        }
+                return Ok(());
+            }
+        };
         for c in cells {
             if !self.repeat_fits(c, round) {
                 continue;
             }
             match c.kind {
                 Kind::Mig => {
-                    let ctl = mig_ctl.as_ref().expect("opened above");
+                    let ctl = under.mig.as_ref().expect("opened above");
                     if let Err(why) = self.measure_mig(ctl, c.n, round)? {
                         self.report
                             .row_mut(&c.mode(), c.n)
@@ -324,16 +324,40 @@ impl Ctx<'_> {
                     }
                 }
                 Kind::MpsLimited => {
-                    let limited = self.limited_env(&env, c.n);
+                    let limited = self.limited_env(&under.env, c.n);
                     self.measure(c, round, &limited, None)?;
                 }
                 _ => {
-                    self.measure(c, round, &env, None)?;
+                    self.measure(c, round, &under.env, None)?;
                 }
             }
         }
-        drop(guard);
+        drop(under);
         Ok(())
+    }
+
+    /// What a block of `mode` runs under: a private MPS daemon (with its clients'
+    /// environment), or NVML to make MIG layouts through; nothing for naive. `Err`: why
+    /// it cannot.
+    fn open_mode(&self, mode: BenchMode) -> Result<Under, String> {
+        let mut under = Under {
+            daemon: None,
+            env: Vec::new(),
+            mig: None,
+        };
+        match mode {
+            BenchMode::Naive => {}
+            BenchMode::Mps => {
+                let d = self.start_mps()?;
+                under.env = d.daemon().env();
+                under.daemon = Some(d);
+            }
+            BenchMode::Mig => {
+                under.mig =
+                    Some(NvmlGpus::open(&self.config.nvml_library).map_err(|e| e.to_string())?);
+            }
+        }
+        Ok(under)
     }
 
     /// After the rounds: the cells whose repeats disagree by more than the others'
@@ -424,4 +448,14 @@ impl Ctx<'_> {
         );
         Ok(guard)
     }
+}
+
+/// What a block of a mode runs under ([`Ctx::open_mode`]).
+struct Under {
+    /// The private MPS daemon, stopped when dropped.
+    daemon: Option<mps::PrivateDaemon>,
+    /// The copies' environment under it.
+    env: Vec<(String, String)>,
+    /// NVML, to make and undo MIG layouts through.
+    mig: Option<NvmlGpus>,
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use colloc_core::telemetry::Sampler;
+use colloc_core::telemetry::{GpuTotals, Reading, Sampler};
 
 use super::{
     Cell, Ctx, Interrupted, Kind, Taken, BLOCKS, SAMPLE_EVERY, STOP_GRACE, WARMUP_RUN_MAX,
@@ -69,9 +69,96 @@ impl Ctx<'_> {
         self.check_signal()?;
         let seq = self.seq;
         self.seq += 1;
+        let what = self.describe(cell, round);
+        errln!("colloc bench: {what} ...");
+        let started = self.now();
+        let copies = self.copies(cell, round, extra_env, devices);
+        let duration = if round == 0 {
+            self.spec.duration.min(WARMUP_RUN_MAX)
+        } else {
+            self.spec.duration
+        };
+        // Each copy is read as `colloc run` reads each run: its own processes.
+        let mps = matches!(cell.kind, Kind::Mps | Kind::MpsLimited);
+        let sampler = self.nvml.as_ref().map(|nvml| {
+            gpu::sampler_for_devices(nvml, &copies.devices, mps, SAMPLE_EVERY, self.clock.t0)
+        });
+        let out = copies::run(
+            self.launcher,
+            self.signals,
+            self.clock,
+            copies.slots,
+            copies.jobs,
+            &Window {
+                warmup: self.spec.warmup,
+                duration,
+                startup_timeout: self.spec.startup_timeout,
+                grace: STOP_GRACE,
+                what: self.spec.throughput.describe(),
+            },
+            sampler.as_ref(),
+        );
+        let gpu_read = sampler.map(Sampler::finish);
+        if let Some(sig) = out.signal {
+            return Err(Interrupted(sig));
+        }
+        let wall = self.now() - started;
+        let logs = copies.logs;
+        let unit = out.unit.clone();
+        let fail = |why: String, logs: Vec<String>| {
+            errln!("colloc bench: {what}: failed: {why}");
+            Taken {
+                result: Err(why),
+                wall,
+                logs,
+                unit: unit.clone(),
+            }
+        };
+        if let Some(why) = &out.failure {
+            return Ok(fail(why.clone(), logs));
+        }
+        // Lines after the stop (a copy's shutdown) do not count.
+        let samples: Vec<Vec<Sample>> = out
+            .samples
+            .iter()
+            .map(|s| s.iter().copied().filter(|x| x.t <= out.stop_t).collect())
+            .collect();
+        let min_len = (duration.as_secs_f64() * 0.5).max(0.2);
+        let m = match Measured::over(&samples, self.spec.warmup.as_secs_f64(), min_len) {
+            Ok(m) => m,
+            Err(e) => return Ok(fail(e.to_string(), logs)),
+        };
+        let se = window_se(&samples, &m);
+        let fig = gpu_figures(&out, gpu_read.as_ref(), &m);
+        let measurement = Measurement {
+            round,
+            seq,
+            started_s: started,
+            wall_s: wall,
+            window: [m.window.start, m.window.end],
+            aggregate: m.aggregate(),
+            se,
+            per_copy: m.per_copy(),
+            peak_memory_bytes: fig.peak,
+            copy_peak_memory_bytes: fig.copy_peaks,
+            mps_server_bytes: fig.mps_server,
+            energy_j: fig.energy,
+        };
+        let vs_solo = cell.kind != Kind::Solo && round > 0;
+        self.say_measured(&what, vs_solo, unit.as_deref(), &m, se, wall);
+        Ok(Taken {
+            result: Ok(measurement),
+            wall,
+            logs,
+            unit,
+        })
+    }
+
+    /// What a measurement is, as the progress lines name it.
+    fn describe(&self, cell: Cell, round: u32) -> String {
         let n = cell.n;
         let mode = cell.mode();
-        let what = if round == 0 {
+        if round == 0 {
             "warm-up run (discarded)".to_string()
         } else if round > self.report.rounds {
             "closing solo run".to_string()
@@ -87,9 +174,19 @@ impl Ctx<'_> {
                 self.spec.repeat,
                 if n == 1 { "y" } else { "ies" }
             )
-        };
-        errln!("colloc bench: {what} ...");
-        let started = self.now();
+        }
+    }
+
+    /// `cell`'s copies for the engine: each with its log, its slot (its device and
+    /// `extra_env`) and its job.
+    fn copies(
+        &self,
+        cell: Cell,
+        round: u32,
+        extra_env: &[(String, String)],
+        devices: Option<&[String]>,
+    ) -> Copies {
+        let n = cell.n;
         let argv = match cell.kind {
             Kind::Reference => self.spec.reference.clone().unwrap_or_default(),
             _ => self.spec.cmd.clone(),
@@ -99,23 +196,25 @@ impl Ctx<'_> {
         } else {
             format!("{}-n{n}-r{round}", cell.slug())
         };
-        let mut logs = Vec::with_capacity(n);
-        let mut slots = Vec::with_capacity(n);
-        let mut jobs = Vec::with_capacity(n);
-        let mut slot_devices = Vec::with_capacity(n);
+        let mut c = Copies {
+            logs: Vec::with_capacity(n),
+            slots: Vec::with_capacity(n),
+            jobs: Vec::with_capacity(n),
+            devices: Vec::with_capacity(n),
+        };
         for i in 0..n {
             let name = format!("{tag}-{i}.log");
             let log = LogFile::new(Some(&self.logs), name.clone(), self.logs.shown(&name));
-            logs.push(log.path.display().to_string());
+            c.logs.push(log.path.display().to_string());
             let dev = devices
                 .and_then(|d| d.get(i))
                 .unwrap_or(&self.device)
                 .clone();
-            slot_devices.push(dev.clone());
+            c.devices.push(dev.clone());
             let mut env = vec![("CUDA_VISIBLE_DEVICES".to_string(), dev)];
             env.extend(extra_env.iter().cloned());
-            slots.push(Slot { env });
-            jobs.push(Job {
+            c.slots.push(Slot { env });
+            c.jobs.push(Job {
                 run: i,
                 attempt: 1,
                 label: format!("{tag}-{i}"),
@@ -133,110 +232,21 @@ impl Ctx<'_> {
                 log,
             });
         }
-        let duration = if round == 0 {
-            self.spec.duration.min(WARMUP_RUN_MAX)
-        } else {
-            self.spec.duration
-        };
-        // Each copy is read as `colloc run` reads each run: its own processes.
-        let mps = matches!(cell.kind, Kind::Mps | Kind::MpsLimited);
-        let sampler = self.nvml.as_ref().map(|nvml| {
-            gpu::sampler_for_devices(nvml, &slot_devices, mps, SAMPLE_EVERY, self.clock.t0)
-        });
-        let out = copies::run(
-            self.launcher,
-            self.signals,
-            self.clock,
-            slots,
-            jobs,
-            &Window {
-                warmup: self.spec.warmup,
-                duration,
-                startup_timeout: self.spec.startup_timeout,
-                grace: STOP_GRACE,
-                what: self.spec.throughput.describe(),
-            },
-            sampler.as_ref(),
-        );
-        let gpu_read = sampler.map(Sampler::finish);
-        if let Some(sig) = out.signal {
-            return Err(Interrupted(sig));
-        }
-        let wall = self.now() - started;
-        let stop_t = out.stop_t;
-        // Lines after the stop (a copy's shutdown) do not count.
-        let samples: Vec<Vec<Sample>> = out
-            .samples
-            .iter()
-            .map(|s| s.iter().copied().filter(|x| x.t <= stop_t).collect())
-            .collect();
-        let unit = out.unit.clone();
-        let fail = |why: String, logs: Vec<String>| {
-            errln!("colloc bench: {what}: failed: {why}");
-            Taken {
-                result: Err(why),
-                wall,
-                logs,
-                unit: unit.clone(),
-            }
-        };
-        if let Some(why) = out.failure {
-            return Ok(fail(why, logs));
-        }
-        let min_len = (duration.as_secs_f64() * 0.5).max(0.2);
-        let m = match Measured::over(&samples, self.spec.warmup.as_secs_f64(), min_len) {
-            Ok(m) => m,
-            Err(e) => return Ok(fail(e.to_string(), logs)),
-        };
-        // Noise: the window in blocks of two samples or more (of the copy with fewest).
-        let fewest = samples
-            .iter()
-            .map(|s| {
-                s.iter()
-                    .filter(|x| x.t > m.window.start && x.t <= m.window.end)
-                    .count()
-            })
-            .min()
-            .unwrap_or(0);
-        let k = (fewest / 2).min(BLOCKS);
-        let se = (k >= 2)
-            .then(|| stats::block_se(&m.blocks(&samples, k)))
-            .flatten();
-        let copy_peaks: Vec<Option<u64>> = out
-            .gpu
-            .iter()
-            .map(|g| g.as_ref().and_then(|g| g.peak_memory_bytes))
-            .collect();
-        let (mut peak, mut energy, mut mps_server) = (None, None, None);
-        if let Some((totals, history)) = &gpu_read {
-            peak = copy_peaks
-                .iter()
-                .any(Option::is_some)
-                .then(|| copy_peaks.iter().flatten().sum::<u64>());
-            let readings = history.first().map(Vec::as_slice).unwrap_or_default();
-            energy = colloc_core::energy::energy_in(readings, m.window.start, m.window.end);
-            mps_server = totals.iter().filter_map(|g| g.mps_server_peak_bytes).max();
-        }
-        let measurement = Measurement {
-            round,
-            seq,
-            started_s: started,
-            wall_s: wall,
-            window: [m.window.start, m.window.end],
-            aggregate: m.aggregate(),
-            se,
-            per_copy: m.per_copy(),
-            peak_memory_bytes: peak,
-            copy_peak_memory_bytes: if gpu_read.is_some() {
-                copy_peaks
-            } else {
-                Vec::new()
-            },
-            mps_server_bytes: mps_server,
-            energy_j: energy,
-        };
+        c
+    }
+
+    /// The progress line of a measurement: aggregate ± its noise, window, and (`vs_solo`)
+    /// its ratio to solo.
+    fn say_measured(
+        &self,
+        what: &str,
+        vs_solo: bool,
+        unit: Option<&str>,
+        m: &Measured,
+        se: Option<f64>,
+        wall: f64,
+    ) {
         let u = unit
-            .as_deref()
             .or(Some(self.report.unit.as_str()).filter(|u| !u.is_empty()))
             .unwrap_or(crate::engine::scan::FALLBACK_UNIT)
             .to_string();
@@ -244,7 +254,7 @@ impl Ctx<'_> {
             .report
             .row("solo", 1)
             .and_then(ConfigResult::spread)
-            .filter(|_| cell.kind != Kind::Solo && round > 0)
+            .filter(|_| vs_solo)
             .map_or_else(String::new, |s| {
                 format!(" ({:.2}x solo)", m.aggregate() / s.mean)
             });
@@ -254,11 +264,75 @@ impl Ctx<'_> {
             m.window.len(),
             secs(wall)
         );
-        Ok(Taken {
-            result: Ok(measurement),
-            wall,
-            logs,
-            unit,
+    }
+}
+
+/// A measurement's copies, ready for the engine.
+struct Copies {
+    /// Each copy's log, as the report names it.
+    logs: Vec<String>,
+    slots: Vec<Slot>,
+    jobs: Vec<Job>,
+    /// Each copy's device (`CUDA_VISIBLE_DEVICES`).
+    devices: Vec<String>,
+}
+
+/// The noise of a window's aggregate: the window in blocks of two samples or more (of
+/// the copy with fewest), at most [`BLOCKS`]; none below two blocks.
+fn window_se(samples: &[Vec<Sample>], m: &Measured) -> Option<f64> {
+    let fewest = samples
+        .iter()
+        .map(|s| {
+            s.iter()
+                .filter(|x| x.t > m.window.start && x.t <= m.window.end)
+                .count()
         })
+        .min()
+        .unwrap_or(0);
+    let k = (fewest / 2).min(BLOCKS);
+    (k >= 2)
+        .then(|| stats::block_se(&m.blocks(samples, k)))
+        .flatten()
+}
+
+/// A measurement's GPU figures, where a sampler read them.
+struct GpuFigures {
+    /// The copies' peaks added up.
+    peak: Option<u64>,
+    /// Each copy's peak (empty without a sampler).
+    copy_peaks: Vec<Option<u64>>,
+    /// The MPS server's own peak.
+    mps_server: Option<u64>,
+    /// The GPU's energy over the window.
+    energy: Option<f64>,
+}
+
+fn gpu_figures(
+    out: &copies::Outcome,
+    read: Option<&(Vec<GpuTotals>, Vec<Vec<Reading>>)>,
+    m: &Measured,
+) -> GpuFigures {
+    let copy_peaks: Vec<Option<u64>> = out
+        .gpu
+        .iter()
+        .map(|g| g.as_ref().and_then(|g| g.peak_memory_bytes))
+        .collect();
+    let Some((totals, history)) = read else {
+        return GpuFigures {
+            peak: None,
+            copy_peaks: Vec::new(),
+            mps_server: None,
+            energy: None,
+        };
+    };
+    let readings = history.first().map(Vec::as_slice).unwrap_or_default();
+    GpuFigures {
+        peak: copy_peaks
+            .iter()
+            .any(Option::is_some)
+            .then(|| copy_peaks.iter().flatten().sum::<u64>()),
+        energy: colloc_core::energy::energy_in(readings, m.window.start, m.window.end),
+        mps_server: totals.iter().filter_map(|g| g.mps_server_peak_bytes).max(),
+        copy_peaks,
     }
 }
