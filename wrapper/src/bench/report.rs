@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::analysis::gib;
 use super::answer::{Candidate, Recommendation, Verdict, AS_GOOD};
-use super::compare::Comparison;
+use super::comparison::Comparison;
 use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
 use crate::export::table::{csv_num, csv_opt, dash_or as opt, Table};
