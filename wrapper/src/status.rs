@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use colloc_core::config::Config;
 use colloc_core::gpu::GpuControl;
+use colloc_core::journal::{Journal, JournalError};
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::publish::NodeRecord;
 use colloc_core::{buildid, journal};
@@ -85,20 +86,7 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
     let mut text = String::new();
     // Everything that could not be read: the exit status is 1 and `error` names them.
     let mut errors: Vec<String> = Vec::new();
-    let mut journals = Vec::new();
-    let mut journals_error = None;
-    match journal::list(cfg) {
-        Ok(list) => journals = list,
-        Err(colloc_core::journal::JournalError::Io { source, path, .. })
-            if source.kind() == std::io::ErrorKind::PermissionDenied =>
-        {
-            journals_error = Some(format!("needs root to read {}", path.display()));
-        }
-        Err(e) => {
-            journals_error = Some(e.to_string());
-            errors.push(format!("journals: {e}"));
-        }
-    }
+    let (journals, journals_error) = read_journals(cfg, &mut errors);
     // GPUs a restore left marked, by UUID: the job and what holds them.
     let marked: Vec<(u32, &colloc_core::gpu::GpuHold)> = journals
         .iter()
@@ -123,8 +111,101 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
     };
     let ids: Vec<u32> = journals.iter().flatten().map(|j| j.job).collect();
     let states = slurm::job_states(&ids);
+    let journals_json = journal_lines(&journals, &states, &mut text, &mut errors);
+    let slurm_error = states.values().find_map(|s| match s {
+        JobState::Unknown(why) => Some(why.clone()),
+        _ => None,
+    });
+    if let Some(why) = &slurm_error {
+        let _ = writeln!(text, "Slurm could not say which jobs run: {why}");
+        errors.push(format!("Slurm: {why}"));
+    }
+    match &journals_error {
+        Some(e) => {
+            let _ = writeln!(text, "journals: {e}");
+        }
+        None if journals_json.is_empty() && errors.is_empty() => {
+            let _ = writeln!(text, "no colloc journals on this node");
+        }
+        None if journals_json.is_empty() => {
+            let _ = writeln!(text, "no readable colloc journals on this node");
+        }
+        None => {}
+    }
+    let (leftovers, leftovers_error) = leftover_lines(cfg, &mut text, &mut errors);
+    let users = holder_lines(&marked, &mut text);
+    if as_json {
+        let mut v = json!({
+            "node": colloc_core::publish::node_name(),
+            "colloc_version": env!("CARGO_PKG_VERSION"),
+            "colloc_build": own_build_id(),
+            "gpus": gpus_json,
+            "journals": journals_json,
+        });
+        if !errors.is_empty() {
+            v["error"] = json!(errors.join("; "));
+        }
+        if let Some(e) = &journals_error {
+            v["journals_error"] = json!(e);
+        }
+        v["leftovers"] = if leftovers_error.is_some() {
+            Value::Null
+        } else {
+            json!(leftovers)
+        };
+        if let Some(e) = &leftovers_error {
+            v["leftovers_error"] = json!(e);
+        }
+        if !marked.is_empty() {
+            v["device_users"] = json!(users);
+        }
+        outln!(
+            "{}",
+            crate::engine::text::json_for_terminal(&serde_json::to_string_pretty(&v)?)
+        );
+    } else {
+        // Process names (anyone's), Slurm's messages and paths reach no terminal raw.
+        out!("{}", crate::engine::text::escape_lines(&text));
+    }
+    Ok(if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The journals on this node, or why they cannot be read (`needs root …` is no error).
+fn read_journals(
+    cfg: &Config,
+    errors: &mut Vec<String>,
+) -> (Vec<Result<Journal, JournalError>>, Option<String>) {
+    match journal::list(cfg) {
+        Ok(list) => (list, None),
+        Err(JournalError::Io { source, path, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            (
+                Vec::new(),
+                Some(format!("needs root to read {}", path.display())),
+            )
+        }
+        Err(e) => {
+            errors.push(format!("journals: {e}"));
+            (Vec::new(), Some(e.to_string()))
+        }
+    }
+}
+
+/// A line per journal (its job's state, what it holds, what is left over), into
+/// `text`; their JSON.
+fn journal_lines(
+    journals: &[Result<Journal, JournalError>],
+    states: &BTreeMap<u32, JobState>,
+    text: &mut String,
+    errors: &mut Vec<String>,
+) -> Vec<Value> {
     let mut journals_json = Vec::new();
-    for j in &journals {
+    for j in journals {
         match j {
             Ok(j) => {
                 let state = states
@@ -178,27 +259,16 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let slurm_error = states.values().find_map(|s| match s {
-        JobState::Unknown(why) => Some(why.clone()),
-        _ => None,
-    });
-    if let Some(why) = &slurm_error {
-        let _ = writeln!(text, "Slurm could not say which jobs run: {why}");
-        errors.push(format!("Slurm: {why}"));
-    }
-    match &journals_error {
-        Some(e) => {
-            let _ = writeln!(text, "journals: {e}");
-        }
-        None if journals_json.is_empty() && errors.is_empty() => {
-            let _ = writeln!(text, "no colloc journals on this node");
-        }
-        None if journals_json.is_empty() => {
-            let _ = writeln!(text, "no readable colloc journals on this node");
-        }
-        None => {}
-    }
-    // Trees earlier epilogs could not remove and moved to run_dir/.leftovers.
+    journals_json
+}
+
+/// Trees earlier epilogs could not remove and moved to run_dir/.leftovers, a line each
+/// into `text`; or why they cannot be listed.
+fn leftover_lines(
+    cfg: &Config,
+    text: &mut String,
+    errors: &mut Vec<String>,
+) -> (Vec<String>, Option<String>) {
     let mut leftovers_error = None;
     let leftovers: Vec<String> = match colloc_core::rundir::leftovers(cfg) {
         Ok(list) => list.iter().map(|p| p.display().to_string()).collect(),
@@ -225,8 +295,16 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
     if let Some(e) = &leftovers_error {
         let _ = writeln!(text, "leftovers: {e}");
     }
-    // Who may hold a marked GPU: processes with NVIDIA device files open (DCGM's
-    // nv-hostengine, dcgm-exporter, a process with a leftover NVML handle).
+    (leftovers, leftovers_error)
+}
+
+/// Who may hold a marked GPU: processes with NVIDIA device files open (DCGM's
+/// nv-hostengine, dcgm-exporter, a process with a leftover NVML handle), said in `text`
+/// where a GPU is marked in use.
+fn holder_lines(
+    marked: &[(u32, &colloc_core::gpu::GpuHold)],
+    text: &mut String,
+) -> Vec<colloc_core::holders::DeviceUser> {
     let users = if marked.is_empty() {
         Vec::new()
     } else {
@@ -251,44 +329,7 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
             }
         );
     }
-    if as_json {
-        let mut v = json!({
-            "node": colloc_core::publish::node_name(),
-            "colloc_version": env!("CARGO_PKG_VERSION"),
-            "colloc_build": own_build_id(),
-            "gpus": gpus_json,
-            "journals": journals_json,
-        });
-        if !errors.is_empty() {
-            v["error"] = json!(errors.join("; "));
-        }
-        if let Some(e) = &journals_error {
-            v["journals_error"] = json!(e);
-        }
-        v["leftovers"] = if leftovers_error.is_some() {
-            Value::Null
-        } else {
-            json!(leftovers)
-        };
-        if let Some(e) = &leftovers_error {
-            v["leftovers_error"] = json!(e);
-        }
-        if !marked.is_empty() {
-            v["device_users"] = json!(users);
-        }
-        outln!(
-            "{}",
-            crate::engine::text::json_for_terminal(&serde_json::to_string_pretty(&v)?)
-        );
-    } else {
-        // Process names (anyone's), Slurm's messages and paths reach no terminal raw.
-        out!("{}", crate::engine::text::escape_lines(&text));
-    }
-    Ok(if errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    users
 }
 
 fn state_text(s: &JobState) -> String {

@@ -4,82 +4,15 @@
 //! ratios with a spread that covers them, find the count where the aggregate stops
 //! rising, and recommend what the truth says, whatever the noise.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::prelude::*;
 use serde_json::Value;
 
 mod run_support;
-use run_support::succeeded;
-
-fn standin() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bench/standin.py")
-}
-
-/// A node config that finds neither NVML nor the MPS control program (unless `extra`
-/// sets them), so the test behaves the same on machines with and without a GPU.
-fn config(dir: &Path, extra: &str) -> PathBuf {
-    let p = dir.join("colloc.toml");
-    let mut text = String::from("version = 1\n");
-    if !extra.contains("nvml_library") {
-        text.push_str("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n");
-    }
-    if !extra.contains("mps_control") {
-        text.push_str("mps_control = \"/nonexistent/nvidia-cuda-mps-control\"\n");
-    }
-    text.push_str(extra);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-struct Bench {
-    tmp: tempfile::TempDir,
-    shared: PathBuf,
-    report: PathBuf,
-}
-
-impl Bench {
-    fn new() -> Bench {
-        let tmp = tempfile::tempdir().unwrap();
-        let shared = tmp.path().join("shared");
-        std::fs::create_dir(&shared).unwrap();
-        let report = tmp.path().join("report");
-        Bench {
-            tmp,
-            shared,
-            report,
-        }
-    }
-
-    fn cmd(&self, factors: &str, args: &[&str]) -> Command {
-        self.cmd_with_config(factors, args, "")
-    }
-
-    fn cmd_with_config(&self, factors: &str, args: &[&str], extra_config: &str) -> Command {
-        let mut c = Command::cargo_bin("colloc").unwrap();
-        c.env_remove("CUDA_VISIBLE_DEVICES")
-            .env_remove("COLLOC_CONFIG")
-            .env("STANDIN_DIR", &self.shared)
-            .env("STANDIN_FACTORS", factors)
-            .arg("--config")
-            .arg(config(self.tmp.path(), extra_config))
-            .arg("bench")
-            .arg("--report-dir")
-            .arg(&self.report)
-            .args(args)
-            .arg("--")
-            .arg("python3")
-            .arg(standin());
-        c
-    }
-
-    fn json(&self) -> Value {
-        let text = std::fs::read_to_string(self.report.join("bench.json")).unwrap();
-        serde_json::from_str(&text).unwrap()
-    }
-}
+use run_support::bench::{standin, Bench, BenchCmd};
+use run_support::{is_root, processes_with_env, succeeded};
 
 fn row<'a>(j: &'a Value, mode: &str, n: u64) -> &'a Value {
     j["results"]
@@ -99,19 +32,10 @@ fn collocation_that_pays_gives_the_right_ratios_and_recommendation() {
     let b = Bench::new();
     // Per-copy rate 100, 80, 60 % with 1, 2, 3 copies: aggregate 1.0x, 1.6x, 1.8x.
     let out = b
-        .cmd(
-            "1,0.8,0.6",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "1,2,3",
-                "--duration",
-                "3s",
-                "--warmup",
-                "1s",
-            ],
-        )
+        .standin("1,0.8,0.6")
+        .modes("naive")
+        .counts("1,2,3")
+        .times("3s", "1s")
         .output()
         .unwrap();
     let (stdout, _) = succeeded(&out);
@@ -184,19 +108,10 @@ fn collocation_that_does_not_pay_is_called_so() {
     let b = Bench::new();
     // Each copy gets 1/n of the rate: aggregate stays at solo.
     let out = b
-        .cmd(
-            "1,0.5,0.3333",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "2,3",
-                "--duration",
-                "3s",
-                "--warmup",
-                "1s",
-            ],
-        )
+        .standin("1,0.5,0.3333")
+        .modes("naive")
+        .counts("2,3")
+        .times("3s", "1s")
         .output()
         .unwrap();
     let (stdout, _) = succeeded(&out);
@@ -214,19 +129,10 @@ fn collocation_that_does_not_pay_is_called_so() {
 fn a_failing_count_stops_the_mode_and_unavailable_modes_say_why() {
     let b = Bench::new();
     let out = b
-        .cmd(
-            "1,0.9,0.8,0.7",
-            &[
-                "--modes",
-                "naive,mps,mig",
-                "--counts",
-                "1,2,3,4",
-                "--duration",
-                "2s",
-                "--warmup",
-                "0s",
-            ],
-        )
+        .standin("1,0.9,0.8,0.7")
+        .modes("naive,mps,mig")
+        .counts("1,2,3,4")
+        .times("2s", "0s")
         .env("STANDIN_FAIL_FROM", "3")
         .output()
         .unwrap();
@@ -265,20 +171,11 @@ fn a_failing_count_stops_the_mode_and_unavailable_modes_say_why() {
 fn modes_the_node_does_not_allow_are_skipped() {
     let b = Bench::new();
     let out = b
-        .cmd_with_config(
-            "1,1",
-            &[
-                "--modes",
-                "mps",
-                "--counts",
-                "2",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-            ],
-            "allowed_modes = [\"naive\"]\n",
-        )
+        .standin("1,1")
+        .modes("mps")
+        .counts("2")
+        .times("1s", "0s")
+        .config("allowed_modes = [\"naive\"]\n")
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -294,19 +191,11 @@ fn modes_the_node_does_not_allow_are_skipped() {
 fn a_signal_stops_every_copy() {
     let b = Bench::new();
     let child = b
-        .cmd(
-            "1,1",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "2",
-                "--duration",
-                "60s",
-                "--warmup",
-                "0s",
-            ],
-        )
+        .standin("1,1")
+        .modes("naive")
+        .counts("2")
+        .times("60s", "0s")
+        .command()
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -334,23 +223,12 @@ fn a_signal_stops_every_copy() {
 #[test]
 fn mps_runs_copies_as_clients_of_a_private_daemon_that_is_stopped_after() {
     let b = Bench::new();
-    let fake =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
     let out = b
-        .cmd_with_config(
-            "1,0.9",
-            &[
-                "--modes",
-                "mps",
-                "--counts",
-                "1,2",
-                "--duration",
-                "2s",
-                "--warmup",
-                "0s",
-            ],
-            &format!("mps_control = \"{}\"\n", fake.display()),
-        )
+        .standin("1,0.9")
+        .modes("mps")
+        .counts("1,2")
+        .times("2s", "0s")
+        .with_fake_mps()
         .output()
         .unwrap();
     succeeded(&out);
@@ -389,7 +267,7 @@ fn mps_runs_copies_as_clients_of_a_private_daemon_that_is_stopped_after() {
     // The daemon is gone, and so are its directories.
     assert!(!Path::new(&pipes[0]).exists(), "{} left behind", pipes[0]);
     assert_eq!(
-        processes_with_env(&format!("CUDA_MPS_PIPE_DIRECTORY={}", pipes[0])),
+        processes_with_env(&format!("CUDA_MPS_PIPE_DIRECTORY={}", pipes[0])).len(),
         0
     );
 }
@@ -411,7 +289,6 @@ fn each_copy_gets_the_memory_of_its_own_processes() {
     let mut fresh = State::fresh_from_list("H200", now_ms()).unwrap();
     fresh.gpus[0].mig_current = false;
     Locked::open(&state).unwrap().write(&fresh).unwrap();
-    let dirs = b.tmp.path().display().to_string();
     let done = Arc::new(AtomicBool::new(false));
     // Attach each copy as soon as it has written its env-<pid> file.
     let attacher = {
@@ -440,23 +317,11 @@ fn each_copy_gets_the_memory_of_its_own_processes() {
         })
     };
     let out = b
-        .cmd_with_config(
-            "1,0.9",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "1,2",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-            ],
-            &format!(
-                "nvml_library = \"{}\"\nstate_dir = \"{dirs}/state\"\nrun_dir = \"{dirs}/run\"\n",
-                fake_nvml::locate::library().display()
-            ),
-        )
+        .standin("1,0.9")
+        .modes("naive")
+        .counts("1,2")
+        .times("1s", "0s")
+        .with_fake_nvml(b.tmp.path())
         .env("COLLOC_FAKE_NVML_STATE", &state)
         .output()
         .unwrap();
@@ -486,29 +351,19 @@ fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
     let state = b.tmp.path().join("fake-nvml.json");
     let dirs = b.tmp.path().display().to_string();
     let out = b
-        .cmd_with_config(
-            "1,0.9,0.8,0.7,0.7,0.7,0.7",
-            &[
-                "--modes",
-                "naive,mig",
-                "--counts",
-                "1,2,7",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-            ],
-            // [mig]: the instances' device files from the fake driver's capability tree
-            // (beside its state file) into a folder of the test's.
-            &format!(
-                "nvml_library = \"{}\"\nstate_dir = \"{dirs}/state\"\nrun_dir = \"{dirs}/run\"\n\
-                 [mig]\ncaps_dev_dir = \"{dirs}/dev/nvidia-caps\"\n\
-                 caps_proc_dir = \"{dirs}/proc/driver/nvidia/capabilities\"\n\
-                 mig_minors = \"{dirs}/proc/driver/nvidia-caps/mig-minors\"\n\
-                 proc_devices = \"{dirs}/proc/devices\"\nnvidia_modprobe = \"{dirs}/no-nvidia-modprobe\"\n",
-                fake_nvml::locate::library().display()
-            ),
-        )
+        .standin("1,0.9,0.8,0.7,0.7,0.7,0.7")
+        .modes("naive,mig")
+        .counts("1,2,7")
+        .times("1s", "0s")
+        .with_fake_nvml(b.tmp.path())
+        // [mig]: the instances' device files from the fake driver's capability tree
+        // (beside its state file) into a folder of the test's.
+        .config(&format!(
+            "[mig]\ncaps_dev_dir = \"{dirs}/dev/nvidia-caps\"\n\
+             caps_proc_dir = \"{dirs}/proc/driver/nvidia/capabilities\"\n\
+             mig_minors = \"{dirs}/proc/driver/nvidia-caps/mig-minors\"\n\
+             proc_devices = \"{dirs}/proc/devices\"\nnvidia_modprobe = \"{dirs}/no-nvidia-modprobe\"\n",
+        ))
         .env("COLLOC_FAKE_NVML_STATE", &state)
         .env("COLLOC_FAKE_NVML_GPUS", "H200")
         .output()
@@ -567,26 +422,6 @@ fn with_nvml_it_reports_the_gpu_and_runs_one_copy_per_mig_instance() {
     }
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-}
-
-/// Processes whose environment holds `entry`.
-fn processes_with_env(entry: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| {
-            let env = std::fs::read(e.ok()?.path().join("environ")).ok()?;
-            env.split(|&b| b == 0)
-                .any(|kv| kv == entry.as_bytes())
-                .then_some(())
-        })
-        .count()
-}
-
 /// Stand-in copies still alive (their pid files name live processes).
 fn live_copies(dir: &Path) -> usize {
     std::fs::read_dir(dir)
@@ -625,13 +460,7 @@ fn bad_arguments_exit_2_with_one_line() {
         (&[], "needs a workload"),
     ];
     for (args, want) in cases {
-        let out = Command::cargo_bin("colloc")
-            .unwrap()
-            .env_remove("COLLOC_CONFIG")
-            .arg("bench")
-            .args(*args)
-            .output()
-            .unwrap();
+        let out = BenchCmd::bare().args(*args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
@@ -644,30 +473,15 @@ fn bad_arguments_exit_2_with_one_line() {
 #[test]
 fn builtin_patterns_and_units_are_colloc_runs() {
     let b = Bench::new();
-    let out = Command::cargo_bin("colloc")
-        .unwrap()
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .env_remove("COLLOC_CONFIG")
-        .arg("--config")
-        .arg(config(b.tmp.path(), ""))
-        .args(["bench", "--report-dir"])
-        .arg(&b.report)
-        .args([
-            "--modes",
-            "naive",
-            "--counts",
-            "2",
-            "--duration",
-            "1s",
-            "--warmup",
-            "0s",
-            "--",
-        ])
-        .args([
+    let out = b
+        .cmd([
             "sh",
             "-c",
             "i=0; while [ $i -lt 40 ]; do echo \"step $i 100.0it/s\"; sleep 0.1; i=$((i+1)); done",
         ])
+        .modes("naive")
+        .counts("2")
+        .times("1s", "0s")
         .output()
         .unwrap();
     let (stdout, _) = succeeded(&out);
@@ -684,24 +498,11 @@ fn builtin_patterns_and_units_are_colloc_runs() {
 #[test]
 fn bench_takes_the_durations_colloc_run_takes() {
     let b = Bench::new();
-    let out = Command::cargo_bin("colloc")
-        .unwrap()
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .env_remove("COLLOC_CONFIG")
-        .arg("--config")
-        .arg(config(b.tmp.path(), ""))
-        .args(["bench", "--report-dir"])
-        .arg(&b.report)
-        .args([
-            "--modes",
-            "naive",
-            "--counts",
-            "1",
-            "--duration",
-            "1h30m",
-            "--",
-            "false",
-        ])
+    let out = b
+        .cmd(["false"])
+        .modes("naive")
+        .counts("1")
+        .args(["--duration", "1h30m"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -720,16 +521,10 @@ fn bench_takes_the_durations_colloc_run_takes() {
 fn an_earlier_bench_is_refused_unless_replace() {
     let b = Bench::new();
     let bench = |extra: &[&str]| {
-        Command::cargo_bin("colloc")
-            .unwrap()
-            .env_remove("CUDA_VISIBLE_DEVICES")
-            .env_remove("COLLOC_CONFIG")
-            .arg("--config")
-            .arg(config(b.tmp.path(), ""))
-            .args(["bench", "--report-dir"])
-            .arg(&b.report)
+        b.cmd(["false"])
             .args(extra)
-            .args(["--modes", "naive", "--counts", "1", "--", "false"])
+            .modes("naive")
+            .counts("1")
             .output()
             .unwrap()
     };
@@ -763,26 +558,21 @@ fn an_earlier_bench_is_refused_unless_replace() {
 fn nothing_of_a_copy_outlives_its_leader() {
     let b = Bench::new();
     let tag = format!("COLLOC_TEST_TAG={}", b.tmp.path().display());
-    let out = Command::cargo_bin("colloc")
-        .unwrap()
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .env_remove("COLLOC_CONFIG")
-        .env("COLLOC_TEST_TAG", b.tmp.path())
-        .arg("--config")
-        .arg(config(b.tmp.path(), ""))
-        .args(["bench", "--report-dir"])
-        .arg(&b.report)
-        .args(["--modes", "naive", "--counts", "2", "--duration", "1s", "--warmup", "0s", "--"])
-        .args([
+    let out = b
+        .cmd([
             "sh",
             "-c",
             "sleep 300 & setsid sleep 300 & i=0; while [ $i -lt 15 ]; do echo img/s=10; sleep 0.1; i=$((i+1)); done",
         ])
+        .modes("naive")
+        .counts("2")
+        .times("1s", "0s")
+        .env("COLLOC_TEST_TAG", b.tmp.path())
         .output()
         .unwrap();
     succeeded(&out);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while processes_with_env(&tag) > 0 {
+    while !processes_with_env(&tag).is_empty() {
         assert!(
             Instant::now() < deadline,
             "processes of the copies outlived them"
@@ -830,21 +620,11 @@ fn drift_and_jitter_the_spread_covers_the_truth_and_auto_stops_at_the_knee() {
     for seed in ["1", "2"] {
         let b = Bench::new();
         let out = b
-            .cmd(
-                "1",
-                &[
-                    "--modes",
-                    "naive",
-                    "--counts",
-                    "auto",
-                    "--repeat",
-                    "2",
-                    "--duration",
-                    "1s",
-                    "--warmup",
-                    "0s",
-                ],
-            )
+            .standin("1")
+            .modes("naive")
+            .counts("auto")
+            .repeat(2)
+            .times("1s", "0s")
             .env("STANDIN_KNEE", "4")
             .env("STANDIN_JITTER", "0.05")
             .env("STANDIN_DRIFT", "0.005")
@@ -968,26 +748,14 @@ fn drift_and_jitter_the_spread_covers_the_truth_and_auto_stops_at_the_knee() {
 #[test]
 fn a_reference_and_the_mps_limit_are_measured_in_the_same_call() {
     let b = Bench::new();
-    let fake =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
     let reference = format!("python3 '{}' --rate 500", standin().display());
     let out = b
-        .cmd_with_config(
-            "1",
-            &[
-                "--modes",
-                "mps",
-                "--counts",
-                "2,4",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-                "--reference",
-                &reference,
-            ],
-            &format!("mps_control = \"{}\"\n", fake.display()),
-        )
+        .standin("1")
+        .modes("mps")
+        .counts("2,4")
+        .times("1s", "0s")
+        .args(["--reference", &reference])
+        .with_fake_mps()
         .env("STANDIN_KNEE", "4")
         .env("STANDIN_LIMITED", "0.8")
         .env("STANDIN_PERIOD", "0.05")
@@ -1041,12 +809,9 @@ fn a_reference_and_the_mps_limit_are_measured_in_the_same_call() {
     let o = b.tmp.path().join("other.json");
     std::fs::write(&o, serde_json::to_string(&other).unwrap()).unwrap();
     let cmp = |x: &Path, y: &Path| {
-        Command::cargo_bin("colloc")
-            .unwrap()
-            .env_remove("COLLOC_CONFIG")
-            .args(["bench", "--compare"])
-            .arg(x)
-            .arg(y)
+        BenchCmd::bare()
+            .arg("--compare")
+            .args([x, y])
             .output()
             .unwrap()
     };
@@ -1073,19 +838,10 @@ fn a_reference_and_the_mps_limit_are_measured_in_the_same_call() {
 fn a_slowdown_below_one_is_a_baseline_problem() {
     let b = Bench::new();
     let out = b
-        .cmd(
-            "1,1.3",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "2",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-            ],
-        )
+        .standin("1,1.3")
+        .modes("naive")
+        .counts("2")
+        .times("1s", "0s")
         .env("STANDIN_PERIOD", "0.05")
         .output()
         .unwrap();
@@ -1112,23 +868,12 @@ fn a_slowdown_below_one_is_a_baseline_problem() {
 fn a_budget_plans_what_fits_and_says_what_it_skipped() {
     let b = Bench::new();
     let out = b
-        .cmd(
-            "1",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "auto",
-                "--repeat",
-                "2",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-                "--budget",
-                "12s",
-            ],
-        )
+        .standin("1")
+        .modes("naive")
+        .counts("auto")
+        .repeat(2)
+        .budget("12s")
+        .times("1s", "0s")
         .env("STANDIN_KNEE", "64")
         .env("STANDIN_PERIOD", "0.05")
         .output()
@@ -1183,23 +928,12 @@ fn a_budget_plans_what_fits_and_says_what_it_skipped() {
 fn a_round_that_does_not_fit_in_whole_is_repeated_in_part() {
     let b = Bench::new();
     let out = b
-        .cmd(
-            "1",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "2,3",
-                "--repeat",
-                "2",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-                "--budget",
-                "32s",
-            ],
-        )
+        .standin("1")
+        .modes("naive")
+        .counts("2,3")
+        .repeat(2)
+        .budget("32s")
+        .times("1s", "0s")
         .env("STANDIN_PERIOD", "0.05")
         .env("STANDIN_SLOW_STARTS", "5,6,7")
         .env("STANDIN_SLOW_S", "12")
@@ -1239,21 +973,11 @@ fn a_solo_that_moves_with_the_host_is_named() {
     for (drift, named) in [("0.04", true), ("0", false)] {
         let b = Bench::new();
         let out = b
-            .cmd(
-                "1",
-                &[
-                    "--modes",
-                    "naive",
-                    "--counts",
-                    "2",
-                    "--repeat",
-                    "2",
-                    "--duration",
-                    "1s",
-                    "--warmup",
-                    "0s",
-                ],
-            )
+            .standin("1")
+            .modes("naive")
+            .counts("2")
+            .repeat(2)
+            .times("1s", "0s")
             .env("STANDIN_PERIOD", "0.05")
             .env("STANDIN_DRIFT", drift)
             .output()
@@ -1315,21 +1039,11 @@ fn strings(v: &Value) -> Vec<String> {
 fn a_wide_cell_beside_a_steady_better_one_is_measured_again_and_not_chosen() {
     let b = Bench::new();
     let out = b
-        .cmd(
-            "1,1,0.8",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "2,3",
-                "--repeat",
-                "2",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-            ],
-        )
+        .standin("1,1,0.8")
+        .modes("naive")
+        .counts("2,3")
+        .repeat(2)
+        .times("1s", "0s")
         .env("STANDIN_PERIOD", "0.05")
         .env("STANDIN_ROUND_FACTORS", "naive-n2:1.6,0.4")
         .output()
@@ -1383,21 +1097,11 @@ fn a_wide_cell_beside_a_steady_better_one_is_measured_again_and_not_chosen() {
 fn two_equal_cells_give_the_fewer_copies() {
     let b = Bench::new();
     let out = b
-        .cmd(
-            "1,1,0.6667",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "2,3",
-                "--repeat",
-                "2",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-            ],
-        )
+        .standin("1,1,0.6667")
+        .modes("naive")
+        .counts("2,3")
+        .repeat(2)
+        .times("1s", "0s")
         .env("STANDIN_PERIOD", "0.05")
         .output()
         .unwrap();
@@ -1423,21 +1127,11 @@ fn two_equal_cells_give_the_fewer_copies() {
 fn a_noisy_solo_does_not_move_the_answer() {
     let b = Bench::new();
     let out = b
-        .cmd(
-            "1,0.9",
-            &[
-                "--modes",
-                "naive",
-                "--counts",
-                "2,4",
-                "--repeat",
-                "2",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-            ],
-        )
+        .standin("1,0.9")
+        .modes("naive")
+        .counts("2,4")
+        .repeat(2)
+        .times("1s", "0s")
         .env("STANDIN_PERIOD", "0.05")
         .env("STANDIN_ROUND_FACTORS", "solo-n1:1.3,0.7")
         .output()
@@ -1468,28 +1162,15 @@ fn a_noisy_solo_does_not_move_the_answer() {
 #[test]
 fn the_h200_table_mps_4_wide_mps_7_steady_mps_10_lower_recommends_7() {
     let b = Bench::new();
-    let fake =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
     let reference = format!("python3 '{}' --rate 664", standin().display());
     let out = b
-        .cmd_with_config(
-            "1,0.85,0.85,0.9725,0.9725,0.9725,0.6843,0.6843,0.6843,0.445",
-            &[
-                "--modes",
-                "mps",
-                "--counts",
-                "auto",
-                "--repeat",
-                "2",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-                "--reference",
-                &reference,
-            ],
-            &format!("mps_control = \"{}\"\n", fake.display()),
-        )
+        .standin("1,0.85,0.85,0.9725,0.9725,0.9725,0.6843,0.6843,0.6843,0.445")
+        .modes("mps")
+        .counts("auto")
+        .repeat(2)
+        .times("1s", "0s")
+        .args(["--reference", &reference])
+        .with_fake_mps()
         .env("STANDIN_PERIOD", "0.05")
         .env("STANDIN_ROUND_FACTORS", "mps-n4:0.881,1.119")
         .output()
@@ -1538,25 +1219,13 @@ fn the_h200_table_mps_4_wide_mps_7_steady_mps_10_lower_recommends_7() {
 #[test]
 fn a_budget_keeps_room_for_mps_at_the_chosen_n() {
     let b = Bench::new();
-    let fake =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
     let out = b
-        .cmd_with_config(
-            "1",
-            &[
-                "--modes",
-                "mps",
-                "--counts",
-                "auto",
-                "--duration",
-                "1s",
-                "--warmup",
-                "0s",
-                "--budget",
-                "12s",
-            ],
-            &format!("mps_control = \"{}\"\n", fake.display()),
-        )
+        .standin("1")
+        .modes("mps")
+        .counts("auto")
+        .budget("12s")
+        .times("1s", "0s")
+        .with_fake_mps()
         .env("STANDIN_KNEE", "64")
         .env("STANDIN_PERIOD", "0.05")
         .output()

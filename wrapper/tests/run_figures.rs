@@ -5,6 +5,7 @@
 
 mod run_support;
 
+use run_support::bench::BenchCmd;
 use run_support::{fixture, run, succeeded, Env};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
@@ -468,34 +469,17 @@ fn run_and_bench_give_the_same_solo_figure() {
     succeeded(&out);
     let from_run = run(&env.report(), "w")["solo_throughput"].as_f64().unwrap();
 
-    let cfg = env.path().join("bench.toml");
-    std::fs::write(
-        &cfg,
-        "version = 1\nnvml_library = \"/nonexistent/libnvidia-ml.so.1\"\nmps_control = \"/nonexistent/nvidia-cuda-mps-control\"\n",
-    )
-    .unwrap();
     let bench_dir = env.path().join("bench");
-    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"))
-        .env_remove("CUDA_VISIBLE_DEVICES")
+    let out = BenchCmd::new(&env.path().join("bench.toml"), &bench_dir)
+        .modes("naive")
+        .counts("2")
+        .times("2s", "1500ms")
+        .workload(["python3", &rate])
         .env("RATE_DIR", env.mark())
         .env("BASE", "100")
         .env("WARM_S", "1")
         .env("WARM_RATE", "20")
         .env("DURATION", "60")
-        .arg("--config")
-        .arg(&cfg)
-        .args([
-            "bench",
-            "--modes",
-            "naive",
-            "--counts",
-            "2",
-            "--duration",
-            "2s",
-        ])
-        .args(["--warmup", "1500ms", "--report-dir"])
-        .arg(&bench_dir)
-        .args(["--", "python3", &rate])
         .output()
         .unwrap();
     succeeded(&out);

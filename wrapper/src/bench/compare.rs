@@ -6,60 +6,13 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::cell::cell_name;
+use super::comparison::{CellChange, Comparison};
 use super::host::{differences, Host};
 use super::report::{Report, Status};
 use crate::export::table::Table;
-
-/// One configuration in both reports.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct CellChange {
-    /// Mode.
-    pub mode: String,
-    /// Copies.
-    pub n: usize,
-    /// Aggregate in the old report.
-    pub old: f64,
-    /// Aggregate in the new report.
-    pub new: f64,
-    /// `new / old - 1`.
-    pub change: f64,
-    /// Is the change larger than the noise of both (where both reports know theirs)?
-    pub beyond_noise: Option<bool>,
-    /// Old `vs_solo`.
-    pub old_vs_solo: Option<f64>,
-    /// New `vs_solo`.
-    pub new_vs_solo: Option<f64>,
-    /// Old `vs_reference`.
-    pub old_vs_reference: Option<f64>,
-    /// New `vs_reference`.
-    pub new_vs_reference: Option<f64>,
-}
-
-/// The comparison of two reports.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Comparison {
-    /// The earlier report's path, as given.
-    pub old: String,
-    /// Its schema.
-    pub old_schema: u64,
-    /// Same host as far as both reports say; `None` where one has no host record.
-    pub same_host: Option<bool>,
-    /// What differs between the hosts.
-    pub host_differences: Vec<String>,
-    /// Configurations measured in both.
-    pub cells: Vec<CellChange>,
-    /// The old recommendation (`mps 7, 7.41x solo`).
-    pub old_recommendation: Option<String>,
-    /// The new recommendation.
-    pub new_recommendation: Option<String>,
-    /// The text printed.
-    pub text: String,
-}
 
 /// Why a report cannot be compared.
 #[derive(Debug, thiserror::Error)]
@@ -401,6 +354,47 @@ mod tests {
         assert_eq!(c.cells[0].beyond_noise, None);
         let other_driver = report(3, Some(json!({"driver": "590.1"})), 1.0, 2.0, None);
         assert_eq!(compare("o", &old, &other_driver).same_host, Some(false));
+    }
+
+    #[test]
+    fn bench_json_reads_back_as_the_report_it_was_written_from() {
+        // One model for both: what runner/finish.rs writes is what --compare reads.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bench.json");
+        let mut written = crate::bench::report::tests::report();
+        written.gpu = Some(report(3, None, 1.0, 2.0, None).gpu.unwrap());
+        written.notes.push("a note".into());
+        std::fs::write(&p, serde_json::to_string_pretty(&written).unwrap() + "\n").unwrap();
+        assert_eq!(load(&p).unwrap(), written);
+    }
+
+    #[test]
+    fn an_older_gpu_record_reads_through_the_model_or_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bench.json");
+        // Schema 1 (bench/results/earlier): `mig_enabled`, no `mig_mode`.
+        std::fs::write(
+            &p,
+            r#"{"schema": 1, "gpu": {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-e16f", "memory_total": 150754820096, "driver": "580.159.04", "mig_enabled": false},
+               "results": [{"mode": "solo", "n": 1, "status": "measured", "aggregate": 8403.0}]}"#,
+        )
+        .unwrap();
+        let r = load(&p).unwrap();
+        let g = r.gpu.unwrap();
+        assert_eq!((g.info.uuid.as_str(), g.info.mig_mode), ("GPU-e16f", None));
+        assert_eq!(g.driver.as_deref(), Some("580.159.04"));
+        assert_eq!(r.results[0].aggregate, Some(8403.0));
+        // A record that is not one (no uuid; not an object): no GPU, the rest still read.
+        for gpu in [r#"{"index": 0, "name": "NVIDIA H200"}"#, r#""NVIDIA H200""#] {
+            std::fs::write(
+                &p,
+                format!(r#"{{"schema": 2, "gpu": {gpu}, "results": [{{"mode": "mps", "n": 7, "aggregate": 62231.0}}]}}"#),
+            )
+            .unwrap();
+            let r = load(&p).unwrap_or_else(|e| panic!("{gpu}: {e}"));
+            assert_eq!(r.gpu, None, "{gpu}");
+            assert_eq!(r.row("mps", 7).unwrap().aggregate, Some(62231.0));
+        }
     }
 
     #[test]

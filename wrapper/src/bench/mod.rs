@@ -16,7 +16,8 @@
 //!   (GPU figures are the engine's, as for `colloc run`: [`crate::engine::gpu`]).
 //! - [`answer`]: wide cells and the rule that names the configuration to run.
 //! - [`cell`]: how a configuration is named.
-//! - [`host`]: the host a report comes from; [`compare`]: two reports side by side.
+//! - [`host`]: the host a report comes from; [`compare`]: two reports side by side, and
+//!   [`comparison`] what bench.json records of it.
 //! - [`report`]: the table, JSON and CSV.
 
 mod analysis;
@@ -24,6 +25,7 @@ mod answer;
 mod args;
 mod cell;
 mod compare;
+mod comparison;
 mod host;
 mod plan;
 mod report;

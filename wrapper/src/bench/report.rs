@@ -20,16 +20,27 @@ use serde::{Deserialize, Serialize};
 
 use super::analysis::gib;
 use super::answer::{Candidate, Recommendation, Verdict, AS_GOOD};
-use super::compare::Comparison;
+use super::comparison::Comparison;
 use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
 use crate::export::table::{csv_num, csv_opt, csv_text, dash_or as opt, Table};
 
+/// A `gpu` record as a report of any schema holds it: one that reads as [`BenchGpu`], or
+/// something else (an older or damaged record).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum GpuRecord {
+    Read(BenchGpu),
+    Unread(serde::de::IgnoredAny),
+}
+
 /// A `gpu` record of an older report that does not read as [`BenchGpu`] is none, not a
 /// report that cannot be read.
 fn gpu_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BenchGpu>, D::Error> {
-    let v = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(v.and_then(|v| serde_json::from_value(v).ok()))
+    Ok(match Option::<GpuRecord>::deserialize(d)? {
+        Some(GpuRecord::Read(g)) => Some(g),
+        Some(GpuRecord::Unread(_)) | None => None,
+    })
 }
 
 /// Report format version of `bench.json`, `bench.csv` and `bench-measurements.csv`.
@@ -631,6 +642,13 @@ pub fn secs(s: f64) -> String {
 
 /// The table printed at the end, then the lines about it.
 pub fn table(report: &Report) -> String {
+    let mut out = results_table(report).render();
+    lines_below(report, &mut out);
+    out
+}
+
+/// One row per configuration (the discarded warm-up run first).
+fn results_table(report: &Report) -> Table {
     let has_ref = report.reference.is_some() || report.reference_command.is_some();
     let mut headers = vec![
         "mode".to_string(),
@@ -683,63 +701,73 @@ pub fn table(report: &Report) -> String {
             (Some((m, why)), Some(w)) if m == r.mode && why == w
         );
         previous = r.reason.as_deref().map(|w| (r.mode.as_str(), w));
-        let mut note = match (&r.status, &r.reason) {
-            (Status::Skipped, Some(_)) if same => "skipped (as above)".into(),
-            (Status::Measured, _) => String::new(),
-            (Status::Skipped, Some(why)) => format!("skipped: {why}"),
-            (Status::Failed, Some(why)) => format!("failed: {why}"),
-            (s, None) => format!("{s:?}").to_lowercase(),
-        };
-        let mut add = |s: String| {
-            if !note.is_empty() {
-                note.push_str("; ");
-            }
-            note.push_str(&s);
-        };
-        if let Some(l) = &r.layout {
-            add(format!("layout {l}"));
-        }
-        if let Some(rise) = r.rise {
-            add(format!("{:+.0} % over the previous count", rise * 100.0));
-        }
-        if r.baseline_problem {
-            add("baseline problem: each copy faster than solo".into());
-        }
-        if !r.failures.is_empty() {
-            add(format!("{} repeat(s) failed", r.failures.len()));
-        }
-        let mut cells = vec![
-            r.mode.clone(),
-            r.n.to_string(),
-            opt(r.aggregate, |v| pm(v, r.aggregate_u, 1)),
-            opt(r.vs_solo, |v| times(v, r.vs_solo_u)),
-        ];
-        if has_ref {
-            cells.push(opt(r.vs_reference, |v| pm(v, r.vs_reference_u, 2)));
-        }
-        cells.extend([
-            match (r.slowdown_mean, r.slowdown_max) {
-                (Some(a), Some(b)) => format!("{a:.2}x / {b:.2}x"),
-                _ => "-".into(),
-            },
-            r.peak_memory_bytes.map_or_else(|| "-".into(), gib),
-            opt(r.energy_per_sample_j, |v| format!("{v:.4}")),
-            r.repeats.to_string(),
-            if r.wall_s > 0.0 {
-                secs(r.wall_s)
-            } else {
-                "-".into()
-            },
-            note,
-        ]);
-        t.row(cells);
+        t.row(result_cells(r, same, has_ref));
     }
-    let mut out = t.render();
+    t
+}
+
+/// A configuration's cells; `same`: skipped for the reason of the row above.
+fn result_cells(r: &ConfigResult, same: bool, has_ref: bool) -> Vec<String> {
+    let mut note = match (&r.status, &r.reason) {
+        (Status::Skipped, Some(_)) if same => "skipped (as above)".into(),
+        (Status::Measured, _) => String::new(),
+        (Status::Skipped, Some(why)) => format!("skipped: {why}"),
+        (Status::Failed, Some(why)) => format!("failed: {why}"),
+        (s, None) => format!("{s:?}").to_lowercase(),
+    };
+    let mut add = |s: String| {
+        if !note.is_empty() {
+            note.push_str("; ");
+        }
+        note.push_str(&s);
+    };
+    if let Some(l) = &r.layout {
+        add(format!("layout {l}"));
+    }
+    if let Some(rise) = r.rise {
+        add(format!("{:+.0} % over the previous count", rise * 100.0));
+    }
+    if r.baseline_problem {
+        add("baseline problem: each copy faster than solo".into());
+    }
+    if !r.failures.is_empty() {
+        add(format!("{} repeat(s) failed", r.failures.len()));
+    }
+    let mut cells = vec![
+        r.mode.clone(),
+        r.n.to_string(),
+        opt(r.aggregate, |v| pm(v, r.aggregate_u, 1)),
+        opt(r.vs_solo, |v| times(v, r.vs_solo_u)),
+    ];
+    if has_ref {
+        cells.push(opt(r.vs_reference, |v| pm(v, r.vs_reference_u, 2)));
+    }
+    cells.extend([
+        match (r.slowdown_mean, r.slowdown_max) {
+            (Some(a), Some(b)) => format!("{a:.2}x / {b:.2}x"),
+            _ => "-".into(),
+        },
+        r.peak_memory_bytes.map_or_else(|| "-".into(), gib),
+        opt(r.energy_per_sample_j, |v| format!("{v:.4}")),
+        r.repeats.to_string(),
+        if r.wall_s > 0.0 {
+            secs(r.wall_s)
+        } else {
+            "-".into()
+        },
+        note,
+    ]);
+    cells
+}
+
+/// The lines below the table: host, GPU figures, solo, reference, the mps:N verdict,
+/// notes, budget, recommendation, comparison.
+fn lines_below(report: &Report, out: &mut String) {
     let line = |out: &mut String, s: &str| {
         out.push_str(s);
         out.push('\n');
     };
-    line(&mut out, &format!("host: {}", report.host.describe()));
+    line(out, &format!("host: {}", report.host.describe()));
     if report.gpu.is_some() {
         let measured = report
             .results
@@ -749,10 +777,7 @@ pub fn table(report: &Report) -> String {
             .clone()
             .any(|(r, _)| r.mode.starts_with("mps") && r.status == Status::Measured);
         let server = measured.filter_map(|(_, m)| m.mps_server_bytes).max();
-        line(
-            &mut out,
-            &crate::engine::gpu::bench_legend(mps_seen, server),
-        );
+        line(out, &crate::engine::gpu::bench_legend(mps_seen, server));
     }
     if let (Some(solo), Some(row)) = (report.solo, report.row("solo", 1)) {
         let spread = match (row.aggregate_min, row.aggregate_max) {
@@ -763,7 +788,7 @@ pub fn table(report: &Report) -> String {
             _ => String::new(),
         };
         line(
-            &mut out,
+            out,
             &format!(
                 "solo: {} {} over {} run(s){spread}",
                 pm(solo, report.solo_u, 1),
@@ -774,7 +799,7 @@ pub fn table(report: &Report) -> String {
     }
     if let Some(rf) = report.reference {
         line(
-            &mut out,
+            out,
             &format!(
                 "reference (one process, {}): {} {}",
                 report
@@ -788,10 +813,10 @@ pub fn table(report: &Report) -> String {
         );
     }
     if let Some(m) = &report.mps_limit {
-        line(&mut out, &m.text);
+        line(out, &m.text);
     }
     for n in &report.notes {
-        line(&mut out, &format!("note: {n}"));
+        line(out, &format!("note: {n}"));
     }
     if let Some(b) = report.budget_s {
         let mut s = format!(
@@ -804,12 +829,12 @@ pub fn table(report: &Report) -> String {
         } else {
             s.push_str(&format!("; skipped to fit: {}", report.skipped.join("; ")));
         }
-        line(&mut out, &s);
+        line(out, &s);
     }
     if let Some(r) = &report.recommendation {
-        line(&mut out, &r.text);
+        line(out, &r.text);
         for w in &r.wide {
-            line(&mut out, w);
+            line(out, w);
         }
     } else if !report
         .results
@@ -817,14 +842,13 @@ pub fn table(report: &Report) -> String {
         .any(|r| r.status == Status::Measured && r.mode != "reference" && r.n > 1)
     {
         line(
-            &mut out,
+            out,
             "recommendation: none: no collocated configuration was measured (see what was skipped; a larger --budget measures them)",
         );
     }
     if let Some(c) = &report.comparison {
         out.push_str(&c.text);
     }
-    out
 }
 
 /// One CSV row per configuration.

@@ -188,7 +188,7 @@ pub struct Options {
     /// Runs as Slurm steps.
     pub steps: Steps,
     /// The time-limit warning and the requeue.
-    pub warn: super::timelimit::Settings,
+    pub warn: Settings,
 }
 
 fn dur(flag: &str, v: &str) -> anyhow::Result<Duration> {
@@ -252,7 +252,7 @@ impl Options {
 
 /// The time-limit settings: the runs' grace and colloc's own `--grace` must end before the
 /// job does.
-fn warn_settings(a: &RunArgs, grace: Duration) -> anyhow::Result<super::timelimit::Settings> {
+fn warn_settings(a: &RunArgs, grace: Duration) -> anyhow::Result<Settings> {
     let before = match a.warn_before.trim() {
         "off" | "0" => None,
         v => Some(dur("--warn-before", v)?),
@@ -268,10 +268,67 @@ fn warn_settings(a: &RunArgs, grace: Duration) -> anyhow::Result<super::timelimi
             )));
         }
     }
-    Ok(super::timelimit::Settings {
+    Ok(Settings {
         before,
-        signal: super::timelimit::parse_signal(&a.warn_signal).map_err(bad_input)?,
+        signal: parse_signal(&a.warn_signal).map_err(bad_input)?,
         grace: warn_grace,
         requeue_limit: a.requeue_limit,
     })
+}
+
+/// The checked time-limit settings of `colloc run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// How long before the job's end the runs are warned (`None`: colloc does not watch
+    /// the end time; SIGUSR1 still warns).
+    pub before: Option<Duration>,
+    /// The signal the runs get.
+    pub signal: i32,
+    /// How long they have to checkpoint and exit before SIGTERM.
+    pub grace: Duration,
+    /// Most requeues of the job (counted by `SLURM_RESTART_COUNT`).
+    pub requeue_limit: u32,
+}
+
+/// Signals a run may be warned with, by name.
+const SIGNALS: [(&str, i32); 6] = [
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("TERM", libc::SIGTERM),
+    ("INT", libc::SIGINT),
+    ("HUP", libc::SIGHUP),
+    ("QUIT", libc::SIGQUIT),
+];
+
+/// A `--warn-signal` value: a name with or without `SIG` (any case), or its number.
+///
+/// # Errors
+/// What is wrong and what is valid.
+pub fn parse_signal(s: &str) -> Result<i32, String> {
+    let t = s.trim().to_ascii_uppercase();
+    let name = t.strip_prefix("SIG").unwrap_or(&t);
+    SIGNALS
+        .iter()
+        .find(|(n, num)| *n == name || num.to_string() == name)
+        .map(|(_, num)| *num)
+        .ok_or_else(|| {
+            format!("--warn-signal: {s:?} is not valid; use USR1, USR2, TERM, INT, HUP or QUIT")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warn_signals_by_name_or_number() {
+        assert_eq!(parse_signal("USR1"), Ok(libc::SIGUSR1));
+        assert_eq!(parse_signal("sigusr2"), Ok(libc::SIGUSR2));
+        assert_eq!(parse_signal(" SIGTERM "), Ok(libc::SIGTERM));
+        assert_eq!(parse_signal("10"), Ok(libc::SIGUSR1));
+        for bad in ["KILL", "9", "", "USR3", "STOP"] {
+            let e = parse_signal(bad).unwrap_err();
+            assert!(e.contains("USR1, USR2"), "{e}");
+        }
+    }
 }

@@ -436,177 +436,15 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
         let msg = e.message().trim().replace('\n', "; ");
         cx.err(e.span(), msg)
     })?;
-    let d = raw.defaults.unwrap_or_default();
-    let d_scanner = Arc::new(Scanner {
-        throughput: cx.throughput(None, None, &d)?,
-        metrics: cx.metrics(None, &d)?,
-    });
-    let d_timeout = d.timeout.as_ref().map(|t| cx.timeout(t)).transpose()?;
-    let d_memory = d
-        .gpu_memory
-        .as_ref()
-        .map(|m| cx.gpu_memory(m))
-        .transpose()?;
-    let d_workdir = d
-        .workdir
-        .as_ref()
-        .map(|w| cx.workdir(w.get_ref(), w.span()))
-        .transpose()?;
-    check_env(&cx, &d.env)?;
-    let d_env: Vec<(String, String)> = env_pairs(&d.env);
-
+    let d = Defaults::of(&cx, raw.defaults.unwrap_or_default())?;
     let mut runs: Vec<(RunSpec, Range<usize>)> = Vec::new();
     for (i, r) in raw.run.iter().enumerate() {
-        let argv = r.command.get_ref().argv();
-        check_command(&cx, &argv, r.command.span())?;
-        check_env(&cx, &r.env)?;
-        let (name, span) = match &r.name {
-            Some(n) => (n.get_ref().clone(), n.span()),
-            None => (format!("run{}", i + 1), r.command.span()),
-        };
-        check_name(&name).map_err(|m| cx.err(Some(span.clone()), m))?;
-        let mut env = d_env.clone();
-        env.extend(env_pairs(&r.env));
-        runs.push((
-            RunSpec {
-                name,
-                command: argv,
-                env,
-                workdir: match &r.workdir {
-                    Some(w) => Some(cx.workdir(w.get_ref(), w.span())?),
-                    None => d_workdir.clone(),
-                },
-                scanner: scanner_for(
-                    &cx,
-                    &d,
-                    &d_scanner,
-                    r.metric.as_ref(),
-                    r.unit.as_ref(),
-                    r.metrics.as_ref(),
-                )?,
-                timeout: match &r.timeout {
-                    Some(t) => Some(cx.timeout(t)?),
-                    None => d_timeout,
-                },
-                grid: None,
-                gpu_memory: match &r.gpu_memory {
-                    Some(m) => Some(cx.gpu_memory(m)?),
-                    None => d_memory,
-                },
-            },
-            span,
-        ));
+        runs.push(run_table(&cx, &d, i, r)?);
     }
-
     for s in &raw.sweep {
-        let grid_span = s.grid.span();
-        let mut grid: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (k, vals) in s.grid.get_ref() {
-            if !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || k.is_empty() {
-                return Err(cx.err(
-                    Some(grid_span.clone()),
-                    format!("grid key {k:?} is not valid: use letters, digits and _"),
-                ));
-            }
-            if vals.get_ref().is_empty() {
-                return Err(cx.err(Some(vals.span()), format!("grid key {k:?} has no values")));
-            }
-            grid.insert(k.clone(), vals.get_ref().iter().map(Scalar::text).collect());
-        }
-        if grid.is_empty() {
-            return Err(cx.err(Some(grid_span), "sweep grid is empty"));
-        }
-        let combos = grid
-            .values()
-            .try_fold(1usize, |acc, v| acc.checked_mul(v.len()))
-            .unwrap_or(usize::MAX);
-        if combos > MAX_RUNS || runs.len() + combos > MAX_RUNS {
-            return Err(cx.err(
-                Some(grid_span),
-                format!("sweep expands to {combos} runs; at most {MAX_RUNS} runs per manifest"),
-            ));
-        }
-        let tcheck = |t: &str, span: Range<usize>| {
-            check_template(t, &grid).map_err(|m| cx.err(Some(span), m))
-        };
-        let name_t = match &s.name {
-            Some(n) => {
-                tcheck(n.get_ref(), n.span())?;
-                n.get_ref().clone()
-            }
-            None => grid
-                .keys()
-                .map(|k| format!("{k}={{{k}}}"))
-                .collect::<Vec<_>>()
-                .join("-"),
-        };
-        let name_span = s.name.as_ref().map(|n| n.span()).unwrap_or(grid_span);
-        let argv_t = s.command.get_ref().argv();
-        check_command(&cx, &argv_t, s.command.span())?;
-        check_env(&cx, &s.env)?;
-        for a in &argv_t {
-            tcheck(a, s.command.span())?;
-        }
-        let env_t = env_pairs(&s.env);
-        if let Some(env) = &s.env {
-            for v in env.values() {
-                tcheck(&v.get_ref().text(), v.span())?;
-            }
-        }
-        if let Some(w) = &s.workdir {
-            tcheck(w.get_ref(), w.span())?;
-        }
-        let scanner = scanner_for(
-            &cx,
-            &d,
-            &d_scanner,
-            s.metric.as_ref(),
-            s.unit.as_ref(),
-            s.metrics.as_ref(),
-        )?;
-        let timeout = match &s.timeout {
-            Some(t) => Some(cx.timeout(t)?),
-            None => d_timeout,
-        };
-        if let Some(m) = &s.gpu_memory {
-            tcheck(m.get_ref(), m.span())?;
-        }
-        for combo in combinations(&grid) {
-            let name = fill(&name_t, &combo);
-            check_name(&name).map_err(|m| cx.err(Some(name_span.clone()), m))?;
-            let mut env = d_env.clone();
-            env.extend(env_t.iter().map(|(k, v)| (k.clone(), fill(v, &combo))));
-            let workdir = match &s.workdir {
-                Some(w) => Some(cx.workdir(&fill(w.get_ref(), &combo), w.span())?),
-                None => d_workdir.clone(),
-            };
-            runs.push((
-                RunSpec {
-                    name,
-                    command: argv_t.iter().map(|a| fill(a, &combo)).collect(),
-                    env,
-                    workdir,
-                    scanner: Arc::clone(&scanner),
-                    timeout,
-                    gpu_memory: match &s.gpu_memory {
-                        Some(m) => Some(
-                            super::memsize::parse(&fill(m.get_ref(), &combo))
-                                .map_err(|e| cx.err(Some(m.span()), e))?,
-                        ),
-                        None => d_memory,
-                    },
-                    grid: Some(
-                        combo
-                            .iter()
-                            .map(|(k, v)| (k.to_string(), v.to_string()))
-                            .collect(),
-                    ),
-                },
-                name_span.clone(),
-            ));
-        }
+        let expanded = sweep_table(&cx, &d, s, runs.len())?;
+        runs.extend(expanded);
     }
-
     if runs.is_empty() {
         return Err(cx.err(None, "no runs: add a [[run]] or [[sweep]] table"));
     }
@@ -620,6 +458,223 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<Vec<RunSpec>, Manife
         }
     }
     Ok(runs.into_iter().map(|(r, _)| r).collect())
+}
+
+/// The `[defaults]` table, checked: what a run or sweep that sets nothing of its own gets.
+struct Defaults {
+    raw: RawDefaults,
+    scanner: Arc<Scanner>,
+    timeout: Option<Duration>,
+    memory: Option<u64>,
+    workdir: Option<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+impl Defaults {
+    fn of(cx: &Ctx<'_>, d: RawDefaults) -> Result<Defaults, ManifestError> {
+        let scanner = Arc::new(Scanner {
+            throughput: cx.throughput(None, None, &d)?,
+            metrics: cx.metrics(None, &d)?,
+        });
+        let timeout = d.timeout.as_ref().map(|t| cx.timeout(t)).transpose()?;
+        let memory = d
+            .gpu_memory
+            .as_ref()
+            .map(|m| cx.gpu_memory(m))
+            .transpose()?;
+        let workdir = d
+            .workdir
+            .as_ref()
+            .map(|w| cx.workdir(w.get_ref(), w.span()))
+            .transpose()?;
+        check_env(cx, &d.env)?;
+        let env: Vec<(String, String)> = env_pairs(&d.env);
+        Ok(Defaults {
+            raw: d,
+            scanner,
+            timeout,
+            memory,
+            workdir,
+            env,
+        })
+    }
+}
+
+/// The `i`-th `[[run]]` table, checked, with the span its errors point at.
+fn run_table(
+    cx: &Ctx<'_>,
+    d: &Defaults,
+    i: usize,
+    r: &RawRun,
+) -> Result<(RunSpec, Range<usize>), ManifestError> {
+    let argv = r.command.get_ref().argv();
+    check_command(cx, &argv, r.command.span())?;
+    check_env(cx, &r.env)?;
+    let (name, span) = match &r.name {
+        Some(n) => (n.get_ref().clone(), n.span()),
+        None => (format!("run{}", i + 1), r.command.span()),
+    };
+    check_name(&name).map_err(|m| cx.err(Some(span.clone()), m))?;
+    let mut env = d.env.clone();
+    env.extend(env_pairs(&r.env));
+    Ok((
+        RunSpec {
+            name,
+            command: argv,
+            env,
+            workdir: match &r.workdir {
+                Some(w) => Some(cx.workdir(w.get_ref(), w.span())?),
+                None => d.workdir.clone(),
+            },
+            scanner: scanner_for(
+                cx,
+                &d.raw,
+                &d.scanner,
+                r.metric.as_ref(),
+                r.unit.as_ref(),
+                r.metrics.as_ref(),
+            )?,
+            timeout: match &r.timeout {
+                Some(t) => Some(cx.timeout(t)?),
+                None => d.timeout,
+            },
+            grid: None,
+            gpu_memory: match &r.gpu_memory {
+                Some(m) => Some(cx.gpu_memory(m)?),
+                None => d.memory,
+            },
+        },
+        span,
+    ))
+}
+
+/// A `[[sweep]]`'s grid, checked: valid keys, each with values, and no more runs in all
+/// than a manifest may hold (`so_far` before it).
+fn sweep_grid(
+    cx: &Ctx<'_>,
+    s: &RawSweep,
+    so_far: usize,
+) -> Result<BTreeMap<String, Vec<String>>, ManifestError> {
+    let grid_span = s.grid.span();
+    let mut grid: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, vals) in s.grid.get_ref() {
+        if !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || k.is_empty() {
+            return Err(cx.err(
+                Some(grid_span.clone()),
+                format!("grid key {k:?} is not valid: use letters, digits and _"),
+            ));
+        }
+        if vals.get_ref().is_empty() {
+            return Err(cx.err(Some(vals.span()), format!("grid key {k:?} has no values")));
+        }
+        grid.insert(k.clone(), vals.get_ref().iter().map(Scalar::text).collect());
+    }
+    if grid.is_empty() {
+        return Err(cx.err(Some(grid_span), "sweep grid is empty"));
+    }
+    let combos = grid
+        .values()
+        .try_fold(1usize, |acc, v| acc.checked_mul(v.len()))
+        .unwrap_or(usize::MAX);
+    if combos > MAX_RUNS || so_far + combos > MAX_RUNS {
+        return Err(cx.err(
+            Some(grid_span),
+            format!("sweep expands to {combos} runs; at most {MAX_RUNS} runs per manifest"),
+        ));
+    }
+    Ok(grid)
+}
+
+/// A `[[sweep]]` table expanded into one run per combination of its grid, each template
+/// checked first; `so_far`: the runs before it.
+fn sweep_table(
+    cx: &Ctx<'_>,
+    d: &Defaults,
+    s: &RawSweep,
+    so_far: usize,
+) -> Result<Vec<(RunSpec, Range<usize>)>, ManifestError> {
+    let grid_span = s.grid.span();
+    let grid = sweep_grid(cx, s, so_far)?;
+    let tcheck =
+        |t: &str, span: Range<usize>| check_template(t, &grid).map_err(|m| cx.err(Some(span), m));
+    let name_t = match &s.name {
+        Some(n) => {
+            tcheck(n.get_ref(), n.span())?;
+            n.get_ref().clone()
+        }
+        None => grid
+            .keys()
+            .map(|k| format!("{k}={{{k}}}"))
+            .collect::<Vec<_>>()
+            .join("-"),
+    };
+    let name_span = s.name.as_ref().map(|n| n.span()).unwrap_or(grid_span);
+    let argv_t = s.command.get_ref().argv();
+    check_command(cx, &argv_t, s.command.span())?;
+    check_env(cx, &s.env)?;
+    for a in &argv_t {
+        tcheck(a, s.command.span())?;
+    }
+    let env_t = env_pairs(&s.env);
+    if let Some(env) = &s.env {
+        for v in env.values() {
+            tcheck(&v.get_ref().text(), v.span())?;
+        }
+    }
+    if let Some(w) = &s.workdir {
+        tcheck(w.get_ref(), w.span())?;
+    }
+    let scanner = scanner_for(
+        cx,
+        &d.raw,
+        &d.scanner,
+        s.metric.as_ref(),
+        s.unit.as_ref(),
+        s.metrics.as_ref(),
+    )?;
+    let timeout = match &s.timeout {
+        Some(t) => Some(cx.timeout(t)?),
+        None => d.timeout,
+    };
+    if let Some(m) = &s.gpu_memory {
+        tcheck(m.get_ref(), m.span())?;
+    }
+    let mut runs = Vec::new();
+    for combo in combinations(&grid) {
+        let name = fill(&name_t, &combo);
+        check_name(&name).map_err(|m| cx.err(Some(name_span.clone()), m))?;
+        let mut env = d.env.clone();
+        env.extend(env_t.iter().map(|(k, v)| (k.clone(), fill(v, &combo))));
+        let workdir = match &s.workdir {
+            Some(w) => Some(cx.workdir(&fill(w.get_ref(), &combo), w.span())?),
+            None => d.workdir.clone(),
+        };
+        runs.push((
+            RunSpec {
+                name,
+                command: argv_t.iter().map(|a| fill(a, &combo)).collect(),
+                env,
+                workdir,
+                scanner: Arc::clone(&scanner),
+                timeout,
+                gpu_memory: match &s.gpu_memory {
+                    Some(m) => Some(
+                        super::memsize::parse(&fill(m.get_ref(), &combo))
+                            .map_err(|e| cx.err(Some(m.span()), e))?,
+                    ),
+                    None => d.memory,
+                },
+                grid: Some(
+                    combo
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+            },
+            name_span.clone(),
+        ));
+    }
+    Ok(runs)
 }
 
 /// The scanner of a table: the defaults' when it sets nothing of its own.

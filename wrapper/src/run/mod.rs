@@ -20,12 +20,15 @@ use anyhow::Context;
 
 use crate::bad_input;
 use crate::engine::launch::{Launcher, LocalLauncher};
-use crate::engine::pack::{Deadline, Engine, Options as EngineOptions, Warn};
+use crate::engine::pack::{
+    Deadline, Driver, Engine, Options as EngineOptions, Outcome, Slot, Warn,
+};
 use crate::engine::signals::Signals;
 use crate::engine::Clock;
 use crate::export::runs;
-use crate::record::events::{Event, SlotRecord, EVENTS_VERSION};
+use crate::record::events::{Event, RunIdentity, SlotRecord, EVENTS_VERSION};
 use crate::record::fold::Fold;
+use colloc_core::telemetry::Sampler;
 
 pub mod args;
 pub mod fit;
@@ -71,7 +74,9 @@ fn steps_job(when: args::Steps) -> anyhow::Result<Option<String>> {
     })
 }
 
-/// Entry point of `colloc run`.
+/// Entry point of `colloc run`: everything the user wrote checked, the slots and report
+/// directory set up, the session opened in the event log, the engine's passes run, and
+/// the report written.
 ///
 /// # Errors
 /// Bad input (exit 2) before anything starts; failures to set up (exit 1).
@@ -80,36 +85,8 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     let launcher = LocalLauncher::start().context("cannot start the run launcher")?;
     let opts = args::Options::from(&args)?;
     let config = setup::config(g)?;
-    // Everything the user wrote is checked before anything starts.
-    if args.file.is_none() && args.command.is_empty() {
-        return Err(bad_input(
-            "nothing to run: give -f runs.toml or -- CMD [ARGS...]",
-        ));
-    }
-    if let Some(f) = &args.file {
-        // The manifest first: its errors are the user's, whatever the GPUs say.
-        manifest::load(f).map_err(|e| bad_input(e.to_string()))?;
-    }
-    let baseline = match &args.baseline {
-        Some(p) => Some(setup::baseline(p).map_err(bad_input)?),
-        None => None,
-    };
-    let topo = match steps_job(opts.steps)? {
-        Some(job_id) => {
-            let cmd = nodes::StepCommand::new(&job_id, g.config.clone())?;
-            let reports = nodes::discover(&cmd)?;
-            let topo = nodes::topology(
-                reports,
-                &nodes::Wanted {
-                    mode: args.mode.clone(),
-                    jobs: args.jobs.map(|j| j as usize),
-                },
-            )?;
-            steps::raise_open_files(topo.slot_node.len());
-            Some((cmd, topo))
-        }
-        None => None,
-    };
+    let baseline = preflight(&args)?;
+    let topo = across_nodes(&args, &opts, g)?;
     let signals = Signals::install().context("cannot install signal handlers")?;
     let mut gpus = match &topo {
         // Each node's prolog set its GPUs up; colloc only starts steps there.
@@ -123,33 +100,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         None => setup::gpus(&args, config.as_ref())?,
     };
     let specs = setup::specs(&args, gpus.layout.slots.len())?;
-    // Right-sized slots: refuse what no slot can hold before anything starts.
-    let fit = {
-        let memory = match &topo {
-            Some((_, t)) => t.slot_memory_mib(),
-            None => gpus
-                .nvml
-                .as_ref()
-                .map(|(_, m)| m.slot_memory_mib.clone())
-                .unwrap_or_default(),
-        };
-        fit::Fit::new(&gpus.layout.mode, &gpus.layout.slots, &memory)
-    };
-    let declared = specs.iter().any(|s| s.gpu_memory.is_some());
-    if declared {
-        if fit.known() {
-            let needs: Vec<(&str, Option<u64>)> = specs
-                .iter()
-                .map(|s| (s.name.as_str(), s.gpu_memory))
-                .collect();
-            fit.check(&needs).map_err(bad_input)?;
-        } else {
-            log::warn!(
-                "gpu_memory is declared but the slots' memory is unknown (no NVML answer): \
-                 runs are placed in manifest order, unchecked"
-            );
-        }
-    }
+    let (fit, placed) = fit_runs(topo.as_ref().map(|(_, t)| t), &gpus, &specs)?;
     let ids = setup::identities(&specs);
     let restarted = setup::restart_count().is_some_and(|n| n > 0);
     let (dir, start, _lock) = setup::report_dir(&args, &ids, restarted)?;
@@ -176,8 +127,158 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
                 dir.path().display()
             ))
         })?;
-    rec.emit(Event::Session {
+    let ts = rec.now();
+    let topology = topo.as_ref().map(|(_, t)| t);
+    rec.emit(session_event(
+        ts, session, topology, &gpus, &fit, &opts, &ids,
+    ));
+    if let Some(figs) = baseline {
+        emit_baseline(&mut rec, figs, &ids, args.baseline.as_deref());
+    }
+    let job_id = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .filter(|j| !j.trim().is_empty());
+    let mut watch = match (&job_id, opts.warn.before) {
+        (Some(j), Some(lead)) => timelimit::EndWatch::start(j, lead),
+        _ => None,
+    };
+    // Across nodes each attempt is a Slurm step, started through the local supervisors.
+    let step_ctx = topo.as_ref().map(|(_, t)| scheduler::StepCtx {
+        book: Rc::new(RefCell::new(steps::StepBook::default())),
+        slot_nodes: (0..t.slot_node.len())
+            .map(|i| t.node_of(i).name.clone())
+            .collect(),
+    });
+    let mut launcher = launcher_for(launcher, topo, step_ctx.as_ref(), &opts);
+    let mut passes = Passes {
+        launcher: &mut *launcher,
+        signals: &signals,
+        sampler: sampler.as_ref(),
+        clock,
+        opts: &opts,
+        watch: watch.as_mut(),
+        step_ctx,
+    };
+    let fit = placed.then_some(fit);
+    let ran = passes.execute(args.solo_baseline, &specs, &ids, &mut rec, &gpus, fit);
+    if let Some(s) = sampler {
+        let (totals, _) = s.finish();
+        rec.emit(Event::Gpus {
+            ts: rec.now(),
+            session,
+            gpus: totals,
+        });
+    }
+    rec.emit(Event::SessionEnd {
         ts: rec.now(),
+        session,
+        stopped_by: ran.stopped_by,
+        max_concurrent: ran.max_concurrent,
+    });
+    drop(gpus.own_mps);
+    drop(launcher);
+    Ok(finish(rec, &dir, &opts, ran.warned, job_id.as_deref()))
+}
+
+/// Everything the user wrote, checked before anything starts: something to run, the
+/// manifest, the `--baseline` report (its solo figures).
+///
+/// # Errors
+/// Bad input.
+fn preflight(args: &RunArgs) -> anyhow::Result<Option<Vec<(String, f64, String)>>> {
+    if args.file.is_none() && args.command.is_empty() {
+        return Err(bad_input(
+            "nothing to run: give -f runs.toml or -- CMD [ARGS...]",
+        ));
+    }
+    if let Some(f) = &args.file {
+        // The manifest first: its errors are the user's, whatever the GPUs say.
+        manifest::load(f).map_err(|e| bad_input(e.to_string()))?;
+    }
+    Ok(match &args.baseline {
+        Some(p) => Some(setup::baseline(p).map_err(bad_input)?),
+        None => None,
+    })
+}
+
+/// In a Slurm job of several nodes (`--steps`): every node's slots, found by a step on
+/// each, and the command that starts steps there.
+///
+/// # Errors
+/// Bad input (`--steps on` outside a job, a layout the nodes cannot give); a node that
+/// does not answer.
+fn across_nodes(
+    args: &RunArgs,
+    opts: &args::Options,
+    g: &crate::Global,
+) -> anyhow::Result<Option<(nodes::StepCommand, nodes::Topology)>> {
+    let Some(job_id) = steps_job(opts.steps)? else {
+        return Ok(None);
+    };
+    let cmd = nodes::StepCommand::new(&job_id, g.config.clone())?;
+    let reports = nodes::discover(&cmd)?;
+    let topo = nodes::topology(
+        reports,
+        &nodes::Wanted {
+            mode: args.mode.clone(),
+            jobs: args.jobs.map(|j| j as usize),
+        },
+    )?;
+    steps::raise_open_files(topo.slot_node.len());
+    Ok(Some((cmd, topo)))
+}
+
+/// Right-sized slots: the slots' memory, and whether runs are placed by it (some run
+/// declares `gpu_memory` and the slots' memory is known); what no slot can hold is
+/// refused before anything starts.
+///
+/// # Errors
+/// Bad input: a run that fits no slot.
+fn fit_runs(
+    topo: Option<&nodes::Topology>,
+    gpus: &setup::Gpus,
+    specs: &[manifest::RunSpec],
+) -> anyhow::Result<(fit::Fit, bool)> {
+    let memory = match topo {
+        Some(t) => t.slot_memory_mib(),
+        None => gpus
+            .nvml
+            .as_ref()
+            .map(|(_, m)| m.slot_memory_mib.clone())
+            .unwrap_or_default(),
+    };
+    let fit = fit::Fit::new(&gpus.layout.mode, &gpus.layout.slots, &memory);
+    let declared = specs.iter().any(|s| s.gpu_memory.is_some());
+    if declared {
+        if fit.known() {
+            let needs: Vec<(&str, Option<u64>)> = specs
+                .iter()
+                .map(|s| (s.name.as_str(), s.gpu_memory))
+                .collect();
+            fit.check(&needs).map_err(bad_input)?;
+        } else {
+            log::warn!(
+                "gpu_memory is declared but the slots' memory is unknown (no NVML answer): \
+                 runs are placed in manifest order, unchecked"
+            );
+        }
+    }
+    let placed = declared && fit.known();
+    Ok((fit, placed))
+}
+
+/// The event that opens this session of the record: who, where, which slots, which runs.
+fn session_event(
+    ts: f64,
+    session: u32,
+    topo: Option<&nodes::Topology>,
+    gpus: &setup::Gpus,
+    fit: &fit::Fit,
+    opts: &args::Options,
+    ids: &[RunIdentity],
+) -> Event {
+    Event::Session {
+        ts,
         version: EVENTS_VERSION,
         session,
         colloc_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -185,8 +286,8 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         pid: std::process::id(),
         job_id: std::env::var("SLURM_JOB_ID").ok(),
         restart_count: setup::restart_count(),
-        mode: match &topo {
-            Some((_, t)) => t.mode_text(),
+        mode: match topo {
+            Some(t) => t.mode_text(),
             None => gpus.layout.mode.to_string(),
         },
         source: match gpus.layout.source {
@@ -196,8 +297,8 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         }
         .into(),
         steps: topo.is_some(),
-        slots: match &topo {
-            Some((_, t)) => t
+        slots: match topo {
+            Some(t) => t
                 .slot_records()
                 .into_iter()
                 .map(|s| SlotRecord {
@@ -219,153 +320,178 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
                 .collect(),
         },
         interval_s: opts.interval.as_secs_f64(),
-        runs: ids.clone(),
-    });
-    if let Some(figs) = baseline {
-        let source = format!(
-            "baseline {}",
-            args.baseline
-                .as_ref()
-                .map_or(String::new(), |p| p.display().to_string())
-        );
-        let keys: Vec<String> = ids.iter().map(|i| i.solo_key()).collect();
-        for (key, throughput, unit) in figs {
-            if keys.contains(&key) {
-                rec.emit(Event::Solo {
-                    ts: rec.now(),
-                    key,
-                    run: String::new(),
-                    throughput,
-                    unit,
-                    source: source.clone(),
-                });
-            }
+        runs: ids.to_vec(),
+    }
+}
+
+/// The solo figures of `--baseline` for this pack's runs, into the record.
+fn emit_baseline(
+    rec: &mut record::Recorder,
+    figs: Vec<(String, f64, String)>,
+    ids: &[RunIdentity],
+    path: Option<&std::path::Path>,
+) {
+    let source = format!(
+        "baseline {}",
+        path.map_or(String::new(), |p| p.display().to_string())
+    );
+    let keys: Vec<String> = ids.iter().map(RunIdentity::solo_key).collect();
+    for (key, throughput, unit) in figs {
+        if keys.contains(&key) {
+            rec.emit(Event::Solo {
+                ts: rec.now(),
+                key,
+                run: String::new(),
+                throughput,
+                unit,
+                source: source.clone(),
+            });
         }
     }
-    let devices = gpus.layout.slots.clone();
-    let engine_opts = EngineOptions {
-        grace: opts.grace,
-        tick: TICK,
-        live_view: !opts.quiet,
+}
+
+/// What starts each attempt: the local launcher, or across nodes a Slurm step on the
+/// slot's node through it (said once, unless `--quiet`).
+fn launcher_for(
+    local: LocalLauncher,
+    topo: Option<(nodes::StepCommand, nodes::Topology)>,
+    step_ctx: Option<&scheduler::StepCtx>,
+    opts: &args::Options,
+) -> Box<dyn Launcher> {
+    let (Some((cmd, t)), Some(ctx)) = (topo, step_ctx) else {
+        return Box::new(local);
     };
-    let mut stopped_by = None;
-    let mut max_concurrent = 0;
-    let mut warned = false;
-    let job_id = std::env::var("SLURM_JOB_ID")
-        .ok()
-        .filter(|j| !j.trim().is_empty());
-    let warn = Warn {
-        signal: opts.warn.signal,
-        grace: opts.warn.grace,
-    };
-    let mut watch = match (&job_id, opts.warn.before) {
-        (Some(j), Some(lead)) => timelimit::EndWatch::start(j, lead),
-        _ => None,
-    };
-    // Across nodes each attempt is a Slurm step, started through the local supervisors.
-    let step_ctx = topo.as_ref().map(|(_, t)| scheduler::StepCtx {
-        book: Rc::new(RefCell::new(steps::StepBook::default())),
-        slot_nodes: (0..t.slot_node.len())
-            .map(|i| t.node_of(i).name.clone())
-            .collect(),
-    });
-    let mut launcher: Box<dyn Launcher> = match (topo, &step_ctx) {
-        (Some((cmd, t)), Some(ctx)) => {
-            if !opts.quiet {
-                outln!(
-                    "colloc: {} slots on {} node(s) ({}); each run is a Slurm step on its slot's node",
-                    t.slot_node.len(),
-                    t.nodes.len(),
-                    t.nodes
-                        .iter()
-                        .map(|n| format!("{}: {}", n.name, n.layout.slots.len()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
-            Box::new(steps::StepLauncher::new(
-                launcher,
-                cmd,
-                &t,
-                opts.interval,
-                Rc::clone(&ctx.book),
-            ))
-        }
-        _ => Box::new(launcher),
-    };
-    if args.solo_baseline {
-        let mut cal = scheduler::Calibrate::new(
-            &specs,
-            &ids,
-            &mut rec,
-            devices.clone(),
-            sampler.as_ref(),
-            &opts,
-            step_ctx.clone(),
+    if !opts.quiet {
+        outln!(
+            "colloc: {} slots on {} node(s) ({}); each run is a Slurm step on its slot's node",
+            t.slot_node.len(),
+            t.nodes.len(),
+            t.nodes
+                .iter()
+                .map(|n| format!("{}: {}", n.name, n.layout.slots.len()))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
-        let mut engine = Engine::new(
-            &mut *launcher,
-            gpus.slots[..1].to_vec(),
-            sampler.as_ref(),
-            &signals,
-            engine_opts.clone(),
-            clock,
-        )
-        .warning(warn, watch.as_mut().map(|w| w as &mut dyn Deadline));
-        let out = engine.run(&mut cal);
-        warned = out.warned;
-        if cal.left() > 0 && out.stopped_by.is_none() {
-            log::warn!(
-                "--solo-baseline: the budget ({}) is spent; {} of {} distinct commands were not measured alone, so their runs have no solo figure (raise --solo-budget)",
-                crate::engine::duration::show(opts.solo_budget),
-                cal.left(),
-                cal.total
+    }
+    Box::new(steps::StepLauncher::new(
+        local,
+        cmd,
+        &t,
+        opts.interval,
+        Rc::clone(&ctx.book),
+    ))
+}
+
+/// What both passes of the engine (the solo baseline, then the pack) run with.
+struct Passes<'a> {
+    launcher: &'a mut dyn Launcher,
+    signals: &'a Signals,
+    sampler: Option<&'a Sampler>,
+    clock: Clock,
+    opts: &'a args::Options,
+    /// The job's end, where colloc watches it (`--warn-before`).
+    watch: Option<&'a mut timelimit::EndWatch>,
+    /// Across nodes: the steps' book and each slot's node.
+    step_ctx: Option<scheduler::StepCtx>,
+}
+
+impl Passes<'_> {
+    /// `--solo-baseline` (`solo`): each distinct command alone on the first slot; then,
+    /// unless that was stopped, the pack on every slot, placed by `fit` where given.
+    /// How the last pass ended (the most attempts at once: the pack's).
+    fn execute(
+        &mut self,
+        solo: bool,
+        specs: &[manifest::RunSpec],
+        ids: &[RunIdentity],
+        rec: &mut record::Recorder,
+        gpus: &setup::Gpus,
+        fit: Option<fit::Fit>,
+    ) -> Outcome {
+        let devices = &gpus.layout.slots;
+        let mut ran = Outcome::default();
+        if solo {
+            let mut cal = scheduler::Calibrate::new(
+                specs,
+                ids,
+                rec,
+                devices.clone(),
+                self.sampler,
+                self.opts,
+                self.step_ctx.clone(),
             );
+            let out = self.run(gpus.slots[..1].to_vec(), &mut cal);
+            warn_solo_budget_spent(&cal, &out, self.opts);
+            ran = Outcome {
+                max_concurrent: 0,
+                ..out
+            };
         }
-        stopped_by = out.stopped_by;
+        if ran.stopped_by.is_none() {
+            let mut pack = scheduler::Pack::new(
+                specs,
+                rec,
+                devices.clone(),
+                self.sampler,
+                self.opts,
+                self.step_ctx.clone(),
+            );
+            if let Some(f) = fit {
+                pack = pack.with_fit(f);
+            }
+            ran = self.run(gpus.slots.clone(), &mut pack);
+        }
+        ran
     }
-    if stopped_by.is_none() {
-        let mut pack = scheduler::Pack::new(
-            &specs,
-            &mut rec,
-            devices,
-            sampler.as_ref(),
-            &opts,
-            step_ctx.clone(),
-        );
-        if declared && fit.known() {
-            pack = pack.with_fit(fit.clone());
-        }
+
+    /// One pass of the engine over `slots`, driven by `driver`.
+    fn run(&mut self, slots: Vec<Slot>, driver: &mut dyn Driver) -> Outcome {
+        let opts = EngineOptions {
+            grace: self.opts.grace,
+            tick: TICK,
+            live_view: !self.opts.quiet,
+        };
+        let warn = Warn {
+            signal: self.opts.warn.signal,
+            grace: self.opts.warn.grace,
+        };
+        let deadline = self.watch.as_deref_mut().map(|w| w as &mut dyn Deadline);
         let mut engine = Engine::new(
-            &mut *launcher,
-            gpus.slots.clone(),
-            sampler.as_ref(),
-            &signals,
-            engine_opts,
-            clock,
+            &mut *self.launcher,
+            slots,
+            self.sampler,
+            self.signals,
+            opts,
+            self.clock,
         )
-        .warning(warn, watch.as_mut().map(|w| w as &mut dyn Deadline));
-        let out = engine.run(&mut pack);
-        warned = out.warned;
-        stopped_by = out.stopped_by;
-        max_concurrent = out.max_concurrent;
+        .warning(warn, deadline);
+        engine.run(driver)
     }
-    if let Some(s) = sampler {
-        let (totals, _) = s.finish();
-        rec.emit(Event::Gpus {
-            ts: rec.now(),
-            session,
-            gpus: totals,
-        });
+}
+
+/// `--solo-baseline` ran out of `--solo-budget` before every distinct command was
+/// measured alone: say which share has no solo figure.
+fn warn_solo_budget_spent(cal: &scheduler::Calibrate, out: &Outcome, opts: &args::Options) {
+    if cal.left() > 0 && out.stopped_by.is_none() {
+        log::warn!(
+            "--solo-baseline: the budget ({}) is spent; {} of {} distinct commands were not measured alone, so their runs have no solo figure (raise --solo-budget)",
+            crate::engine::duration::show(opts.solo_budget),
+            cal.left(),
+            cal.total
+        );
     }
-    rec.emit(Event::SessionEnd {
-        ts: rec.now(),
-        session,
-        stopped_by,
-        max_concurrent,
-    });
-    drop(gpus.own_mps);
-    drop(launcher);
+}
+
+/// Write the report and say where it is (or the one-line summary under `--quiet`); after
+/// the time limit's warning, put the job back in the queue once the record is written.
+/// Exit 0 only when every run succeeded and the report was written.
+fn finish(
+    rec: record::Recorder,
+    dir: &crate::record::store::ReportDir,
+    opts: &args::Options,
+    warned: bool,
+    job_id: Option<&str>,
+) -> ExitCode {
     let (report, error, charts) = rec.finish();
     let json = dir.shown(record::REPORT_JSON);
     if opts.quiet {
@@ -397,7 +523,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     // The record is written: now the job may go back to the queue.
     if warned && error.is_none() {
         timelimit::requeue_after_warning(
-            job_id.as_deref(),
+            job_id,
             &opts.warn,
             left,
             &dir.path().display().to_string(),
@@ -405,9 +531,9 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     } else if warned {
         log::warn!("not requeued: the record could not be written");
     }
-    Ok(if all_ok && error.is_none() {
+    if all_ok && error.is_none() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    }
 }

@@ -11,52 +11,13 @@
 
 use std::time::{Duration, Instant};
 
+use super::args::Settings;
 use crate::engine::duration::show;
 use crate::engine::pack::Deadline;
 use crate::slurm::job::{self, JobFacts};
 
 /// How often colloc asks Slurm again how long the job has left.
 const RECHECK: Duration = Duration::from_secs(300);
-
-/// The checked time-limit settings of `colloc run`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settings {
-    /// How long before the job's end the runs are warned (`None`: colloc does not watch
-    /// the end time; SIGUSR1 still warns).
-    pub before: Option<Duration>,
-    /// The signal the runs get.
-    pub signal: i32,
-    /// How long they have to checkpoint and exit before SIGTERM.
-    pub grace: Duration,
-    /// Most requeues of the job (counted by `SLURM_RESTART_COUNT`).
-    pub requeue_limit: u32,
-}
-
-/// Signals a run may be warned with, by name.
-const SIGNALS: [(&str, i32); 6] = [
-    ("USR1", libc::SIGUSR1),
-    ("USR2", libc::SIGUSR2),
-    ("TERM", libc::SIGTERM),
-    ("INT", libc::SIGINT),
-    ("HUP", libc::SIGHUP),
-    ("QUIT", libc::SIGQUIT),
-];
-
-/// A `--warn-signal` value: a name with or without `SIG` (any case), or its number.
-///
-/// # Errors
-/// What is wrong and what is valid.
-pub fn parse_signal(s: &str) -> Result<i32, String> {
-    let t = s.trim().to_ascii_uppercase();
-    let name = t.strip_prefix("SIG").unwrap_or(&t);
-    SIGNALS
-        .iter()
-        .find(|(n, num)| *n == name || num.to_string() == name)
-        .map(|(_, num)| *num)
-        .ok_or_else(|| {
-            format!("--warn-signal: {s:?} is not valid; use USR1, USR2, TERM, INT, HUP or QUIT")
-        })
-}
 
 /// When to warn, from the time the job has left (`left`) and the lead: `lead` before the
 /// end, or, when the job has no more than `lead` left at all, half way to its end (so a
@@ -295,17 +256,5 @@ mod tests {
         assert_eq!(warn_in(s(60), s(35)), s(25));
         assert_eq!(warn_in(s(200), s(300)), s(100));
         assert_eq!(warn_in(s(0), s(300)), s(0));
-    }
-
-    #[test]
-    fn warn_signals_by_name_or_number() {
-        assert_eq!(parse_signal("USR1"), Ok(libc::SIGUSR1));
-        assert_eq!(parse_signal("sigusr2"), Ok(libc::SIGUSR2));
-        assert_eq!(parse_signal(" SIGTERM "), Ok(libc::SIGTERM));
-        assert_eq!(parse_signal("10"), Ok(libc::SIGUSR1));
-        for bad in ["KILL", "9", "", "USR3", "STOP"] {
-            let e = parse_signal(bad).unwrap_err();
-            assert!(e.contains("USR1, USR2"), "{e}");
-        }
     }
 }

@@ -115,6 +115,23 @@ struct Gpu {
     readings: Arc<Mutex<Vec<EnergyReading>>>,
 }
 
+impl Gpu {
+    /// Stop sampling: the run's GPU figures and energy readings.
+    fn finish(self) -> StepMsg {
+        let mut figures = self.sampler.end(ID).unwrap_or_default();
+        // Shared out by colloc run, which sees every run on the GPU.
+        figures.energy_j = None;
+        drop(self.sampler.finish());
+        let readings =
+            std::mem::take(&mut *self.readings.lock().unwrap_or_else(|p| p.into_inner()));
+        StepMsg::Gpu(Box::new(StepGpu {
+            gpu: self.id,
+            figures,
+            readings,
+        }))
+    }
+}
+
 fn start_sampler(spec: &StepSpec, nvml_library: &str, base: Instant) -> Option<Gpu> {
     let dev = spec.device.clone()?;
     let nvml = match NvmlGpus::open(nvml_library) {
@@ -148,6 +165,42 @@ fn start_sampler(spec: &StepSpec, nvml_library: &str, base: Instant) -> Option<G
     })
 }
 
+/// The first line to colloc: this node, the Slurm step, the supervisor's pid.
+fn hello() -> StepMsg {
+    StepMsg::Hello {
+        node: colloc_core::publish::node_name().unwrap_or_default(),
+        step: match (
+            std::env::var("SLURM_JOB_ID"),
+            std::env::var("SLURM_STEP_ID"),
+        ) {
+            (Ok(j), Ok(s)) => Some(format!("{j}.{s}")),
+            _ => None,
+        },
+        pid: std::process::id(),
+    }
+}
+
+/// Wait until the supervisor's descriptors `sup` or `stdin` (while colloc is there) can
+/// be read: (a supervisor is ready, stdin is).
+fn wait_ready(sup: &[(usize, BorrowedFd<'_>)], stdin: Option<BorrowedFd<'_>>) -> (bool, bool) {
+    let mut fds: Vec<PollFd<'_>> = sup
+        .iter()
+        .map(|(_, f)| PollFd::from_borrowed_fd(*f, PollFlags::IN))
+        .collect();
+    let n_sup = fds.len();
+    if let Some(fd) = stdin {
+        fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+    }
+    match poll(&mut fds, None) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+        Err(_) => std::thread::sleep(Duration::from_millis(10)),
+    }
+    (
+        fds[..n_sup].iter().any(|f| !f.revents().is_empty()),
+        fds.get(n_sup).is_some_and(|f| !f.revents().is_empty()),
+    )
+}
+
 /// Entry point of `colloc step run`.
 ///
 /// # Errors
@@ -158,17 +211,7 @@ pub fn main(nvml_library: &str) -> anyhow::Result<ExitCode> {
     sys::ignore_signals(&sys::SUPERVISOR_IGNORES);
     let stdin = io::stdin();
     let stdin_fd = stdin.as_fd();
-    say(&StepMsg::Hello {
-        node: colloc_core::publish::node_name().unwrap_or_default(),
-        step: match (
-            std::env::var("SLURM_JOB_ID"),
-            std::env::var("SLURM_STEP_ID"),
-        ) {
-            (Ok(j), Ok(s)) => Some(format!("{j}.{s}")),
-            _ => None,
-        },
-        pid: std::process::id(),
-    });
+    say(&hello());
     let mut input = Lines {
         buf: Vec::new(),
         eof: false,
@@ -197,24 +240,7 @@ pub fn main(nvml_library: &str) -> anyhow::Result<ExitCode> {
     let mut colloc_gone = false;
     loop {
         let sup: Vec<(usize, BorrowedFd<'_>)> = launcher.fds();
-        let (sup_ready, in_ready) = {
-            let mut fds: Vec<PollFd<'_>> = sup
-                .iter()
-                .map(|(_, f)| PollFd::from_borrowed_fd(*f, PollFlags::IN))
-                .collect();
-            let n_sup = fds.len();
-            if !colloc_gone {
-                fds.push(PollFd::from_borrowed_fd(stdin_fd, PollFlags::IN));
-            }
-            match poll(&mut fds, None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(_) => std::thread::sleep(Duration::from_millis(10)),
-            }
-            (
-                fds[..n_sup].iter().any(|f| !f.revents().is_empty()),
-                fds.get(n_sup).is_some_and(|f| !f.revents().is_empty()),
-            )
-        };
+        let (sup_ready, in_ready) = wait_ready(&sup, (!colloc_gone).then_some(stdin_fd));
         if in_ready {
             input.fill(stdin_fd, false);
             while let Some(l) = input.next() {
@@ -251,18 +277,7 @@ pub fn main(nvml_library: &str) -> anyhow::Result<ExitCode> {
                 Msg::Done { left } => {
                     let end_ts = unix_now();
                     if let Some(g) = gpu {
-                        let mut figures = g.sampler.end(ID).unwrap_or_default();
-                        // Shared out by colloc run, which sees every run on the GPU.
-                        figures.energy_j = None;
-                        drop(g.sampler.finish());
-                        let readings = std::mem::take(
-                            &mut *g.readings.lock().unwrap_or_else(|p| p.into_inner()),
-                        );
-                        say(&StepMsg::Gpu(Box::new(StepGpu {
-                            gpu: g.id,
-                            figures,
-                            readings,
-                        })));
+                        say(&g.finish());
                     }
                     say(&StepMsg::Done { left, ts: end_ts });
                     return Ok(ExitCode::SUCCESS);

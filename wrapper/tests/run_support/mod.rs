@@ -1,6 +1,9 @@
 //! Shared helpers of the `colloc run` tests (and `succeeded` of the bench tests): a temp
-//! dir, a clean environment (no GPU, no node config, no colloc job) and the report reader.
+//! dir, a clean environment (no GPU, no node config, no colloc job) and the report reader;
+//! [`bench`]: the `colloc bench` command lines.
 #![allow(dead_code)]
+
+pub mod bench;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
