@@ -23,6 +23,7 @@
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
 //! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
 //! - [`energy`]: the one rule that shares a GPU's energy out among what ran on it.
+//! - [`text`]: the one escape rule for names shown to people.
 //! - [`num`]: small numeric rules (the median) defined once.
 //! - [`publish`]: the node's colloc state in its Slurm node comment, for the cluster view.
 //! - [`buildid`]: the GNU build id of an ELF file (which plugin build runs where).
@@ -56,3 +57,4 @@ pub mod sharedfs;
 pub mod slurmconf;
 pub mod sys;
 pub mod telemetry;
+pub mod text;
