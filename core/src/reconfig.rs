@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::container;
 use crate::devfiles;
 use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, HoldReason};
+use crate::holders::{self, DeviceUser, Wanted};
 use crate::hooks;
 use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
 use crate::mig::{self, Catalog, PlannedInstance};
@@ -1229,7 +1230,17 @@ fn restore_mig(
                 }
             }
         }
-        let (in_use, last) = destroy_with_retries(ctl, g.index, &mine, deadline, report)?;
+        // One round first: what the job's own leftovers hold is freed by killing them
+        // (never a system daemon's), then the destroys are retried.
+        let (mut in_use, mut last) =
+            destroy_with_retries(ctl, g.index, &mine, Instant::now(), report)?;
+        if !in_use.is_empty() {
+            let killed = kill_job_leftovers(cfg, ctl, j, g.index, &in_use, deadline);
+            report.killed.extend(&killed);
+            let (again, code) = destroy_with_retries(ctl, g.index, &in_use, deadline, report)?;
+            in_use = again;
+            last = code.or(last);
+        }
         if !in_use.is_empty() {
             let reason = match last {
                 Some(code) if code != retry::IN_USE => HoldReason::Driver {
@@ -1333,33 +1344,55 @@ fn destroy_with_retries(
     }
 }
 
+/// The device files of GPU `gpu` that a holder of its instances `gis` has open: the
+/// GPU's own (`/dev/nvidiaN`, beside the configured `nvidia-caps` directory) and the
+/// instances' `/dev/nvidia-caps` files, identified by device number.
+fn gpu_files(cfg: &Config, ctl: &dyn GpuControl, gpu: u32, gis: &[u32]) -> Wanted {
+    let listed = ctl.instances(gpu).unwrap_or_default();
+    let minor = ctl.device_minor(gpu);
+    let dev = cfg
+        .mig
+        .caps_dev_dir
+        .parent()
+        .unwrap_or(std::path::Path::new("/dev"));
+    let mut files = vec![dev.join(format!("nvidia{minor}"))];
+    for &gi in gis {
+        let cis = listed
+            .iter()
+            .find(|i| i.gi_id == gi)
+            .map(|i| i.ci_ids.clone())
+            .unwrap_or_default();
+        files.extend(devfiles::instance_files(cfg, minor, gi, &cis));
+    }
+    Wanted::from_paths(files)
+}
+
 /// Who has the device files of GPU `gpu`'s instances `gis` open (from `/proc`), for
 /// naming the holder of a GPU that cannot be brought back.
-fn held_by(
+fn held_by(cfg: &Config, ctl: &dyn GpuControl, gpu: u32, gis: &[u32]) -> Vec<DeviceUser> {
+    holders::device_users(
+        std::path::Path::new("/proc"),
+        &gpu_files(cfg, ctl, gpu, gis),
+    )
+}
+
+/// Kill what of the job's user still holds GPU `gpu`'s instances `gis` (a leftover with
+/// a device file or NVML handle open, which NVML does not list as a process) through
+/// pidfds ([`holders::kill_job_holders`], SECURITY.md rule 12). Returns the pids killed.
+fn kill_job_leftovers(
     cfg: &Config,
     ctl: &dyn GpuControl,
+    j: &Journal,
     gpu: u32,
     gis: &[u32],
-) -> Vec<crate::holders::DeviceUser> {
-    let listed = ctl.instances(gpu).unwrap_or_default();
-    let files: Vec<String> = gis
-        .iter()
-        .flat_map(|&gi| {
-            let cis = listed
-                .iter()
-                .find(|i| i.gi_id == gi)
-                .map(|i| i.ci_ids.clone())
-                .unwrap_or_default();
-            devfiles::instance_files(cfg, ctl.device_minor(gpu), gi, &cis)
-        })
-        .filter_map(|p| p.to_str().map(str::to_string))
-        .collect();
-    if files.is_empty() {
+    deadline: Instant,
+) -> Vec<u32> {
+    if !holders::ordinary_uid(j.uid) {
         return Vec::new();
     }
-    crate::holders::device_users(std::path::Path::new("/proc"), |p| {
-        files.iter().any(|f| f == p)
-    })
+    let wanted = gpu_files(cfg, ctl, gpu, gis);
+    let users = holders::device_users(std::path::Path::new("/proc"), &wanted);
+    holders::kill_job_holders(&users, j.uid, &wanted, deadline)
 }
 
 /// Stop the job's MPS daemons (all at once) and remove its directories, within
