@@ -415,14 +415,7 @@ impl Config {
     /// `mps_control` program. Empty when all are safe.
     pub fn unsafe_paths(&self) -> Vec<FsError> {
         let mut results = vec![
-            crate::journal::check_state_dir(self).map_err(|e| match e {
-                crate::journal::JournalError::Dir(e) => e,
-                other => FsError::Io {
-                    what: "check",
-                    path: self.state_dir.clone(),
-                    source: std::io::Error::other(other.to_string()),
-                },
-            }),
+            crate::statedir::check(&self.state_dir),
             crate::fs::check_dir_path(&self.run_dir),
             self.check_nvml_library(),
         ];

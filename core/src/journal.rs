@@ -26,6 +26,7 @@ use crate::fs::{Dir, FsError};
 use crate::gpu::{GpuHold, Instance, MigMode};
 use crate::mig::PlannedInstance;
 use crate::mps::{MpsDaemon, MpsStart};
+use crate::statedir;
 
 /// Journal format version.
 pub const JOURNAL_VERSION: u32 = 1;
@@ -33,8 +34,7 @@ pub const JOURNAL_VERSION: u32 = 1;
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(120);
 /// Largest journal colloc reads.
 pub const JOURNAL_LIMIT: u64 = 16 << 20;
-/// Where unreadable journals are moved, inside `state_dir`.
-pub const CORRUPT_DIR: &str = "corrupt";
+pub use crate::statedir::CORRUPT_DIR;
 
 /// Errors reading or writing journals and locks.
 #[derive(Debug, thiserror::Error)]
@@ -249,39 +249,9 @@ fn is_temporary(name: &str) -> bool {
         .is_some()
 }
 
-/// `state_dir`, opened and checked (made, mode 0700, when `create`); `None` when it does
-/// not exist.
-fn state_dir(cfg: &Config, create: bool) -> Result<Option<Dir>, JournalError> {
-    if create {
-        return Ok(Some(Dir::create_trusted(&cfg.state_dir, 0o700)?));
-    }
-    match Dir::open_trusted(&cfg.state_dir) {
-        Ok(d) => Ok(Some(d)),
-        Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// A root-only directory in `state_dir` (`jobs`, `locks`, `corrupt`).
 fn sub_dir(cfg: &Config, name: &str, create: bool) -> Result<Option<Dir>, JournalError> {
-    let Some(state) = state_dir(cfg, create)? else {
-        return Ok(None);
-    };
-    let dir = match state.open_dir(name)? {
-        Some(d) => d,
-        None if create => match state.make_dir(name, 0o700) {
-            Ok(d) => d,
-            // Made by another colloc process just now.
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => match state.open_dir(name)? {
-                Some(d) => d,
-                None => return Err(e.into()),
-            },
-            Err(e) => return Err(e.into()),
-        },
-        None => return Ok(None),
-    };
-    dir.check_private()?;
-    Ok(Some(dir))
+    Ok(statedir::sub_dir(&cfg.state_dir, name, create)?)
 }
 
 fn jobs(cfg: &Config, create: bool) -> Result<Option<Dir>, JournalError> {
@@ -294,11 +264,7 @@ fn jobs(cfg: &Config, create: bool) -> Result<Option<Dir>, JournalError> {
 /// # Errors
 /// [`JournalError::Dir`] naming the first directory that is not safe.
 pub fn check_state_dir(cfg: &Config) -> Result<(), JournalError> {
-    crate::fs::check_dir_path(&cfg.state_dir)?;
-    for name in ["jobs", "locks", CORRUPT_DIR] {
-        sub_dir(cfg, name, false)?;
-    }
-    Ok(())
+    Ok(statedir::check(&cfg.state_dir)?)
 }
 
 /// Is there a file of root's at the job's journal path, looked at without trusting
@@ -529,7 +495,7 @@ pub fn prepare(cfg: &Config, uuids: &[String]) -> Result<Vec<PathBuf>, JournalEr
     if !cfg.state_dir.exists() {
         made.push(cfg.state_dir.clone());
     }
-    for name in ["jobs", "locks", CORRUPT_DIR] {
+    for name in statedir::SUB_DIRS {
         if sub_dir(cfg, name, false)?.is_none() {
             sub_dir(cfg, name, true)?;
             made.push(cfg.state_dir.join(name));

@@ -9,7 +9,8 @@
 //! - [`hooks`]: admin hooks around a MIG reconfiguration (pause DCGM).
 //! - [`devfiles`]: the `/dev/nvidia-caps` device files of MIG instances.
 //! - [`drain`]: draining the node (scontrol) when a GPU cannot be brought back.
-//! - [`journal`]: per-job journals and per-GPU locks.
+//! - [`journal`]: per-job journals and per-GPU locks; [`statedir`] the directories they
+//!   live in.
 //! - [`reconfig`]: apply a mode to a job's GPUs and restore them.
 //! - [`mps`]: per-job MPS control daemons.
 //! - [`rundir`]: the per-job MPS directories under `run_dir`.
@@ -55,6 +56,7 @@ pub mod retry;
 pub mod rundir;
 pub mod sharedfs;
 pub mod slurmconf;
+pub mod statedir;
 pub mod sys;
 pub mod telemetry;
 pub mod text;
