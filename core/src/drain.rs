@@ -19,37 +19,13 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::gpu::GpuHold;
-use crate::holders::DeviceUser;
+use crate::holders::holder_text;
 use crate::publish::PublishError;
 
 /// The longest `scontrol update ... State=DRAIN` may take.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Slurm keeps reasons short in `sinfo -R`; longer ones are cut here (with "…").
 const REASON_LIMIT: usize = 400;
-
-/// The most holders a drain reason or refusal names; the rest are counted.
-const HOLDERS_NAMED: usize = 3;
-
-/// Who holds a hold's instances, as a drain reason or refusal names them: at most
-/// [`HOLDERS_NAMED`] by pid and name (escaped: a process chooses its own name), then
-/// "and N more".
-pub fn holder_text(holders: &[DeviceUser]) -> String {
-    if holders.is_empty() {
-        return "no process listed".into();
-    }
-    let names: Vec<String> = holders
-        .iter()
-        .take(HOLDERS_NAMED)
-        .map(|h| format!("pid {} ({})", h.pid, crate::text::escape(&h.name)))
-        .collect();
-    let more = holders.len().saturating_sub(HOLDERS_NAMED);
-    let tail = if more > 0 {
-        format!(" and {more} more")
-    } else {
-        String::new()
-    };
-    format!("held by {}{tail}", names.join(", "))
-}
 
 /// The drain reason for a GPU a job's restore left broken for plain jobs: first what
 /// clears it, then the GPU, then who holds it (Slurm shows the reason's start where
@@ -123,6 +99,7 @@ pub fn broken_holds<'a>(cfg: &Config, holds: &'a [GpuHold]) -> Vec<&'a GpuHold> 
 mod tests {
     use super::*;
     use crate::gpu::HoldReason;
+    use crate::holders::DeviceUser;
 
     fn user(pid: u32, name: &str) -> DeviceUser {
         DeviceUser {
@@ -165,20 +142,7 @@ mod tests {
     }
 
     #[test]
-    fn at_most_three_holders_are_named_escaped_the_rest_counted() {
-        let many: Vec<DeviceUser> = (1..=5).map(|i| user(i, "x")).collect();
-        assert_eq!(
-            holder_text(&many),
-            "held by pid 1 (x), pid 2 (x), pid 3 (x) and 2 more"
-        );
-        assert_eq!(
-            holder_text(&many[..3]),
-            "held by pid 1 (x), pid 2 (x), pid 3 (x)"
-        );
-        // A process names itself: a name that would break the reason's line or a
-        // terminal is written as escapes.
-        let t = holder_text(&[user(7, "a\nState=RESUME\u{1b}[2J")]);
-        assert_eq!(t, "held by pid 7 (a\\nState=RESUME\\u{1b}[2J)");
+    fn a_reason_with_many_holders_stays_within_slurms_length() {
         let h = GpuHold {
             index: 0,
             uuid: "GPU-y".into(),

@@ -164,6 +164,30 @@ pub fn ordinary_uid(uid: u32) -> bool {
     uid >= 1000 && uid != 65534
 }
 
+/// The most holders a drain reason or refusal names; the rest are counted.
+const HOLDERS_NAMED: usize = 3;
+
+/// Who holds a hold's instances, as a drain reason or refusal names them: at most
+/// [`HOLDERS_NAMED`] by pid and name (escaped: a process chooses its own name), then
+/// "and N more".
+pub fn holder_text(holders: &[DeviceUser]) -> String {
+    if holders.is_empty() {
+        return "no process listed".into();
+    }
+    let names: Vec<String> = holders
+        .iter()
+        .take(HOLDERS_NAMED)
+        .map(|h| format!("pid {} ({})", h.pid, crate::text::escape(&h.name)))
+        .collect();
+    let more = holders.len().saturating_sub(HOLDERS_NAMED);
+    let tail = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("held by {}{tail}", names.join(", "))
+}
+
 /// The longest [`kill_job_holders`] waits for killed processes to go.
 pub const HOLDER_KILL_WAIT: Duration = Duration::from_secs(5);
 
@@ -249,6 +273,31 @@ mod tests {
             rustix::fs::makedev(major, minor),
         )
         .unwrap();
+    }
+
+    fn user(pid: u32, name: &str) -> DeviceUser {
+        DeviceUser {
+            pid,
+            name: name.into(),
+            devices: vec![],
+        }
+    }
+
+    #[test]
+    fn at_most_three_holders_are_named_escaped_the_rest_counted() {
+        let many: Vec<DeviceUser> = (1..=5).map(|i| user(i, "x")).collect();
+        assert_eq!(
+            holder_text(&many),
+            "held by pid 1 (x), pid 2 (x), pid 3 (x) and 2 more"
+        );
+        assert_eq!(
+            holder_text(&many[..3]),
+            "held by pid 1 (x), pid 2 (x), pid 3 (x)"
+        );
+        // A process names itself: a name that would break the reason's line or a
+        // terminal is written as escapes.
+        let t = holder_text(&[user(7, "a\nState=RESUME\u{1b}[2J")]);
+        assert_eq!(t, "held by pid 7 (a\\nState=RESUME\\u{1b}[2J)");
     }
 
     #[test]
