@@ -1,11 +1,18 @@
 //! Apply/restore against an in-memory GPU that enforces placements like the driver.
 
 use std::cell::RefCell;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use super::*;
-use crate::gpu::{GpuProcess, GpuResult, Instance, MigMode, MigModeChange};
-use crate::mig::{builtin_catalog, Placement};
+use crate::container;
+use crate::gpu::{
+    GpuControl, GpuInfo, GpuProcess, GpuResult, HoldReason, Instance, MigMode, MigModeChange,
+};
+use crate::journal::Phase;
+use crate::mig::{builtin_catalog, Catalog, Placement};
+use crate::mps::MpsStart;
+use crate::slurmconf::SlurmFacts;
 
 #[derive(Default)]
 struct Gpu {
