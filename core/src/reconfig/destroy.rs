@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::devfiles;
 use crate::gpu::{GpuControl, GpuError, GpuHold, HoldReason};
 use crate::holders::{self, DeviceUser, Wanted};
-use crate::journal::Journal;
+use crate::journal::{GpuRecord, Journal};
 use crate::retry;
 
 /// First pause between destroys answered IN_USE; it doubles up to [`RETRY_PAUSE_MAX`].
@@ -32,122 +32,134 @@ pub(super) fn restore_mig(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     for g in &j.gpus {
-        // Plain jobs expected a whole GPU here: one left in MIG mode is broken for them.
-        let breaks_plain_jobs = g.mig_mode_changed;
-        let hold = |gi_ids: Vec<u32>, reason: HoldReason| {
-            let holders = held_by(cfg, ctl, g.index, &gi_ids);
-            GpuHold {
-                index: g.index,
-                uuid: g.uuid.clone(),
-                gi_ids,
-                reason,
-                since,
-                holders,
-                breaks_plain_jobs,
-            }
-        };
-        // Ours: a planned placement (everything created was planned first) that was not
-        // there before. The profile and start must match: GI ids follow placements, so
-        // another instance at the same place would have the same id.
-        let ours = |gi_id: u32, profile_id: u32, start: u32| {
-            !g.preexisting.contains(&gi_id)
-                && g.planned
-                    .iter()
-                    .any(|p| p.profile_id == profile_id && p.placement.start == start)
-        };
-        let listed_ours = || -> Result<Vec<u32>, NodeFault> {
-            match ctl.instances(g.index) {
-                Ok(list) => Ok(list
-                    .iter()
-                    .filter(|i| ours(i.gi_id, i.profile_id, i.placement.start))
-                    .map(|i| i.gi_id)
-                    .collect()),
-                Err(GpuError::NotMig(_)) => Ok(Vec::new()),
-                Err(e) => Err(e.into()),
-            }
-        };
-        let mine = listed_ours()?;
-        if !mine.is_empty() {
-            match kill_on_instances(ctl, g.index, &mine, deadline)? {
-                Ok(killed) => report.killed.extend(killed),
-                Err(survivors) => {
-                    report
-                        .held
-                        .push(hold(mine, HoldReason::Processes { pids: survivors }));
-                    continue;
-                }
-            }
-        }
-        // One round first: what the job's own leftovers hold is freed by killing them
-        // (never a system daemon's), then the destroys are retried.
-        let (mut in_use, mut last) =
-            destroy_with_retries(ctl, g.index, &mine, Instant::now(), report)?;
-        if !in_use.is_empty() {
-            let killed = kill_job_leftovers(cfg, ctl, j, g.index, &in_use, deadline);
-            report.killed.extend(&killed);
-            let (again, code) = destroy_with_retries(ctl, g.index, &in_use, deadline, report)?;
-            in_use = again;
-            last = code.or(last);
-        }
-        if !in_use.is_empty() {
-            let reason = match last {
-                Some(code) if code != retry::IN_USE => HoldReason::Driver {
-                    answer: crate::gpu::nvml_code_name(code).to_string(),
-                },
-                _ => HoldReason::InUse,
-            };
-            report.held.push(hold(in_use, reason));
+        let Some((gi_ids, reason)) = restore_gpu(cfg, ctl, j, g, deadline, report)? else {
             continue;
-        }
-        // A destroy that succeeded can leave the instance listed for a while
-        // (go-nvml#146): wait for it rather than leave it to the next job.
-        let mut still = listed_ours()?;
-        while !still.is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-            still = listed_ours()?;
-        }
-        if !still.is_empty() {
-            report.held.push(hold(still, HoldReason::StillListed));
-            continue;
-        }
-        if g.mig_mode_changed {
-            if let Some(before) = g.mig_before {
-                // A GPU left in MIG mode without instances has no CUDA device for the next
-                // whole-GPU job: if switching back stays pending, keep the GPU marked.
-                // nvml.h: IN_USE means "idle the device and retry".
-                let mut backoff = retry::Backoff::until(deadline);
-                let change = match retry::retry(
-                    retry::Op::ModeChange,
-                    &format!("GPU {}: MIG mode back", g.index),
-                    &mut backoff,
-                    || ctl.set_mig_mode(g.index, before.current),
-                ) {
-                    Ok(c) => c,
-                    Err(e @ GpuError::Call { code, .. })
-                        if retry::is_transient(retry::Op::ModeChange, &e) =>
-                    {
-                        log::warn!("GPU {}: MIG mode not set back: {e}", g.index);
-                        report.held.push(hold(
-                            Vec::new(),
-                            HoldReason::ModePending {
-                                activation: crate::gpu::nvml_code_name(code).to_string(),
-                            },
-                        ));
-                        continue;
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                if !change.took_effect(before.current) {
-                    log::warn!("{}", change.why_pending(g.index, before.current));
-                    let activation = crate::gpu::nvml_code_name(change.activation).to_string();
-                    report
-                        .held
-                        .push(hold(Vec::new(), HoldReason::ModePending { activation }));
-                }
+        };
+        let holders = held_by(cfg, ctl, g.index, &gi_ids);
+        report.held.push(GpuHold {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            gi_ids,
+            reason,
+            since,
+            holders,
+            // Plain jobs expected a whole GPU here: one left in MIG mode is broken for
+            // them.
+            breaks_plain_jobs: g.mig_mode_changed,
+        });
+    }
+    Ok(())
+}
+
+/// [`restore_mig`] for one GPU: `None` when it is back as it was, else the instances
+/// still there and why.
+fn restore_gpu(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    j: &Journal,
+    g: &GpuRecord,
+    deadline: Instant,
+    report: &mut RestoreReport,
+) -> Result<Option<(Vec<u32>, HoldReason)>, NodeFault> {
+    let mine = listed_ours(ctl, g)?;
+    if !mine.is_empty() {
+        match kill_on_instances(ctl, g.index, &mine, deadline)? {
+            Ok(killed) => report.killed.extend(killed),
+            Err(survivors) => {
+                return Ok(Some((mine, HoldReason::Processes { pids: survivors })));
             }
         }
     }
-    Ok(())
+    // One round first: what the job's own leftovers hold is freed by killing them
+    // (never a system daemon's), then the destroys are retried.
+    let (mut in_use, mut last) = destroy_with_retries(ctl, g.index, &mine, Instant::now(), report)?;
+    if !in_use.is_empty() {
+        let killed = kill_job_leftovers(cfg, ctl, j, g.index, &in_use, deadline);
+        report.killed.extend(&killed);
+        let (again, code) = destroy_with_retries(ctl, g.index, &in_use, deadline, report)?;
+        in_use = again;
+        last = code.or(last);
+    }
+    if !in_use.is_empty() {
+        let reason = match last {
+            Some(code) if code != retry::IN_USE => HoldReason::Driver {
+                answer: crate::gpu::nvml_code_name(code).to_string(),
+            },
+            _ => HoldReason::InUse,
+        };
+        return Ok(Some((in_use, reason)));
+    }
+    // A destroy that succeeded can leave the instance listed for a while
+    // (go-nvml#146): wait for it rather than leave it to the next job.
+    let mut still = listed_ours(ctl, g)?;
+    while !still.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        still = listed_ours(ctl, g)?;
+    }
+    if !still.is_empty() {
+        return Ok(Some((still, HoldReason::StillListed)));
+    }
+    match g.mig_before {
+        Some(before) if g.mig_mode_changed => {
+            Ok(mode_back(ctl, g.index, before.current, deadline)?.map(|r| (Vec::new(), r)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The job's instances GPU `g` lists now. Ours: a planned placement (everything created
+/// was planned first) that was not there before. The profile and start must match: GI
+/// ids follow placements, so another instance at the same place would have the same id.
+fn listed_ours(ctl: &dyn GpuControl, g: &GpuRecord) -> Result<Vec<u32>, NodeFault> {
+    let ours = |gi_id: u32, profile_id: u32, start: u32| {
+        !g.preexisting.contains(&gi_id)
+            && g.planned
+                .iter()
+                .any(|p| p.profile_id == profile_id && p.placement.start == start)
+    };
+    match ctl.instances(g.index) {
+        Ok(list) => Ok(list
+            .iter()
+            .filter(|i| ours(i.gi_id, i.profile_id, i.placement.start))
+            .map(|i| i.gi_id)
+            .collect()),
+        Err(GpuError::NotMig(_)) => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Set GPU `gpu`'s MIG mode back to `current` (colloc switched it for the job). A GPU
+/// left in MIG mode without instances has no CUDA device for the next whole-GPU job: if
+/// switching back stays pending, the GPU stays marked (the returned reason). nvml.h:
+/// IN_USE means "idle the device and retry".
+fn mode_back(
+    ctl: &dyn GpuControl,
+    gpu: u32,
+    current: bool,
+    deadline: Instant,
+) -> Result<Option<HoldReason>, NodeFault> {
+    let mut backoff = retry::Backoff::until(deadline);
+    let change = match retry::retry(
+        retry::Op::ModeChange,
+        &format!("GPU {gpu}: MIG mode back"),
+        &mut backoff,
+        || ctl.set_mig_mode(gpu, current),
+    ) {
+        Ok(c) => c,
+        Err(e @ GpuError::Call { code, .. }) if retry::is_transient(retry::Op::ModeChange, &e) => {
+            log::warn!("GPU {gpu}: MIG mode not set back: {e}");
+            return Ok(Some(HoldReason::ModePending {
+                activation: crate::gpu::nvml_code_name(code).to_string(),
+            }));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if change.took_effect(current) {
+        return Ok(None);
+    }
+    log::warn!("{}", change.why_pending(gpu, current));
+    let activation = crate::gpu::nvml_code_name(change.activation).to_string();
+    Ok(Some(HoldReason::ModePending { activation }))
 }
 
 /// Destroy the GPU instances `gis` of GPU `gpu`, retrying those the driver answers
