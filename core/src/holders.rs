@@ -165,7 +165,7 @@ pub fn ordinary_uid(uid: u32) -> bool {
 }
 
 /// The most holders a drain reason or refusal names; the rest are counted.
-const HOLDERS_NAMED: usize = 3;
+pub const HOLDERS_NAMED: usize = 3;
 
 /// Who holds a hold's instances, as a drain reason or refusal names them: at most
 /// [`HOLDERS_NAMED`] by pid and name (escaped: a process chooses its own name), then

@@ -30,10 +30,10 @@ pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outc
 }
 
 /// [`prolog`], with the job's MPS daemons started where `mps_start` says: here, or (for
-/// a node whose jobs have an extern step) later by [`start_mps_in_extern_step`], inside
+/// a node whose jobs have an extern step) later by [`super::start_mps_in_extern_step`], inside
 /// the job's container. With [`MpsStart::ExternStep`] this makes the job's MPS
 /// directories and records the job as applied; its tasks check that the daemons run
-/// ([`mps_reachable`]).
+/// ([`super::mps_reachable`]).
 ///
 /// # Errors
 /// As [`prolog`].
