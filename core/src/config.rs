@@ -383,14 +383,25 @@ impl Config {
     /// # Errors
     /// A one-line message naming the allowed modes.
     pub fn check_allowed(&self, mode: &Mode) -> Result<(), String> {
-        if let Mode::MigMps { layout, .. } = mode {
-            // The grammar and `colloc plan` know it; the prolog cannot start MPS daemons
-            // inside MIG instances yet, so no node offers it.
-            return Err(format!(
-                "mode {mode} (MPS inside MIG instances) is not available on this cluster \
-                 yet; `colloc plan {mode} --gpu-model NAME` shows what it would make; ask \
-                 for mig:{layout} or mps:N"
-            ));
+        if let Mode::MigMps { .. } = mode {
+            // MIG instances with an MPS daemon in each: a node offers it where it offers
+            // both.
+            let missing: Vec<&str> = [ModeKind::Mig, ModeKind::Mps]
+                .iter()
+                .filter(|k| !self.allowed_modes.contains(k))
+                .map(|k| k.as_str())
+                .collect();
+            if !missing.is_empty() {
+                let allowed: Vec<&str> = self.allowed_modes.iter().map(|k| k.as_str()).collect();
+                return Err(format!(
+                    "mode {mode} (MPS inside MIG instances) needs both mig and mps allowed on \
+                     this cluster, and {} is not; allowed: off{}{}",
+                    missing.join(" and "),
+                    if allowed.is_empty() { "" } else { ", " },
+                    allowed.join(", ")
+                ));
+            }
+            return Ok(());
         }
         let kind = mode.kind();
         if kind == ModeKind::Off || self.allowed_modes.contains(&kind) {

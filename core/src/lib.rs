@@ -46,6 +46,7 @@ pub mod journal;
 pub mod lastgood;
 pub mod mig;
 pub mod migconf;
+pub mod migmps;
 pub mod mode;
 pub mod mps;
 pub mod num;

@@ -39,7 +39,17 @@ pub fn job_dir(cfg: &Config, job: u32) -> PathBuf {
 
 /// The directory of the daemon of GPU `index` (its `pipe` and `log` are inside).
 pub fn gpu_dir(cfg: &Config, job: u32, index: u32) -> PathBuf {
-    job_dir(cfg, job).join(format!("gpu{index}"))
+    job_dir(cfg, job).join(gpu_dir_name(index))
+}
+
+/// The name of GPU `index`'s daemon directory inside the job's directory.
+pub fn gpu_dir_name(index: u32) -> String {
+    format!("gpu{index}")
+}
+
+/// The name of the daemon directory of MIG instance `gi` of GPU `index` (`mig:…:mps`).
+pub fn instance_dir_name(index: u32, gi: u32) -> String {
+    format!("gpu{index}-gi{gi}")
 }
 
 /// Make `run_dir/job-<id>/gpu<K>/{pipe,log}` for each GPU index, the leaves owned by
@@ -52,6 +62,22 @@ pub fn gpu_dir(cfg: &Config, job: u32, index: u32) -> PathBuf {
 /// the way the user cannot pass), or a directory cannot be made (`ENOSPC`, `EDQUOT`, …).
 /// The caller removes what was made ([`remove`]).
 pub fn create(cfg: &Config, job: u32, uid: u32, gid: u32, gpus: &[u32]) -> Result<(), FsError> {
+    let names: Vec<String> = gpus.iter().map(|&i| gpu_dir_name(i)).collect();
+    create_named(cfg, job, uid, gid, &names)
+}
+
+/// [`create`] with the daemon directories named: `run_dir/job-<id>/<name>/{pipe,log}`
+/// ([`gpu_dir_name`], [`instance_dir_name`]).
+///
+/// # Errors
+/// As [`create`].
+pub fn create_named(
+    cfg: &Config,
+    job: u32,
+    uid: u32,
+    gid: u32,
+    names: &[String],
+) -> Result<(), FsError> {
     // Only run_dir itself is made (mode 0755): the directories above must exist and let
     // the job's user through, or its daemon could not reach its pipe directory.
     if let Some(problem) = cfg.run_dir_problem() {
@@ -71,8 +97,8 @@ pub fn create(cfg: &Config, job: u32, uid: u32, gid: u32, gpus: &[u32]) -> Resul
         clear(&run, &name, Instant::now() + CLEANUP_TIME)?;
     }
     let job_dir = run.make_dir(&name, 0o755)?;
-    for index in gpus {
-        let g = job_dir.make_dir(&format!("gpu{index}"), 0o755)?;
+    for name in names {
+        let g = job_dir.make_dir(name, 0o755)?;
         for leaf in ["pipe", "log"] {
             g.make_dir(leaf, 0o700)?.chown(uid, gid)?;
         }

@@ -196,8 +196,9 @@ pub fn usage(args: &PluginArgs) -> String {
         .map_or_else(|| "as configured (off)".to_string(), |m| m.to_string());
     format!(
         "Collocate runs on the job's GPUs with MODE = off, naive, mps, mps:N or \
-         mig:P[,P...] (P = 1g, 2g, 3g, 4g, 7g or a full name like 3g.20gb, count xK; \
-         e.g. mig:3g, mig:2gx3, mps:4). Default: {default}."
+         mig:P[,P...] (P = 1g, 2g, 3g, 4g, 7g or a full name like 3g.20gb, count xK), \
+         optionally followed by :mps or :mps:N for an MPS daemon inside each MIG instance \
+         (e.g. mig:3g, mig:2gx3, mps:4, mig:3g:mps:4). Default: {default}."
     )
 }
 

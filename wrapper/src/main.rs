@@ -79,6 +79,24 @@ enum Command {
     },
 }
 
+/// An error and its causes on one line, each said once: a cause whose text the line
+/// already holds (a message that ends with its source's text, as `cannot open X: No such
+/// file` over the `No such file` it came from) is not repeated.
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if line.contains(&cause) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&cause);
+    }
+    line.replace('\n', " ")
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -127,11 +145,27 @@ fn main() -> ExitCode {
             } else {
                 1
             };
-            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            let line = chain.join(": ").replace('\n', " ");
-            errln!("colloc: error: {}", engine::text::escape(&line));
+            errln!("colloc: error: {}", engine::text::escape(&error_line(&e)));
             ExitCode::from(code)
         }
         Err(_) => ExitCode::from(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_line_says_each_cause_once() {
+        let e = userfs::UserFsError::Io {
+            what: "create",
+            path: "/x/y".into(),
+            source: std::io::ErrorKind::NotFound.into(),
+        };
+        let line = error_line(&anyhow::Error::from(e).context("--out"));
+        assert_eq!(line, "--out: cannot create /x/y: entity not found");
+        let e = anyhow::anyhow!("inner\nsecond").context("outer");
+        assert_eq!(error_line(&e), "outer: inner second");
     }
 }

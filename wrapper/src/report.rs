@@ -131,10 +131,16 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&report)?);
+        outln!(
+            "{}",
+            crate::engine::text::json_for_terminal(&serde_json::to_string_pretty(&report)?)
+        );
     } else if a.csv {
         let csv = runs::csv(&report)?;
-        out!("{}", String::from_utf8_lossy(&csv));
+        out!(
+            "{}",
+            crate::engine::text::escape_lines(&String::from_utf8_lossy(&csv))
+        );
     } else if a.quiet {
         outln!(
             "{}",
@@ -147,7 +153,10 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(e) = failed {
-        errln!("colloc: error: {e} (--out DIR writes elsewhere, --no-write only prints)");
+        errln!(
+            "colloc: error: {} (--out DIR writes elsewhere, --no-write only prints)",
+            crate::engine::text::escape(&e.to_string())
+        );
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

@@ -276,9 +276,13 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
         if !marked.is_empty() {
             v["device_users"] = json!(users);
         }
-        outln!("{}", serde_json::to_string_pretty(&v)?);
+        outln!(
+            "{}",
+            crate::engine::text::json_for_terminal(&serde_json::to_string_pretty(&v)?)
+        );
     } else {
-        out!("{text}");
+        // Process names (anyone's), Slurm's messages and paths reach no terminal raw.
+        out!("{}", crate::engine::text::escape_lines(&text));
     }
     Ok(if errors.is_empty() {
         ExitCode::SUCCESS
@@ -454,9 +458,14 @@ fn cluster(a: &StatusArgs) -> anyhow::Result<ExitCode> {
     let states = slurm::job_states(&ids);
     let report = ClusterReport::new(&views, &states);
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&report.json(&views))?);
+        outln!(
+            "{}",
+            crate::engine::text::json_for_terminal(&serde_json::to_string_pretty(
+                &report.json(&views)
+            )?)
+        );
     } else {
-        out!("{}", report.text());
+        out!("{}", crate::engine::text::escape_lines(&report.text()));
     }
     Ok(if report.slurm_error.is_some() {
         ExitCode::from(1)

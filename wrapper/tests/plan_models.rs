@@ -342,7 +342,75 @@ fn apply_refuses_mps_inside_mig_and_changes_nothing() {
     let out = node.colloc(&["apply", "mig:3g:mps:2", "--gpu", "0", "--job", "32"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not available on this cluster yet"), "{err}");
-    assert!(err.contains("ask for mig:3g or mps:N"), "{err}");
+    // This node offers mig only; MPS inside MIG needs mps allowed too.
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("needs both mig and mps allowed on this cluster, and mps is not"),
+        "{err}"
+    );
     assert_eq!(node.status()["gpus"][0]["instances"], Value::Array(vec![]));
+}
+
+#[test]
+fn apply_makes_mps_inside_mig_where_the_node_allows_both_and_restore_undoes_it() {
+    let node = Node::new("A100-40GB");
+    let cfg = node.dir.path().join("colloc.toml");
+    let fake_mps = std::fs::canonicalize(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fake-mps/nvidia-cuda-mps-control"),
+    )
+    .unwrap();
+    let conf = std::fs::read_to_string(&cfg).unwrap().replace(
+        "allowed_modes = [\"mig\"]\n",
+        &format!(
+            "allowed_modes = [\"mig\", \"mps\"]\nmps_control = \"{}\"\n",
+            fake_mps.display()
+        ),
+    );
+    std::fs::write(&cfg, conf).unwrap();
+    // The run_dir's parent must let the daemon's user through.
+    std::fs::set_permissions(
+        node.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = node.colloc(&["apply", "mig:3g:mps:2", "--gpu", "0", "--job", "33"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = node.status();
+    assert_eq!(status["gpus"][0]["instances"].as_array().unwrap().len(), 2);
+    let pipes: Vec<String> = status["journals"][0]["mps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{status}"))
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(pipes.len(), 2, "one daemon per instance: {status}");
+    let mut daemons = Vec::new();
+    let mut served = Vec::new();
+    for p in &pipes {
+        let pid = std::fs::read_to_string(format!("{p}/nvidia-cuda-mps-control.pid"))
+            .unwrap_or_else(|e| panic!("{p}: {e}"));
+        let proc_dir = format!("/proc/{}", pid.trim());
+        assert!(std::path::Path::new(&proc_dir).exists());
+        daemons.push(proc_dir);
+        let d = std::fs::read_to_string(format!("{p}/devices")).unwrap();
+        assert!(d.starts_with("MIG-"), "{p} serves {d}");
+        served.push(d);
+    }
+    assert_ne!(served[0], served[1], "two daemons serve one instance");
+    let out = node.colloc(&["restore", "--job", "33"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status = node.status();
+    assert_eq!(status["gpus"][0]["instances"], Value::Array(vec![]));
+    for p in &pipes {
+        assert!(!std::path::Path::new(p).exists(), "{p} left");
+    }
+    for d in &daemons {
+        // Gone, or a zombie of this test's children that is never reaped.
+        let stat = std::fs::read_to_string(format!("{d}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z "),
+            "daemon {d} still runs: {stat}"
+        );
+    }
 }

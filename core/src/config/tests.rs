@@ -230,22 +230,22 @@ fn allowed_modes_check() {
         err,
         "mode mig:3g is not allowed on this cluster; allowed: off, mps"
     );
-    // MPS inside MIG instances: planned by `colloc plan`, not yet made by the prolog,
-    // so refused on every node, with what to ask for instead.
+    // MPS inside MIG instances: where both mig and mps are allowed.
     let c = parse("version = 1\nallowed_modes = [\"mps\", \"mig\"]").unwrap();
     assert!(c.check_allowed(&"mig:3g".parse().unwrap()).is_ok());
+    assert!(c.check_allowed(&"mig:4g,2g:mps:2".parse().unwrap()).is_ok());
+    let c = parse("version = 1\nallowed_modes = [\"mig\"]").unwrap();
     let err = c
         .check_allowed(&"mig:4g,2g:mps:2".parse().unwrap())
         .unwrap_err();
-    assert!(
-        err.contains("mig:4g,2g:mps:2 (MPS inside MIG instances)"),
-        "{err}"
+    assert_eq!(
+        err,
+        "mode mig:4g,2g:mps:2 (MPS inside MIG instances) needs both mig and mps allowed \
+             on this cluster, and mps is not; allowed: off, mig"
     );
-    assert!(
-        err.contains("colloc plan mig:4g,2g:mps:2 --gpu-model"),
-        "{err}"
-    );
-    assert!(err.contains("ask for mig:4g,2g or mps:N"), "{err}");
+    let c = parse("version = 1\nallowed_modes = [\"naive\"]").unwrap();
+    let err = c.check_allowed(&"mig:3g:mps".parse().unwrap()).unwrap_err();
+    assert!(err.contains("and mig and mps is not"), "{err}");
 }
 
 #[test]

@@ -15,8 +15,9 @@ use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, Instance};
 use crate::hooks;
 use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
 use crate::mig::{self, Catalog, PlannedInstance};
+use crate::migmps;
 use crate::mode::{MigRequest, Mode};
-use crate::mps::{self, MpsStart};
+use crate::mps::{self, MpsDaemon, MpsStart};
 use crate::rundir;
 
 /// Apply `spec.mode` to the job's GPUs. See the module docs for what is refused and what
@@ -201,10 +202,12 @@ fn stop(message: impl Into<String>, bad_request: bool) -> Stop {
     })
 }
 
-/// What the checks found: each GPU's record (as it is now) and, for MIG, its plan.
+/// What the checks found: each GPU's record (as it is now) and, for MIG, its plan and
+/// the catalog it was planned from.
 struct Checked {
     records: Vec<GpuRecord>,
     plans: Vec<Vec<PlannedInstance>>,
+    catalogs: Vec<Catalog>,
 }
 
 /// Set up a job that has no journal: check the request, lock the GPUs, check them
@@ -241,8 +244,12 @@ pub(super) fn apply_fresh(
     // From here on the GPUs change: journal first.
     let mut j = Journal::new(spec.job, spec.uid, spec.gid, spec.mode.to_string());
     j.requested = requested(spec);
-    let mut records = checked.records;
-    for (r, p) in records.iter_mut().zip(checked.plans) {
+    let Checked {
+        mut records,
+        plans,
+        catalogs,
+    } = checked;
+    for (r, p) in records.iter_mut().zip(plans) {
         r.planned = p;
     }
     j.gpus = records;
@@ -261,8 +268,14 @@ pub(super) fn apply_fresh(
         gpus: j.gpu_indexes(),
         uuids: j.gpus.iter().map(|g| g.uuid.clone()).collect(),
     };
-    let is_mig = matches!(spec.mode, Mode::Mig(_));
-    if let Err(failure) = execute(cfg, ctl, spec, &mut j, &gpus, mps_start, &hook_change) {
+    let is_mig = migmps::layout(&spec.mode).is_some();
+    let setup = Setup {
+        gpus: &gpus,
+        catalogs: &catalogs,
+        mps_start,
+        hook_change: &hook_change,
+    };
+    if let Err(failure) = execute(cfg, ctl, spec, &mut j, &setup) {
         return undo_failed(
             cfg,
             ctl,
@@ -344,6 +357,7 @@ fn preflight(
     let mut checked = Checked {
         records: Vec::new(),
         plans: Vec::new(),
+        catalogs: Vec::new(),
     };
     for g in gpus {
         check_unclaimed(spec, g, others.iter().flatten())?;
@@ -359,10 +373,12 @@ fn preflight(
             planned: Vec::new(),
             created: Vec::new(),
         };
-        if let Mode::Mig(req) = &spec.mode {
-            checked
-                .plans
-                .push(plan_mig(cfg, ctl, g, req, &existing, &mut record)?);
+        if let Some(req) = migmps::layout(&spec.mode) {
+            let (plan, catalog) = plan_mig(cfg, ctl, g, req, &existing, &mut record)?;
+            migmps::check(cfg, &spec.mode, &catalog, Some(&plan))
+                .map_err(|(msg, bad_request)| stop(msg, bad_request))?;
+            checked.plans.push(plan);
+            checked.catalogs.push(catalog);
         }
         checked.records.push(record);
     }
@@ -423,7 +439,7 @@ fn list_instances(
     match ctl.instances(g.index) {
         Ok(list) => Ok(list),
         Err(e) if e.is_no_permission() => {
-            if matches!(spec.mode, Mode::Mig(_)) {
+            if migmps::layout(&spec.mode).is_some() {
                 let Failure::Refuse(msg) =
                     create::driver_refusal(cfg, g.index, "listing MIG instances", &e);
                 return Err(stop(msg, false));
@@ -440,7 +456,8 @@ fn list_instances(
 }
 
 /// A MIG request on GPU `g`: no instance colloc does not own, MIG mode on (or switched
-/// for the job where the node allows it, recorded in `record`), and a layout that fits.
+/// for the job where the node allows it, recorded in `record`), and a layout that fits:
+/// the plan and the catalog it comes from.
 fn plan_mig(
     cfg: &Config,
     ctl: &dyn GpuControl,
@@ -448,7 +465,7 @@ fn plan_mig(
     req: &MigRequest,
     existing: &[Instance],
     record: &mut GpuRecord,
-) -> Result<Vec<PlannedInstance>, Stop> {
+) -> Result<(Vec<PlannedInstance>, Catalog), Stop> {
     if !existing.is_empty() {
         let what: Vec<String> = existing
             .iter()
@@ -487,7 +504,17 @@ fn plan_mig(
         }
     }
     let catalog = catalog_for(ctl, g).map_err(|m| stop(m, true))?;
-    catalog.plan(req).map_err(|e| stop(e.to_string(), true))
+    let plan = catalog.plan(req).map_err(|e| stop(e.to_string(), true))?;
+    Ok((plan, catalog))
+}
+
+/// What [`execute`] sets up from: the job's GPUs, the MIG catalogs they were planned
+/// from, where the MPS daemons start, and the hooks' description of the change.
+struct Setup<'a> {
+    gpus: &'a [GpuInfo],
+    catalogs: &'a [Catalog],
+    mps_start: MpsStart,
+    hook_change: &'a hooks::Change,
 }
 
 /// The mode's setup (MIG: after the pre-hook), then the journal marked applied with the
@@ -498,23 +525,43 @@ fn execute(
     ctl: &dyn GpuControl,
     spec: &JobSpec,
     j: &mut Journal,
-    gpus: &[GpuInfo],
-    mps_start: MpsStart,
-    hook_change: &hooks::Change,
+    setup: &Setup<'_>,
 ) -> Result<(), Failure> {
     match &spec.mode {
-        Mode::Mig(_) => hooks::run(cfg, hooks::Phase::Pre, hook_change, true)
-            .map_err(|e| Failure::Refuse(format!("{e}; nothing was changed, ask the admin")))
-            .and_then(|()| create::make_instances(cfg, ctl, j)),
-        Mode::Mps { .. } => start_mps(cfg, j, mps_start),
+        Mode::Mig(_) | Mode::MigMps { .. } => {
+            hooks::run(cfg, hooks::Phase::Pre, setup.hook_change, true)
+                .map_err(|e| Failure::Refuse(format!("{e}; nothing was changed, ask the admin")))
+                .and_then(|()| create::make_instances(cfg, ctl, j))
+                // MPS inside the instances: one daemon each, undone with them.
+                .and_then(|()| match spec.mode {
+                    Mode::MigMps { .. } => migmps::daemons(cfg, j)
+                        .map_err(Failure::Refuse)
+                        .and_then(|d| start_mps(cfg, j, setup.mps_start, d)),
+                    _ => Ok(()),
+                })
+        }
+        Mode::Mps { .. } => {
+            let d = j
+                .gpus
+                .iter()
+                .map(|g| {
+                    let dir = rundir::gpu_dir(cfg, j.job, g.index);
+                    (
+                        rundir::gpu_dir_name(g.index),
+                        MpsDaemon::in_dir(&dir, &g.uuid),
+                    )
+                })
+                .collect();
+            start_mps(cfg, j, setup.mps_start, d)
+        }
         Mode::Naive | Mode::Off => Ok(()),
-        // Config::check_allowed refuses it before anything is planned.
-        Mode::MigMps { .. } => Err(Failure::Refuse(format!(
-            "mode {} is not available on this cluster yet",
-            spec.mode
-        ))),
     }?;
-    j.env = job_env(j, gpus, &spec.mode);
+    j.env = match &spec.mode {
+        Mode::MigMps { clients, .. } => {
+            migmps::job_env(j, *clients, &migmps::instance_memory(j, setup.catalogs))
+        }
+        _ => job_env(j, setup.gpus, &spec.mode),
+    };
     j.phase = Phase::Applied;
     journal::write(cfg, j)
         .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))
@@ -604,6 +651,7 @@ pub fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String>
 pub(super) fn job_env(j: &Journal, gpus: &[GpuInfo], mode: &Mode) -> Vec<(String, String)> {
     let mut env = Vec::new();
     match mode {
+        // MigMps: migmps::job_env.
         Mode::Mig(_) | Mode::MigMps { .. } => {
             let planned: Vec<PlannedInstance> = j
                 .gpus

@@ -4,18 +4,17 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::{journal_kind, Failure, NodeFault};
+use super::{Failure, NodeFault};
 use crate::config::Config;
 use crate::container;
 use crate::journal::{self, GpuLock, Journal, Phase};
-use crate::mode::ModeKind;
 use crate::mps::{self, MpsDaemon, MpsStart};
 use crate::rundir;
 use crate::slurmconf::SlurmFacts;
 
 /// The MPS control program, if it is one root may run for a user: a regular file only
 /// root can change (else whoever can change it runs code as every MPS job's user).
-pub(super) fn trusted_mps_control(cfg: &Config) -> Result<PathBuf, String> {
+pub(crate) fn trusted_mps_control(cfg: &Config) -> Result<PathBuf, String> {
     let program = cfg.mps_control_path().ok_or_else(|| {
         format!(
             "the MPS control program {} is not installed on this node (looked in {}); \
@@ -29,24 +28,26 @@ pub(super) fn trusted_mps_control(cfg: &Config) -> Result<PathBuf, String> {
         .map_err(|e| format!("the MPS control program: {e}"))
 }
 
-/// Start one MPS daemon per GPU, as the job's user, in `run_dir/job-<id>/gpu<K>` (or,
-/// with [`MpsStart::ExternStep`], make their directories and leave the start to the
-/// job's extern step). Failures refuse the job: they concern its files and daemons, not
-/// the GPUs.
-pub(super) fn start_mps(cfg: &Config, j: &mut Journal, mps_start: MpsStart) -> Result<(), Failure> {
+/// Start the job's MPS daemons (`daemons`: one per GPU in `run_dir/job-<id>/gpu<K>`, or
+/// one per MIG instance in `…/gpu<K>-gi<G>`, each with its directory's name), as the
+/// job's user (or, with [`MpsStart::ExternStep`], make their directories and leave the
+/// start to the job's extern step). Failures refuse the job: they concern its files and
+/// daemons, not the GPUs.
+pub(super) fn start_mps(
+    cfg: &Config,
+    j: &mut Journal,
+    mps_start: MpsStart,
+    daemons: Vec<(String, MpsDaemon)>,
+) -> Result<(), Failure> {
     let program = trusted_mps_control(cfg).map_err(Failure::Refuse)?;
     j.mps_start = mps_start;
     j.job_dir = Some(rundir::job_dir(cfg, j.job));
-    j.mps = j
-        .gpus
-        .iter()
-        .map(|g| MpsDaemon::in_dir(&rundir::gpu_dir(cfg, j.job, g.index), &g.uuid))
-        .collect();
+    let (names, daemons): (Vec<String>, Vec<MpsDaemon>) = daemons.into_iter().unzip();
+    j.mps = daemons;
     // Record before making anything, so a crash in between is cleaned up by restore.
     journal::write(cfg, j)
         .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))?;
-    let indexes: Vec<u32> = j.gpus.iter().map(|g| g.index).collect();
-    rundir::create(cfg, j.job, j.uid, j.gid, &indexes)
+    rundir::create_named(cfg, j.job, j.uid, j.gid, &names)
         .map_err(|e| Failure::Refuse(format!("cannot set up the job's MPS directories: {e}")))?;
     if mps_start == MpsStart::ExternStep {
         log::info!(
@@ -59,10 +60,22 @@ pub(super) fn start_mps(cfg: &Config, j: &mut Journal, mps_start: MpsStart) -> R
     let deadline = Instant::now() + mps::START_TIME;
     for d in &j.mps {
         mps::start_daemon(&program, d, Some((j.uid, j.gid)), deadline)
-            .map_err(|e| Failure::Refuse(format!("the MPS daemon did not start: {e}")))?;
+            .map_err(|e| Failure::Refuse(not_started(d, &e)))?;
     }
     j.mps_mount_ns = container::own_mount_ns().ok();
     Ok(())
+}
+
+/// Why the job is refused when daemon `d` did not start; a MIG instance's is named.
+fn not_started(d: &MpsDaemon, e: &mps::MpsError) -> String {
+    if d.devices.starts_with("MIG-") {
+        format!(
+            "the MPS daemon did not start in MIG instance {}: {e}",
+            d.devices
+        )
+    } else {
+        format!("the MPS daemon did not start: {e}")
+    }
 }
 
 /// What the extern step did about a job's MPS daemons ([`start_mps_in_extern_step`]).
@@ -156,7 +169,7 @@ pub fn start_mps_in_extern_step(
             if let Err(e) = mps::start_daemon_in(&program, d, user, Some(&entry), deadline) {
                 // Those already started go too.
                 mps::stop_all(None, &j.mps, user, Instant::now());
-                return Err(format!("the MPS daemon did not start: {e}"));
+                return Err(not_started(d, &e));
             }
         }
         Ok(entry)
@@ -209,7 +222,7 @@ pub(super) fn entry_hint(facts: &SlurmFacts) -> Option<String> {
 /// # Errors
 /// Why they cannot, in one line naming the Slurm setting.
 pub fn mps_reachable(j: &Journal, task_ns: u64) -> Result<(), String> {
-    if j.phase != Phase::Applied || journal_kind(j) != Some(ModeKind::Mps) {
+    if j.phase != Phase::Applied || j.mps.is_empty() {
         return Ok(());
     }
     match (j.mps_start, j.mps_mount_ns) {

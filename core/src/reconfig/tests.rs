@@ -1,5 +1,5 @@
 //! Apply/restore against an in-memory GPU that enforces placements like the driver: the
-//! fixture here, the cases by subject in `mig`, `mps_jobs` and `state`.
+//! fixture here, the cases by subject in `mig`, `mig_mps`, `mps_jobs` and `state`.
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -263,6 +263,24 @@ fn user_spec(job: u32, gpus: &[u32], mode: &str) -> JobSpec {
     s
 }
 
+/// The stand-in MPS control program of tests/fake-mps (a daemon that really runs).
+fn fake_mps(dir: &Path) -> Config {
+    let prog =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
+    Config {
+        mps_control: std::fs::canonicalize(prog).unwrap().display().to_string(),
+        ..cfg(dir)
+    }
+}
+
+fn daemons_of(j: &Journal) -> Vec<crate::sys::PidHandle> {
+    j.mps
+        .iter()
+        .flat_map(|d| mps::daemon_processes(d, j.uid))
+        .collect()
+}
+
 mod mig;
+mod mig_mps;
 mod mps_jobs;
 mod state;

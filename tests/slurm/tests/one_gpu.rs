@@ -583,6 +583,8 @@ fn not_allowed_rejected(c: &Cluster) {
     std::fs::write(&path, only_mps).unwrap();
     let refused = c.sbatch(&["--colloc=mig:3g", "--gres=gpu:1"], "true");
     let accepted_off = c.sbatch(&["--colloc=off", "--hold"], "true");
+    // MPS inside MIG instances (issue 29) needs mig allowed as well as mps.
+    let refused_mig_mps = c.sbatch(&["--colloc=mig:3g:mps:2", "--gres=gpu:1"], "true");
     std::fs::write(&path, original).unwrap();
     let err = refused.expect_err("mig accepted though only mps is allowed");
     let err = String::from_utf8_lossy(&err.stderr);
@@ -590,14 +592,13 @@ fn not_allowed_rejected(c: &Cluster) {
         err.contains("--colloc: mode mig:3g is not allowed on this cluster; allowed: off, mps"),
         "{err}"
     );
-    // MPS inside MIG instances (issue 29) parses and `colloc plan` shows it, but no node
-    // makes it yet: refused before queueing where mig and mps are both allowed.
-    let err = c
-        .sbatch(&["--colloc=mig:3g:mps:2", "--gres=gpu:1"], "true")
-        .expect_err("mig:3g:mps:2 queued though no node makes it");
+    let err = refused_mig_mps.expect_err("mig:3g:mps:2 queued though mig is not allowed");
     let err = String::from_utf8_lossy(&err.stderr);
     assert!(
-        err.contains("--colloc: mode mig:3g:mps:2 (MPS inside MIG instances) is not available"),
+        err.contains(
+            "--colloc: mode mig:3g:mps:2 (MPS inside MIG instances) needs both mig and mps \
+             allowed on this cluster, and mig is not"
+        ),
         "{err}"
     );
     let held = accepted_off.expect("--colloc=off is always allowed");

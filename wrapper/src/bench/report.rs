@@ -23,7 +23,7 @@ use super::answer::{Candidate, Recommendation, Verdict, AS_GOOD};
 use super::compare::Comparison;
 use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
-use crate::export::table::{csv_num, csv_opt, dash_or as opt, Table};
+use crate::export::table::{csv_num, csv_opt, csv_text, dash_or as opt, Table};
 
 /// A `gpu` record of an older report that does not read as [`BenchGpu`] is none, not a
 /// report that cannot be read.
@@ -863,7 +863,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
     for r in &report.results {
         w.write_record([
             SCHEMA.to_string(),
-            r.mode.clone(),
+            csv_text(&r.mode),
             r.n.to_string(),
             format!("{:?}", r.status).to_lowercase(),
             r.repeats.to_string(),
@@ -872,7 +872,7 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             f(r.aggregate_sd),
             f(r.aggregate_min),
             f(r.aggregate_max),
-            report.unit.clone(),
+            csv_text(&report.unit),
             f(r.vs_solo),
             f(r.vs_solo_u),
             f(r.vs_reference),
@@ -884,8 +884,8 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             f(r.energy_j),
             f(r.energy_per_sample_j),
             format!("{:.3}", r.wall_s),
-            r.layout.clone().unwrap_or_default(),
-            r.reason.clone().unwrap_or_default(),
+            csv_text(r.layout.as_deref().unwrap_or_default()),
+            csv_text(r.reason.as_deref().unwrap_or_default()),
         ])?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
@@ -932,7 +932,7 @@ pub fn measurements_csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             format!("{:.3}", m.window[1]),
             format!("{:.6}", m.aggregate),
             csv_num(m.se, 6),
-            report.unit.clone(),
+            csv_text(&report.unit),
         ])?;
     }
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))

@@ -66,6 +66,26 @@ pub fn plain(line: &str, keep_colour: bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// JSON text fit for a terminal, with the same meaning: the control characters a JSON
+/// encoder may leave raw inside strings (DEL and the C1 range, U+0080–U+009F, where
+/// U+009B starts a sequence on some terminals) written as `\u00XX` escapes. Everything
+/// else in JSON is printable already (the encoder escapes U+0000–U+001F).
+pub fn json_for_terminal(json: &str) -> Cow<'_, str> {
+    let bad = |c: char| c.is_control() && !matches!(c, '\n' | '\t' | '\r');
+    if !json.chars().any(bad) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if bad(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Whether the live view may keep colours: stdout is a terminal and `NO_COLOR` is unset
 /// or empty (<https://no-color.org>).
 pub fn colour_ok() -> bool {
@@ -77,7 +97,16 @@ pub fn colour_ok() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::plain;
+    use super::{json_for_terminal, plain};
+
+    #[test]
+    fn json_keeps_its_meaning_without_raw_control_characters() {
+        let v = serde_json::json!({"name": "a\u{9b}2J\u{7f}\u{1b}b"});
+        let raw = serde_json::to_string(&v).unwrap();
+        let safe = json_for_terminal(&raw);
+        assert!(!safe.chars().any(char::is_control), "{safe}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&safe).unwrap(), v);
+    }
 
     #[test]
     fn tqdm_cursor_moves_and_colours_go() {

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::table::{csv_opt as opt, or_dash, Table};
+use super::table::{csv_opt as opt, csv_text, or_dash, Table};
 use crate::engine::State;
 use crate::record::model::{Report, RunRecord};
 
@@ -77,17 +77,18 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    header.extend(grid.iter().map(|k| format!("grid_{k}")));
+    header.extend(grid.iter().map(|k| csv_text(&format!("grid_{k}"))));
     for m in &metrics {
-        header.push(format!("{m}_last"));
-        header.push(format!("{m}_best"));
+        header.push(csv_text(&format!("{m}_last")));
+        header.push(csv_text(&format!("{m}_best")));
     }
     w.write_record(&header)?;
     for r in &report.runs {
         let tp = r.throughput.as_ref();
         let gpu = r.gpu.as_ref();
+        let text = |v: Option<String>| csv_text(&opt(v));
         let mut row = vec![
-            r.name.clone(),
+            csv_text(&r.name),
             r.index.to_string(),
             r.state.as_str().to_string(),
             opt(r.exit_code),
@@ -95,14 +96,14 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             r.attempts.len().to_string(),
             r.attempts.iter().filter(|a| a.oom).count().to_string(),
             opt(r.slot),
-            opt(r.device.clone()),
-            opt(r.node.clone()),
+            text(r.device.clone()),
+            text(r.node.clone()),
             opt(r.start.clone()),
             opt(r.end.clone()),
             f3(r.wall_s),
             f3(r.startup_s),
             f3(tp.map(|t| t.mean)),
-            opt(tp.map(|t| t.unit.clone())),
+            text(tp.map(|t| t.unit.clone())),
             opt(tp.map(|t| t.count)),
             f3(tp.map(|t| t.work)),
             f3(r.solo_throughput),
@@ -114,23 +115,20 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             f3(gpu.and_then(|g| g.mean_util_percent)),
             f3(gpu.and_then(|g| g.mean_gpu_util_percent)),
             f3(gpu.and_then(|g| g.energy_j)),
-            r.escaped
-                .iter()
-                .map(|e| format!("{} ({})", e.pid, e.command))
-                .collect::<Vec<_>>()
-                .join(" "),
-            opt(r.log.clone()),
-            opt(r.error.clone()),
+            csv_text(
+                &r.escaped
+                    .iter()
+                    .map(|e| format!("{} ({})", e.pid, e.command))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            text(r.log.clone()),
+            text(r.error.clone()),
             opt(r.gpu_memory_mib),
             opt(r.slot_memory_mib),
         ];
         for k in &grid {
-            row.push(
-                r.grid
-                    .as_ref()
-                    .and_then(|g| g.get(k).cloned())
-                    .unwrap_or_default(),
-            );
+            row.push(text(r.grid.as_ref().and_then(|g| g.get(k).cloned())));
         }
         for m in &metrics {
             let v = r.metrics.get(m);

@@ -66,6 +66,22 @@ pub fn csv_num(v: Option<f64>, decimals: usize) -> String {
     v.map(|v| format!("{v:.decimals$}")).unwrap_or_default()
 }
 
+/// Text of a user's (a run's name, a grid value, an error, a host) fit for a CSV cell that
+/// a spreadsheet opens: control characters escaped as for a terminal (newlines stay; the
+/// CSV writer quotes them, with commas and quotes), and a cell a spreadsheet would take
+/// for a formula (`=`, `+`, `-`, `@`, a tab or a carriage return first, and not a
+/// plain number such as `-3`) prefixed with `'`, so opening the CSV never runs it.
+pub fn csv_text(s: &str) -> String {
+    let s = crate::engine::text::escape_lines(s);
+    let formula =
+        s.starts_with(['=', '+', '-', '@', '\t', '\r']) && s.trim().parse::<f64>().is_err();
+    if formula {
+        format!("'{s}")
+    } else {
+        s.into_owned()
+    }
+}
+
 /// Any value in a CSV cell; empty when unknown.
 pub fn csv_opt<T: ToString>(v: Option<T>) -> String {
     v.map(|v| v.to_string()).unwrap_or_default()
@@ -84,6 +100,18 @@ pub fn dash_or(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csv_text_defuses_formulas_and_control_characters() {
+        assert_eq!(csv_text("=1+2"), "'=1+2");
+        assert_eq!(csv_text("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_text("+x"), "'+x");
+        assert_eq!(csv_text("-x"), "'-x");
+        assert_eq!(csv_text("-3"), "-3");
+        assert_eq!(csv_text("1e-3"), "1e-3");
+        assert_eq!(csv_text("a\u{1b}[2J\nb"), "a\\u{1b}[2J\nb");
+        assert_eq!(csv_text("run-1"), "run-1");
+    }
 
     #[test]
     fn columns_line_up() {

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use super::events::{Event, Progress};
 use super::fold::Fold;
 use crate::userfs::{CheckedDir, UserFsError};
+use rustix::fs::Stat;
 
 /// `colloc run`'s report.
 pub const REPORT_JSON: &str = "colloc-report.json";
@@ -54,6 +55,12 @@ pub const MAX_EVENT_FILE: u64 = 4 << 30;
 pub const MAX_EVENT_LINE: usize = 256 << 20;
 /// Most event files a record may have (one per session and writer).
 pub const MAX_EVENT_FILES: usize = 4096;
+/// Most bytes of events a record may hold in all.
+pub const MAX_RECORD_BYTES: u64 = 4 << 30;
+/// Most event lines a record may hold in all (its index takes 32 bytes a line).
+pub const MAX_EVENT_LINES: usize = 16 << 20;
+/// Most distinct runs a record may name (a manifest's most).
+pub const MAX_RUNS: usize = crate::run::manifest::MAX_RUNS;
 /// Most slots a session may declare.
 pub const MAX_SLOTS: usize = 1 << 16;
 /// Latest time an event may carry (Unix seconds, year 5138): larger is not a time colloc
@@ -74,13 +81,14 @@ pub struct ReportDir {
 }
 
 impl ReportDir {
-    /// Open `path` to write into it: made (mode 0755) when missing, else used only when
-    /// it is the caller's and writable by no one else. Also whether it was made here.
+    /// Open `path` to write into it: made when missing (mode 0700: a run's environment,
+    /// recorded in it, may hold tokens), else used only when it is the caller's and
+    /// writable by no one else. Also whether it was made here.
     ///
     /// # Errors
     /// [`UserFsError`]: someone else's, a link, or I/O.
     pub fn create(path: &Path) -> Result<(ReportDir, bool), UserFsError> {
-        let (dir, made) = CheckedDir::create_or_adopt(path, 0o755)?;
+        let (dir, made) = CheckedDir::create_or_adopt(path, 0o700)?;
         Ok((ReportDir { dir }, made))
     }
 
@@ -155,12 +163,12 @@ impl ReportDir {
         };
         let logs = self
             .dir
-            .subdir(LOGS_DIR, Some(0o755))?
+            .subdir(LOGS_DIR, Some(0o700))?
             .ok_or_else(missing)?;
         if !solo {
             return Ok(logs);
         }
-        logs.subdir(SOLO_LOGS_DIR, Some(0o755))?.ok_or_else(missing)
+        logs.subdir(SOLO_LOGS_DIR, Some(0o700))?.ok_or_else(missing)
     }
 
     /// Anything but colloc's own empty scaffolding (the lock, empty `logs/` and `events/`
@@ -187,7 +195,7 @@ impl ReportDir {
         let name = event_file_name(session, writer);
         let events = self
             .dir
-            .subdir(EVENTS_DIR, Some(0o755))?
+            .subdir(EVENTS_DIR, Some(0o700))?
             .ok_or_else(|| UserFsError::Io {
                 what: "open",
                 path: self.shown(EVENTS_DIR),
@@ -214,7 +222,10 @@ impl ReportDir {
             return Ok(None);
         };
         let mut fold = Fold::new();
-        let bad = read_events(&events, |e| fold.apply(e))?;
+        let bad = read_events(&events, |e| {
+            fold.apply(e);
+            Ok(())
+        })?;
         Ok(Some((fold, bad)))
     }
 
@@ -272,6 +283,14 @@ pub enum RecordError {
         /// Its line (1-based).
         line: u64,
         /// What is wrong.
+        why: String,
+    },
+    /// More than colloc reads.
+    #[error("{path}: {why}, more than colloc reads; refused (not a record colloc wrote?)")]
+    TooLarge {
+        /// The events folder.
+        path: PathBuf,
+        /// How large.
         why: String,
     },
     /// No event file at all.
@@ -362,6 +381,105 @@ fn event_files(events: &CheckedDir) -> Result<Vec<(u32, String)>, RecordError> {
     Ok(files)
 }
 
+/// An event file checked once (then closed, so a record of thousands of files never
+/// holds them all open): what it was, and the size it had then. Every later read opens
+/// it again, checks it is the same file, and reads no further than that size, so a
+/// writer appending meanwhile (a pack still running, or someone feeding it forever)
+/// cannot make a read run on.
+struct EventFile {
+    session: u32,
+    name: String,
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    size: u64,
+}
+
+/// Open the event file `name` and check it: a regular file of the directory's owner,
+/// with one link (another name for it could be someone else's file), not a link.
+fn open_event_file(events: &CheckedDir, name: &str) -> Result<Option<(File, Stat)>, RecordError> {
+    let Some((file, _)) = events.open_file(name, MAX_EVENT_FILE)? else {
+        return Ok(None);
+    };
+    let path = events.shown(name);
+    let st = rustix::fs::fstat(&file).map_err(|e| {
+        RecordError::File(UserFsError::Io {
+            what: "inspect",
+            path: path.clone(),
+            source: e.into(),
+        })
+    })?;
+    if st.st_nlink != 1 {
+        return Err(RecordError::File(UserFsError::WrongType {
+            path,
+            what: format!("a file with {} hard links", st.st_nlink),
+            expected: "an event file with one link (copy a record with `cp -a`, not `cp -al`)",
+        }));
+    }
+    Ok(Some((file, st)))
+}
+
+/// Check every event file, one open at a time, and the record's total size.
+fn check_event_files(events: &CheckedDir) -> Result<Vec<EventFile>, RecordError> {
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    for (session, name) in event_files(events)? {
+        let Some((_, st)) = open_event_file(events, &name)? else {
+            continue;
+        };
+        total += st.st_size as u64;
+        if total > MAX_RECORD_BYTES {
+            return Err(RecordError::TooLarge {
+                path: events.path().to_path_buf(),
+                why: format!(
+                    "its event files hold more than {} together",
+                    crate::userfs::show_size(MAX_RECORD_BYTES)
+                ),
+            });
+        }
+        out.push(EventFile {
+            session,
+            path: events.shown(&name),
+            name,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+        });
+    }
+    Ok(out)
+}
+
+impl EventFile {
+    fn io_error(&self, what: &'static str, source: io::Error) -> RecordError {
+        RecordError::File(UserFsError::Io {
+            what,
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Open it again: the same file (not one put in its place since), no shorter than
+    /// when it was checked; read only up to that size.
+    fn reopen(&self, events: &CheckedDir) -> Result<io::Take<File>, RecordError> {
+        let changed = || {
+            self.io_error(
+                "read",
+                io::Error::other("replaced or cut while it was read; read the record again"),
+            )
+        };
+        let Some((file, st)) = open_event_file(events, &self.name)? else {
+            return Err(changed());
+        };
+        if st.st_dev != self.dev || st.st_ino != self.ino || (st.st_size as u64) < self.size {
+            return Err(changed());
+        }
+        Ok(file.take(self.size))
+    }
+}
+
+/// A session and the index of its lines.
+type SessionIndex = (u32, Vec<Entry>);
+
 /// Where an event line is, for the second pass: 32 bytes a line.
 struct Entry {
     ts: f64,
@@ -418,45 +536,30 @@ fn next_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<(usi
     Ok(Some((skipped, false)))
 }
 
-/// Call `each` with every event of an `events/` folder, in session order and, within a
-/// session, in time order (the session event first); the number of lines that could not
-/// be read. Each event is validated first.
-///
-/// # Errors
-/// [`RecordError`].
-pub fn read_events(events: &CheckedDir, mut each: impl FnMut(Event)) -> Result<usize, RecordError> {
-    let names = event_files(events)?;
-    if names.is_empty() {
-        return Err(RecordError::Empty(events.path().to_path_buf()));
-    }
+/// The index of a record's lines, per session (in session order), and how many lines
+/// could not be read. One file is open at a time.
+fn index_events(
+    events: &CheckedDir,
+    files: &[EventFile],
+) -> Result<(Vec<SessionIndex>, usize), RecordError> {
     let mut bad = 0;
-    let mut files: Vec<(File, PathBuf)> = Vec::new();
-    // Per session: the index of its lines.
+    let mut lines = 0usize;
     let mut sessions: Vec<(u32, Vec<Entry>)> = Vec::new();
     let mut buf = Vec::new();
-    for (session, name) in &names {
-        let Some((file, _)) = events.open_file(name, MAX_EVENT_FILE)? else {
-            continue;
-        };
-        let path = events.shown(name);
-        let file_no = files.len() as u16;
-        let mut r = BufReader::with_capacity(1 << 16, &file);
+    for (file_no, f) in files.iter().enumerate() {
+        let mut r = BufReader::with_capacity(1 << 16, f.reopen(events)?);
         let mut offset = 0u64;
         let mut line = 0u64;
         let index = match sessions.last_mut() {
-            Some((s, v)) if s == session => v,
+            Some((s, v)) if *s == f.session => v,
             _ => {
-                sessions.push((*session, Vec::new()));
+                sessions.push((f.session, Vec::new()));
                 &mut sessions.last_mut().expect("just pushed").1
             }
         };
-        while let Some((n, whole)) = next_line(&mut r, &mut buf).map_err(|source| {
-            RecordError::File(UserFsError::Io {
-                what: "read",
-                path: path.clone(),
-                source,
-            })
-        })? {
+        while let Some((n, whole)) =
+            next_line(&mut r, &mut buf).map_err(|e| f.io_error("read", e))?
+        {
             line += 1;
             let at = offset;
             offset += n as u64;
@@ -467,36 +570,102 @@ pub fn read_events(events: &CheckedDir, mut each: impl FnMut(Event)) -> Result<u
             if buf.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
+            lines += 1;
+            if lines > MAX_EVENT_LINES {
+                return Err(RecordError::TooLarge {
+                    path: events.path().to_path_buf(),
+                    why: format!("it holds more than {MAX_EVENT_LINES} event lines"),
+                });
+            }
             match serde_json::from_slice::<Head<'_>>(&buf) {
                 Ok(h) => index.push(Entry {
                     ts: h.ts,
                     offset: at,
                     line,
                     len: buf.len() as u32,
-                    file: file_no,
+                    file: file_no as u16,
                     session_event: h.ev == "session",
                 }),
                 Err(_) => bad += 1,
             }
         }
-        files.push((file, path));
     }
-    // The second pass reads through a buffer per file: the sorted order is nearly always
-    // the files' own, so this is a sequential read, not a system call per event.
-    let mut readers: Vec<(BufReader<&File>, u64)> = files
-        .iter()
-        .map(|(f, path)| {
-            io::Seek::rewind(&mut &*f)
-                .map(|()| (BufReader::with_capacity(1 << 16, f), 0))
-                .map_err(|source| {
-                    RecordError::File(UserFsError::Io {
-                        what: "read",
-                        path: path.clone(),
-                        source,
-                    })
-                })
-        })
-        .collect::<Result<_, _>>()?;
+    Ok((sessions, bad))
+}
+
+/// Most event files open at once in the second pass (writers of one session are merged
+/// by time, so their files are read side by side).
+const MAX_OPEN: usize = 64;
+
+/// The event files open for the second pass: at most [`MAX_OPEN`], the least recently
+/// used closed first. The sorted order is nearly always the files' own, so each is read
+/// sequentially through its buffer, not with a system call per event.
+struct Readers<'a> {
+    events: &'a CheckedDir,
+    files: &'a [EventFile],
+    /// (file number, reader, position, last use)
+    open: Vec<(usize, BufReader<io::Take<File>>, u64, u64)>,
+    clock: u64,
+}
+
+impl Readers<'_> {
+    fn read(&mut self, e: &Entry, buf: &mut Vec<u8>) -> Result<(), RecordError> {
+        let no = e.file as usize;
+        self.clock += 1;
+        let i = match self.open.iter().position(|o| o.0 == no) {
+            Some(i) => i,
+            None => {
+                if self.open.len() >= MAX_OPEN {
+                    let oldest = (0..self.open.len())
+                        .min_by_key(|&i| self.open[i].3)
+                        .expect("full");
+                    self.open.swap_remove(oldest);
+                }
+                let r = self.files[no].reopen(self.events)?;
+                self.open
+                    .push((no, BufReader::with_capacity(1 << 16, r), 0, self.clock));
+                self.open.len() - 1
+            }
+        };
+        let (_, r, pos, used) = &mut self.open[i];
+        *used = self.clock;
+        buf.resize(e.len as usize, 0);
+        let read = r
+            .seek_relative(e.offset.wrapping_sub(*pos) as i64)
+            .and_then(|()| r.read_exact(buf));
+        *pos = e.offset + u64::from(e.len);
+        read.map_err(|err| self.files[no].io_error("read", err))
+    }
+}
+
+/// Call `each` with every event of an `events/` folder, in session order and, within a
+/// session, in time order (the session event first); the number of lines that could not
+/// be read. Each event is validated first; `each` may refuse one (its reason becomes the
+/// error, naming the event's file and line).
+///
+/// Reading is bounded whatever the folder holds: each file only up to the size it had
+/// when checked, [`MAX_RECORD_BYTES`] and [`MAX_EVENT_LINES`] in all, [`MAX_RUNS`]
+/// distinct runs, at most [`MAX_OPEN`] files open at once; memory is the index (32
+/// bytes a line) and what `each` keeps.
+///
+/// # Errors
+/// [`RecordError`].
+pub fn read_events(
+    events: &CheckedDir,
+    mut each: impl FnMut(Event) -> Result<(), String>,
+) -> Result<usize, RecordError> {
+    let files = check_event_files(events)?;
+    if files.is_empty() {
+        return Err(RecordError::Empty(events.path().to_path_buf()));
+    }
+    let (sessions, mut bad) = index_events(events, &files)?;
+    let mut readers = Readers {
+        events,
+        files: &files,
+        open: Vec::new(),
+        clock: 0,
+    };
+    let mut buf = Vec::new();
     let mut check = Validator::default();
     for (_, mut index) in sessions {
         // Writers of one session merge by time; the session event comes first.
@@ -506,30 +675,19 @@ pub fn read_events(events: &CheckedDir, mut each: impl FnMut(Event)) -> Result<u
                 .then(a.ts.total_cmp(&b.ts))
         });
         for e in index {
-            let path = &files[e.file as usize].1;
-            let (r, pos) = &mut readers[e.file as usize];
-            buf.resize(e.len as usize, 0);
-            let read = r
-                .seek_relative(e.offset.wrapping_sub(*pos) as i64)
-                .and_then(|()| r.read_exact(&mut buf));
-            *pos = e.offset + u64::from(e.len);
-            read.map_err(|source| {
-                RecordError::File(UserFsError::Io {
-                    what: "read",
-                    path: path.clone(),
-                    source,
-                })
-            })?;
+            readers.read(&e, &mut buf)?;
             let Ok(ev) = serde_json::from_slice::<Event>(&buf) else {
                 bad += 1;
                 continue;
             };
-            check.event(&ev).map_err(|why| RecordError::Invalid {
-                path: path.clone(),
-                line: e.line,
-                why,
-            })?;
-            each(ev);
+            check
+                .event(&ev)
+                .and_then(|()| each(ev))
+                .map_err(|why| RecordError::Invalid {
+                    path: files[e.file as usize].path.clone(),
+                    line: e.line,
+                    why,
+                })?;
         }
     }
     Ok(bad)
@@ -542,6 +700,8 @@ pub fn read_events(events: &CheckedDir, mut each: impl FnMut(Event)) -> Result<u
 struct Validator {
     /// Slots the latest session declared.
     slots: Option<usize>,
+    /// The runs (and calibrations) named so far.
+    runs: std::collections::HashSet<String>,
 }
 
 fn check_ts(what: &str, ts: f64) -> Result<(), String> {
@@ -596,8 +756,34 @@ fn check_progress(p: &Progress) -> Result<(), String> {
 }
 
 impl Validator {
+    /// Count a run's name; more than [`MAX_RUNS`] distinct ones is not a record colloc
+    /// wrote (each costs the fold memory).
+    fn run(&mut self, name: &str) -> Result<(), String> {
+        if !self.runs.contains(name) {
+            if self.runs.len() >= MAX_RUNS {
+                return Err(format!(
+                    "more than {MAX_RUNS} distinct runs, the most a pack has"
+                ));
+            }
+            self.runs.insert(name.to_string());
+        }
+        Ok(())
+    }
+
     fn event(&mut self, ev: &Event) -> Result<(), String> {
         check_ts("time", ev.ts())?;
+        match ev {
+            Event::Session { runs, .. } => {
+                for r in runs {
+                    self.run(&r.name)?;
+                }
+            }
+            Event::Start { run, .. }
+            | Event::Progress { run, .. }
+            | Event::End { run, .. }
+            | Event::Solo { run, .. } => self.run(run)?,
+            _ => {}
+        }
         match ev {
             Event::Session {
                 slots, interval_s, ..
@@ -706,7 +892,11 @@ mod tests {
     fn events_of(d: &ReportDir) -> (Vec<Event>, usize) {
         let ev = d.dir().subdir(EVENTS_DIR, None).unwrap().unwrap();
         let mut out = Vec::new();
-        let bad = read_events(&ev, |e| out.push(e)).unwrap();
+        let bad = read_events(&ev, |e| {
+            out.push(e);
+            Ok(())
+        })
+        .unwrap();
         (out, bad)
     }
 
@@ -812,6 +1002,140 @@ mod tests {
         std::fs::write(&p, format!("{base}{}", start("1", "6"))).unwrap();
         let (f, bad) = d.fold().unwrap().unwrap();
         assert_eq!((f.sessions(), bad), (1, 0));
+    }
+
+    /// A record of one session whose event file holds `lines`.
+    fn record_with(lines: &str) -> (tempfile::TempDir, ReportDir, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let (d, _) = ReportDir::create(&t.path().join("r")).unwrap();
+        d.event_log(1, "main").unwrap().append(&session(5.0, 1));
+        let p = t.path().join("r/events/1.main.jsonl");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .unwrap()
+            .write_all(lines.as_bytes())
+            .unwrap();
+        (t, d, p)
+    }
+
+    fn stop(ts: f64) -> String {
+        format!("{{\"ev\":\"stop\",\"ts\":{ts},\"reason\":\"x\"}}\n")
+    }
+
+    #[test]
+    fn a_writer_appending_meanwhile_cannot_make_a_read_run_on() {
+        let (_t, d, p) = record_with(&stop(6.0));
+        let ev = d.dir().subdir(EVENTS_DIR, None).unwrap().unwrap();
+        let files = check_event_files(&ev).unwrap();
+        // Someone appends after the record was checked (as fast as they like).
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        for i in 0..1000 {
+            f.write_all(stop(7.0 + f64::from(i)).as_bytes()).unwrap();
+        }
+        let (sessions, bad) = index_events(&ev, &files).unwrap();
+        assert_eq!(
+            (sessions[0].1.len(), bad),
+            (2, 0),
+            "read past the checked size"
+        );
+        // Replaced by another file meanwhile: refused, not read.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, stop(8.0)).unwrap();
+        let e = index_events(&ev, &files).err().unwrap();
+        assert!(
+            e.to_string().contains("replaced or cut while it was read"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn many_writers_of_a_session_merge_by_time_with_few_files_open() {
+        // More writers than files kept open, their lines interleaved in time: every
+        // line is read from a file opened again and sought to.
+        let (t, d, _) = record_with("");
+        let writers = MAX_OPEN as u32 + 36;
+        for w in 0..writers {
+            let lines: String = (0..3).map(|k| stop(f64::from(10 + k * 1000 + w))).collect();
+            std::fs::write(t.path().join(format!("r/events/1.w{w}.jsonl")), lines).unwrap();
+        }
+        let (events, bad) = events_of(&d);
+        assert_eq!((events.len(), bad), (1 + 3 * writers as usize, 0));
+        let ts: Vec<f64> = events.iter().skip(1).map(Event::ts).collect();
+        let mut sorted = ts.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(ts, sorted);
+        assert_eq!(ts[writers as usize], 1010.0);
+    }
+
+    #[test]
+    fn an_event_file_with_another_link_is_refused() {
+        let (t, d, p) = record_with("");
+        std::fs::hard_link(&p, t.path().join("elsewhere")).unwrap();
+        let e = d.fold().unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "1.main.jsonl is a file with 2 hard links, not an event file with one link"
+            ),
+            "{e}"
+        );
+        assert!(
+            matches!(e, RecordError::File(ref f) if f.is_bad_input()),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_record_past_the_total_caps_is_refused_with_a_clear_line() {
+        // Bytes: two sparse files, each under the per-file cap, together over 4 GiB.
+        let (t, d, _) = record_with("");
+        for w in ["a", "b"] {
+            let f = std::fs::File::create(t.path().join(format!("r/events/1.{w}.jsonl"))).unwrap();
+            f.set_len(2 << 30).unwrap();
+        }
+        let e = d.fold().unwrap_err();
+        assert!(matches!(e, RecordError::TooLarge { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("its event files hold more than 4 GiB together, more than colloc reads"),
+            "{e}"
+        );
+        // Lines: one more than 16 Mi short lines.
+        let (_t, d, _) = record_with(&"x\n".repeat(MAX_EVENT_LINES));
+        let e = d.fold().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("it holds more than 16777216 event lines"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_record_of_more_runs_than_a_pack_has_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let (d, _) = ReportDir::create(&t.path().join("r")).unwrap();
+        let mut s = session(5.0, 1);
+        if let Event::Session { runs, .. } = &mut s {
+            *runs = (0..=MAX_RUNS)
+                .map(|i| crate::record::events::RunIdentity {
+                    name: format!("r{i}"),
+                    command: vec![],
+                    env: vec![],
+                    workdir: None,
+                    grid: None,
+                    metrics: vec![],
+                    metric: None,
+                    gpu_memory_mib: None,
+                })
+                .collect();
+        }
+        d.event_log(1, "main").unwrap().append(&s);
+        let e = d.fold().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("line 1: more than 100000 distinct runs"),
+            "{e}"
+        );
     }
 
     #[test]

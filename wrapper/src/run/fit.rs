@@ -4,7 +4,9 @@
 //! What a slot holds:
 //! - a MIG instance: its own memory (NVML's total for the instance);
 //! - `mps:N`: each client's pinned memory limit, the GPU's memory / N (what colloc sets
-//!   as `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`);
+//!   as `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`); `mig:…:mps:N`: its instance's memory / N;
+//! - `mig:…:mps`: the slots of one instance share its memory, as those of a GPU under
+//!   plain `mps`;
 //! - plain `mps` and `naive`: the slots of one GPU share its memory; a run is admitted
 //!   while the declared memory of the runs on that GPU, its own included, fits
 //!   [`USABLE_PERCENT`] % of the GPU's memory (the rest is headroom for the driver and
@@ -59,10 +61,22 @@ impl Fit {
             .map(|(i, dev)| {
                 let mem = memory_mib.get(i).copied().flatten().map(|m| m * MIB);
                 match (dev.as_deref(), mem) {
-                    (Some(_), Some(bytes)) if matches!(mode, Mode::Mig(_)) => Room::Own(bytes),
-                    (Some(d), Some(bytes)) if d.starts_with("MIG-") => Room::Own(bytes),
-                    (Some(_), Some(bytes)) => match mode {
-                        Mode::Mps { clients: Some(n) } => Room::Own(bytes / u64::from(*n).max(1)),
+                    (Some(d), Some(bytes)) => match mode {
+                        Mode::Mig(_) => Room::Own(bytes),
+                        // The device is the GPU, or the MIG instance of `mig:…:mps:N`.
+                        Mode::Mps { clients: Some(n) }
+                        | Mode::MigMps {
+                            clients: Some(n), ..
+                        } => Room::Own(bytes / u64::from(*n).max(1)),
+                        // `mig:…:mps`: the instance's slots share its memory.
+                        Mode::MigMps { clients: None, .. } => {
+                            let pool = *pool_of.entry(d).or_insert_with(|| {
+                                pools.push(bytes / 100 * USABLE_PERCENT);
+                                pools.len() - 1
+                            });
+                            Room::Shared { pool }
+                        }
+                        _ if d.starts_with("MIG-") => Room::Own(bytes),
                         _ => {
                             let d = dev.as_deref().unwrap_or_default();
                             let pool = *pool_of.entry(d).or_insert_with(|| {
@@ -327,6 +341,31 @@ mod tests {
     use super::*;
 
     const G: u64 = 1 << 30;
+
+    #[test]
+    fn mps_inside_mig_slots_are_the_instance_or_its_share() {
+        let devs: Vec<Option<String>> = ["MIG-a", "MIG-b", "MIG-a", "MIG-b"]
+            .iter()
+            .map(|d| Some(d.to_string()))
+            .collect();
+        let mem = [
+            Some(20 * 1024),
+            Some(10 * 1024),
+            Some(20 * 1024),
+            Some(10 * 1024),
+        ];
+        let f = Fit::new(&"mig:3g,2g:mps:2".parse().unwrap(), &devs, &mem);
+        assert_eq!(f.slot_mib(0), Some(10 * 1024));
+        assert_eq!(f.slot_mib(1), Some(5 * 1024));
+        assert_eq!(f.largest(), Some(10 * G));
+        // Without :N the slots of one instance share it.
+        let f = Fit::new(&"mig:3g,2g:mps".parse().unwrap(), &devs, &mem);
+        assert_eq!(f.rooms[0], f.rooms[2]);
+        assert_ne!(f.rooms[0], f.rooms[1]);
+        assert!(matches!(f.rooms[1], Room::Shared { .. }));
+        assert_eq!(f.pools.len(), 2);
+        assert_eq!(f.largest(), Some(20 * G / 100 * USABLE_PERCENT));
+    }
 
     fn mig_fit(sizes_gib: &[u64]) -> Fit {
         let devs: Vec<Option<String>> = (0..sizes_gib.len())

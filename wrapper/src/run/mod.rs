@@ -378,7 +378,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         ];
         files.extend(charts.iter().map(|c| c.display().to_string()));
         if error.is_none() {
-            outln!("report: {}", files.join(", "));
+            outln!("report: {}", crate::engine::text::escape(&files.join(", ")));
         }
     }
     if let Some(e) = &error {

@@ -460,7 +460,8 @@ impl Driver for Calibrate<'_> {
         let name = &self.common.specs[idx].name;
         if !self.quiet {
             outln!(
-                "colloc: measuring {name} alone for up to {} after a {} warm-up from its first throughput line ({} of {} distinct commands)",
+                "colloc: measuring {} alone for up to {} after a {} warm-up from its first throughput line ({} of {} distinct commands)",
+                crate::engine::text::escape(name),
                 duration::show(window),
                 duration::show(self.warmup),
                 self.total - self.queue.len(),
@@ -510,7 +511,11 @@ impl Driver for Calibrate<'_> {
                 self.common.rec.emit(ev);
                 self.measured += 1;
                 if !self.quiet {
-                    outln!("colloc: solo throughput of {name}: {rate:.1} {unit}");
+                    outln!(
+                        "colloc: solo throughput of {}: {rate:.1} {}",
+                        crate::engine::text::escape(&name),
+                        crate::engine::text::escape(&unit)
+                    );
                 }
             }
             _ => log::warn!(
@@ -689,7 +694,7 @@ impl<'a> Pack<'a> {
         for (u, v) in agg {
             line.push_str(&format!("; aggregate now {v:.1} {u}"));
         }
-        outln!("{line}");
+        outln!("{}", crate::engine::text::escape(&line));
     }
 
     fn retry(&self, e: &Ended) -> bool {

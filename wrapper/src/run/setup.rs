@@ -438,7 +438,7 @@ impl Gpus {
             _ => None,
         };
         let job_pipes = match (&layout.mode, &layout.source) {
-            (Mode::Mps { .. }, Source::Job) => {
+            (Mode::Mps { .. } | Mode::MigMps { .. }, Source::Job) => {
                 colloc_core::jobenv::JobEnv::from_process().mps_pipes()
             }
             _ => Vec::new(),
@@ -466,8 +466,9 @@ impl Gpus {
 
 /// The environment of a slot on `device`: `CUDA_VISIBLE_DEVICES`, the MPS daemon to talk
 /// to (colloc's own, `own_mps`, or the job's daemon of the device's GPU among
-/// `job_pipes`, as `COLLOC_MPS_PIPES` lists them), and for `mps:N` each client's share of
-/// the device's memory (`memory_mib`, where NVML told it).
+/// `job_pipes`, as `COLLOC_MPS_PIPES` lists them: with `mig:…:mps` one per MIG instance,
+/// keyed by its UUID), and for `mps:N` (`mig:…:mps:N`) each client's share of the
+/// device's (the instance's) memory (`memory_mib`, where NVML told it).
 pub fn slot_env(
     mode: &Mode,
     device: Option<&str>,
@@ -484,8 +485,9 @@ pub fn slot_env(
     } else if let Some((_, pipe)) =
         device.and_then(|d| job_pipes.iter().find(|(uuid, _)| uuid == d))
     {
-        // A job with several GPUs has one MPS daemon per GPU; the job-wide
-        // CUDA_MPS_PIPE_DIRECTORY names the first. Each run talks to its GPU's.
+        // A job with several GPUs (MIG instances) has one MPS daemon per GPU (instance);
+        // the job-wide CUDA_MPS_PIPE_DIRECTORY names the first. Each run talks to its
+        // device's.
         e.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
         if let Some(dir) = pipe.parent() {
             e.push((
@@ -494,7 +496,11 @@ pub fn slot_env(
             ));
         }
     }
-    if let Mode::Mps { clients: Some(n) } = mode {
+    if let Mode::Mps { clients: Some(n) }
+    | Mode::MigMps {
+        clients: Some(n), ..
+    } = mode
+    {
         let mem: Vec<u64> = memory_mib.into_iter().collect();
         e.extend(mps::client_limits(*n, &mem));
     }
@@ -507,7 +513,7 @@ pub fn sampler(g: &Gpus, interval: std::time::Duration, base: Instant) -> Option
     Some(crate::engine::gpu::sampler(
         nvml,
         map.clone(),
-        matches!(g.layout.mode, Mode::Mps { .. }),
+        matches!(g.layout.mode, Mode::Mps { .. } | Mode::MigMps { .. }),
         interval,
         base,
     ))
@@ -604,6 +610,34 @@ mod tests {
         assert!(!ReportDir::open_read(d.path()).unwrap().non_empty());
         std::fs::write(d.path().join("logs/a.log"), "x").unwrap();
         assert!(ReportDir::open_read(d.path()).unwrap().non_empty());
+    }
+
+    #[test]
+    fn a_run_inside_a_mig_instance_talks_to_its_instance_daemon() {
+        let pipes = colloc_core::jobenv::parse_mps_pipes(
+            "MIG-a=/run/colloc/job-1/gpu0-gi1/pipe,MIG-b=/run/colloc/job-1/gpu0-gi2/pipe",
+        );
+        let mode: Mode = "mig:3g.20gbx2:mps:2".parse().unwrap();
+        let env: std::collections::HashMap<String, String> =
+            slot_env(&mode, Some("MIG-b"), None, &pipes, Some(19968))
+                .into_iter()
+                .collect();
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "MIG-b");
+        assert_eq!(
+            env["CUDA_MPS_PIPE_DIRECTORY"],
+            "/run/colloc/job-1/gpu0-gi2/pipe"
+        );
+        assert_eq!(
+            env["CUDA_MPS_LOG_DIRECTORY"],
+            "/run/colloc/job-1/gpu0-gi2/log"
+        );
+        assert_eq!(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50");
+        assert_eq!(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=9984M");
+        // Without :N no limits; the instance's own daemon all the same.
+        let mode: Mode = "mig:3g.20gbx2:mps".parse().unwrap();
+        let env = slot_env(&mode, Some("MIG-a"), None, &pipes, Some(19968));
+        assert_eq!(env.len(), 3, "{env:?}");
+        assert_eq!(env[1].1, "/run/colloc/job-1/gpu0-gi1/pipe");
     }
 
     #[test]

@@ -140,6 +140,12 @@ pub fn layout(i: &Inputs) -> Result<Layout, String> {
     let mig_devices = !devices.is_empty() && devices.iter().all(|d| d.starts_with("MIG-"));
     match &mode {
         Mode::Off => return Err("--mode off packs nothing; use naive or mps".into()),
+        Mode::MigMps { .. } => {
+            return Err(format!(
+                "--mode {mode} works only inside a colloc job (sbatch --colloc={mode}), \
+                 whose prolog makes the MIG instances and starts an MPS daemon in each"
+            ))
+        }
         Mode::Mig(_) => {
             return Err(
                 "--mode mig works only inside a colloc job (sbatch --colloc=mig:...); \
@@ -248,6 +254,36 @@ mod tests {
         })
         .unwrap();
         assert_eq!(l.slots.len(), 4);
+        // MPS inside MIG instances: COLLOC_SLOTS with :mps:N, two per device without.
+        let l = layout(&Inputs {
+            job_mode: Some("mig:3g.20gbx2:mps:2".into()),
+            job_devices: Some("MIG-a,MIG-b,MIG-a,MIG-b".into()),
+            job_slots: Some("4".into()),
+            ..inputs()
+        })
+        .unwrap();
+        assert_eq!(
+            l.slots,
+            ["MIG-a", "MIG-b", "MIG-a", "MIG-b"].map(|d| Some(d.to_string()))
+        );
+        let l = layout(&Inputs {
+            job_mode: Some("mig:3g.20gbx2:mps".into()),
+            job_devices: Some("MIG-a,MIG-b".into()),
+            ..inputs()
+        })
+        .unwrap();
+        assert_eq!(l.slots.len(), 2 * DEFAULT_PER_GPU);
+        assert!(matches!(l.mode, Mode::MigMps { clients: None, .. }));
+        let e = layout(&Inputs {
+            mode: Some("mig:3g:mps:2".into()),
+            visible: Some("0".into()),
+            ..inputs()
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("works only inside a colloc job (sbatch --colloc=mig:3g:mps:2)"),
+            "{e}"
+        );
         assert!(layout(&Inputs {
             job_mode: Some("mps:4".into()),
             job_devices: Some("GPU-x".into()),

@@ -207,23 +207,6 @@ fn restore_all_goes_by_file_and_moves_unusable_journals_aside() {
     env_of(&prolog(&c, &g, &spec(51, &[0], "mig:1g")).unwrap());
 }
 
-/// The stand-in MPS control program of tests/fake-mps (a daemon that really runs).
-fn fake_mps(dir: &Path) -> Config {
-    let prog =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-mps/nvidia-cuda-mps-control");
-    Config {
-        mps_control: std::fs::canonicalize(prog).unwrap().display().to_string(),
-        ..cfg(dir)
-    }
-}
-
-fn daemons_of(j: &Journal) -> Vec<crate::sys::PidHandle> {
-    j.mps
-        .iter()
-        .flat_map(|d| mps::daemon_processes(d, j.uid))
-        .collect()
-}
-
 #[test]
 fn under_contain_the_extern_step_starts_the_daemons_where_it_runs() {
     let tmp = tempfile::tempdir().unwrap();

@@ -1,0 +1,404 @@
+//! The report, rebuilt from the event log: [`Fold`] takes events in order and
+//! [`Fold::report`] computes every figure from them. `colloc run` keeps a fold of the
+//! events it writes and renders its report from it; `colloc report DIR` folds the files in
+//! `DIR/events/`. Both give the same report.
+//!
+//! How the pack's figures are made (also in colloc(1)):
+//! - **Makespan**: for each colloc session, its first run start to its last run end;
+//!   summed over sessions (a requeued job's time in the queue is not the pack's).
+//! - **Aggregate throughput**: the work of every attempt of every run (in the pack's unit,
+//!   the most common one) over the makespan. Work follows the window rule of
+//!   [`crate::engine::throughput`]: start-up and single samples count as none.
+//! - **Speed-up**: the time the same attempts would take one after another, each at its
+//!   run's solo throughput plus its own start-up (an attempt without samples: its whole
+//!   wall time), over the makespan. Only runs with a solo figure of their own command count;
+//!   when some runs have none, the speed-up covers the others and is a lower bound.
+//! - **Energy across nodes**: where runs ran as Slurm steps, each step read its run's GPU;
+//!   the readings of all runs on one GPU are put together and shared out by
+//!   [`super::energy`].
+//!
+//! This module takes the events ([`Fold::apply`]); `report` computes the report's records
+//! from them, `summary` its summary (counts, makespan, aggregate, speed-up).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, UNIX_EPOCH};
+
+use colloc_core::telemetry::{AttemptGpu, GpuTotals};
+
+use super::events::{
+    Escaped, Event, Kind, MetricValue, Progress, RunIdentity, SlotRecord, StepInfo,
+};
+use crate::engine::throughput::{keep, Stats};
+use crate::engine::State;
+
+/// RFC 3339 (UTC, milliseconds) of Unix seconds.
+pub fn rfc3339(ts: f64) -> String {
+    let t = UNIX_EPOCH + Duration::from_secs_f64(ts.max(0.0));
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+#[derive(Debug, Clone, Default)]
+struct Sess {
+    session: u32,
+    start: f64,
+    last: f64,
+    host: String,
+    pid: u32,
+    job_id: Option<String>,
+    restart_count: Option<u32>,
+    mode: String,
+    source: String,
+    steps: bool,
+    slots: Vec<SlotRecord>,
+    interval_s: f64,
+    colloc_version: String,
+    ended: bool,
+    stopped_by: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Att {
+    attempt: u32,
+    session: u32,
+    slot: usize,
+    device: Option<String>,
+    node: Option<String>,
+    log: String,
+    start: f64,
+    end: Option<f64>,
+    last_ts: f64,
+    state: Option<State>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    error: Option<String>,
+    oom: bool,
+    unit: Option<String>,
+    stats: Stats,
+    samples: Vec<(f64, f64)>,
+    metrics: BTreeMap<String, MetricValue>,
+    epochs: Vec<(u64, f64)>,
+    gpu: Option<AttemptGpu>,
+    escaped: Vec<Escaped>,
+    lines: u64,
+    step: Option<StepInfo>,
+}
+
+impl Att {
+    fn progress(&mut self, ts: f64, p: Progress) {
+        self.last_ts = self.last_ts.max(ts);
+        if self.unit.is_none() {
+            self.unit = p.unit;
+        }
+        for s in p.samples {
+            keep(&mut self.samples, s);
+        }
+        if p.stats.count >= self.stats.count {
+            self.stats = p.stats;
+        }
+        for (k, v) in p.metrics {
+            self.metrics.insert(k, v);
+        }
+        self.epochs.extend(p.epochs);
+        self.oom |= p.oom;
+        self.lines = self.lines.max(p.lines);
+    }
+}
+
+#[derive(Debug, Clone)]
+struct RunSt {
+    id: RunIdentity,
+    index: usize,
+    attempts: Vec<Att>,
+}
+
+#[derive(Debug, Clone)]
+struct SoloFig {
+    throughput: f64,
+    unit: String,
+    source: String,
+}
+
+/// Events folded so far.
+#[derive(Debug, Clone, Default)]
+pub struct Fold {
+    sessions: Vec<Sess>,
+    runs: Vec<RunSt>,
+    by_name: HashMap<String, usize>,
+    calibrations: BTreeMap<String, Vec<Att>>,
+    solos: HashMap<String, SoloFig>,
+    signals: Vec<(f64, String, Vec<String>)>,
+    gpus: BTreeMap<u32, Vec<GpuTotals>>,
+    /// Nodes given no more runs: session, time, node, why.
+    node_outs: Vec<(u32, f64, String, String)>,
+}
+
+/// One GPU's figures across steps: its totals, every reading of its energy counter, and
+/// its runs' spans (attempt key, start, end).
+type GpuAcc = (
+    GpuTotals,
+    Vec<(f64, u64)>,
+    Vec<((Kind, String, u32), f64, f64)>,
+);
+
+/// Energy of runs measured on other nodes, shared out per GPU ([`super::energy`]).
+#[derive(Debug, Default)]
+struct Remote {
+    /// Per attempt (kind, run, attempt number): its share, joules.
+    shares: HashMap<(Kind, String, u32), f64>,
+    /// Per session and GPU.
+    totals: Vec<GpuTotals>,
+}
+
+impl Fold {
+    /// An empty fold.
+    pub fn new() -> Fold {
+        Fold::default()
+    }
+
+    /// Sessions seen.
+    pub fn sessions(&self) -> u32 {
+        self.sessions.iter().map(|s| s.session).max().unwrap_or(0)
+    }
+
+    /// The runs of the latest session's manifest.
+    pub fn identities(&self) -> Vec<RunIdentity> {
+        self.runs.iter().map(|r| r.id.clone()).collect()
+    }
+
+    /// Per run name: its attempts so far and whether its last one succeeded.
+    pub fn attempts_of(&self, name: &str) -> (u32, bool) {
+        match self.by_name.get(name).map(|&i| &self.runs[i]) {
+            Some(r) => (
+                r.attempts.iter().map(|a| a.attempt).max().unwrap_or(0),
+                r.attempts
+                    .last()
+                    .is_some_and(|a| a.state == Some(State::Succeeded)),
+            ),
+            None => (0, false),
+        }
+    }
+
+    /// Calibrations made so far for a run name.
+    pub fn calibrations_of(&self, name: &str) -> u32 {
+        self.calibrations.get(name).map_or(0, |v| v.len() as u32)
+    }
+
+    /// The solo figure for a solo key, if one is recorded.
+    pub fn solo(&self, key: &str) -> Option<(f64, String)> {
+        self.solos.get(key).map(|s| (s.throughput, s.unit.clone()))
+    }
+
+    fn run_mut(&mut self, name: &str) -> &mut RunSt {
+        let i = match self.by_name.get(name) {
+            Some(&i) => i,
+            None => {
+                let i = self.runs.len();
+                self.runs.push(RunSt {
+                    id: RunIdentity {
+                        name: name.to_string(),
+                        command: Vec::new(),
+                        env: Vec::new(),
+                        workdir: None,
+                        grid: None,
+                        metrics: Vec::new(),
+                        metric: None,
+                        gpu_memory_mib: None,
+                    },
+                    index: i,
+                    attempts: Vec::new(),
+                });
+                self.by_name.insert(name.to_string(), i);
+                i
+            }
+        };
+        &mut self.runs[i]
+    }
+
+    fn attempt_mut(&mut self, name: &str, kind: Kind, attempt: u32) -> Option<&mut Att> {
+        match kind {
+            Kind::Run => self.by_name.get(name).and_then(|&i| {
+                self.runs[i]
+                    .attempts
+                    .iter_mut()
+                    .rev()
+                    .find(|a| a.attempt == attempt)
+            }),
+            Kind::Solo => self
+                .calibrations
+                .get_mut(name)
+                .and_then(|v| v.iter_mut().rev().find(|a| a.attempt == attempt)),
+        }
+    }
+
+    /// Take one event.
+    pub fn apply(&mut self, ev: Event) {
+        let ts = ev.ts();
+        if !matches!(ev, Event::Session { .. }) {
+            if let Some(s) = self.sessions.last_mut() {
+                s.last = s.last.max(ts);
+            }
+        }
+        match ev {
+            Event::Session {
+                ts,
+                session,
+                colloc_version,
+                host,
+                pid,
+                job_id,
+                restart_count,
+                mode,
+                source,
+                steps,
+                slots,
+                interval_s,
+                runs,
+                ..
+            } => {
+                self.sessions.push(Sess {
+                    session,
+                    start: ts,
+                    last: ts,
+                    host,
+                    pid,
+                    job_id,
+                    restart_count,
+                    mode,
+                    source,
+                    steps,
+                    slots,
+                    interval_s,
+                    colloc_version,
+                    ..Sess::default()
+                });
+                for (index, id) in runs.into_iter().enumerate() {
+                    let name = id.name.clone();
+                    let r = self.run_mut(&name);
+                    r.id = id;
+                    r.index = index;
+                }
+                self.runs.sort_by_key(|r| r.index);
+                self.by_name = self
+                    .runs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.id.name.clone(), i))
+                    .collect();
+            }
+            Event::Start {
+                ts,
+                run,
+                kind,
+                attempt,
+                session,
+                slot,
+                device,
+                node,
+                log,
+            } => {
+                let a = Att {
+                    attempt,
+                    session,
+                    slot,
+                    device,
+                    node,
+                    log,
+                    start: ts,
+                    last_ts: ts,
+                    ..Att::default()
+                };
+                match kind {
+                    Kind::Run => self.run_mut(&run).attempts.push(a),
+                    Kind::Solo => self.calibrations.entry(run).or_default().push(a),
+                }
+            }
+            Event::Progress {
+                ts,
+                run,
+                kind,
+                attempt,
+                progress,
+            } => {
+                if let Some(a) = self.attempt_mut(&run, kind, attempt) {
+                    a.progress(ts, progress);
+                }
+            }
+            Event::End {
+                ts,
+                run,
+                kind,
+                attempt,
+                state,
+                exit_code,
+                signal,
+                error,
+                escaped,
+                gpu,
+                step,
+                progress,
+                ..
+            } => {
+                if let Some(a) = self.attempt_mut(&run, kind, attempt) {
+                    a.progress(ts, progress);
+                    a.end = Some(ts);
+                    a.state = Some(state);
+                    a.exit_code = exit_code;
+                    a.signal = signal;
+                    a.error = error;
+                    a.escaped = escaped;
+                    a.gpu = gpu;
+                    a.step = step.map(|s| *s);
+                }
+            }
+            Event::NodeOut {
+                ts, node, reason, ..
+            } => {
+                let session = self.sessions();
+                self.node_outs.push((session, ts, node, reason));
+            }
+            Event::Signal { ts, signal, runs } => self.signals.push((ts, signal, runs)),
+            Event::Stop { reason, .. } => {
+                if let Some(s) = self.sessions.last_mut() {
+                    s.stopped_by.get_or_insert(reason);
+                }
+            }
+            Event::Gpus { session, gpus, .. } => {
+                self.gpus.insert(session, gpus);
+            }
+            Event::Solo {
+                key,
+                throughput,
+                unit,
+                source,
+                ..
+            } => {
+                self.solos.insert(
+                    key,
+                    SoloFig {
+                        throughput,
+                        unit,
+                        source,
+                    },
+                );
+            }
+            Event::SessionEnd {
+                session,
+                stopped_by,
+                ..
+            } => {
+                if let Some(s) = self.sessions.iter_mut().find(|s| s.session == session) {
+                    s.ended = true;
+                    if stopped_by.is_some() {
+                        s.stopped_by = stopped_by;
+                    }
+                }
+            }
+        }
+    }
+}
+
+mod report;
+mod summary;
+
+#[cfg(test)]
+mod tests;

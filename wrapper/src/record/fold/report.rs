@@ -1,0 +1,559 @@
+//! [`Fold::report`]: every record of the report (sessions, attempts, runs,
+//! calibrations, nodes, GPUs) computed from the folded events.
+
+use std::collections::BTreeMap;
+
+use colloc_core::telemetry::{AttemptGpu, GpuTotals};
+
+use super::{rfc3339, Att, Fold, GpuAcc, Remote, RunSt, Sess};
+use crate::engine::throughput::{keep, Stats};
+use crate::engine::State;
+use crate::record::events::{Kind, RunIdentity};
+use crate::record::model::{
+    AttemptRecord, AttemptStep, CalibrationRecord, EpochRecord, MetricRecord, NodeRecord, Report,
+    RunRecord, SessionRecord, SignalRecord, Summary, ThroughputRecord, SCHEMA,
+};
+
+impl Fold {
+    /// The report at `now` (Unix seconds); `live`: the session still running, if any.
+    pub fn report(&self, now: f64, live: Option<u32>) -> Report {
+        let t0 = self
+            .sessions
+            .iter()
+            .map(|s| s.start)
+            .fold(f64::INFINITY, f64::min);
+        let t0 = if t0.is_finite() { t0 } else { now };
+        let latest = self.sessions.last().cloned().unwrap_or_default();
+        let remote = self.remote_energy();
+        let runs: Vec<RunRecord> = self
+            .runs
+            .iter()
+            .map(|r| self.run_record(r, t0, now, live, &remote))
+            .collect();
+        let sessions: Vec<SessionRecord> = self
+            .sessions
+            .iter()
+            .map(|s| self.session_record(s, now, live))
+            .collect();
+        let last_event = self.sessions.iter().map(|s| s.last).fold(t0, f64::max);
+        let mut report = Report {
+            schema: SCHEMA,
+            colloc_version: latest.colloc_version.clone(),
+            mode: latest.mode.clone(),
+            source: latest.source.clone(),
+            job_id: latest.job_id.clone(),
+            slots: latest.slots.clone(),
+            started: rfc3339(t0),
+            ended: rfc3339(if live.is_some() { now } else { last_event }),
+            running: live.is_some(),
+            stopped_by: latest.stopped_by.clone(),
+            interval_s: latest.interval_s,
+            summary: Summary::default(),
+            gpus: self.gpu_totals(&remote),
+            signals: self
+                .signals
+                .iter()
+                .map(|(ts, signal, runs)| SignalRecord {
+                    time: rfc3339(*ts),
+                    t_s: ts - t0,
+                    signal: signal.clone(),
+                    runs: runs.clone(),
+                })
+                .collect(),
+            calibrations: self.calibration_records(now, t0),
+            nodes: self.node_records(&latest, t0),
+            runs,
+            sessions,
+        };
+        report.summary = self.summary(&report, now, live);
+        report
+    }
+
+    fn session_record(&self, s: &Sess, now: f64, live: Option<u32>) -> SessionRecord {
+        let running = live == Some(s.session);
+        let (makespan_s, max_concurrent) = self.session_span(s.session, now, live);
+        SessionRecord {
+            session: s.session,
+            started: rfc3339(s.start),
+            ended: (!running).then(|| rfc3339(s.last)),
+            host: s.host.clone(),
+            pid: s.pid,
+            job_id: s.job_id.clone(),
+            restart_count: s.restart_count,
+            stopped_by: s.stopped_by.clone(),
+            makespan_s,
+            max_concurrent,
+            running,
+        }
+    }
+
+    /// End of an attempt: its end, or now while its session runs, or the last event of
+    /// its session (colloc was alive, and the attempt running, until then).
+    pub(super) fn end_of(&self, a: &Att, now: f64, live: Option<u32>) -> f64 {
+        match a.end {
+            Some(e) => e,
+            None if live == Some(a.session) => now,
+            None => self
+                .sessions
+                .iter()
+                .find(|s| s.session == a.session)
+                .map_or(a.last_ts, |s| s.last.max(a.last_ts)),
+        }
+    }
+
+    /// A session's makespan and most attempts at once.
+    pub(super) fn session_span(&self, session: u32, now: f64, live: Option<u32>) -> (f64, usize) {
+        let iv: Vec<(f64, f64)> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.attempts.iter())
+            .filter(|a| a.session == session)
+            .map(|a| (a.start, self.end_of(a, now, live)))
+            .collect();
+        if iv.is_empty() {
+            return (0.0, 0);
+        }
+        let first = iv.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
+        let last = iv.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+        let mut events: Vec<(f64, i32)> = Vec::new();
+        for &(s, e) in &iv {
+            events.push((s, 1));
+            events.push((e, -1));
+        }
+        events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let (mut cur, mut max) = (0i32, 0i32);
+        for (_, d) in events {
+            cur += d;
+            max = max.max(cur);
+        }
+        ((last - first).max(0.0), max as usize)
+    }
+
+    fn attempt_record(
+        &self,
+        a: &Att,
+        (kind, name): (Kind, &str),
+        t0: f64,
+        now: f64,
+        live: Option<u32>,
+        remote: &Remote,
+    ) -> AttemptRecord {
+        let mut gpu = a.gpu.clone();
+        if let (Some(g), Some(share)) = (
+            gpu.as_mut(),
+            remote.shares.get(&(kind, name.to_string(), a.attempt)),
+        ) {
+            g.energy_j = Some(*share);
+        }
+        let end = self.end_of(a, now, live);
+        let (state, error) = match (a.state, a.end) {
+            (Some(s), _) => (s, a.error.clone()),
+            (None, _) if live == Some(a.session) => (State::Running, None),
+            (None, _) => (
+                State::Interrupted,
+                Some(
+                    "colloc ended before it recorded this attempt's end (killed?); it counts as interrupted"
+                        .into(),
+                ),
+            ),
+        };
+        AttemptRecord {
+            attempt: a.attempt,
+            session: a.session,
+            state,
+            exit_code: a.exit_code,
+            signal: a.signal,
+            error,
+            start: rfc3339(a.start),
+            end: a.end.map(rfc3339),
+            start_s: a.start - t0,
+            end_s: a.end.map(|e| e - t0),
+            wall_s: (end - a.start).max(0.0),
+            slot: a.slot,
+            device: a.device.clone(),
+            node: a.node.clone(),
+            log: a.log.clone(),
+            oom: a.oom,
+            throughput: a
+                .unit
+                .as_ref()
+                .and_then(|u| throughput(u, &a.stats, Vec::new())),
+            gpu,
+            escaped: a.escaped.clone(),
+            step: a.step.as_ref().map(|s| AttemptStep {
+                id: s.id.clone(),
+                dispatch_s: s.dispatch_s,
+                failed: s.failed.clone(),
+            }),
+            startup_s: a.stats.first_t.map(|f| (f - a.start).max(0.0)),
+        }
+    }
+
+    fn run_record(
+        &self,
+        r: &RunSt,
+        t0: f64,
+        now: f64,
+        live: Option<u32>,
+        remote: &Remote,
+    ) -> RunRecord {
+        let attempts: Vec<AttemptRecord> = r
+            .attempts
+            .iter()
+            .map(|a| self.attempt_record(a, (Kind::Run, &r.id.name), t0, now, live, remote))
+            .collect();
+        let mut attempts = attempts;
+        // Earlier attempts' logs are kept as NAME.K.log when the next one starts.
+        let n = attempts.len();
+        for a in attempts.iter_mut().take(n.saturating_sub(1)) {
+            if let Some(stem) = a.log.strip_suffix(".log") {
+                a.log = format!("{stem}.{}.log", a.attempt);
+            }
+        }
+        let last = attempts.last();
+        let unit = r.attempts.iter().find_map(|a| a.unit.clone());
+        let tp = unit.as_ref().and_then(|u| {
+            let same: Vec<&Att> = r
+                .attempts
+                .iter()
+                .filter(|a| a.unit.as_deref() == Some(u.as_str()))
+                .collect();
+            let mut samples = Vec::new();
+            for a in &same {
+                for &(t, v) in &a.samples {
+                    keep(&mut samples, (t - t0, v));
+                }
+            }
+            combined(u, &same, samples)
+        });
+        let mut metrics: BTreeMap<String, MetricRecord> = BTreeMap::new();
+        for (name, best) in &r.id.metrics {
+            let mut m = MetricRecord {
+                last: None,
+                best: None,
+                best_is: *best,
+                count: 0,
+            };
+            for a in &r.attempts {
+                if let Some(v) = a.metrics.get(name) {
+                    if v.last.is_some() {
+                        m.last = v.last;
+                    }
+                    if let Some(b) = v.best {
+                        m.best = Some(m.best.map_or(b, |x| best.better(x, b)));
+                    }
+                    m.count += v.count;
+                }
+            }
+            metrics.insert(name.clone(), m);
+        }
+        let ended_any = r.attempts.iter().any(|a| a.end.is_some());
+        let count: u64 = r.attempts.iter().map(|a| a.stats.count).sum();
+        RunRecord {
+            name: r.id.name.clone(),
+            index: r.index,
+            command: r.id.command.clone(),
+            env: r.id.env.iter().cloned().collect(),
+            workdir: r.id.workdir.clone(),
+            grid: r.id.grid.clone(),
+            state: last.map_or(State::NotStarted, |a| a.state),
+            exit_code: last.and_then(|a| a.exit_code),
+            signal: last.and_then(|a| a.signal),
+            error: last.and_then(|a| a.error.clone()),
+            start: attempts.first().map(|a| a.start.clone()),
+            end: last.and_then(|a| a.end.clone()),
+            start_s: attempts.first().map(|a| a.start_s),
+            end_s: last.and_then(|a| a.end_s),
+            wall_s: (!attempts.is_empty()).then(|| attempts.iter().map(|a| a.wall_s).sum()),
+            slot: last.map(|a| a.slot),
+            device: last.and_then(|a| a.device.clone()),
+            node: last
+                .filter(|a| a.step.is_some())
+                .and_then(|a| a.node.clone()),
+            gpu_memory_mib: r.id.gpu_memory_mib,
+            slot_memory_mib: r.attempts.last().and_then(|a| {
+                self.sessions
+                    .iter()
+                    .find(|s| s.session == a.session)
+                    .and_then(|s| s.slots.iter().find(|x| x.index == a.slot))
+                    .and_then(|x| x.memory_mib)
+            }),
+            oom: attempts.iter().any(|a| a.oom),
+            log: last.map(|a| a.log.clone()),
+            throughput: tp,
+            throughput_unmatched: r.id.metric.is_some() && ended_any && count == 0,
+            metrics,
+            epochs: r
+                .attempts
+                .iter()
+                .flat_map(|a| {
+                    a.epochs.iter().map(|&(epoch, seconds)| EpochRecord {
+                        epoch,
+                        seconds,
+                        attempt: a.attempt,
+                    })
+                })
+                .collect(),
+            gpu: combine_gpu(&attempts),
+            startup_s: attempts.iter().rev().find_map(|a| a.startup_s),
+            solo_throughput: self
+                .solos
+                .get(&r.id.solo_key())
+                .filter(|s| unit.as_deref().is_none_or(|u| u == s.unit))
+                .map(|s| s.throughput),
+            escaped: attempts.iter().flat_map(|a| a.escaped.clone()).collect(),
+            attempts,
+        }
+    }
+
+    fn calibration_records(&self, now: f64, t0: f64) -> Vec<CalibrationRecord> {
+        self.calibrations
+            .iter()
+            .filter_map(|(name, atts)| {
+                let a = atts.last()?;
+                let id = self.by_name.get(name).map(|&i| &self.runs[i].id);
+                let key = id.map(RunIdentity::solo_key);
+                let fig = key.as_ref().and_then(|k| self.solos.get(k));
+                Some(CalibrationRecord {
+                    name: name.clone(),
+                    command: id.map(|i| i.command.clone()).unwrap_or_default(),
+                    state: a.state.unwrap_or(State::Interrupted),
+                    start_s: a.start - t0,
+                    slot: a.slot,
+                    wall_s: (a.end.unwrap_or(now.min(a.last_ts.max(a.start))) - a.start).max(0.0),
+                    throughput: fig.map(|f| f.throughput),
+                    unit: fig.map(|f| f.unit.clone()).or_else(|| a.unit.clone()),
+                    runs: key
+                        .map(|k| {
+                            self.runs
+                                .iter()
+                                .filter(|r| r.id.solo_key() == k)
+                                .map(|r| r.id.name.clone())
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    log: a.log.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// The energy of runs that ran as Slurm steps: per session and GPU, every reading of
+    /// the GPU's counter by any of its runs' steps, shared out among those runs.
+    fn remote_energy(&self) -> Remote {
+        // (session, GPU uuid) -> the GPU, its readings, and its runs' spans.
+        let mut by_gpu: BTreeMap<(u32, String), GpuAcc> = BTreeMap::new();
+        let mut util: BTreeMap<(u32, String), (f64, u64)> = BTreeMap::new();
+        let all = self
+            .runs
+            .iter()
+            .flat_map(|r| r.attempts.iter().map(move |a| (Kind::Run, &r.id.name, a)))
+            .chain(
+                self.calibrations
+                    .iter()
+                    .flat_map(|(n, v)| v.iter().map(move |a| (Kind::Solo, n, a))),
+            );
+        for (kind, name, a) in all {
+            let Some(step) = &a.step else { continue };
+            let Some(gpu) = &step.gpu else { continue };
+            let key = (a.session, gpu.uuid.clone());
+            let e = by_gpu.entry(key.clone()).or_insert_with(|| {
+                (
+                    GpuTotals {
+                        id: gpu.clone(),
+                        ..GpuTotals::default()
+                    },
+                    Vec::new(),
+                    Vec::new(),
+                )
+            });
+            for &(t, mj, u, used) in &step.readings {
+                e.1.push((t, mj));
+                if let Some(u) = u {
+                    let acc = util.entry(key.clone()).or_default();
+                    acc.0 += f64::from(u);
+                    acc.1 += 1;
+                }
+                if let Some(b) = used {
+                    e.0.peak_used_bytes = Some(e.0.peak_used_bytes.unwrap_or(0).max(b));
+                }
+            }
+            let (s, end) = step.span.unwrap_or((a.start, a.end.unwrap_or(a.last_ts)));
+            e.2.push(((kind, name.clone(), a.attempt), s, end));
+        }
+        let mut out = Remote::default();
+        for (key, (mut totals, readings, spans)) in by_gpu {
+            let iv: Vec<(f64, f64)> = spans.iter().map(|(_, s, e)| (*s, *e)).collect();
+            if let Some(sp) = colloc_core::energy::split(&readings, &iv) {
+                for ((k, _, _), share) in spans.into_iter().zip(sp.shares) {
+                    out.shares.insert(k, share);
+                }
+                totals.energy_j = Some(sp.total_j);
+                totals.runs_energy_j = Some(sp.runs_j);
+                totals.idle_energy_j = Some(sp.idle_j);
+            }
+            totals.mean_util_percent = util.get(&key).filter(|u| u.1 > 0).map(|u| u.0 / u.1 as f64);
+            out.totals.push(totals);
+        }
+        out
+    }
+
+    /// The nodes of a pack across nodes: their slots in the latest session, what ran
+    /// there, and those given no more runs.
+    fn node_records(&self, latest: &Sess, t0: f64) -> Vec<NodeRecord> {
+        let mut names: Vec<String> = Vec::new();
+        for s in self.sessions.iter().filter(|s| s.steps) {
+            for slot in &s.slots {
+                if let Some(n) = &slot.node {
+                    if !names.contains(n) {
+                        names.push(n.clone());
+                    }
+                }
+            }
+        }
+        names
+            .into_iter()
+            .map(|name| {
+                let atts: Vec<&Att> = self
+                    .runs
+                    .iter()
+                    .flat_map(|r| &r.attempts)
+                    .filter(|a| a.step.is_some() && a.node.as_deref() == Some(name.as_str()))
+                    .collect();
+                let out = self
+                    .node_outs
+                    .iter()
+                    .rev()
+                    .find(|o| o.2 == name && o.0 == latest.session);
+                NodeRecord {
+                    slots: latest
+                        .slots
+                        .iter()
+                        .filter(|s| s.node.as_deref() == Some(name.as_str()))
+                        .map(|s| s.index)
+                        .collect(),
+                    attempts: atts.len(),
+                    succeeded: atts
+                        .iter()
+                        .filter(|a| a.state == Some(State::Succeeded))
+                        .count(),
+                    step_failures: atts
+                        .iter()
+                        .filter(|a| a.step.as_ref().is_some_and(|s| s.failed.is_some()))
+                        .count(),
+                    out: out.map(|o| o.3.clone()),
+                    out_s: out.map(|o| o.1 - t0),
+                    name,
+                }
+            })
+            .collect()
+    }
+
+    fn gpu_totals(&self, remote: &Remote) -> Option<Vec<GpuTotals>> {
+        if self.gpus.is_empty() && remote.totals.is_empty() {
+            return None;
+        }
+        let mut out: Vec<GpuTotals> = Vec::new();
+        let add = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x + y),
+            (x, y) => x.or(y),
+        };
+        for g in self.gpus.values().flatten().chain(&remote.totals) {
+            match out.iter_mut().find(|o| o.id.uuid == g.id.uuid) {
+                Some(o) => {
+                    let (wa, wb) = (o.energy_j.unwrap_or(0.0), g.energy_j.unwrap_or(0.0));
+                    o.mean_util_percent = match (o.mean_util_percent, g.mean_util_percent) {
+                        (Some(a), Some(b)) if wa + wb > 0.0 => Some((a * wa + b * wb) / (wa + wb)),
+                        (a, b) => a.or(b),
+                    };
+                    o.energy_j = add(o.energy_j, g.energy_j);
+                    o.runs_energy_j = add(o.runs_energy_j, g.runs_energy_j);
+                    o.idle_energy_j = add(o.idle_energy_j, g.idle_energy_j);
+                    o.peak_used_bytes = o.peak_used_bytes.max(g.peak_used_bytes);
+                }
+                None => out.push(g.clone()),
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The median of some figures (the one rule, in core).
+pub(super) fn median(v: Vec<f64>) -> Option<f64> {
+    colloc_core::num::median(&v)
+}
+
+/// A run's throughput over its attempts: their work over their summed sampled time.
+fn combined(unit: &str, atts: &[&Att], samples: Vec<(f64, f64)>) -> Option<ThroughputRecord> {
+    let with: Vec<&Stats> = atts
+        .iter()
+        .map(|a| &a.stats)
+        .filter(|s| s.count > 0)
+        .collect();
+    let last = with.last()?;
+    let count: u64 = with.iter().map(|s| s.count).sum();
+    let work: f64 = with.iter().map(|s| s.work).sum();
+    let span: f64 = with.iter().map(|s| s.span()).sum();
+    let mean = if count >= 2 && span > 0.0 {
+        work / span
+    } else {
+        last.last?
+    };
+    Some(ThroughputRecord {
+        unit: unit.to_string(),
+        mean,
+        last: last.last,
+        max: with.iter().filter_map(|s| s.max).reduce(f64::max),
+        count,
+        work,
+        sampled_s: span,
+        samples,
+    })
+}
+
+fn throughput(unit: &str, s: &Stats, samples: Vec<(f64, f64)>) -> Option<ThroughputRecord> {
+    let mean = s.rate()?;
+    Some(ThroughputRecord {
+        unit: unit.to_string(),
+        mean,
+        last: s.last,
+        max: s.max,
+        count: s.count,
+        work: s.work,
+        sampled_s: s.span(),
+        samples,
+    })
+}
+
+/// A run's GPU figures over its attempts: peak memory, energy summed, utilization
+/// weighted by wall time.
+fn combine_gpu(attempts: &[AttemptRecord]) -> Option<AttemptGpu> {
+    let with: Vec<(&AttemptGpu, f64)> = attempts
+        .iter()
+        .filter_map(|a| a.gpu.as_ref().map(|g| (g, a.wall_s)))
+        .collect();
+    if with.is_empty() {
+        return None;
+    }
+    let wmean = |f: fn(&AttemptGpu) -> Option<f64>| {
+        let v: Vec<(f64, f64)> = with
+            .iter()
+            .filter_map(|(g, w)| f(g).map(|x| (x, *w)))
+            .collect();
+        let tw: f64 = v.iter().map(|x| x.1).sum();
+        if v.is_empty() {
+            None
+        } else if tw > 0.0 {
+            Some(v.iter().map(|(x, w)| x * w).sum::<f64>() / tw)
+        } else {
+            Some(v.iter().map(|x| x.0).sum::<f64>() / v.len() as f64)
+        }
+    };
+    let energies: Vec<f64> = with.iter().filter_map(|(g, _)| g.energy_j).collect();
+    Some(AttemptGpu {
+        peak_memory_bytes: with.iter().filter_map(|(g, _)| g.peak_memory_bytes).max(),
+        mean_util_percent: wmean(|g| g.mean_util_percent),
+        mean_gpu_util_percent: wmean(|g| g.mean_gpu_util_percent),
+        energy_j: (!energies.is_empty()).then(|| energies.iter().sum()),
+    })
+}
