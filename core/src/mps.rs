@@ -608,5 +608,24 @@ pub fn client_limits(clients: u32, memory_mib: &[u64]) -> Vec<(String, String)> 
     env
 }
 
+/// The MPS control program, if it is one root may run for a user: a regular file only
+/// root can change (else whoever can change it runs code as every MPS job's user).
+///
+/// # Errors
+/// Why it may not be run: not installed, or someone other than root can change it.
+pub fn trusted_control(cfg: &crate::config::Config) -> Result<PathBuf, String> {
+    let program = cfg.mps_control_path().ok_or_else(|| {
+        format!(
+            "the MPS control program {} is not installed on this node (looked in {}); \
+             ask the admin",
+            cfg.mps_control,
+            crate::config::SYSTEM_BIN_DIRS.join(":")
+        )
+    })?;
+    crate::fs::open_trusted_file(&program)
+        .map(|_| program)
+        .map_err(|e| format!("the MPS control program: {e}"))
+}
+
 #[cfg(test)]
 mod tests;

@@ -35,7 +35,6 @@ mod restore;
 mod tests;
 
 pub use apply::{catalog_for, prolog, prolog_with, record_refusal};
-pub(crate) use mps_setup::trusted_mps_control;
 pub use mps_setup::{mps_reachable, start_mps_in_extern_step, ExternStart};
 pub use restore::{restore, restore_all, restore_within, Quarantined, RestoreReport};
 

@@ -12,22 +12,6 @@ use crate::mps::{self, MpsDaemon, MpsStart};
 use crate::rundir;
 use crate::slurmconf::SlurmFacts;
 
-/// The MPS control program, if it is one root may run for a user: a regular file only
-/// root can change (else whoever can change it runs code as every MPS job's user).
-pub(crate) fn trusted_mps_control(cfg: &Config) -> Result<PathBuf, String> {
-    let program = cfg.mps_control_path().ok_or_else(|| {
-        format!(
-            "the MPS control program {} is not installed on this node (looked in {}); \
-             ask the admin",
-            cfg.mps_control,
-            crate::config::SYSTEM_BIN_DIRS.join(":")
-        )
-    })?;
-    crate::fs::open_trusted_file(&program)
-        .map(|_| program)
-        .map_err(|e| format!("the MPS control program: {e}"))
-}
-
 /// Start the job's MPS daemons (`daemons`: one per GPU in `run_dir/job-<id>/gpu<K>`, or
 /// one per MIG instance in `…/gpu<K>-gi<G>`, each with its directory's name), as the
 /// job's user (or, with [`MpsStart::ExternStep`], make their directories and leave the
@@ -39,7 +23,7 @@ pub(super) fn start_mps(
     mps_start: MpsStart,
     daemons: Vec<(String, MpsDaemon)>,
 ) -> Result<(), Failure> {
-    let program = trusted_mps_control(cfg).map_err(Failure::Refuse)?;
+    let program = mps::trusted_control(cfg).map_err(Failure::Refuse)?;
     j.mps_start = mps_start;
     j.job_dir = Some(rundir::job_dir(cfg, j.job));
     let (names, daemons): (Vec<String>, Vec<MpsDaemon>) = daemons.into_iter().unzip();
@@ -155,7 +139,7 @@ pub fn start_mps_in_extern_step(
     // comes here.
     let facts = facts();
     let user = Some((j.uid, j.gid));
-    let started = trusted_mps_control(cfg).and_then(|program| {
+    let started = mps::trusted_control(cfg).and_then(|program| {
         // Where the job container cannot be entered, say where colloc looked.
         let entry =
             container::Entry::for_extern_step(&facts, job).map_err(|why| {

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use super::apply::run_post_hook;
 use super::destroy::restore_mig;
-use super::mps_setup::trusted_mps_control;
 use super::{NodeFault, MIG_RESTORE_BUDGET};
 use crate::config::Config;
 use crate::gpu::{GpuControl, GpuHold};
@@ -311,7 +310,7 @@ pub(super) fn keep_marked(
 /// Stop the job's MPS daemons (all at once) and remove its directories, within
 /// [`MPS_RESTORE_BUDGET`]. Never a fault: what is left is reported as a warning.
 pub(super) fn restore_mps(cfg: &Config, j: &Journal, report: &mut RestoreReport) {
-    let program = match trusted_mps_control(cfg) {
+    let program = match mps::trusted_control(cfg) {
         Ok(p) => Some(p),
         Err(e) => {
             log::warn!(
