@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 mod probe;
 mod sampler;
+pub use crate::energy::Reading;
 pub use probe::{resolve, NvmlProbe};
 pub use sampler::{parse_session, parse_stat, proc_info, session_of, Sampler, SamplerConfig};
 
@@ -240,17 +241,6 @@ fn owner(
         }
     }
     Owner::Other
-}
-
-/// One reading in a GPU's history.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Reading {
-    /// Seconds since the sampler's base instant.
-    pub t: f64,
-    /// Energy measured since the first reading, joules (where read at this tick).
-    pub energy_j: Option<f64>,
-    /// Memory in use on the whole GPU, bytes.
-    pub used_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone)]
