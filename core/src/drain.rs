@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::gpu::GpuHold;
-use crate::holders::DeviceUser;
+use crate::holders::holder_text;
 use crate::publish::PublishError;
 
 /// The longest `scontrol update ... State=DRAIN` may take.
@@ -27,19 +27,9 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Slurm keeps reasons short in `sinfo -R`; longer ones are cut here (with "…").
 const REASON_LIMIT: usize = 400;
 
-/// Who holds a hold's instances, as a drain reason or refusal names them.
-pub fn holder_text(holders: &[DeviceUser]) -> String {
-    if holders.is_empty() {
-        return "no process listed".into();
-    }
-    let names: Vec<String> = holders
-        .iter()
-        .map(|h| format!("pid {} ({})", h.pid, h.name))
-        .collect();
-    format!("held by {}", names.join(", "))
-}
-
-/// The drain reason for a GPU a job's restore left broken for plain jobs.
+/// The drain reason for a GPU a job's restore left broken for plain jobs: first what
+/// clears it, then the GPU, then who holds it (Slurm shows the reason's start where
+/// space is short).
 pub fn reason_for_hold(node: &str, job: u32, h: &GpuHold) -> String {
     let gis: Vec<String> = h.gi_ids.iter().map(u32::to_string).collect();
     let what = if gis.is_empty() {
@@ -53,23 +43,25 @@ pub fn reason_for_hold(node: &str, job: u32, h: &GpuHold) -> String {
         )
     };
     cut(format!(
-        "colloc: {what} {}; clear: stop it, `colloc restore --job {job}`, then `scontrol update \
-         NodeName={node} State=RESUME`",
+        "colloc: to clear, stop the holder, run `colloc restore --job {job}`, then \
+         `scontrol update NodeName={node} State=RESUME`; {what}; {}",
         holder_text(&h.holders)
     ))
 }
 
-/// The drain reason for an unknown GPU state met restoring `job`.
+/// The drain reason for an unknown GPU state met restoring `job`: first what clears it,
+/// then what was met.
 pub fn reason_for_fault(node: &str, job: u32, fault: &str) -> String {
     cut(format!(
-        "colloc: job {job}'s GPUs in an unknown state: {fault}; clear: `colloc restore --job \
-         {job}`, check `colloc status`, then `scontrol update NodeName={node} State=RESUME`"
+        "colloc: to clear, run `colloc restore --job {job}`, check `colloc status`, then \
+         `scontrol update NodeName={node} State=RESUME`; job {job}'s GPUs in an unknown \
+         state: {fault}"
     ))
 }
 
-fn cut(mut s: String) -> String {
+fn cut(s: String) -> String {
     // One line: Slurm shows the reason as is.
-    s = s.replace(['\n', '"'], " ");
+    let mut s = crate::text::escape(&s.replace(['\n', '"'], " ")).into_owned();
     if s.chars().count() > REASON_LIMIT {
         s = s.chars().take(REASON_LIMIT - 1).collect::<String>() + "…";
     }
@@ -107,6 +99,15 @@ pub fn broken_holds<'a>(cfg: &Config, holds: &'a [GpuHold]) -> Vec<&'a GpuHold> 
 mod tests {
     use super::*;
     use crate::gpu::HoldReason;
+    use crate::holders::DeviceUser;
+
+    fn user(pid: u32, name: &str) -> DeviceUser {
+        DeviceUser {
+            pid,
+            name: name.into(),
+            devices: vec![],
+        }
+    }
 
     #[test]
     fn reasons_name_the_gpu_the_holder_and_the_command() {
@@ -116,27 +117,43 @@ mod tests {
             gi_ids: vec![2],
             reason: HoldReason::InUse,
             since: 0,
-            holders: vec![DeviceUser {
-                pid: 77,
-                name: "nv-hostengine".into(),
-                devices: vec![],
-            }],
+            holders: vec![user(77, "nv-hostengine")],
             breaks_plain_jobs: true,
         };
         let r = reason_for_hold("n1", 9, &h);
-        assert!(
-            r.contains("GPU 1 (GPU-x)") && r.contains("GI 2 of job 9"),
-            "{r}"
-        );
-        assert!(r.contains("pid 77 (nv-hostengine)"), "{r}");
-        assert!(r.contains("colloc restore --job 9") && r.contains("NodeName=n1 State=RESUME"));
+        // What clears it comes first, then the GPU, then the holder.
+        let clear = r.find("colloc restore --job 9").unwrap();
+        let gpu = r.find("GPU 1 (GPU-x)").unwrap();
+        let holder = r.find("pid 77 (nv-hostengine)").unwrap();
+        assert!(clear < gpu && gpu < holder, "{r}");
+        assert!(r.contains("GI 2 of job 9") && r.contains("NodeName=n1 State=RESUME"));
         h.holders.clear();
         assert!(reason_for_hold("n1", 9, &h).contains("no process listed"));
         let f = reason_for_fault("n1", 9, &"x\"y\n".repeat(300));
         assert!(f.chars().count() <= REASON_LIMIT && !f.contains('\n') && !f.contains('"'));
+        assert!(
+            f.find("colloc restore --job 9") < f.find("unknown state"),
+            "{f}"
+        );
         let mut cfg = Config::default();
         assert_eq!(broken_holds(&cfg, std::slice::from_ref(&h)).len(), 1);
         cfg.mig.drain_broken = false;
         assert!(broken_holds(&cfg, &[h]).is_empty());
+    }
+
+    #[test]
+    fn a_reason_with_many_holders_stays_within_slurms_length() {
+        let h = GpuHold {
+            index: 0,
+            uuid: "GPU-y".into(),
+            gi_ids: vec![1],
+            reason: HoldReason::InUse,
+            since: 0,
+            holders: (1..=500).map(|i| user(i, &"n".repeat(15))).collect(),
+            breaks_plain_jobs: true,
+        };
+        let r = reason_for_hold("node-with-a-long-name", 123_456, &h);
+        assert!(r.chars().count() <= REASON_LIMIT, "{r}");
+        assert!(r.ends_with("and 497 more") && !r.contains('\n'), "{r}");
     }
 }

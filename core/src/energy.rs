@@ -14,7 +14,16 @@
 //! - `colloc bench` wants the whole GPU's energy during a measurement window
 //!   ([`energy_in`]): device-wide by design (every copy of the cell is on that GPU).
 
-use crate::telemetry::Reading;
+/// One reading in a GPU's history.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Reading {
+    /// Seconds since the sampler's base instant.
+    pub t: f64,
+    /// Energy measured since the first reading, joules (where read at this tick).
+    pub energy_j: Option<f64>,
+    /// Memory in use on the whole GPU, bytes.
+    pub used_bytes: Option<u64>,
+}
 
 /// One interval's energy `de` (joules) over `span_s` seconds, of which `busy_s` had at
 /// least one attempt active, shared among attempts active `times[i]` seconds in it.

@@ -207,7 +207,7 @@ impl GpuHold {
         let held_by = if self.holders.is_empty() {
             LIKELY_HOLDERS.to_string()
         } else {
-            crate::drain::holder_text(&self.holders)
+            crate::holders::holder_text(&self.holders)
         };
         match &self.reason {
             HoldReason::InUse => format!(

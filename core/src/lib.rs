@@ -9,7 +9,8 @@
 //! - [`hooks`]: admin hooks around a MIG reconfiguration (pause DCGM).
 //! - [`devfiles`]: the `/dev/nvidia-caps` device files of MIG instances.
 //! - [`drain`]: draining the node (scontrol) when a GPU cannot be brought back.
-//! - [`journal`]: per-job journals and per-GPU locks.
+//! - [`journal`]: per-job journals and per-GPU locks; [`statedir`] the directories they
+//!   live in.
 //! - [`reconfig`]: apply a mode to a job's GPUs and restore them.
 //! - [`mps`]: per-job MPS control daemons.
 //! - [`rundir`]: the per-job MPS directories under `run_dir`.
@@ -23,6 +24,7 @@
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
 //! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
 //! - [`energy`]: the one rule that shares a GPU's energy out among what ran on it.
+//! - [`text`]: the one escape rule for names shown to people.
 //! - [`num`]: small numeric rules (the median) defined once.
 //! - [`publish`]: the node's colloc state in its Slurm node comment, for the cluster view.
 //! - [`buildid`]: the GNU build id of an ELF file (which plugin build runs where).
@@ -55,5 +57,7 @@ pub mod retry;
 pub mod rundir;
 pub mod sharedfs;
 pub mod slurmconf;
+pub mod statedir;
 pub mod sys;
 pub mod telemetry;
+pub mod text;

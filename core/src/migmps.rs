@@ -45,7 +45,7 @@ pub fn check(
             .check_mps_clients(&mode.to_string(), p, *n)
             .map_err(|e| (e.to_string(), true))?;
     }
-    if let Err(e) = crate::reconfig::trusted_mps_control(cfg) {
+    if let Err(e) = mps::trusted_control(cfg) {
         let layout = layout(mode).map_or(String::new(), |l| l.to_string());
         return Err((format!("--colloc={mode}: {e} (or use mig:{layout})"), false));
     }

@@ -608,195 +608,24 @@ pub fn client_limits(clients: u32, memory_mib: &[u64]) -> Vec<(String, String)> 
     env
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn limits() {
-        assert_eq!(
-            client_limits(4, &[40960]),
-            vec![
-                (
-                    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_string(),
-                    "25".to_string()
-                ),
-                (
-                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_string(),
-                    "0=10240M".to_string()
-                ),
-            ]
-        );
-        assert_eq!(client_limits(3, &[])[0].1, "33");
-        assert_eq!(client_limits(2, &[100, 200])[1].1, "0=50M,1=100M");
-    }
-
-    #[test]
-    fn server_list_parsing() {
-        assert_eq!(
-            parse_server_list("1234\n 5678 \n\nnot a pid\n"),
-            vec![1234, 5678]
-        );
-        assert!(parse_server_list("").is_empty());
-    }
-
-    fn stand_in(dir: &Path, body: &str) -> PathBuf {
-        let prog = dir.join("nvidia-cuda-mps-control");
-        std::fs::write(&prog, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        prog
-    }
-
-    #[test]
-    fn a_failing_start_is_reported_with_what_the_program_said() {
-        let tmp = tempfile::tempdir().unwrap();
-        // `-d` fails: start must report it (from the memory file, not from the user's log
-        // directory, which does not even exist here).
-        let prog = stand_in(tmp.path(), "echo 'no GPU' >&2\nexit 3");
-        let d = MpsDaemon::in_dir(&tmp.path().join("job"), "GPU-x");
-        let soon = Instant::now() + Duration::from_secs(10);
-        let err = start_daemon(&prog, &d, None, soon).unwrap_err().to_string();
-        assert!(err.contains("-d failed"), "{err}");
-        assert!(err.contains("no GPU"), "{err}");
-        let report = stop_daemon(Some(&prog), &d, None, soon, soon);
-        assert!(!report.quit_ok);
-        assert!(report.killed.is_empty());
-    }
-
-    #[test]
-    fn output_is_read_up_to_a_limit() {
-        let tmp = tempfile::tempdir().unwrap();
-        let prog = stand_in(
-            tmp.path(),
-            "head -c 100000 /dev/zero | tr '\\0' x >&2\nexit 1",
-        );
-        let d = MpsDaemon::in_dir(tmp.path(), "GPU-x");
-        let soon = Instant::now() + Duration::from_secs(10);
-        let err = control(&prog, &d, None, None, &[], "quit\n", soon)
-            .unwrap_err()
-            .to_string();
-        assert!(err.len() < 4096 + 200, "{} bytes", err.len());
-    }
-
-    #[test]
-    fn a_control_program_that_hangs_is_stopped_at_the_deadline() {
-        let tmp = tempfile::tempdir().unwrap();
-        // Ignores stdin and never exits, like a client of a stopped daemon.
-        let prog = stand_in(tmp.path(), "exec sleep 60");
-        let d = MpsDaemon::in_dir(tmp.path(), "GPU-x");
-        let t = Instant::now();
-        let err = control(
-            &prog,
-            &d,
-            None,
-            None,
-            &[],
-            "quit\n",
-            t + Duration::from_millis(300),
+/// The MPS control program, if it is one root may run for a user: a regular file only
+/// root can change (else whoever can change it runs code as every MPS job's user).
+///
+/// # Errors
+/// Why it may not be run: not installed, or someone other than root can change it.
+pub fn trusted_control(cfg: &crate::config::Config) -> Result<PathBuf, String> {
+    let program = cfg.mps_control_path().ok_or_else(|| {
+        format!(
+            "the MPS control program {} is not installed on this node (looked in {}); \
+             ask the admin",
+            cfg.mps_control,
+            crate::config::SYSTEM_BIN_DIRS.join(":")
         )
-        .unwrap_err();
-        assert!(matches!(err, MpsError::Timeout { .. }), "{err}");
-        // The message states the wait it made (300 ms), not what was left of it (issue 23).
-        let msg = err.to_string();
-        let waited: f64 = msg
-            .split("after waiting ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{msg}"));
-        assert!(waited >= 0.2, "{msg}");
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    }
-
-    #[test]
-    fn uid_lines() {
-        let status = "Name:\tbash\nUid:\t1000\t1000\t0\t1000\nGid:\t1\t1\t1\t1\n";
-        assert_eq!(parse_uid_line(status), Some([1000, 1000, 0, 1000]));
-        assert_eq!(parse_uid_line("Name: x\n"), None);
-        assert_eq!(parse_uid_line("Uid:\t1\t2\n"), None);
-    }
-
-    #[test]
-    fn only_mps_processes_of_the_user_with_the_pipe_dir_are_found() {
-        let tmp = tempfile::tempdir().unwrap();
-        let d = MpsDaemon::in_dir(&tmp.path().join("gpu0"), "GPU-x");
-        // A process named like a daemon (the file name is the comm), with the pipe dir.
-        let fake = tmp.path().join("nvidia-cuda-mps-server");
-        std::fs::copy("/bin/sleep", &fake).unwrap();
-        let spawn = |pipe: &Path| {
-            Command::new(&fake)
-                .arg("30")
-                .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
-                .spawn()
-                .unwrap()
-        };
-        let mut ours = spawn(&d.pipe_dir);
-        let mut other_dir = spawn(&tmp.path().join("gpu1/pipe"));
-        // A client of the daemon (not named nvidia-cuda-mps*) is not the daemon's.
-        let mut client = Command::new("sleep")
-            .arg("30")
-            .env("CUDA_MPS_PIPE_DIRECTORY", &d.pipe_dir)
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        let me = crate::sys::euid();
-        let found: Vec<u32> = daemon_processes(&d, me)
-            .iter()
-            .map(PidHandle::pid)
-            .collect();
-        assert_eq!(found, vec![ours.id()]);
-        // Another user's: none of this user's processes qualify.
-        assert!(daemon_processes(&d, me + 1).is_empty());
-        let (killed, survived) = kill_daemon(&d, me, Instant::now() + KILL_TIME);
-        assert_eq!(killed, vec![ours.id()]);
-        assert!(survived.is_empty());
-        assert!(ours.wait().is_ok());
-        for c in [&mut other_dir, &mut client] {
-            assert!(
-                c.try_wait().unwrap().is_none(),
-                "killed a process not of the daemon"
-            );
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    #[test]
-    fn stopped_daemons_of_many_gpus_are_stopped_within_one_budget() {
-        let tmp = tempfile::tempdir().unwrap();
-        // quit never answers (a daemon stopped with SIGSTOP); each "daemon" is a process
-        // named nvidia-cuda-mps-server that ignores SIGTERM.
-        let prog = stand_in(tmp.path(), "exec sleep 60");
-        let fake = tmp.path().join("nvidia-cuda-mps-server");
-        std::fs::copy("/bin/sleep", &fake).unwrap();
-        let daemons: Vec<MpsDaemon> = (0..6)
-            .map(|i| MpsDaemon::in_dir(&tmp.path().join(format!("gpu{i}")), "GPU-x"))
-            .collect();
-        let mut procs: Vec<_> = daemons
-            .iter()
-            .map(|d| {
-                let c = Command::new(&fake)
-                    .arg("60")
-                    .env("CUDA_MPS_PIPE_DIRECTORY", &d.pipe_dir)
-                    .spawn()
-                    .unwrap();
-                crate::sys::kill(c.id(), libc::SIGSTOP);
-                c
-            })
-            .collect();
-        let t = Instant::now();
-        // The budget starts in the past: only a fraction of QUIT_TIME is left.
-        let start = t - QUIT_TIME + Duration::from_millis(500);
-        let reports = stop_all(Some(&prog), &daemons, None, start);
-        let took = t.elapsed();
-        assert!(took < Duration::from_millis(500) + KILL_TIME, "{took:?}");
-        assert_eq!(reports.len(), 6);
-        for (r, p) in reports.iter().zip(&mut procs) {
-            assert_eq!(r.killed, vec![p.id()]);
-            assert!(r.survived.is_empty());
-            assert!(!r.quit_ok);
-            p.wait().unwrap();
-        }
-    }
+    })?;
+    crate::fs::open_trusted_file(&program)
+        .map(|_| program)
+        .map_err(|e| format!("the MPS control program: {e}"))
 }
+
+#[cfg(test)]
+mod tests;

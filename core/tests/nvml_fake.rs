@@ -616,6 +616,82 @@ fn instances_dcgm_holds_mark_the_gpu_until_released() {
     assert!(fake.read().gpus[0].gis.is_empty());
 }
 
+/// A process holding `file` open (O_PATH), as user `uid` (0: root stays), once it has.
+fn hold_open_as(file: &Path, uid: u32) -> std::process::Child {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os, sys, time\nfd = os.open(sys.argv[1], os.O_PATH)\n\
+             uid = int(sys.argv[2])\nif uid:\n    os.setgid(uid); os.setuid(uid)\n\
+             print('held', flush=True)\ntime.sleep(60)",
+        )
+        .arg(file)
+        .arg(uid.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), "held");
+    child
+}
+
+#[test]
+fn restore_kills_the_jobs_leftover_holder_and_retries_never_a_system_daemon() {
+    use colloc_core::reconfig;
+    if colloc_core::sys::euid() != 0 {
+        return; // device files and other users' processes: root only
+    }
+    let fake = Fake::new("A100-80GB");
+    let gpus = fake.open();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let cfg = cfg_in(tmp.path());
+    let mut job = spec(11, "mig:3g");
+    (job.uid, job.gid) = (4242, 4242);
+    reconfig::prolog(&cfg, &gpus, &job).expect("prolog");
+    let gis: Vec<u32> = fake.read().gpus[0].gis.iter().map(|g| g.id).collect();
+    assert_eq!(gis.len(), 2, "{gis:?}");
+    let file = |gi: u32| {
+        colloc_core::devfiles::instance_files(&cfg, gpus.device_minor(0), gi, &[])
+            .into_iter()
+            .next()
+            .expect("a GI's device file")
+    };
+    // The job's leftover holds the first instance; DCGM (root) the second.
+    let mut leftover = hold_open_as(&file(gis[0]), 4242);
+    let mut dcgm = hold_open_as(&file(gis[1]), 0);
+    let (l, d) = (leftover.id(), dcgm.id());
+    fake.change(|st| st.hold_while(0, Some(gis[0]), "leftover", l));
+    fake.change(|st| st.hold(0, Some(gis[1]), "dcgm", None));
+    let r = reconfig::restore_within(&cfg, Some(&gpus), 11, std::time::Duration::from_secs(3))
+        .expect("restore");
+    let dcgm_alive = dcgm.try_wait().expect("try_wait").is_none();
+    let _ = dcgm.kill();
+    let _ = dcgm.wait();
+    if !r.killed.contains(&l) {
+        let _ = leftover.kill();
+    }
+    assert!(leftover.wait().is_ok());
+    assert!(r.killed.contains(&l) && !r.killed.contains(&d), "{r:?}");
+    assert!(dcgm_alive, "a root daemon was killed");
+    // The leftover's instance went; DCGM's stays, named with its holder.
+    assert_eq!(r.held.len(), 1, "{r:?}");
+    assert_eq!(r.held[0].gi_ids, [gis[1]]);
+    let pids: Vec<u32> = r.held[0].holders.iter().map(|h| h.pid).collect();
+    assert_eq!(pids, [d]);
+    let left: Vec<u32> = fake.read().gpus[0].gis.iter().map(|g| g.id).collect();
+    assert_eq!(left, [gis[1]]);
+    fake.change(|st| {
+        st.release(0, None);
+        Ok(())
+    });
+    reconfig::restore(&cfg, Some(&gpus), 11).expect("restore after release");
+}
+
 #[test]
 fn a_crash_fault_kills_the_calling_process() {
     // Run the crashing call in a child process (this test binary, one test, env set).

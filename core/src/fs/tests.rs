@@ -1,9 +1,12 @@
 //! The trusted walk, fd-relative file work and tree removal, against hostile trees.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use rustix::fs::Mode;
 
 use super::*;
+use crate::sys::ChildEnd;
 
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();

@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{catalog_for, Failure};
+use super::apply::catalog_for;
+use super::Failure;
 use crate::config::Config;
 use crate::devfiles;
 use crate::gpu::{GpuControl, GpuError, GpuInfo};

@@ -1,4 +1,6 @@
 //! Unit tests of the telemetry fold and sampler (beside it, so the module stays short).
+use std::time::Instant;
+
 use super::*;
 
 fn map(slot_gpu: Vec<Option<usize>>, slot_mig: Vec<bool>, gpus: usize) -> SlotMap {

@@ -250,6 +250,19 @@ pub struct Holder {
     /// Let go after refusing this many destroy calls; `None`: hold until released.
     #[serde(default)]
     pub release_after: Option<u32>,
+    /// A real process it stands for (a job's leftover with a device file open): the hold
+    /// ends when that process has exited, as the driver's does when its last handle
+    /// closes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+/// Is process `pid` still running (a zombie has exited)?
+fn process_alive(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|s| s != "Z" && s != "X")
 }
 
 /// A fake process holding a compute context.
@@ -776,6 +789,7 @@ impl State {
     /// IN_USE when turning MIG off while GPU instances exist (nvidia-smi refuses it too).
     pub fn set_mig(&mut self, gpu: u32, on: bool) -> R<Ret> {
         let g = self.gpu_mut(gpu)?;
+        g.drop_exited_holders();
         let family = g.model()?.family;
         if !on && (!g.gis.is_empty() || !g.lingering.is_empty()) {
             return Err(code::IN_USE);
@@ -804,6 +818,7 @@ impl State {
     /// IN_USE while processes run or anything holds the GPU.
     pub fn reset(&mut self, gpu: u32) -> R<()> {
         let g = self.gpu_mut(gpu)?;
+        g.drop_exited_holders();
         if !g.processes.is_empty() || !g.holders.is_empty() {
             return Err(code::IN_USE);
         }
@@ -921,6 +936,41 @@ impl State {
         name: &str,
         release_after: Option<u32>,
     ) -> Result<(), String> {
+        self.add_holder(
+            gpu,
+            Holder {
+                gi,
+                name: name.to_string(),
+                release_after,
+                pid: None,
+            },
+        )
+    }
+
+    /// Hold as [`State::hold`], for as long as the real process `pid` runs.
+    ///
+    /// # Errors
+    /// As [`State::hold`].
+    pub fn hold_while(
+        &mut self,
+        gpu: u32,
+        gi: Option<u32>,
+        name: &str,
+        pid: u32,
+    ) -> Result<(), String> {
+        self.add_holder(
+            gpu,
+            Holder {
+                gi,
+                name: name.to_string(),
+                release_after: None,
+                pid: Some(pid),
+            },
+        )
+    }
+
+    fn add_holder(&mut self, gpu: u32, holder: Holder) -> Result<(), String> {
+        let gi = holder.gi;
         let n = self.gpus.len();
         let g = self
             .gpus
@@ -939,11 +989,7 @@ impl State {
                 ));
             }
         }
-        g.holders.push(Holder {
-            gi,
-            name: name.to_string(),
-            release_after,
-        });
+        g.holders.push(holder);
         Ok(())
     }
 
@@ -1049,6 +1095,7 @@ impl Gpu {
     /// Does a holder hold this GPU instance (`Some`) or the whole GPU? A holder with a
     /// release count counts this refusal and lets go when it reaches zero.
     fn held(&mut self, gi: Option<u32>) -> bool {
+        self.drop_exited_holders();
         let mut held = false;
         for h in &mut self.holders {
             if h.gi == gi {
@@ -1060,6 +1107,11 @@ impl Gpu {
         }
         self.holders.retain(|h| h.release_after != Some(0));
         held
+    }
+
+    /// Holders standing for a process that has exited let go.
+    fn drop_exited_holders(&mut self) {
+        self.holders.retain(|h| h.pid.is_none_or(process_alive));
     }
 
     /// The pending MIG mode takes effect; instances do not survive it.
@@ -1307,6 +1359,23 @@ mod tests {
         let mut h = fresh("H100-80GB", 580, true);
         let gi = h.create_gi(0, 14, Some((0, 2))).unwrap();
         assert_eq!(h.create_ci(0, gi, 8), Ok(0));
+    }
+
+    #[test]
+    fn a_holder_standing_for_a_process_lets_go_when_it_exits() {
+        let mut s = a100();
+        let gi = s.create_gi(0, 19, Some((0, 1))).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        s.hold_while(0, Some(gi), "leftover", child.id()).unwrap();
+        assert_eq!(s.destroy_gi(0, gi), Err(code::IN_USE));
+        child.kill().unwrap();
+        // A zombie has exited too: the hold ends before the parent reaps it.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(s.destroy_gi(0, gi), Ok(()));
+        child.wait().unwrap();
     }
 
     #[test]

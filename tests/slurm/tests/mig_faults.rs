@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use colloc_slurm_tests::{repo_root, run_suite, Cluster, Test};
+use colloc_slurm_tests::{ensure_user, repo_root, run_suite, Cluster, Test};
 use serde_json::Value;
 
 fn main() {
@@ -57,6 +57,10 @@ fn main() {
         (
             "an_unknown_gpu_state_at_epilog_drains_with_colloc_s_reason_not_epilog_error",
             unknown_state_at_epilog,
+        ),
+        (
+            "the_jobs_leftover_holding_an_instance_is_killed_at_epilog_and_the_gpu_restored",
+            leftover_holder_killed,
         ),
     ];
     run_suite(1, Some("A100-40GB"), tests, &[]);
@@ -460,14 +464,34 @@ fn chmod(p: &Path, mode: u32) {
 /// A stand-in for nv-hostengine: a process holding `file` open (O_PATH: the device
 /// file has no driver behind it here).
 fn hold_open(file: &Path) -> Child {
+    hold_open_as(file, 0)
+}
+
+/// A process holding `file` open (O_PATH), then running as user `uid` (0: stays root).
+fn hold_open_as(file: &Path, uid: u32) -> Child {
     Command::new("python3")
         .arg("-c")
-        .arg("import os, sys, time\nfd = os.open(sys.argv[1], os.O_PATH)\nprint('held', flush=True)\ntime.sleep(600)")
+        .arg(
+            "import os, sys, time\nfd = os.open(sys.argv[1], os.O_PATH)\n\
+             uid = int(sys.argv[2])\nif uid:\n    os.setgid(uid); os.setuid(uid)\n\
+             print('held', flush=True)\ntime.sleep(600)",
+        )
         .arg(file)
+        .arg(uid.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3")
+}
+
+/// Wait for a [`hold_open_as`] process to say it holds its file.
+fn wait_held(holder: &mut Child) {
+    use std::io::BufRead as _;
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "held");
 }
 
 fn broken_for_plain_jobs(c: &Cluster) {
@@ -479,14 +503,7 @@ fn broken_for_plain_jobs(c: &Cluster) {
     c.fake_ctl(&["hold", "--gpu", "0", "--gi", "1", "--name", "dcgm"]);
     let file = c.dir().join("dev/nvidia-caps/nvidia-cap12");
     let mut holder = hold_open(&file);
-    {
-        use std::io::BufRead as _;
-        let mut line = String::new();
-        std::io::BufReader::new(holder.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "held");
-    }
+    wait_held(&mut holder);
     std::fs::write(go, b"").unwrap();
     let end = c.wait_done(id);
     assert_eq!(end.state, "COMPLETED", "{end:?}: {}", c.job_err(id));
@@ -564,5 +581,51 @@ fn unknown_state_at_epilog(c: &Cluster) {
     let r = c.colloc(&["restore", "--job", &id.to_string()]);
     assert!(r.status.success(), "{}", text(&r.stderr));
     resume(c);
+    assert_clean(c);
+}
+
+/// A job's leftover (its user's process, outside Slurm's tracking, with the job's MIG
+/// device file open and the instance held) makes the destroy answer IN_USE: the epilog
+/// kills it through a pidfd and destroys again; the node stays in service.
+fn leftover_holder_killed(c: &Cluster) {
+    let (uid, gid) = ensure_user("colloc-leftover");
+    let as_user = [format!("--uid={uid}"), format!("--gid={gid}")];
+    let mut args = vec!["--colloc=mig:3g", "--gres=gpu:1"];
+    args.extend(as_user.iter().map(String::as_str));
+    let (id, go) = gated_job(c, &args);
+    // GPU instance 1 (3g at slot 4 on the A100 40GB: minor 3 + 9*1), held by the job's
+    // user's leftover.
+    let file = c.dir().join("dev/nvidia-caps/nvidia-cap12");
+    let mut leftover = hold_open_as(&file, uid);
+    wait_held(&mut leftover);
+    let pid = leftover.id().to_string();
+    c.fake_ctl(&[
+        "hold", "--gpu", "0", "--gi", "1", "--name", "leftover", "--pid", &pid,
+    ]);
+    std::fs::write(go, b"").unwrap();
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}: {}", c.job_err(id));
+    let mut gone = None;
+    for _ in 0..100 {
+        gone = leftover.try_wait().unwrap();
+        if gone.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let Some(gone) = gone else {
+        let _ = leftover.kill();
+        let _ = leftover.wait();
+        panic!("the leftover still runs: {}", c.node_reason());
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(gone.signal(), Some(libc::SIGKILL), "{gone:?}");
+    assert!(
+        c.fake_state()["gpus"][0]["holders"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "{}",
+        c.fake_state()
+    );
     assert_clean(c);
 }

@@ -9,34 +9,7 @@ use std::sync::OnceLock;
 const ESC: char = '\u{1b}';
 const BEL: char = '\u{7}';
 
-/// `name` (of a run, a host, a node, a path) fit for a terminal or a table cell: every
-/// control character, newlines and escape sequences included, written as an escape
-/// (`\n`, `\u{1b}`), so a name never moves the cursor, clears the screen or breaks a
-/// table's lines.
-pub fn escape(name: &str) -> Cow<'_, str> {
-    escape_but(name, None)
-}
-
-/// Text of several lines fit for a terminal: as [`escape`], but newlines stay.
-pub fn escape_lines(text: &str) -> Cow<'_, str> {
-    escape_but(text, Some('\n'))
-}
-
-fn escape_but(s: &str, keep: Option<char>) -> Cow<'_, str> {
-    let bad = |c: char| c.is_control() && Some(c) != keep;
-    if !s.chars().any(bad) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if bad(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
+pub use colloc_core::text::{escape, escape_lines};
 
 /// `line` without control characters and escape sequences; with `keep_colour`, SGR
 /// sequences (`ESC [ … m`, colours and bold) stay. Tabs stay.

@@ -109,8 +109,11 @@ enum Cmd {
         #[arg(long, default_value = "dcgm")]
         name: String,
         /// Let go after refusing this many destroy calls (default: hold until released).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "pid")]
         release_after: Option<u32>,
+        /// Hold while this real process runs (a job's leftover with a device file open).
+        #[arg(long)]
+        pid: Option<u32>,
     },
     /// Let go of the holders of a GPU (of one GPU instance with --gi).
     Release {
@@ -340,13 +343,17 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             gi,
             name,
             release_after,
+            pid,
         } => {
             if release_after == Some(0) {
                 return Err(("--release-after counts from 1".into(), 2));
             }
             ctl_change(path, |st| {
-                st.hold(gpu, gi, &name, release_after)
-                    .map(|()| String::new())
+                match pid {
+                    Some(pid) => st.hold_while(gpu, gi, &name, pid),
+                    None => st.hold(gpu, gi, &name, release_after),
+                }
+                .map(|()| String::new())
             })
             .map_err(refused)
         }

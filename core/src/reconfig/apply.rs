@@ -1,0 +1,713 @@
+//! The prolog side: checks that change nothing, the journal, then the mode's setup
+//! (MIG instances through [`super::create`], MPS daemons through [`super::mps_setup`]),
+//! undone as a whole where any step fails.
+
+use std::time::Instant;
+
+use super::mps_setup::start_mps;
+use super::restore::{keep_marked, restore_job, restore_locked};
+use super::{
+    create, refuse, restore::restore, Failure, JobSpec, NodeFault, Outcome, Refusal,
+    MARKED_RETRY_BUDGET, MIG_RESTORE_BUDGET,
+};
+use crate::config::Config;
+use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, Instance};
+use crate::hooks;
+use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
+use crate::mig::{self, Catalog, PlannedInstance};
+use crate::migmps;
+use crate::mode::{MigRequest, Mode};
+use crate::mps::{self, MpsDaemon, MpsStart};
+use crate::rundir;
+
+/// Apply `spec.mode` to the job's GPUs. See the module docs for what is refused and what
+/// is a fault. Running it again for a job that is already applied returns the same
+/// environment; a journal left in `Applying` by a crash is restored first.
+///
+/// # Errors
+/// [`NodeFault`] for real node faults; the GPUs are as before when it returns one.
+pub fn prolog(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Outcome, NodeFault> {
+    prolog_with(cfg, ctl, spec, MpsStart::Prolog)
+}
+
+/// [`prolog`], with the job's MPS daemons started where `mps_start` says: here, or (for
+/// a node whose jobs have an extern step) later by [`super::start_mps_in_extern_step`], inside
+/// the job's container. With [`MpsStart::ExternStep`] this makes the job's MPS
+/// directories and records the job as applied; its tasks check that the daemons run
+/// ([`super::mps_reachable`]).
+///
+/// # Errors
+/// As [`prolog`].
+pub fn prolog_with(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    spec: &JobSpec,
+    mps_start: MpsStart,
+) -> Result<Outcome, NodeFault> {
+    if spec.mode == Mode::Off {
+        return Ok(Outcome::Off);
+    }
+    // Nothing in a state_dir someone else could change is trusted, and nothing can be
+    // recorded there: refuse, unrecorded (the job's tasks meet the same error when they
+    // look for the journal).
+    if let Err(e) = journal::check_state_dir(cfg) {
+        log::error!("job {}: refused: {e}", spec.job);
+        return Ok(refuse(e.to_string(), false));
+    }
+    // Journals of an earlier boot describe instances and daemons the reboot removed; they
+    // must not hold GPUs (or answer for a requeued job with the same id): restore them.
+    for other in journal::list(cfg)?.into_iter().flatten() {
+        if other.from_earlier_boot() {
+            log::warn!(
+                "job {}: restoring its journal from before the last reboot",
+                other.job
+            );
+            restore(cfg, Some(ctl), other.job)?;
+        }
+    }
+    retry_marked(cfg, ctl, spec);
+    // What earlier epilogs had to move aside is tried again, briefly, at every prolog.
+    for left in rundir::clear_leftovers(cfg, Instant::now() + rundir::LEFTOVERS_TIME) {
+        log::warn!("{} is still there: {}", left.path.display(), left.why);
+    }
+    if let Some(j) = journal::load(cfg, spec.job)? {
+        // The same job asking again (a rerun of the prolog) gets what it got; anything
+        // else under this id (a reused id, another user, other GPUs) is undone first.
+        let same =
+            j.uid == spec.uid && j.mode == spec.mode.to_string() && j.requested == requested(spec);
+        match j.phase {
+            Phase::Applied if same => return Ok(Outcome::Applied(j.env)),
+            Phase::Refused if same => {
+                return Ok(refuse(j.refused.unwrap_or_default(), false));
+            }
+            phase => {
+                log::warn!(
+                    "job {}: restoring an earlier reconfiguration ({phase:?}) first",
+                    spec.job
+                );
+                let r = restore(cfg, Some(ctl), spec.job)?;
+                if let Some(h) = r.held.first() {
+                    // Its journal stays (marked); the job may not run on those GPUs.
+                    return Ok(refuse(marked_refusal(spec.job, h), false));
+                }
+            }
+        }
+    }
+    let outcome = apply_fresh(cfg, ctl, spec, mps_start)?;
+    if let Outcome::Refused(r) = &outcome {
+        log::info!("job {}: refused: {}", spec.job, r.message);
+    }
+    Ok(outcome)
+}
+
+/// Try once more, briefly, to restore other jobs' marked GPUs among this job's: whatever
+/// held their instances (DCGM, a leaked handle) may have let go since. What stays held
+/// is refused below with the reason.
+pub(super) fn retry_marked(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) {
+    let Ok(list) = journal::list(cfg) else {
+        return;
+    };
+    for other in list.into_iter().flatten() {
+        let ours = other.gpus.iter().any(|g| spec.gpus.contains(&g.index));
+        if other.held.is_empty() || other.job == spec.job || !ours {
+            continue;
+        }
+        log::info!(
+            "job {}: trying again to restore job {}'s marked GPU(s)",
+            spec.job,
+            other.job
+        );
+        match restore_job(cfg, Some(ctl), other.job, MARKED_RETRY_BUDGET, false) {
+            Ok(r) if r.held.is_empty() => log::info!(
+                "job {}: job {}'s GPU(s) restored, no longer marked",
+                spec.job,
+                other.job
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!("job {}: restoring job {}: {e}", spec.job, other.job),
+        }
+    }
+}
+
+/// Why a job may not use a GPU another job's restore left marked.
+pub(super) fn marked_refusal(job: u32, h: &GpuHold) -> String {
+    format!(
+        "GPU {} is not available: job {job}'s {}; once that is stopped, an admin runs \
+         `colloc restore --job {job}` (colloc status shows what may hold it)",
+        h.index,
+        h.describe()
+    )
+}
+
+/// The job's GPUs as recorded: sorted, without duplicates.
+pub(super) fn requested(spec: &JobSpec) -> Vec<u32> {
+    let mut g = spec.gpus.clone();
+    g.sort_unstable();
+    g.dedup();
+    g
+}
+
+/// Record a refusal so the job's tasks (task_init) can report it. Called with the GPU
+/// locks held where the refusal is about GPUs.
+pub(super) fn refused(
+    cfg: &Config,
+    spec: &JobSpec,
+    message: String,
+    bad_request: bool,
+) -> Result<Outcome, NodeFault> {
+    let mut j = Journal::new(spec.job, spec.uid, spec.gid, spec.mode.to_string());
+    j.requested = requested(spec);
+    j.phase = Phase::Refused;
+    j.refused = Some(message.clone());
+    journal::write(cfg, &j)?;
+    Ok(refuse(message, bad_request))
+}
+
+/// Refuse a job whose GPUs are as they were, recording why where the journal can be
+/// written (the job's tasks report it); where it cannot (a full or unsafe `state_dir`),
+/// the refusal is only logged and the tasks fail for want of a record. Never a fault.
+pub fn record_refusal(cfg: &Config, spec: &JobSpec, message: String) -> Outcome {
+    match refused(cfg, spec, message.clone(), false) {
+        Ok(o) => o,
+        Err(e) => {
+            log::error!(
+                "job {}: cannot record its refusal ({e}): {message}",
+                spec.job
+            );
+            if let Err(e) = journal::remove(cfg, spec.job) {
+                log::error!("job {}: {e}", spec.job);
+            }
+            refuse(message, false)
+        }
+    }
+}
+
+/// Why the checks before a reconfiguration stopped: the job is refused (nothing
+/// changed), or a node fault.
+enum Stop {
+    Refuse(Refusal),
+    Fault(NodeFault),
+}
+
+impl<E: Into<NodeFault>> From<E> for Stop {
+    fn from(e: E) -> Stop {
+        Stop::Fault(e.into())
+    }
+}
+
+fn stop(message: impl Into<String>, bad_request: bool) -> Stop {
+    Stop::Refuse(Refusal {
+        message: message.into(),
+        bad_request,
+    })
+}
+
+/// What the checks found: each GPU's record (as it is now) and, for MIG, its plan and
+/// the catalog it was planned from.
+struct Checked {
+    records: Vec<GpuRecord>,
+    plans: Vec<Vec<PlannedInstance>>,
+    catalogs: Vec<Catalog>,
+}
+
+/// Set up a job that has no journal: check the request, lock the GPUs, check them
+/// (changing nothing), write the journal, then set the mode up; undo it all where a step
+/// fails.
+pub(super) fn apply_fresh(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    spec: &JobSpec,
+    mps_start: MpsStart,
+) -> Result<Outcome, NodeFault> {
+    let gpus = match check_request(cfg, ctl, spec) {
+        Ok(g) => g,
+        Err(Stop::Refuse(r)) => return refused(cfg, spec, r.message, r.bad_request),
+        Err(Stop::Fault(e)) => return Err(e),
+    };
+    // A lock that cannot be taken (its file cannot be made in a full state_dir, or
+    // another colloc holds it too long): nothing changed yet, so the job is refused.
+    let _locks = match lock_gpus(cfg, &gpus) {
+        Ok(l) => l,
+        Err(e) => {
+            return Ok(record_refusal(
+                cfg,
+                spec,
+                format!("colloc cannot lock the job's GPUs: {e}"),
+            ))
+        }
+    };
+    let checked = match preflight(cfg, ctl, spec, &gpus) {
+        Ok(c) => c,
+        Err(Stop::Refuse(r)) => return refused(cfg, spec, r.message, r.bad_request),
+        Err(Stop::Fault(e)) => return Err(e),
+    };
+    // From here on the GPUs change: journal first.
+    let mut j = Journal::new(spec.job, spec.uid, spec.gid, spec.mode.to_string());
+    j.requested = requested(spec);
+    let Checked {
+        mut records,
+        plans,
+        catalogs,
+    } = checked;
+    for (r, p) in records.iter_mut().zip(plans) {
+        r.planned = p;
+    }
+    j.gpus = records;
+    if let Err(e) = journal::write(cfg, &j) {
+        // Nothing changed yet.
+        return Ok(record_refusal(
+            cfg,
+            spec,
+            format!("colloc cannot record the job's setup: {e}"),
+        ));
+    }
+    let hook_change = hooks::Change {
+        action: "create",
+        mode_change: j.gpus.iter().any(|g| g.mig_mode_changed),
+        job: spec.job,
+        gpus: j.gpu_indexes(),
+        uuids: j.gpus.iter().map(|g| g.uuid.clone()).collect(),
+    };
+    let is_mig = migmps::layout(&spec.mode).is_some();
+    let setup = Setup {
+        gpus: &gpus,
+        catalogs: &catalogs,
+        mps_start,
+        hook_change: &hook_change,
+    };
+    if let Err(failure) = execute(cfg, ctl, spec, &mut j, &setup) {
+        return undo_failed(
+            cfg,
+            ctl,
+            spec,
+            &mut j,
+            failure,
+            is_mig.then_some(&hook_change),
+        );
+    }
+    if is_mig {
+        run_post_hook(cfg, &hook_change, true);
+    }
+    log::info!(
+        "job {}: applied {} on GPU(s) {:?}",
+        spec.job,
+        spec.mode,
+        j.gpu_indexes()
+    );
+    Ok(Outcome::Applied(j.env))
+}
+
+/// The request itself: a mode this node allows, with GPUs NVML knows. Returns the job's
+/// GPUs, each once.
+fn check_request(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) -> Result<Vec<GpuInfo>, Stop> {
+    cfg.check_allowed(&spec.mode).map_err(|m| stop(m, true))?;
+    if spec.gpus.is_empty() {
+        return Err(stop(
+            format!(
+                "--colloc={} needs GPUs: ask for them with --gres=gpu:N",
+                spec.mode
+            ),
+            true,
+        ));
+    }
+    let all = ctl.gpus()?;
+    let mut gpus: Vec<GpuInfo> = Vec::new();
+    for &i in &spec.gpus {
+        match all.iter().find(|g| g.index == i) {
+            Some(g) if !gpus.contains(g) => gpus.push(g.clone()),
+            Some(_) => {}
+            None => return Err(GpuError::NoSuchGpu(i).into()),
+        }
+    }
+    Ok(gpus)
+}
+
+/// The GPUs' locks, taken in UUID order, so two colloc processes never wait on each
+/// other in a cycle.
+fn lock_gpus(cfg: &Config, gpus: &[GpuInfo]) -> Result<Vec<GpuLock>, JournalError> {
+    let mut order: Vec<&GpuInfo> = gpus.iter().collect();
+    order.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+    order
+        .iter()
+        .map(|g| GpuLock::acquire(cfg, &g.uuid))
+        .collect()
+}
+
+/// Checks that change nothing, under the locks: no unusable journal, no GPU another
+/// job's journal claims, no process on a GPU, and for MIG a GPU colloc may set up with
+/// a layout that fits.
+fn preflight(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    spec: &JobSpec,
+    gpus: &[GpuInfo],
+) -> Result<Checked, Stop> {
+    let others = journal::list(cfg)?;
+    if let Some(Err(e)) = others.iter().find(|j| j.is_err()) {
+        // It may hold any GPU; touching one could undo another job's setup.
+        return Err(stop(
+            format!(
+                "{e}; colloc changes no GPU until an admin runs `colloc restore --all` \
+                 (which moves it to {}) and checks the GPUs with `colloc status`",
+                cfg.state_dir.join(journal::CORRUPT_DIR).display()
+            ),
+            false,
+        ));
+    }
+    let mut checked = Checked {
+        records: Vec::new(),
+        plans: Vec::new(),
+        catalogs: Vec::new(),
+    };
+    for g in gpus {
+        check_unclaimed(spec, g, others.iter().flatten())?;
+        check_idle(ctl, g)?;
+        let existing = list_instances(cfg, ctl, spec, g)?;
+        let mut record = GpuRecord {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            mig_before: g.mig_mode,
+            mig_mode_changed: false,
+            preexisting: existing.iter().map(|i| i.gi_id).collect(),
+            planned: Vec::new(),
+            created: Vec::new(),
+        };
+        if let Some(req) = migmps::layout(&spec.mode) {
+            let (plan, catalog) = plan_mig(cfg, ctl, g, req, &existing, &mut record)?;
+            migmps::check(cfg, &spec.mode, &catalog, Some(&plan))
+                .map_err(|(msg, bad_request)| stop(msg, bad_request))?;
+            checked.plans.push(plan);
+            checked.catalogs.push(catalog);
+        }
+        checked.records.push(record);
+    }
+    Ok(checked)
+}
+
+/// No other job's journal claims GPU `g` (a restore that did not finish, a marked GPU).
+fn check_unclaimed<'a>(
+    spec: &JobSpec,
+    g: &GpuInfo,
+    others: impl Iterator<Item = &'a Journal>,
+) -> Result<(), Stop> {
+    for other in others {
+        if other.job == spec.job || !other.claims(&g.uuid) {
+            continue;
+        }
+        if let Some(h) = other.held.iter().find(|h| h.uuid == g.uuid) {
+            return Err(stop(marked_refusal(other.job, h), false));
+        }
+        return Err(stop(
+            format!(
+                "GPU {} is still reconfigured for job {} (its restore did not finish); \
+                 an admin must run `colloc restore --job {}`",
+                g.index, other.job, other.job
+            ),
+            false,
+        ));
+    }
+    Ok(())
+}
+
+/// No process runs on GPU `g`: colloc reconfigures only idle GPUs.
+fn check_idle(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<(), Stop> {
+    let procs = ctl.processes(g.index)?;
+    if procs.is_empty() {
+        return Ok(());
+    }
+    let pids: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
+    Err(stop(
+        format!(
+            "GPU {} is busy: process(es) {} use it; colloc reconfigures only idle GPUs",
+            g.index,
+            pids.join(", ")
+        ),
+        false,
+    ))
+}
+
+/// The MIG instances GPU `g` has now. Root without the mig-config capability: MIG jobs
+/// cannot run here (refused, naming it); other modes create no instance and need not
+/// list them.
+fn list_instances(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    spec: &JobSpec,
+    g: &GpuInfo,
+) -> Result<Vec<Instance>, Stop> {
+    match ctl.instances(g.index) {
+        Ok(list) => Ok(list),
+        Err(e) if e.is_no_permission() => {
+            if migmps::layout(&spec.mode).is_some() {
+                let Failure::Refuse(msg) =
+                    create::driver_refusal(cfg, g.index, "listing MIG instances", &e);
+                return Err(stop(msg, false));
+            }
+            log::warn!(
+                "job {}: GPU {}: {e}; MIG instances not checked",
+                spec.job,
+                g.index
+            );
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A MIG request on GPU `g`: no instance colloc does not own, MIG mode on (or switched
+/// for the job where the node allows it, recorded in `record`), and a layout that fits:
+/// the plan and the catalog it comes from.
+fn plan_mig(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    g: &GpuInfo,
+    req: &MigRequest,
+    existing: &[Instance],
+    record: &mut GpuRecord,
+) -> Result<(Vec<PlannedInstance>, Catalog), Stop> {
+    if !existing.is_empty() {
+        let what: Vec<String> = existing
+            .iter()
+            .map(|i| format!("{} at start {}", i.profile, i.placement.start))
+            .collect();
+        return Err(stop(
+            format!(
+                "GPU {} has MIG instances colloc does not own ({}); refusing to touch them",
+                g.index,
+                what.join(", ")
+            ),
+            false,
+        ));
+    }
+    match g.mig_mode {
+        Some(m) if m.current => {}
+        Some(_) if cfg.allow_mig_mode_change => record.mig_mode_changed = true,
+        Some(_) => {
+            return Err(stop(
+                format!(
+                    "GPU {} ({}) is not in MIG mode and this node does not switch it \
+                     (allow_mig_mode_change = false); ask the admin, or use mps or naive",
+                    g.index, g.name
+                ),
+                false,
+            ))
+        }
+        None => {
+            return Err(stop(
+                format!(
+                    "GPU {} ({}) does not support MIG; use mps or naive",
+                    g.index, g.name
+                ),
+                true,
+            ))
+        }
+    }
+    let catalog = catalog_for(ctl, g).map_err(|m| stop(m, true))?;
+    let plan = catalog.plan(req).map_err(|e| stop(e.to_string(), true))?;
+    Ok((plan, catalog))
+}
+
+/// What [`execute`] sets up from: the job's GPUs, the MIG catalogs they were planned
+/// from, where the MPS daemons start, and the hooks' description of the change.
+struct Setup<'a> {
+    gpus: &'a [GpuInfo],
+    catalogs: &'a [Catalog],
+    mps_start: MpsStart,
+    hook_change: &'a hooks::Change,
+}
+
+/// The mode's setup (MIG: after the pre-hook), then the journal marked applied with the
+/// tasks' environment. Every driver answer, after its retries, refuses the job once
+/// undone: a known state (the GPU as before), not a node fault.
+fn execute(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    spec: &JobSpec,
+    j: &mut Journal,
+    setup: &Setup<'_>,
+) -> Result<(), Failure> {
+    match &spec.mode {
+        Mode::Mig(_) | Mode::MigMps { .. } => {
+            hooks::run(cfg, hooks::Phase::Pre, setup.hook_change, true)
+                .map_err(|e| Failure::Refuse(format!("{e}; nothing was changed, ask the admin")))
+                .and_then(|()| create::make_instances(cfg, ctl, j))
+                // MPS inside the instances: one daemon each, undone with them.
+                .and_then(|()| match spec.mode {
+                    Mode::MigMps { .. } => migmps::daemons(cfg, j)
+                        .map_err(Failure::Refuse)
+                        .and_then(|d| start_mps(cfg, j, setup.mps_start, d)),
+                    _ => Ok(()),
+                })
+        }
+        Mode::Mps { .. } => {
+            let d = j
+                .gpus
+                .iter()
+                .map(|g| {
+                    let dir = rundir::gpu_dir(cfg, j.job, g.index);
+                    (
+                        rundir::gpu_dir_name(g.index),
+                        MpsDaemon::in_dir(&dir, &g.uuid),
+                    )
+                })
+                .collect();
+            start_mps(cfg, j, setup.mps_start, d)
+        }
+        Mode::Naive | Mode::Off => Ok(()),
+    }?;
+    j.env = match &spec.mode {
+        Mode::MigMps { clients, .. } => {
+            migmps::job_env(j, *clients, &migmps::instance_memory(j, setup.catalogs))
+        }
+        _ => job_env(j, setup.gpus, &spec.mode),
+    };
+    j.phase = Phase::Applied;
+    journal::write(cfg, j)
+        .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))
+}
+
+/// A setup that failed part way: undo it (inside the hooks' pause: the post-hook, where
+/// there is one, follows the undo) and refuse the job; a failed undo is a node fault.
+fn undo_failed(
+    cfg: &Config,
+    ctl: &dyn GpuControl,
+    spec: &JobSpec,
+    j: &mut Journal,
+    failure: Failure,
+    hook_change: Option<&hooks::Change>,
+) -> Result<Outcome, NodeFault> {
+    log::info!(
+        "job {}: reconfiguration failed, undoing it: {failure}",
+        spec.job
+    );
+    let undone = undo(cfg, ctl, j);
+    if let Some(change) = hook_change {
+        run_post_hook(cfg, change, false);
+    }
+    let marked = match undone {
+        Ok(marked) => marked,
+        Err(undo) => {
+            log::error!("job {}: undo failed too: {undo}", spec.job);
+            return Err(NodeFault::Restore(format!(
+                "{failure}; undoing it failed: {undo}"
+            )));
+        }
+    };
+    match failure {
+        // The journal stays, marked with what holds the GPU: it says why already.
+        Failure::Refuse(message) if marked => Ok(refuse(message, false)),
+        Failure::Refuse(message) => Ok(record_refusal(cfg, spec, message)),
+    }
+}
+
+/// Run the post-hook; its failure is logged, never more (the GPUs are set or undone).
+pub(super) fn run_post_hook(cfg: &Config, change: &hooks::Change, ok: bool) {
+    if let Err(e) = hooks::run(cfg, hooks::Phase::Post, change, ok) {
+        log::warn!("job {}: {e}", change.job);
+    }
+}
+
+/// Undo a prolog that failed part way: restore what its journal records, then remove the
+/// journal, or keep it marked when something outside colloc holds what was made. Returns
+/// whether a GPU was left marked.
+pub(super) fn undo(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Result<bool, NodeFault> {
+    let deadline = Instant::now() + MIG_RESTORE_BUDGET;
+    let r = restore_locked(cfg, Some(ctl), j, deadline, false)?;
+    if r.held.is_empty() {
+        journal::remove(cfg, j.job)?;
+        return Ok(false);
+    }
+    j.phase = Phase::Restoring;
+    keep_marked(cfg, j, r.held)?;
+    Ok(true)
+}
+
+/// The MIG catalog of a GPU: what NVML reports, or the built-in table where it cannot say.
+///
+/// # Errors
+/// A one-line message when neither knows the GPU's profiles.
+pub fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String> {
+    match ctl.catalog(g.index) {
+        Ok(c) if c.profiles.iter().any(|p| !p.placements.is_empty()) => Ok(c),
+        other => {
+            if let Err(e) = &other {
+                log::debug!(
+                    "GPU {}: NVML has no MIG profiles ({e}); using built-in tables",
+                    g.index
+                );
+            }
+            mig::builtin_catalog(&g.name).map_err(|_| {
+                format!(
+                    "GPU {} ({}) reports no MIG profiles and colloc has no table for it",
+                    g.index, g.name
+                )
+            })
+        }
+    }
+}
+
+/// The environment of the job's tasks (docs/design.md, "The environment contract").
+pub(super) fn job_env(j: &Journal, gpus: &[GpuInfo], mode: &Mode) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    match mode {
+        // MigMps: migmps::job_env.
+        Mode::Mig(_) | Mode::MigMps { .. } => {
+            let planned: Vec<PlannedInstance> = j
+                .gpus
+                .iter()
+                .flat_map(|g| g.planned.iter().cloned())
+                .collect();
+            let devices: Vec<String> = j
+                .gpus
+                .iter()
+                .flat_map(|g| g.created.iter().filter_map(|i| i.uuid.clone()))
+                .collect();
+            // With one GPU the summary is the exact layout; with several it is per GPU.
+            let per_gpu = j
+                .gpus
+                .first()
+                .map_or(planned.as_slice(), |g| g.planned.as_slice());
+            env.push(("COLLOC_MODE".into(), mig::layout_mode_string(per_gpu)));
+            env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
+            env.push(("COLLOC_DEVICES".into(), devices.join(",")));
+        }
+        Mode::Mps { clients } => {
+            env.push(("COLLOC_MODE".into(), mode.to_string()));
+            let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+            let mut devices = Vec::new();
+            if let Some(n) = clients {
+                for u in &uuids {
+                    devices.extend(std::iter::repeat_n(u.clone(), *n as usize));
+                }
+                env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
+                let mem: Vec<u64> = gpus
+                    .iter()
+                    .map(|g| g.memory_total / (1024 * 1024))
+                    .collect();
+                // Limits are per client device; a client sees one GPU (its slot's).
+                let first = mem.first().copied().unwrap_or(0);
+                env.extend(mps::client_limits(*n, &[first]));
+            } else {
+                devices = uuids;
+            }
+            env.push(("COLLOC_DEVICES".into(), devices.join(",")));
+            if let Some(d) = j.mps.first() {
+                env.extend(d.env());
+            }
+            let pipes: Vec<String> = j
+                .mps
+                .iter()
+                .map(|d| format!("{}={}", d.devices, d.pipe_dir.display()))
+                .collect();
+            env.push(("COLLOC_MPS_PIPES".into(), pipes.join(",")));
+        }
+        Mode::Naive => {
+            env.push(("COLLOC_MODE".into(), "naive".into()));
+            let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+            env.push(("COLLOC_DEVICES".into(), uuids.join(",")));
+        }
+        Mode::Off => {}
+    }
+    env
+}
