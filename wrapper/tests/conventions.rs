@@ -281,3 +281,30 @@ fn completion_scripts_for_bash_zsh_and_fish() {
     let out = colloc(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Every real-Slurm suite that brings its own `main` (run_suite) is declared
+/// `harness = false`: under libtest's harness its `main` is never called and the suite
+/// reports "0 passed" while testing nothing (mig_models did, unseen, for a session).
+#[test]
+fn every_real_slurm_suite_with_its_own_main_runs() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/slurm");
+    let manifest: toml::Value = std::fs::read_to_string(dir.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let suites = manifest["test"].as_array().expect("[[test]] tables");
+    let mut checked = 0;
+    for t in suites {
+        let path = t["path"].as_str().unwrap();
+        let body = std::fs::read_to_string(dir.join(path)).unwrap();
+        if body.contains("\nfn main()") {
+            assert_eq!(
+                t.get("harness").and_then(toml::Value::as_bool),
+                Some(false),
+                "{path} has its own main but runs under libtest's harness"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} suites found");
+}
