@@ -90,6 +90,13 @@ pub fn visible_to_jobs(path: PathBuf) -> PathBuf {
     dest
 }
 
+/// A file of the checkout that a job runs or reads (a run's script, say), at `rel` from
+/// the workspace root; see [`visible_to_jobs`]: where the checkout lies under `/tmp`, the
+/// production profile's job container hides it from every process of the job.
+pub fn fixture(rel: &str) -> PathBuf {
+    visible_to_jobs(repo_root().join(rel))
+}
+
 /// The plugin under test.
 pub fn plugin_path() -> PathBuf {
     artifact("COLLOC_SPANK_PLUGIN", "libcolloc_spank.so")
