@@ -90,6 +90,13 @@ pub fn visible_to_jobs(path: PathBuf) -> PathBuf {
     dest
 }
 
+/// A file of the checkout that a job runs or reads (a run's script, say), at `rel` from
+/// the workspace root; see [`visible_to_jobs`]: where the checkout lies under `/tmp`, the
+/// production profile's job container hides it from every process of the job.
+pub fn fixture(rel: &str) -> PathBuf {
+    visible_to_jobs(repo_root().join(rel))
+}
+
 /// The plugin under test.
 pub fn plugin_path() -> PathBuf {
     artifact("COLLOC_SPANK_PLUGIN", "libcolloc_spank.so")
@@ -563,28 +570,32 @@ impl Cluster {
     /// After [`HANG_GUARD`], or when Slurm forgets the job before it ends.
     pub fn wait_done(&self, id: u32) -> JobEnd {
         let mut nodes = String::new();
-        let end = self.wait_until(&format!("job {id} to end"), || {
-            let info = self.job_info(id)?;
-            let state = info.get("JobState")?.clone();
-            if let Some(n) = info.get("NodeList").filter(|n| *n != "(null)") {
-                nodes.clone_from(n);
-            }
-            if state == "PENDING" && self.node_state().contains("drain") {
-                panic!(
-                    "job {id} cannot start: node drained ({})\n--- slurmd log ---\n{}",
-                    self.node_reason(),
-                    self.slurmd_log_tail(20)
+        let end = self.wait_until_telling(
+            &format!("job {id} to end"),
+            || self.job_story(id),
+            || {
+                let info = self.job_info(id)?;
+                let state = info.get("JobState")?.clone();
+                if let Some(n) = info.get("NodeList").filter(|n| *n != "(null)") {
+                    nodes.clone_from(n);
+                }
+                if state == "PENDING" && self.node_state().contains("drain") {
+                    panic!(
+                        "job {id} cannot start: node drained ({})\n--- slurmd log ---\n{}",
+                        self.node_reason(),
+                        self.slurmd_log_tail(20)
+                    );
+                }
+                let busy = matches!(
+                    state.as_str(),
+                    "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED"
                 );
-            }
-            let busy = matches!(
-                state.as_str(),
-                "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED"
-            );
-            (!busy).then(|| JobEnd {
-                state,
-                exit_code: info.get("ExitCode").cloned().unwrap_or_default(),
-            })
-        });
+                (!busy).then(|| JobEnd {
+                    state,
+                    exit_code: info.get("ExitCode").cloned().unwrap_or_default(),
+                })
+            },
+        );
         if self.several() {
             // Other jobs may hold other nodes: only this job's must be done completing.
             let nodes = self.hostnames(&nodes);
@@ -654,7 +665,18 @@ impl Cluster {
     ///
     /// # Panics
     /// After [`HANG_GUARD`], with the slurmd log.
-    pub fn wait_until<T>(&self, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    pub fn wait_until<T>(&self, what: &str, f: impl FnMut() -> Option<T>) -> T {
+        self.wait_until_telling(what, String::new, f)
+    }
+
+    /// [`Cluster::wait_until`], whose panic also says what `more` gives (e.g. a job's
+    /// story, [`Cluster::job_story`]).
+    fn wait_until_telling<T>(
+        &self,
+        what: &str,
+        more: impl FnOnce() -> String,
+        mut f: impl FnMut() -> Option<T>,
+    ) -> T {
         let start = Instant::now();
         loop {
             if let Some(v) = f() {
@@ -662,14 +684,69 @@ impl Cluster {
             }
             if start.elapsed() > HANG_GUARD {
                 panic!(
-                    "gave up waiting for {what} after {}s\n--- squeue ---\n{}\n--- slurmd log ---\n{}",
+                    "gave up waiting for {what} after {}s\n--- squeue ---\n{}\n{}--- slurmd log ---\n{}",
                     HANG_GUARD.as_secs(),
                     self.squeue(),
+                    more(),
                     self.slurmd_log_tail(30)
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// What Slurm recorded of job `id`, for a wait that gave up: its record's state and
+    /// times, then every line of slurmctld's log and of each node's slurmd log that names
+    /// it (the steps' state polls left out), so the excerpt shows which stage took the
+    /// time, not only how the job ended.
+    pub fn job_story(&self, id: u32) -> String {
+        let mut story = String::from("--- job record ---\n");
+        match self.job_info(id) {
+            Some(info) => {
+                let keys = [
+                    "JobState",
+                    "Reason",
+                    "SubmitTime",
+                    "StartTime",
+                    "EndTime",
+                    "Restarts",
+                    "NodeList",
+                    "ExitCode",
+                ];
+                let fields: Vec<String> = keys
+                    .iter()
+                    .filter_map(|k| Some(format!("{k}={}", info.get(*k)?)))
+                    .collect();
+                story += &fields.join(" ");
+            }
+            None => story += "(Slurm no longer knows it)",
+        }
+        story.push('\n');
+        let mut logs = vec![(
+            "slurmctld".to_string(),
+            self.dir().join("slurm/slurmctld.log"),
+        )];
+        for node in self.nodes() {
+            logs.push((format!("slurmd {}", node.name()), node.slurmd_log()));
+        }
+        for (name, path) in logs {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| names_job(l, id) && !l.contains("REQUEST_STATE"))
+                .collect();
+            story += &format!("--- {name}: lines about job {id} ---\n");
+            // The start and the end of a long story.
+            if lines.len() > 120 {
+                story += &lines[..60].join("\n");
+                story += &format!("\n[... {} lines ...]\n", lines.len() - 100);
+                story += &lines[lines.len() - 40..].join("\n");
+            } else {
+                story += &lines.join("\n");
+            }
+            story.push('\n');
+        }
+        story
     }
 
     /// The node's state as `sinfo -o %T` prints it (`idle`, `drained`, `mixed`, …); one
@@ -1290,6 +1367,25 @@ pub fn ensure_user(name: &str) -> (u32, u32) {
     ids
 }
 
+/// Does this log line name job `id` (`JobId=ID`, `[ID.batch]`, `job ID`, `jobid [ID]`,
+/// `job_ID`), with no digit right after the id?
+fn names_job(line: &str, id: u32) -> bool {
+    // `[ID` must be a step (`[ID.`): `[2026-12-…` begins every line.
+    [
+        ("JobId=", ""),
+        ("[", "."),
+        ("job ", ""),
+        ("jobid [", ""),
+        ("job_", ""),
+    ]
+    .iter()
+    .any(|(prefix, then)| {
+        let needle = format!("{prefix}{id}{then}");
+        line.match_indices(&needle)
+            .any(|(at, _)| !line[at + needle.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    })
+}
+
 /// Is process `pid` alive? A zombie (exited, waiting to be reaped by init) is not.
 pub fn pid_alive(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -1500,5 +1596,33 @@ pub fn run_suite_on(spec: &ClusterSpec, tests: &[Test], alone: &[Test]) {
     if !failed.is_empty() {
         println!("failures: {}", failed.join(", "));
         std::process::exit(101);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_job;
+
+    #[test]
+    fn log_lines_name_their_job_and_no_other() {
+        let id = 26_764_311;
+        for line in [
+            "[2026-12-04T20:40:20.896] [26764311.extern] Sent signal 15 to StepId=26764311.extern",
+            "[2026-12-04T20:40:22.568] debug:  Waiting for job 26764311's prolog to complete",
+            "[2026-12-04T20:40:22.571] debug:  Running spank/epilog for jobid [26764311] uid [1001]",
+            "[2026-12-04T20:40:22.730] debug:  JobId=26764311: sent epilog complete msg: rc = 0",
+            "[2026-12-05T06:56:35.135] sched: Allocate JobId=26764311 NodeList=vm #CPUs=1",
+        ] {
+            assert!(names_job(line, id), "{line}");
+        }
+        for line in [
+            "[2026-12-04T20:40:20.896] [267643110.batch] task 0 exited",
+            "[2026-12-04T20:40:22.730] debug:  JobId=2676431: sent epilog complete msg",
+            "[2026-12-04T20:40:22.730] debug:  Handling REQUEST_STATE",
+        ] {
+            assert!(!names_job(line, id), "{line}");
+        }
+        // A job numbered like the year is not named by every line's timestamp.
+        assert!(!names_job("[2026-12-04T20:40:22.730] slurmd started", 2026));
     }
 }

@@ -40,18 +40,6 @@ fn main() {
             warning_reaches_every_node,
         ),
     ];
-    // The time-limit test fails under the production profile after the sixth session's
-    // merges (it passes under the simple one); open in issue 25.
-    let production = matches!(
-        colloc_slurm_tests::Profile::from_env(),
-        colloc_slurm_tests::Profile::Production
-    );
-    let tests: Vec<_> = tests
-        .iter()
-        .copied()
-        .filter(|t| !(production && t.0 == "the_time_limit_warning_reaches_every_nodes_runs"))
-        .collect();
-    let tests = &tests[..];
     // Losing a node mostly waits for slurmctld to notice: on its own cluster, meanwhile.
     run_suite_on(
         &spec,
@@ -721,7 +709,7 @@ fn sigkill_leaves_nothing(c: &Cluster) {
 fn warning_reaches_every_node(c: &Cluster) {
     let dir = c.jobs_dir().join("warn-sweep");
     std::fs::create_dir_all(&dir).unwrap();
-    let ck = colloc_slurm_tests::repo_root().join("wrapper/tests/fixtures/run/checkpoint.sh");
+    let ck = colloc_slurm_tests::fixture("wrapper/tests/fixtures/run/checkpoint.sh");
     let grid: Vec<String> = (1..=12).map(|i| i.to_string()).collect();
     std::fs::write(
         dir.join("runs.toml"),
@@ -782,10 +770,18 @@ fn warning_reaches_every_node(c: &Cluster) {
         nodes.insert(r["node"].as_str().unwrap_or_default().to_string());
     }
     assert_eq!(nodes.into_iter().collect::<Vec<_>>(), ["n1", "n2", "n3"]);
+    // This test's runs only: both profiles' suites run at once in CI, and the other's
+    // time-limit tests run the same script.
     let ck = ck.display().to_string();
-    assert!(
-        processes_with(&ck).is_empty(),
-        "left: {:?}",
+    let tag = format!("CKPT_DIR={}", dir.display());
+    let left = || {
         processes_with(&ck)
-    );
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/environ"))
+                    .is_ok_and(|e| e.split(|&b| b == 0).any(|kv| kv == tag.as_bytes()))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(left().is_empty(), "left: {:?}", left());
 }

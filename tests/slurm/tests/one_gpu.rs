@@ -480,10 +480,12 @@ fn time_limit_restores(c: &Cluster) {
     assert_eq!(c.instances(0).len(), 7);
     // Slurm's smallest limit is a minute; pulling the end time to now makes slurmctld's
     // own time-limit check (every 30 s) end the job as TIMEOUT, the same path as a job
-    // that ran out of time.
+    // that ran out of time. `now+5` (seconds): scontrol reads "now" from its own clock and
+    // slurmctld refuses an end time already past by its own ("Invalid time specified",
+    // seen when the second turned between the two).
     let out = c
         .slurm("scontrol")
-        .args(["update", &format!("JobId={id}"), "EndTime=now"])
+        .args(["update", &format!("JobId={id}"), "EndTime=now+5"])
         .output()
         .unwrap();
     assert!(

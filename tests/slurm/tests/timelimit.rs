@@ -17,19 +17,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use colloc_slurm_tests::{colloc_bin, pids, repo_root, run_suite, Cluster, Profile, Test};
+use colloc_slurm_tests::{colloc_bin, fixture, pids, run_suite, Cluster, Profile, Test};
 use serde_json::Value;
 
 fn main() {
-    // Known failure under the production profile after the sixth session's merges (the
-    // three tests fail there, pass under the simple one); open in issue 25.
-    if matches!(
-        colloc_slurm_tests::Profile::from_env(),
-        colloc_slurm_tests::Profile::Production
-    ) {
-        println!("timelimit: skipped under the production profile (issue 25, open)");
-        return;
-    }
     // Each mostly waits for its job's time limit: one on the shared cluster, the other on
     // one of its own, at the same time.
     let tests: &[Test] = &[
@@ -58,7 +49,7 @@ const KEEP_OUTPUT: [&str; 1] = ["--open-mode=append"];
 fn sweep(c: &Cluster, name: &str, ck: u32, deaf: bool, steps: u32) -> PathBuf {
     let dir = c.jobs_dir().join(name);
     std::fs::create_dir_all(&dir).unwrap();
-    let script = repo_root().join("wrapper/tests/fixtures/run/checkpoint.sh");
+    let script = fixture("wrapper/tests/fixtures/run/checkpoint.sh");
     let mut m = format!(
         "[defaults]\nenv = {{ CKPT_DIR = '{}', STEPS = '{steps}', STEP_S = '1' }}\n\
          [[sweep]]\nname = 'ck{{i}}'\ncommand = ['{}']\ngrid = {{ i = [{}] }}\n",
