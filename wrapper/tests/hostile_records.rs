@@ -1,0 +1,156 @@
+//! Records forged to make `colloc report` (an admin's, as root, on a user's directory)
+//! spend time or memory without end (SECURITY.md, "User-side commands", 4 and 5): what
+//! the fold does per event must not grow with what came before.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `colloc` with a clean environment.
+fn colloc(cwd: &Path) -> Command {
+    let mut c = Command::new(assert_cmd::cargo::cargo_bin("colloc"));
+    for k in [
+        "SLURM_JOB_ID",
+        "COLLOC_LOG",
+        "COLLOC_MODE",
+        "COLLOC_DEVICES",
+    ] {
+        c.env_remove(k);
+    }
+    c.env("COLLOC_CONFIG", "/nonexistent/colloc.toml")
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Run it, killed past `limit`: how long it took (a forged record made this quadratic).
+fn timed(c: &mut Command, limit: Duration) -> (Output, Duration) {
+    let t0 = Instant::now();
+    let mut child = c.spawn().unwrap();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return (child.wait_with_output().unwrap(), t0.elapsed());
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait_with_output();
+            panic!("colloc report spun past {limit:?} on a forged record");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const SESSION: &str = r#"{"ev":"session","ts":1000,"version":1,"session":1,"colloc_version":"0.1.0","host":"h","pid":1,"job_id":null,"restart_count":null,"mode":"naive","source":"plain","slots":[{"index":0,"device":null}],"interval_s":1.0,"runs":RUNS}"#;
+
+/// `DIR/events/1.main.jsonl` made of `lines`.
+fn forge(dir: &Path, lines: impl Iterator<Item = String>) {
+    std::fs::create_dir_all(dir.join("events")).unwrap();
+    let f = std::fs::File::create(dir.join("events/1.main.jsonl")).unwrap();
+    let mut w = std::io::BufWriter::new(f);
+    for l in lines {
+        w.write_all(l.as_bytes()).unwrap();
+        w.write_all(b"\n").unwrap();
+    }
+    w.flush().unwrap();
+}
+
+#[test]
+fn many_attempts_of_one_run_fold_in_linear_time() {
+    // 120,000 attempts of one run, then 120,000 progress lines for its first: each
+    // looked its attempt up by a scan (49 s for 80,000 in a debug build, 4x that for
+    // twice as many); now by an index.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("rec");
+    let n = 120_000;
+    let session = SESSION.replace("RUNS", r#"[{"name":"a","command":["x"],"env":[]}]"#);
+    let starts = (1..=n).map(|i| {
+        format!(
+            r#"{{"ev":"start","ts":{},"run":"a","attempt":{i},"session":1,"slot":0,"log":"l"}}"#,
+            1000 + i
+        )
+    });
+    let progress = (0..n).map(|i| {
+        format!(
+            r#"{{"ev":"progress","ts":{},"run":"a","attempt":1}}"#,
+            2_000_000 + i
+        )
+    });
+    forge(&dir, std::iter::once(session).chain(starts).chain(progress));
+    let (out, took) = timed(
+        colloc(t.path())
+            .args(["report", "--no-write", "-q"])
+            .arg(&dir),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("internal error"), "{err}");
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+#[test]
+fn many_session_events_are_refused_before_they_cost_minutes() {
+    // One session naming 100,000 runs, then 5,000 sessions naming none: each re-sorted
+    // the runs and rebuilt their map (114 s for 2,000 in a debug build). colloc writes
+    // one session event per session, each in its own files: more than 4,096 is refused.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("rec");
+    let runs: Vec<String> = (0..100_000)
+        .map(|i| format!(r#"{{"name":"r{i}","command":[],"env":[]}}"#))
+        .collect();
+    let big = SESSION.replace("RUNS", &format!("[{}]", runs.join(",")));
+    let small = SESSION
+        .replace("RUNS", "[]")
+        .replace("\"ts\":1000", "\"ts\":1001");
+    forge(
+        &dir,
+        std::iter::once(big).chain(std::iter::repeat_n(small, 5_000)),
+    );
+    let (out, took) = timed(
+        colloc(t.path())
+            .args(["report", "--no-write", "-q"])
+            .arg(&dir),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("line 4097: more than 4096 session events"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+#[test]
+fn a_session_naming_runs_again_and_again_does_not_rebuild_everything() {
+    // 4,000 sessions alternately naming the first and the last of 100,000 runs: the
+    // order changes each time; only the runs' positions are updated, no map rebuilt.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("rec");
+    let runs: Vec<String> = (0..100_000)
+        .map(|i| format!(r#"{{"name":"r{i}","command":[],"env":[]}}"#))
+        .collect();
+    let big = SESSION.replace("RUNS", &format!("[{}]", runs.join(",")));
+    let one = |i: usize| {
+        SESSION
+            .replace("RUNS", &format!("[{}]", runs[i]))
+            .replace("\"ts\":1000", "\"ts\":1001")
+    };
+    forge(
+        &dir,
+        std::iter::once(big).chain((0..4_000).map(|k| one(if k % 2 == 0 { 99_999 } else { 0 }))),
+    );
+    let (out, took) = timed(
+        colloc(t.path())
+            .args(["report", "--no-write", "-q"])
+            .arg(&dir),
+        Duration::from_secs(120),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}
