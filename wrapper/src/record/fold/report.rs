@@ -1,7 +1,7 @@
 //! [`Fold::report`]: every record of the report (sessions, attempts, runs,
 //! calibrations, nodes, GPUs) computed from the folded events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use colloc_core::telemetry::{AttemptGpu, GpuTotals};
 
@@ -307,6 +307,19 @@ impl Fold {
     }
 
     fn calibration_records(&self, now: f64, t0: f64) -> Vec<CalibrationRecord> {
+        // The runs of each solo key, computed once (per calibration it scanned every run:
+        // hours for a forged record of 100,000 calibrated runs). A key's runs are listed
+        // under its first calibration: colloc calibrates one run per key, and repeating
+        // the list under forged calibrations of one key would grow as their product.
+        let mut by_key: HashMap<String, Vec<String>> = HashMap::new();
+        if !self.calibrations.is_empty() {
+            for r in &self.runs {
+                by_key
+                    .entry(r.id.solo_key())
+                    .or_default()
+                    .push(r.id.name.clone());
+            }
+        }
         self.calibrations
             .iter()
             .filter_map(|(name, atts)| {
@@ -323,15 +336,7 @@ impl Fold {
                     wall_s: (a.end.unwrap_or(now.min(a.last_ts.max(a.start))) - a.start).max(0.0),
                     throughput: fig.map(|f| f.throughput),
                     unit: fig.map(|f| f.unit.clone()).or_else(|| a.unit.clone()),
-                    runs: key
-                        .map(|k| {
-                            self.runs
-                                .iter()
-                                .filter(|r| r.id.solo_key() == k)
-                                .map(|r| r.id.name.clone())
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    runs: key.and_then(|k| by_key.remove(&k)).unwrap_or_default(),
                     log: a.log.clone(),
                 })
             })
