@@ -205,3 +205,71 @@ fn many_calibrations_are_reported_in_linear_time_and_memory() {
         assert_eq!(listed, n, "same command: {same}");
     }
 }
+
+/// A session event: number `session`, with steps or not, these slots and runs (JSON).
+fn session(session: u32, steps: bool, slots: &str, runs: &str) -> String {
+    SESSION
+        .replace(
+            "\"session\":1",
+            &format!("\"session\":{session},\"steps\":{steps}"),
+        )
+        .replace("[{\"index\":0,\"device\":null}]", slots)
+        .replace("RUNS", runs)
+}
+
+#[test]
+fn many_sessions_nodes_and_attempts_are_reported_in_linear_time() {
+    // 4,000 sessions and 200,000 attempts in the last: each session's makespan went over
+    // every attempt, and each attempt without an end looked its session up by a scan.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("spans");
+    let slot = r#"[{"index":0,"device":null}]"#;
+    let sessions = (1..=4_000u32).map(|s| {
+        let runs = if s == 1 {
+            r#"[{"name":"a","command":[],"env":[]}]"#
+        } else {
+            "[]"
+        };
+        session(s, false, slot, runs)
+    });
+    let starts = (1..=200_000).map(|i| {
+        format!(
+            r#"{{"ev":"start","ts":1001,"run":"a","attempt":{i},"session":4000,"slot":0,"log":"l"}}"#
+        )
+    });
+    forge(&dir, sessions.chain(starts));
+    // One session across 65,536 nodes, 30,000 attempts: per node, every attempt, slot
+    // and known node was gone through again.
+    let nodes = t.path().join("nodes");
+    let slots: Vec<String> = (0..65_536)
+        .map(|i| format!(r#"{{"index":{i},"device":null,"node":"n{i}"}}"#))
+        .collect();
+    let first = session(
+        1,
+        true,
+        &format!("[{}]", slots.join(",")),
+        r#"[{"name":"a","command":[],"env":[]}]"#,
+    );
+    let starts = (1..=30_000).map(|i| {
+        format!(
+            r#"{{"ev":"start","ts":1001,"run":"a","attempt":{i},"session":1,"slot":{},"node":"n{i}","log":"l"}}"#,
+            i % 65_536
+        )
+    });
+    forge(&nodes, std::iter::once(first).chain(starts));
+    for d in [dir, nodes] {
+        let (out, took) = timed(
+            colloc(t.path())
+                .args(["report", "--no-write", "-q"])
+                .arg(&d),
+            Duration::from_secs(120),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", d.display());
+        assert!(
+            took < Duration::from_secs(30),
+            "{}: took {took:?}",
+            d.display()
+        );
+    }
+}

@@ -126,6 +126,8 @@ struct SoloFig {
 #[derive(Debug, Clone, Default)]
 pub struct Fold {
     sessions: Vec<Sess>,
+    /// Where the first session of each number is in `sessions`.
+    session_at: HashMap<u32, usize>,
     runs: Vec<RunSt>,
     by_name: HashMap<String, usize>,
     calibrations: BTreeMap<String, Vec<Att>>,
@@ -260,6 +262,9 @@ impl Fold {
                 runs,
                 ..
             } => {
+                self.session_at
+                    .entry(session)
+                    .or_insert(self.sessions.len());
                 self.sessions.push(Sess {
                     session,
                     start: ts,
