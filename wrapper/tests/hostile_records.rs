@@ -310,3 +310,34 @@ fn energy_of_many_overlapping_steps_on_one_gpu_is_bounded() {
     assert!(out.status.success(), "{err}");
     assert!(took < Duration::from_secs(30), "took {took:?}");
 }
+
+#[test]
+fn a_grid_key_per_run_is_refused_not_made_a_csv_of_runs_squared_cells() {
+    // 100,000 runs each with a grid key of its own (6 MB) made `--csv` print 10^10
+    // cells (built in memory first); the record is refused past 1,024 columns.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("rec");
+    let runs: Vec<String> = (0..2_000)
+        .map(|i| format!(r#"{{"name":"r{i}","command":[],"env":[],"grid":{{"k{i}":"v"}}}}"#))
+        .collect();
+    forge(
+        &dir,
+        std::iter::once(
+            SESSION
+                .replace("RUNS", &format!("[{}]", runs.join(",")))
+                .to_string(),
+        ),
+    );
+    let (out, _) = timed(
+        colloc(t.path()).args(["report", "--csv"]).arg(&dir),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("line 1: more than 1024 distinct grid keys and metric names"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}

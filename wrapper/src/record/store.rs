@@ -66,6 +66,10 @@ pub const MAX_SLOTS: usize = 1 << 16;
 /// Most sessions (and session ends) a record may hold: colloc writes one session event
 /// per session, each in event files of its own, so never more than [`MAX_EVENT_FILES`].
 pub const MAX_SESSIONS: usize = MAX_EVENT_FILES;
+/// Most distinct grid keys and metric names a record may hold together: each is a
+/// column of the CSV, every run a row (100,000 runs each with a grid key of its own made
+/// a CSV of 10^10 cells).
+pub const MAX_COLUMNS: usize = 1024;
 /// Most attempts (start events) a record may hold in all: each costs the fold and the
 /// report about a kilobyte, so 16 Mi forged ones would take some 20 GB.
 pub const MAX_ATTEMPTS: usize = 1 << 20;
@@ -708,6 +712,8 @@ struct Validator {
     slots: Option<usize>,
     /// The runs (and calibrations) named so far.
     runs: std::collections::HashSet<String>,
+    /// The grid keys and metric names seen so far (a CSV column each).
+    columns: std::collections::HashSet<String>,
     /// Session, session-end and start events so far.
     sessions: usize,
     session_ends: usize,
@@ -791,7 +797,44 @@ impl Validator {
         Ok(())
     }
 
+    /// Count a grid key or metric name: more than [`MAX_COLUMNS`] is not a record colloc
+    /// wrote (each is a column of every row of the CSV).
+    fn column(&mut self, name: &str) -> Result<(), String> {
+        if !self.columns.contains(name) {
+            if self.columns.len() >= MAX_COLUMNS {
+                return Err(format!(
+                    "more than {MAX_COLUMNS} distinct grid keys and metric names (a CSV column each)"
+                ));
+            }
+            self.columns.insert(name.to_string());
+        }
+        Ok(())
+    }
+
+    fn columns_of(&mut self, ev: &Event) -> Result<(), String> {
+        match ev {
+            Event::Session { runs, .. } => {
+                for r in runs {
+                    for k in r.grid.iter().flat_map(|g| g.keys()) {
+                        self.column(k)?;
+                    }
+                    for (m, _) in &r.metrics {
+                        self.column(m)?;
+                    }
+                }
+            }
+            Event::Progress { progress, .. } | Event::End { progress, .. } => {
+                for m in progress.metrics.keys() {
+                    self.column(m)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn event(&mut self, ev: &Event) -> Result<(), String> {
+        self.columns_of(ev)?;
         check_ts("time", ev.ts())?;
         match ev {
             Event::Session { .. } => count(&mut self.sessions, MAX_SESSIONS, "session events")?,
