@@ -182,6 +182,12 @@ fn roots_report_on_another_users_dir_never_writes_through_a_chart_link() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(out_dir.join("colloc-report.json").is_file());
+    // The summary names the report written there, not DIR's.
+    let summary = text(&out.stdout);
+    assert!(
+        summary.contains(&format!("report {}/colloc-report.json", out_dir.display())),
+        "{summary}"
+    );
 }
 
 #[test]
