@@ -172,6 +172,19 @@ fn check_regular(st: &Stat, path: &Path, limit: u64) -> Result<(), UserFsError> 
     Ok(())
 }
 
+/// What is at `name` that `open` refused with `ENXIO` (a socket, or a device with no
+/// driver): named as not a regular file, bad input like a FIFO.
+fn not_openable<Fd: AsFd, P: rustix::path::Arg>(at: Fd, name: P, shown: &Path) -> UserFsError {
+    let what = rustix::fs::statat(at, name, AtFlags::empty()).map_or("not openable", |st| {
+        type_name(FileType::from_raw_mode(st.st_mode))
+    });
+    UserFsError::WrongType {
+        path: shown.to_path_buf(),
+        what: what.into(),
+        expected: "a regular file",
+    }
+}
+
 /// Read at most `limit` bytes from an open regular file; more (a file that grew) is an
 /// error.
 fn read_capped(f: File, path: &Path, limit: u64) -> Result<Vec<u8>, UserFsError> {
@@ -204,7 +217,10 @@ pub fn read_user_file(path: &Path, limit: u64) -> Result<Vec<u8>, UserFsError> {
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
         Mode::empty(),
     )
-    .map_err(|e| io("read", path, e))?;
+    .map_err(|e| match e {
+        Errno::NXIO => not_openable(rustix::fs::CWD, path, path),
+        e => io("read", path, e),
+    })?;
     let st = rustix::fs::fstat(&fd).map_err(|e| io("inspect", path, e))?;
     check_regular(&st, path, limit)?;
     read_capped(File::from(fd), path, limit)
@@ -629,6 +645,8 @@ impl CheckedDir {
                     expected: "a regular file",
                 })
             }
+            // A socket cannot be opened (ENXIO): say what it is, as for a FIFO.
+            Err(Errno::NXIO) => return Err(not_openable(&self.fd, name, &shown)),
             Err(e) => return Err(io("open", &shown, e)),
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| io("inspect", &shown, e))?;
@@ -753,6 +771,7 @@ impl CheckedDir {
                 what: "a symbolic link".into(),
                 expected: "a regular file",
             },
+            Errno::NXIO => not_openable(&self.fd, name, &shown),
             e => io("open", &shown, e),
         })?;
         self.check_own_file(&fd, &shown)?;
@@ -782,6 +801,8 @@ impl CheckedDir {
                     expected: "a regular file",
                 })
             }
+            // A socket cannot be opened (ENXIO): say what it is, as for a FIFO.
+            Err(Errno::NXIO) => return Err(not_openable(&self.fd, name, &shown)),
             Err(e) => return Err(io("open", &shown, e)),
         };
         if self.writable {

@@ -985,3 +985,43 @@ fn a_directory_swapped_with_a_link_while_root_walks_never_redirects_a_write() {
         assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o700), "{:?}", e.path());
     }
 }
+
+#[test]
+fn sockets_where_colloc_reads_are_refused_as_bad_input() {
+    // A socket cannot be opened (ENXIO): it was "cannot open …: No such device or
+    // address", exit 1, where a FIFO in its place is refused as bad input (exit 2).
+    let t = tmp();
+    let socket = |p: &Path| std::os::unix::net::UnixListener::bind(p).unwrap();
+    let rec = t.path().join("rec");
+    record(t.path(), &rec, None, &[]);
+    std::fs::remove_file(rec.join(".colloc.lock")).unwrap();
+    let _lock = socket(&rec.join(".colloc.lock"));
+    refused(
+        &output(colloc(t.path()).args(["report", "--no-write"]).arg(&rec)),
+        ".colloc.lock is a socket, not a regular file",
+    );
+    refused(
+        &output(
+            colloc(t.path())
+                .args(["run", "-q", "-n", "1", "--report-dir"])
+                .arg(&rec)
+                .args(["--", "true"]),
+        ),
+        ".colloc.lock is a socket, not a regular file",
+    );
+    let dir = t.path().join("ev");
+    std::fs::create_dir_all(dir.join("events")).unwrap();
+    let _ev = socket(&dir.join("events/1.main.jsonl"));
+    refused(
+        &output(colloc(t.path()).arg("report").arg(&dir)),
+        "1.main.jsonl is a socket, not a regular file",
+    );
+    refused(
+        &output(
+            colloc(t.path())
+                .args(["run", "-f"])
+                .arg(dir.join("events/1.main.jsonl")),
+        ),
+        "a socket, not a regular file",
+    );
+}
