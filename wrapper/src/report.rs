@@ -120,9 +120,11 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     let report = fold.report(now, live);
-    let shown_json = dir.shown(REPORT_JSON);
+    let mut shown_json = dir.shown(REPORT_JSON);
     let mut failed = None;
     if let Some(out) = destination(&a, dir)? {
+        // The one-line summary names the report written, in --out where given.
+        shown_json = out.shown(REPORT_JSON);
         match write_report(&out, &report) {
             Ok(()) => {
                 chart::run_charts(&report, &out);

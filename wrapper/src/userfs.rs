@@ -51,6 +51,13 @@ pub enum UserFsError {
         /// Whose it is, and whose colloc follows.
         why: String,
     },
+    /// A directory on the way that was swapped (with a link or a file) while colloc
+    /// opened it: someone is racing colloc there.
+    #[error("{path} changed while colloc opened it (a directory swapped with a link or a file?); refused")]
+    Changing {
+        /// The path.
+        path: PathBuf,
+    },
     /// A file over the size colloc reads.
     #[error("{path} is larger than {limit}; refused (not a file colloc wrote?)")]
     TooLarge {
@@ -90,6 +97,7 @@ impl UserFsError {
             UserFsError::WrongType { what, expected, .. } => format!("{what}, not {expected}"),
             UserFsError::TooLarge { limit, .. } => format!("larger than {limit}"),
             UserFsError::UntrustedLink { why, .. } => format!("a symbolic link {why}"),
+            UserFsError::Changing { .. } => "changed while colloc opened it".into(),
             UserFsError::Io { source, .. } => source.to_string(),
         }
     }
@@ -164,6 +172,19 @@ fn check_regular(st: &Stat, path: &Path, limit: u64) -> Result<(), UserFsError> 
     Ok(())
 }
 
+/// What is at `name` that `open` refused with `ENXIO` (a socket, or a device with no
+/// driver): named as not a regular file, bad input like a FIFO.
+fn not_openable<Fd: AsFd, P: rustix::path::Arg>(at: Fd, name: P, shown: &Path) -> UserFsError {
+    let what = rustix::fs::statat(at, name, AtFlags::empty()).map_or("not openable", |st| {
+        type_name(FileType::from_raw_mode(st.st_mode))
+    });
+    UserFsError::WrongType {
+        path: shown.to_path_buf(),
+        what: what.into(),
+        expected: "a regular file",
+    }
+}
+
 /// Read at most `limit` bytes from an open regular file; more (a file that grew) is an
 /// error.
 fn read_capped(f: File, path: &Path, limit: u64) -> Result<Vec<u8>, UserFsError> {
@@ -196,7 +217,10 @@ pub fn read_user_file(path: &Path, limit: u64) -> Result<Vec<u8>, UserFsError> {
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
         Mode::empty(),
     )
-    .map_err(|e| io("read", path, e))?;
+    .map_err(|e| match e {
+        Errno::NXIO => not_openable(rustix::fs::CWD, path, path),
+        e => io("read", path, e),
+    })?;
     let st = rustix::fs::fstat(&fd).map_err(|e| io("inspect", path, e))?;
     check_regular(&st, path, limit)?;
     read_capped(File::from(fd), path, limit)
@@ -333,6 +357,10 @@ fn walk_parent(path: &Path) -> Result<OwnedFd, UserFsError> {
                 let st = rustix::fs::statat(&fd, c.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
                     .map_err(|e| io("look up", &here, e))?;
                 let t = FileType::from_raw_mode(st.st_mode);
+                if t == FileType::Directory {
+                    // `openat` met a link or a file, `statat` a directory: swapped between.
+                    return Err(UserFsError::Changing { path: here });
+                }
                 if t != FileType::Symlink {
                     return Err(UserFsError::WrongType {
                         path: here,
@@ -455,15 +483,21 @@ impl CheckedDir {
 
     fn open_at<Fd: AsFd>(at: Fd, name: &Path, shown: &Path) -> Result<CheckedDir, UserFsError> {
         let fd = rustix::fs::openat(&at, name, DIR_FLAGS, Mode::empty()).map_err(|e| match e {
-            Errno::LOOP | Errno::NOTDIR => UserFsError::WrongType {
-                path: shown.to_path_buf(),
-                what: rustix::fs::statat(&at, name, AtFlags::SYMLINK_NOFOLLOW)
-                    .map_or("not a directory", |st| {
-                        type_name(FileType::from_raw_mode(st.st_mode))
-                    })
-                    .into(),
-                expected: "a directory",
-            },
+            Errno::LOOP | Errno::NOTDIR => {
+                let t = rustix::fs::statat(&at, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| FileType::from_raw_mode(st.st_mode));
+                match t {
+                    // a link or a file when opened, a directory now: swapped between
+                    Ok(FileType::Directory) => UserFsError::Changing {
+                        path: shown.to_path_buf(),
+                    },
+                    t => UserFsError::WrongType {
+                        path: shown.to_path_buf(),
+                        what: t.map_or("not a directory", type_name).into(),
+                        expected: "a directory",
+                    },
+                }
+            }
             e => io("open", shown, e),
         })?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io("inspect", shown, e))?;
@@ -611,6 +645,8 @@ impl CheckedDir {
                     expected: "a regular file",
                 })
             }
+            // A socket cannot be opened (ENXIO): say what it is, as for a FIFO.
+            Err(Errno::NXIO) => return Err(not_openable(&self.fd, name, &shown)),
             Err(e) => return Err(io("open", &shown, e)),
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| io("inspect", &shown, e))?;
@@ -735,6 +771,7 @@ impl CheckedDir {
                 what: "a symbolic link".into(),
                 expected: "a regular file",
             },
+            Errno::NXIO => not_openable(&self.fd, name, &shown),
             e => io("open", &shown, e),
         })?;
         self.check_own_file(&fd, &shown)?;
@@ -764,6 +801,8 @@ impl CheckedDir {
                     expected: "a regular file",
                 })
             }
+            // A socket cannot be opened (ENXIO): say what it is, as for a FIFO.
+            Err(Errno::NXIO) => return Err(not_openable(&self.fd, name, &shown)),
             Err(e) => return Err(io("open", &shown, e)),
         };
         if self.writable {

@@ -182,6 +182,12 @@ fn roots_report_on_another_users_dir_never_writes_through_a_chart_link() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(out_dir.join("colloc-report.json").is_file());
+    // The summary names the report written there, not DIR's.
+    let summary = text(&out.stdout);
+    assert!(
+        summary.contains(&format!("report {}/colloc-report.json", out_dir.display())),
+        "{summary}"
+    );
 }
 
 #[test]
@@ -870,4 +876,152 @@ fn memory_for_a_record_stays_within_a_small_multiple_of_its_size() {
             "{shape}: {peak} bytes for a record of {size}"
         );
     }
+}
+
+#[test]
+fn a_directory_swapped_with_a_link_while_root_walks_never_redirects_a_write() {
+    if !is_root() {
+        eprintln!("skipped: needs root to act as two users");
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let t = tmp();
+    let rec = t.path().join("rec");
+    record(t.path(), &rec, None, &[]);
+    // The attacker's directory, where an admin writes a copy of a report; in it `a`, a
+    // directory, and `l`, a link to a directory of root's, swapped without pause
+    // (renameat2 RENAME_EXCHANGE) while root walks `att/a/outN`.
+    let att = t.path().join("att");
+    let target = t.path().join("roots-only");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir_all(att.join("a")).unwrap();
+    std::os::unix::fs::symlink(&target, att.join("l")).unwrap();
+    for p in [att.clone(), att.join("a"), att.join("l")] {
+        std::os::unix::fs::lchown(&p, Some(ATTACKER), Some(ATTACKER)).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let spinner = {
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        let a =
+            std::ffi::CString::new(att.join("a").into_os_string().into_encoded_bytes()).unwrap();
+        let l =
+            std::ffi::CString::new(att.join("l").into_os_string().into_encoded_bytes()).unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: valid NUL-terminated paths.
+                let r = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        l.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                assert_eq!(r, 0, "renameat2");
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let (mut wrote, mut refusals) = (0, 0);
+    for i in 0..40 {
+        let out_dir = att.join(format!("a/out{i}"));
+        let out = if i % 4 == 3 {
+            output(
+                colloc(t.path())
+                    .args(["run", "-q", "-n", "1", "--report-dir"])
+                    .arg(&out_dir)
+                    .args(["--", "true"]),
+            )
+        } else {
+            output(
+                colloc(t.path())
+                    .args(["report", "-q", "--out"])
+                    .arg(&out_dir)
+                    .arg(&rec),
+            )
+        };
+        let err = text(&out.stderr);
+        match out.status.code() {
+            Some(0) => wrote += 1,
+            Some(2) => {
+                refusals += 1;
+                let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+                assert_eq!(errors.len(), 1, "{err}");
+                assert!(
+                    errors[0].contains("att/a is a symbolic link owned by uid 64201")
+                        || errors[0].contains("att/a changed while colloc opened it"),
+                    "{err}"
+                );
+            }
+            c => panic!("exit {c:?}: {err}"),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    spinner.join().unwrap();
+    assert!(swaps.load(Ordering::Relaxed) > 1000);
+    assert_eq!(wrote + refusals, 40);
+    assert_eq!(
+        std::fs::read_dir(&target).unwrap().count(),
+        0,
+        "root wrote through the attacker's link"
+    );
+    // What root made is root's alone, in the attacker's real directory.
+    let real = if std::fs::symlink_metadata(att.join("a")).unwrap().is_dir() {
+        att.join("a")
+    } else {
+        att.join("l")
+    };
+    let made: Vec<_> = std::fs::read_dir(&real)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(made.len(), wrote, "{made:?}");
+    for e in made {
+        let m = e.metadata().unwrap();
+        assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o700), "{:?}", e.path());
+    }
+}
+
+#[test]
+fn sockets_where_colloc_reads_are_refused_as_bad_input() {
+    // A socket cannot be opened (ENXIO): it was "cannot open …: No such device or
+    // address", exit 1, where a FIFO in its place is refused as bad input (exit 2).
+    let t = tmp();
+    let socket = |p: &Path| std::os::unix::net::UnixListener::bind(p).unwrap();
+    let rec = t.path().join("rec");
+    record(t.path(), &rec, None, &[]);
+    std::fs::remove_file(rec.join(".colloc.lock")).unwrap();
+    let _lock = socket(&rec.join(".colloc.lock"));
+    refused(
+        &output(colloc(t.path()).args(["report", "--no-write"]).arg(&rec)),
+        ".colloc.lock is a socket, not a regular file",
+    );
+    refused(
+        &output(
+            colloc(t.path())
+                .args(["run", "-q", "-n", "1", "--report-dir"])
+                .arg(&rec)
+                .args(["--", "true"]),
+        ),
+        ".colloc.lock is a socket, not a regular file",
+    );
+    let dir = t.path().join("ev");
+    std::fs::create_dir_all(dir.join("events")).unwrap();
+    let _ev = socket(&dir.join("events/1.main.jsonl"));
+    refused(
+        &output(colloc(t.path()).arg("report").arg(&dir)),
+        "1.main.jsonl is a socket, not a regular file",
+    );
+    refused(
+        &output(
+            colloc(t.path())
+                .args(["run", "-f"])
+                .arg(dir.join("events/1.main.jsonl")),
+        ),
+        "a socket, not a regular file",
+    );
 }

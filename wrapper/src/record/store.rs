@@ -63,6 +63,16 @@ pub const MAX_EVENT_LINES: usize = 16 << 20;
 pub const MAX_RUNS: usize = crate::run::manifest::MAX_RUNS;
 /// Most slots a session may declare.
 pub const MAX_SLOTS: usize = 1 << 16;
+/// Most sessions (and session ends) a record may hold: colloc writes one session event
+/// per session, each in event files of its own, so never more than [`MAX_EVENT_FILES`].
+pub const MAX_SESSIONS: usize = MAX_EVENT_FILES;
+/// Most distinct grid keys and metric names a record may hold together: each is a
+/// column of the CSV, every run a row (100,000 runs each with a grid key of its own made
+/// a CSV of 10^10 cells).
+pub const MAX_COLUMNS: usize = 1024;
+/// Most attempts (start events) a record may hold in all: each costs the fold and the
+/// report about a kilobyte, so 16 Mi forged ones would take some 20 GB.
+pub const MAX_ATTEMPTS: usize = 1 << 20;
 /// Latest time an event may carry (Unix seconds, year 5138): larger is not a time colloc
 /// wrote.
 pub const MAX_TS: f64 = 1e11;
@@ -702,6 +712,23 @@ struct Validator {
     slots: Option<usize>,
     /// The runs (and calibrations) named so far.
     runs: std::collections::HashSet<String>,
+    /// The grid keys and metric names seen so far (a CSV column each).
+    columns: std::collections::HashSet<String>,
+    /// Session, session-end and start events so far.
+    sessions: usize,
+    session_ends: usize,
+    attempts: usize,
+}
+
+/// One more of what is counted in `n`, refused past `max`.
+fn count(n: &mut usize, max: usize, what: &str) -> Result<(), String> {
+    *n += 1;
+    if *n > max {
+        return Err(format!(
+            "more than {max} {what}: colloc never writes that many in one record"
+        ));
+    }
+    Ok(())
 }
 
 fn check_ts(what: &str, ts: f64) -> Result<(), String> {
@@ -770,8 +797,53 @@ impl Validator {
         Ok(())
     }
 
+    /// Count a grid key or metric name: more than [`MAX_COLUMNS`] is not a record colloc
+    /// wrote (each is a column of every row of the CSV).
+    fn column(&mut self, name: &str) -> Result<(), String> {
+        if !self.columns.contains(name) {
+            if self.columns.len() >= MAX_COLUMNS {
+                return Err(format!(
+                    "more than {MAX_COLUMNS} distinct grid keys and metric names (a CSV column each)"
+                ));
+            }
+            self.columns.insert(name.to_string());
+        }
+        Ok(())
+    }
+
+    fn columns_of(&mut self, ev: &Event) -> Result<(), String> {
+        match ev {
+            Event::Session { runs, .. } => {
+                for r in runs {
+                    for k in r.grid.iter().flat_map(|g| g.keys()) {
+                        self.column(k)?;
+                    }
+                    for (m, _) in &r.metrics {
+                        self.column(m)?;
+                    }
+                }
+            }
+            Event::Progress { progress, .. } | Event::End { progress, .. } => {
+                for m in progress.metrics.keys() {
+                    self.column(m)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn event(&mut self, ev: &Event) -> Result<(), String> {
+        self.columns_of(ev)?;
         check_ts("time", ev.ts())?;
+        match ev {
+            Event::Session { .. } => count(&mut self.sessions, MAX_SESSIONS, "session events")?,
+            Event::SessionEnd { .. } => {
+                count(&mut self.session_ends, MAX_SESSIONS, "session end events")?;
+            }
+            Event::Start { .. } => count(&mut self.attempts, MAX_ATTEMPTS, "attempts")?,
+            _ => {}
+        }
         match ev {
             Event::Session { runs, .. } => {
                 for r in runs {
@@ -1136,6 +1208,36 @@ mod tests {
                 .contains("line 1: more than 100000 distinct runs"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn more_sessions_session_ends_or_attempts_than_colloc_writes_are_refused() {
+        let start = || {
+            serde_json::from_str::<Event>(
+                r#"{"ev":"start","ts":6,"run":"a","attempt":1,"session":1,"slot":0,"log":"l"}"#,
+            )
+            .unwrap()
+        };
+        let end = || {
+            serde_json::from_str::<Event>(
+                r#"{"ev":"session_end","ts":6,"session":1,"stopped_by":null,"max_concurrent":1}"#,
+            )
+            .unwrap()
+        };
+        let mut v = Validator::default();
+        for _ in 0..MAX_SESSIONS {
+            v.event(&session(5.0, 1)).unwrap();
+            v.event(&end()).unwrap();
+        }
+        let e = v.event(&session(5.0, 1)).unwrap_err();
+        assert!(e.contains("more than 4096 session events"), "{e}");
+        let e = v.event(&end()).unwrap_err();
+        assert!(e.contains("more than 4096 session end events"), "{e}");
+        for _ in 0..MAX_ATTEMPTS {
+            v.event(&start()).unwrap();
+        }
+        let e = v.event(&start()).unwrap_err();
+        assert!(e.contains("more than 1048576 attempts"), "{e}");
     }
 
     #[test]

@@ -109,6 +109,10 @@ struct RunSt {
     id: RunIdentity,
     index: usize,
     attempts: Vec<Att>,
+    /// Where the latest attempt of each number is in `attempts`: a progress or end event
+    /// finds its attempt at once, not by a scan (a forged record of a million attempts
+    /// of one run made that quadratic).
+    latest: HashMap<u32, usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -122,9 +126,13 @@ struct SoloFig {
 #[derive(Debug, Clone, Default)]
 pub struct Fold {
     sessions: Vec<Sess>,
+    /// Where the first session of each number is in `sessions`.
+    session_at: HashMap<u32, usize>,
     runs: Vec<RunSt>,
     by_name: HashMap<String, usize>,
     calibrations: BTreeMap<String, Vec<Att>>,
+    /// As [`RunSt::latest`], for the calibrations.
+    calibration_latest: HashMap<String, HashMap<u32, usize>>,
     solos: HashMap<String, SoloFig>,
     signals: Vec<(f64, String, Vec<String>)>,
     gpus: BTreeMap<u32, Vec<GpuTotals>>,
@@ -206,6 +214,7 @@ impl Fold {
                     },
                     index: i,
                     attempts: Vec::new(),
+                    latest: HashMap::new(),
                 });
                 self.by_name.insert(name.to_string(), i);
                 i
@@ -217,16 +226,14 @@ impl Fold {
     fn attempt_mut(&mut self, name: &str, kind: Kind, attempt: u32) -> Option<&mut Att> {
         match kind {
             Kind::Run => self.by_name.get(name).and_then(|&i| {
-                self.runs[i]
-                    .attempts
-                    .iter_mut()
-                    .rev()
-                    .find(|a| a.attempt == attempt)
+                let r = &mut self.runs[i];
+                let at = *r.latest.get(&attempt)?;
+                r.attempts.get_mut(at)
             }),
-            Kind::Solo => self
-                .calibrations
-                .get_mut(name)
-                .and_then(|v| v.iter_mut().rev().find(|a| a.attempt == attempt)),
+            Kind::Solo => {
+                let at = *self.calibration_latest.get(name)?.get(&attempt)?;
+                self.calibrations.get_mut(name)?.get_mut(at)
+            }
         }
     }
 
@@ -255,6 +262,9 @@ impl Fold {
                 runs,
                 ..
             } => {
+                self.session_at
+                    .entry(session)
+                    .or_insert(self.sessions.len());
                 self.sessions.push(Sess {
                     session,
                     start: ts,
@@ -277,13 +287,16 @@ impl Fold {
                     r.id = id;
                     r.index = index;
                 }
-                self.runs.sort_by_key(|r| r.index);
-                self.by_name = self
-                    .runs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| (r.id.name.clone(), i))
-                    .collect();
+                // Only when the order changed (by_name holds every name already): a
+                // forged record of many session events must not rebuild the map each.
+                if !self.runs.is_sorted_by_key(|r| r.index) {
+                    self.runs.sort_by_key(|r| r.index);
+                    for (i, r) in self.runs.iter().enumerate() {
+                        if let Some(at) = self.by_name.get_mut(&r.id.name) {
+                            *at = i;
+                        }
+                    }
+                }
             }
             Event::Start {
                 ts,
@@ -308,8 +321,19 @@ impl Fold {
                     ..Att::default()
                 };
                 match kind {
-                    Kind::Run => self.run_mut(&run).attempts.push(a),
-                    Kind::Solo => self.calibrations.entry(run).or_default().push(a),
+                    Kind::Run => {
+                        let r = self.run_mut(&run);
+                        r.latest.insert(attempt, r.attempts.len());
+                        r.attempts.push(a);
+                    }
+                    Kind::Solo => {
+                        let v = self.calibrations.entry(run.clone()).or_default();
+                        self.calibration_latest
+                            .entry(run)
+                            .or_default()
+                            .insert(attempt, v.len());
+                        v.push(a);
+                    }
                 }
             }
             Event::Progress {

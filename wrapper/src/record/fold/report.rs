@@ -1,7 +1,7 @@
 //! [`Fold::report`]: every record of the report (sessions, attempts, runs,
 //! calibrations, nodes, GPUs) computed from the folded events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use colloc_core::telemetry::{AttemptGpu, GpuTotals};
 
@@ -30,10 +30,11 @@ impl Fold {
             .iter()
             .map(|r| self.run_record(r, t0, now, live, &remote))
             .collect();
+        let spans = self.session_spans(now, live);
         let sessions: Vec<SessionRecord> = self
             .sessions
             .iter()
-            .map(|s| self.session_record(s, now, live))
+            .map(|s| self.session_record(s, &spans, live))
             .collect();
         let last_event = self.sessions.iter().map(|s| s.last).fold(t0, f64::max);
         let mut report = Report {
@@ -69,9 +70,14 @@ impl Fold {
         report
     }
 
-    fn session_record(&self, s: &Sess, now: f64, live: Option<u32>) -> SessionRecord {
+    fn session_record(
+        &self,
+        s: &Sess,
+        spans: &HashMap<u32, (f64, usize)>,
+        live: Option<u32>,
+    ) -> SessionRecord {
         let running = live == Some(s.session);
-        let (makespan_s, max_concurrent) = self.session_span(s.session, now, live);
+        let (makespan_s, max_concurrent) = spans.get(&s.session).copied().unwrap_or((0.0, 0));
         SessionRecord {
             session: s.session,
             started: rfc3339(s.start),
@@ -94,39 +100,26 @@ impl Fold {
             Some(e) => e,
             None if live == Some(a.session) => now,
             None => self
-                .sessions
-                .iter()
-                .find(|s| s.session == a.session)
-                .map_or(a.last_ts, |s| s.last.max(a.last_ts)),
+                .session_at
+                .get(&a.session)
+                .map_or(a.last_ts, |&i| self.sessions[i].last.max(a.last_ts)),
         }
     }
 
-    /// A session's makespan and most attempts at once.
-    pub(super) fn session_span(&self, session: u32, now: f64, live: Option<u32>) -> (f64, usize) {
-        let iv: Vec<(f64, f64)> = self
-            .runs
-            .iter()
-            .flat_map(|r| r.attempts.iter())
-            .filter(|a| a.session == session)
-            .map(|a| (a.start, self.end_of(a, now, live)))
-            .collect();
-        if iv.is_empty() {
-            return (0.0, 0);
+    /// Each session's makespan and most attempts at once, from one pass over the
+    /// attempts (one pass per session was sessions x attempts for a forged record).
+    pub(super) fn session_spans(&self, now: f64, live: Option<u32>) -> HashMap<u32, (f64, usize)> {
+        let mut by_session: HashMap<u32, Vec<(f64, f64)>> = HashMap::new();
+        for a in self.runs.iter().flat_map(|r| r.attempts.iter()) {
+            by_session
+                .entry(a.session)
+                .or_default()
+                .push((a.start, self.end_of(a, now, live)));
         }
-        let first = iv.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
-        let last = iv.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
-        let mut events: Vec<(f64, i32)> = Vec::new();
-        for &(s, e) in &iv {
-            events.push((s, 1));
-            events.push((e, -1));
-        }
-        events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let (mut cur, mut max) = (0i32, 0i32);
-        for (_, d) in events {
-            cur += d;
-            max = max.max(cur);
-        }
-        ((last - first).max(0.0), max as usize)
+        by_session
+            .into_iter()
+            .map(|(s, iv)| (s, span_of(&iv)))
+            .collect()
     }
 
     fn attempt_record(
@@ -307,6 +300,19 @@ impl Fold {
     }
 
     fn calibration_records(&self, now: f64, t0: f64) -> Vec<CalibrationRecord> {
+        // The runs of each solo key, computed once (per calibration it scanned every run:
+        // hours for a forged record of 100,000 calibrated runs). A key's runs are listed
+        // under its first calibration: colloc calibrates one run per key, and repeating
+        // the list under forged calibrations of one key would grow as their product.
+        let mut by_key: HashMap<String, Vec<String>> = HashMap::new();
+        if !self.calibrations.is_empty() {
+            for r in &self.runs {
+                by_key
+                    .entry(r.id.solo_key())
+                    .or_default()
+                    .push(r.id.name.clone());
+            }
+        }
         self.calibrations
             .iter()
             .filter_map(|(name, atts)| {
@@ -323,15 +329,7 @@ impl Fold {
                     wall_s: (a.end.unwrap_or(now.min(a.last_ts.max(a.start))) - a.start).max(0.0),
                     throughput: fig.map(|f| f.throughput),
                     unit: fig.map(|f| f.unit.clone()).or_else(|| a.unit.clone()),
-                    runs: key
-                        .map(|k| {
-                            self.runs
-                                .iter()
-                                .filter(|r| r.id.solo_key() == k)
-                                .map(|r| r.id.name.clone())
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    runs: key.and_then(|k| by_key.remove(&k)).unwrap_or_default(),
                     log: a.log.clone(),
                 })
             })
@@ -401,48 +399,57 @@ impl Fold {
     /// The nodes of a pack across nodes: their slots in the latest session, what ran
     /// there, and those given no more runs.
     fn node_records(&self, latest: &Sess, t0: f64) -> Vec<NodeRecord> {
+        // Every tally in one pass (per node, a pass over every attempt, slot and
+        // node-out event was quadratic in a forged record of 65,536 nodes).
+        let mut seen: HashSet<&str> = HashSet::new();
         let mut names: Vec<String> = Vec::new();
         for s in self.sessions.iter().filter(|s| s.steps) {
             for slot in &s.slots {
                 if let Some(n) = &slot.node {
-                    if !names.contains(n) {
+                    if seen.insert(n.as_str()) {
                         names.push(n.clone());
                     }
                 }
             }
         }
+        if names.is_empty() {
+            return Vec::new();
+        }
+        // (attempts, succeeded, step failures) per node
+        let mut tally: HashMap<&str, (usize, usize, usize)> = HashMap::new();
+        for a in self.runs.iter().flat_map(|r| &r.attempts) {
+            let (Some(step), Some(node)) = (&a.step, a.node.as_deref()) else {
+                continue;
+            };
+            let t = tally.entry(node).or_default();
+            t.0 += 1;
+            t.1 += usize::from(a.state == Some(State::Succeeded));
+            t.2 += usize::from(step.failed.is_some());
+        }
+        let mut slots: HashMap<&str, Vec<usize>> = HashMap::new();
+        for s in &latest.slots {
+            if let Some(n) = s.node.as_deref() {
+                slots.entry(n).or_default().push(s.index);
+            }
+        }
+        // the latest session's last word on each node
+        let mut outs: HashMap<&str, (f64, &String)> = HashMap::new();
+        for o in self.node_outs.iter().filter(|o| o.0 == latest.session) {
+            outs.insert(o.2.as_str(), (o.1, &o.3));
+        }
         names
             .into_iter()
             .map(|name| {
-                let atts: Vec<&Att> = self
-                    .runs
-                    .iter()
-                    .flat_map(|r| &r.attempts)
-                    .filter(|a| a.step.is_some() && a.node.as_deref() == Some(name.as_str()))
-                    .collect();
-                let out = self
-                    .node_outs
-                    .iter()
-                    .rev()
-                    .find(|o| o.2 == name && o.0 == latest.session);
+                let (attempts, succeeded, step_failures) =
+                    tally.get(name.as_str()).copied().unwrap_or_default();
+                let out = outs.get(name.as_str());
                 NodeRecord {
-                    slots: latest
-                        .slots
-                        .iter()
-                        .filter(|s| s.node.as_deref() == Some(name.as_str()))
-                        .map(|s| s.index)
-                        .collect(),
-                    attempts: atts.len(),
-                    succeeded: atts
-                        .iter()
-                        .filter(|a| a.state == Some(State::Succeeded))
-                        .count(),
-                    step_failures: atts
-                        .iter()
-                        .filter(|a| a.step.as_ref().is_some_and(|s| s.failed.is_some()))
-                        .count(),
-                    out: out.map(|o| o.3.clone()),
-                    out_s: out.map(|o| o.1 - t0),
+                    slots: slots.remove(name.as_str()).unwrap_or_default(),
+                    attempts,
+                    succeeded,
+                    step_failures,
+                    out: out.map(|o| o.1.clone()),
+                    out_s: out.map(|o| o.0 - t0),
                     name,
                 }
             })
@@ -454,12 +461,14 @@ impl Fold {
             return None;
         }
         let mut out: Vec<GpuTotals> = Vec::new();
+        // where each GPU is in `out` (a scan per GPU was quadratic in forged GPUs)
+        let mut at: HashMap<String, usize> = HashMap::new();
         let add = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(x), Some(y)) => Some(x + y),
             (x, y) => x.or(y),
         };
         for g in self.gpus.values().flatten().chain(&remote.totals) {
-            match out.iter_mut().find(|o| o.id.uuid == g.id.uuid) {
+            match at.get(&g.id.uuid).map(|&i| &mut out[i]) {
                 Some(o) => {
                     let (wa, wb) = (o.energy_j.unwrap_or(0.0), g.energy_j.unwrap_or(0.0));
                     o.mean_util_percent = match (o.mean_util_percent, g.mean_util_percent) {
@@ -471,7 +480,10 @@ impl Fold {
                     o.idle_energy_j = add(o.idle_energy_j, g.idle_energy_j);
                     o.peak_used_bytes = o.peak_used_bytes.max(g.peak_used_bytes);
                 }
-                None => out.push(g.clone()),
+                None => {
+                    at.insert(g.id.uuid.clone(), out.len());
+                    out.push(g.clone());
+                }
             }
         }
         Some(out)
@@ -556,4 +568,25 @@ fn combine_gpu(attempts: &[AttemptRecord]) -> Option<AttemptGpu> {
         mean_gpu_util_percent: wmean(|g| g.mean_gpu_util_percent),
         energy_j: (!energies.is_empty()).then(|| energies.iter().sum()),
     })
+}
+
+/// The makespan and most attempts at once of a session's attempts, `(start, end)` each.
+fn span_of(iv: &[(f64, f64)]) -> (f64, usize) {
+    if iv.is_empty() {
+        return (0.0, 0);
+    }
+    let first = iv.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
+    let last = iv.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+    let mut events: Vec<(f64, i32)> = Vec::with_capacity(2 * iv.len());
+    for &(s, e) in iv {
+        events.push((s, 1));
+        events.push((e, -1));
+    }
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut cur, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        cur += d;
+        max = max.max(cur);
+    }
+    ((last - first).max(0.0), max as usize)
 }

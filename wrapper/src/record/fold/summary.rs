@@ -16,11 +16,7 @@ impl Fold {
     /// The summary of `rep`, the report being built.
     pub(super) fn summary(&self, rep: &Report, now: f64, live: Option<u32>) -> Summary {
         let count = |s: State| rep.runs.iter().filter(|r| r.state == s).count();
-        let makespan_s: f64 = self
-            .sessions
-            .iter()
-            .map(|s| self.session_span(s.session, now, live).0)
-            .sum();
+        let makespan_s: f64 = rep.sessions.iter().map(|s| s.makespan_s).sum();
         let mut sum = Summary {
             runs: rep.runs.len(),
             succeeded: count(State::Succeeded),
