@@ -60,6 +60,30 @@ fn main() {
             "misnamed_truncated_and_forged_journals_are_moved_aside",
             bad_journals,
         ),
+        (
+            "hostile_mig_mps_values_are_refused_with_one_line",
+            mig_mps_bad_values,
+        ),
+        (
+            "links_fifos_and_locked_dirs_in_mig_mps_instance_dirs_harm_no_one",
+            mig_mps_hostile_leaves,
+        ),
+        (
+            "stopped_daemons_in_fourteen_mig_instances_are_stopped_within_the_budget",
+            mig_mps_stopped_daemons,
+        ),
+        (
+            "daemons_replaced_by_the_users_own_processes_are_gone_after_the_job",
+            mig_mps_replaced_daemons,
+        ),
+        (
+            "a_run_dir_full_part_way_through_the_instances_refuses_the_job_not_the_node",
+            mig_mps_run_dir_full,
+        ),
+        (
+            "two_users_mig_mps_jobs_cannot_touch_each_other",
+            mig_mps_two_users,
+        ),
     ];
     run_suite(4, None, tests, &[]);
 }
@@ -817,5 +841,475 @@ fn bad_journals(c: &Cluster) {
     let end = c.wait_done(id);
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
     assert!(c.job_out(id).contains("RAN"));
+    assert_node_clean(c, &before);
+}
+
+// --- MPS inside MIG instances (issue 29): the same hostile user against mig:LAYOUT:mps ---
+
+/// `KEY=VALUE` of `COLLOC_MPS_PIPES`: (MIG UUID, pipe directory) per instance.
+fn mig_pipes(vars: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+    vars.get("COLLOC_MPS_PIPES")
+        .map(|p| {
+            p.split(',')
+                .filter_map(|e| e.split_once('='))
+                .map(|(u, d)| (u.to_string(), d.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// No MPS program of the job's (its daemons, and any the user started in its directories)
+/// runs any more: none has a `CUDA_MPS_PIPE_DIRECTORY` under the job's directory.
+fn assert_no_mps_under(c: &Cluster, id: u32) {
+    let job_dir = format!("{}/job-{id}", c.run_dir().display());
+    let left: Vec<u32> = colloc_slurm_tests::pids()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0).any(|v| {
+                    v.strip_prefix(b"CUDA_MPS_PIPE_DIRECTORY=")
+                        .is_some_and(|d| d.starts_with(job_dir.as_bytes()))
+                })
+            })
+        })
+        .filter(|&pid| pid_alive(pid))
+        .collect();
+    assert!(left.is_empty(), "MPS processes of job {id} left: {left:?}");
+}
+
+/// Hostile `--colloc` values around `mig:LAYOUT:mps[:N]`: refused by sbatch with one line,
+/// nothing queued. `mig:1g:mps:48` is well formed but more clients than MPS serves in a
+/// 1g instance: the job is refused with one line, the GPU untouched, the node in service.
+fn mig_mps_bad_values(c: &Cluster) {
+    let before = c.gpu_layout();
+    for v in [
+        "mig:3g:mps:0",
+        "mig:3g:mps:49",
+        "mig:3g:mps:4294967297",
+        "mig:3g:mps:99999999999999999999",
+        "mig:3g:mps:-1",
+        "mig:3g:mps:+2",
+        "mig:3g:mps:0x2",
+        "mig:3g:mps:2.5",
+        "mig:3g:mps: 2",
+        "mig:3g:mps:",
+        "mig:3g:mps:2:2",
+        "mig:3g:mps:mps",
+        "mig:3g:mps,mps",
+        "mig:3g::mps",
+        "mig:3g:MPS",
+        "mig:3g:mpsx2",
+        "mig:3g:naive",
+        "mig:3g:mig:3g",
+        "mig:3g,:mps",
+        "mig::mps",
+        "mig:mps",
+        "mig:mps:2",
+        "mps:2:mig:3g",
+        "mig:1g.10gb+me:mps",
+        "mig:1g.5gb+me:mps:2",
+        "mig:3g;mps",
+        "mig:3g:mps\n:2",
+        "mig:3g:mps:2\u{7f}",
+    ] {
+        match c.sbatch(&[format!("--colloc={v}"), "--gres=gpu:1".into()], "true") {
+            Ok(id) => panic!("sbatch --colloc={v:?} was accepted as job {id}"),
+            Err(out) => {
+                let err = String::from_utf8_lossy(&out.stderr);
+                let ours: Vec<&str> = err.lines().filter(|l| l.contains("invalid mode")).collect();
+                assert_eq!(ours.len(), 1, "--colloc={v:?}: {err}");
+                assert!(
+                    ours[0].contains("--colloc: invalid mode") && ours[0].len() < 600,
+                    "--colloc={v:?}: {err}"
+                );
+            }
+        }
+        assert_eq!(c.squeue(), "", "a job was queued for --colloc={v:?}");
+    }
+    // Well formed, but the GPU cannot: refused at the prolog, in one line.
+    let id = c.submit(&["--colloc=mig:1g:mps:48", "--gres=gpu:1"], "echo RAN");
+    let end = wait_job_end(c, id);
+    assert_eq!(end.state, "FAILED", "{end:?}");
+    assert_eq!(end.exit_code, "1:0", "{end:?}");
+    assert!(!c.job_out(id).contains("RAN"), "the refused job ran");
+    let err = c.job_err(id);
+    // colloc's line (Slurm adds its own about the failed plugin call).
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("colloc: ")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("mig:1g:mps:48") && lines[0].contains("at most 6 MPS client"),
+        "{err}"
+    );
+    assert_node_clean(c, &before);
+}
+
+/// The attack of finding 1 on the directories of `mig:LAYOUT:mps`: in each instance's
+/// `gpu<K>-gi<G>` the job tries to move or replace its leaves and plant links in root's
+/// directories, and fills its leaves with links to a victim, a hard link, FIFOs and
+/// unreadable directories; one pipe directory ends mode 000. The epilog follows nothing,
+/// removes everything, stops every daemon and destroys the instances.
+fn mig_mps_hostile_leaves(c: &Cluster) {
+    let victim = Victim::new(c, "mig-mps-leaves");
+    let before = c.gpu_layout();
+    let user = as_user(ATTACKER);
+    let script = format!(
+        r#"echo COLLOC_MPS_PIPES=$COLLOC_MPS_PIPES
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  p=${{kv#*=}}; g=$(dirname "$p"); j=$(dirname "$g"); l=$g/log; n=$(basename "$g")
+  echo "DAEMON_$n=$(cat "$p/nvidia-cuda-mps-control.pid")"
+  mv "$g" "$g.old" 2>/dev/null && echo MOVED=$n
+  mv "$p" "$g/p2" 2>/dev/null && echo MOVED=$n
+  rm -rf "$l" 2>/dev/null; [ -d "$l" ] || echo MOVED=$n
+  ln -s {v} "$g/evil" 2>/dev/null && echo LINKED=$n
+  ln -s {v} "$j/evil-$n" 2>/dev/null && echo LINKED=$n
+  ln -s {v} "$p/victim"; ln -s {v}/file "$l/control.log"
+  ln {v}/file "$l/hard" 2>/dev/null && echo HARD=$n
+  mkfifo "$p/fifo" "$l/fifo"
+  mkdir -p "$l/a/b/c" && touch "$l/a/b/c/f" && chmod 000 "$l/a/b" "$l/a"
+done
+chmod 000 "$p"
+"#,
+        v = victim.dir.display()
+    );
+    let id = c.submit(
+        &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &user),
+        &script,
+    );
+    let end = wait_job_end(c, id);
+    victim.assert_intact();
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let vars = c.job_vars(id);
+    assert_eq!(mig_pipes(&vars).len(), 2, "{vars:?}");
+    for k in ["MOVED", "LINKED", "HARD"] {
+        assert!(!vars.contains_key(k), "{k}: {vars:?}");
+    }
+    let daemons: Vec<u32> = vars
+        .iter()
+        .filter(|(k, _)| k.starts_with("DAEMON_"))
+        .map(|(_, v)| v.parse().expect("a daemon pid"))
+        .collect();
+    assert_eq!(daemons.len(), 2, "{vars:?}");
+    assert_gone(&daemons);
+    assert_no_mps_under(c, id);
+    assert_node_clean(c, &before);
+}
+
+/// Finding 5 on `mig:1g:mps` over two GPUs: the job stops (SIGSTOP) its fourteen
+/// daemons, one per instance; the epilog stops them all within one MPS budget (plus the
+/// MIG part), destroys the instances, and the node stays in service.
+fn mig_mps_stopped_daemons(c: &Cluster) {
+    let before = c.gpu_layout();
+    let stopped = c.jobs_dir().join("mig-stopped");
+    let go = c.jobs_dir().join("mig-stopped-go");
+    let user = as_user(ATTACKER);
+    let t = Instant::now();
+    let id = c.submit(
+        &args(&["--colloc=mig:1g:mps", "--gres=gpu:2"], &user),
+        &format!(
+            r#"echo COLLOC_MPS_PIPES=$COLLOC_MPS_PIPES
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  pid=$(cat "${{kv#*=}}/nvidia-cuda-mps-control.pid")
+  kill -STOP "$pid" && echo STOPPED_$pid=yes
+done
+touch {stopped}
+while [ ! -e {go} ]; do sleep 0.1; done
+"#,
+            stopped = stopped.display(),
+            go = go.display()
+        ),
+    );
+    c.wait_for_file(id, &stopped);
+    println!(
+        "mig:1g:mps on 2 GPUs (14 daemons) up after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    std::fs::write(&go, "").unwrap();
+    let t = Instant::now();
+    let end = wait_job_end(c, id);
+    let took = t.elapsed();
+    println!(
+        "epilog with 14 stopped daemons in MIG instances: {:.1} s",
+        took.as_secs_f64()
+    );
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let vars = c.job_vars(id);
+    let pids: Vec<u32> = vars
+        .keys()
+        .filter_map(|k| k.strip_prefix("STOPPED_")?.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 14, "{vars:?}");
+    // The MPS part (20 s) and the MIG part (15 s at most), with room for Slurm.
+    assert!(
+        took < MPS_RESTORE_BUDGET + Duration::from_secs(25),
+        "the epilog took {took:?}"
+    );
+    assert_gone(&pids);
+    assert_no_mps_under(c, id);
+    assert_node_clean(c, &before);
+}
+
+/// The MIG instance (GPU 0) whose compute instance has this UUID.
+fn gi_of(c: &Cluster, uuid: &str) -> u64 {
+    c.instances(0)
+        .iter()
+        .find(|gi| {
+            gi["cis"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|ci| ci["uuid"].as_str() == Some(uuid))
+        })
+        .and_then(|gi| gi["id"].as_u64())
+        .unwrap_or_else(|| panic!("no instance {uuid} in {:?}", c.instances(0)))
+}
+
+/// The job kills its daemons and puts its own processes in their place: in the first
+/// instance its own control daemon (the same program, its pipe directory spelt
+/// `PIPE/.`, so the environment differs from the one colloc started), holding the
+/// instance's FIFO; in the second a `setsid` process named like an MPS server outside
+/// the job's directories, on that instance as the driver lists it. After the job none of
+/// them runs, the instances are destroyed and the node is in service.
+fn mig_mps_replaced_daemons(c: &Cluster) {
+    let before = c.gpu_layout();
+    let ready = c.jobs_dir().join("mig-replaced-ready");
+    let go = c.jobs_dir().join("mig-replaced-go");
+    let user = as_user(ATTACKER);
+    let mps = c.jobs_dir().join("nvidia-cuda-mps-control");
+    std::fs::copy(
+        colloc_slurm_tests::repo_root().join("tests/fake-mps/nvidia-cuda-mps-control"),
+        &mps,
+    )
+    .unwrap();
+    std::fs::set_permissions(&mps, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let id = c.submit(
+        &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &user),
+        &format!(
+            r#"set -- ${{COLLOC_MPS_PIPES//,/ }}
+u1=${{1%%=*}}; p1=${{1#*=}}; u2=${{2%%=*}}; p2=${{2#*=}}
+echo U1=$u1; echo U2=$u2
+kill -9 "$(cat "$p1/nvidia-cuda-mps-control.pid")" "$(cat "$p2/nvidia-cuda-mps-control.pid")"
+sleep 0.5
+rm -f "$p1/nvidia-cuda-mps-control.pid"
+CUDA_VISIBLE_DEVICES=$u1 CUDA_MPS_PIPE_DIRECTORY="$p1/." CUDA_MPS_LOG_DIRECTORY="$(dirname "$p1")/log" \
+  setsid {mps} -d </dev/null >/dev/null 2>&1
+echo OWN1=$(cat "$p1/nvidia-cuda-mps-control.pid")
+cd /
+CUDA_VISIBLE_DEVICES=$u2 CUDA_MPS_PIPE_DIRECTORY=/dev/null \
+  setsid bash -c 'exec -a nvidia-cuda-mps-server sleep 1000' </dev/null >/dev/null 2>&1 &
+echo OWN2=$!
+touch {ready}
+while [ ! -e {go} ]; do sleep 0.1; done
+"#,
+            mps = mps.display(),
+            ready = ready.display(),
+            go = go.display()
+        ),
+    );
+    c.wait_for_file(id, &ready);
+    let vars = c.job_vars(id);
+    let own1: u32 = vars["OWN1"].parse().expect("the user's own daemon");
+    let own2: u32 = vars["OWN2"].parse().expect("the user's own server");
+    assert!(pid_alive(own1) && pid_alive(own2), "{vars:?}");
+    // The driver lists the user's process on the second instance, as it would a CUDA
+    // process there; it drops it once the process is gone.
+    let gi = gi_of(c, &vars["U2"]).to_string();
+    let own2_s = own2.to_string();
+    c.fake_ctl(&[
+        "attach", "--gpu", "0", "--gi", &gi, "--pid", &own2_s, "--mps", "server",
+    ]);
+    std::fs::write(&go, "").unwrap();
+    let mut detached = false;
+    let end = c.wait_until(&format!("job {id} to end"), || {
+        if !detached && !pid_alive(own2) {
+            // The driver drops a killed process's context.
+            c.fake_ctl(&["detach", "--pid", &own2_s]);
+            detached = true;
+        }
+        assert!(
+            !c.node_state().contains("drain"),
+            "the node drained: {}",
+            c.node_reason()
+        );
+        let info = c.job_info(id)?;
+        let state = info.get("JobState")?.clone();
+        let busy = matches!(
+            state.as_str(),
+            "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING"
+        );
+        (!busy).then(|| JobEnd {
+            state,
+            exit_code: info.get("ExitCode").cloned().unwrap_or_default(),
+        })
+    });
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    assert!(!pid_alive(own1), "the user's own daemon {own1} still runs");
+    assert!(
+        !pid_alive(own2),
+        "the user's process {own2} on the instance still runs"
+    );
+    assert_no_mps_under(c, id);
+    assert_node_clean(c, &before);
+}
+
+/// Finding 4 on `mig:1g:mps`: run_dir (a capped tmpfs) has room for the first few
+/// instances' directories only. The job is refused with the reason, the daemons already
+/// started are stopped, the instances destroyed, nothing is left in run_dir, and the node
+/// stays in service.
+fn mig_mps_run_dir_full(c: &Cluster) {
+    let before = c.gpu_layout();
+    let run = c.run_dir();
+    {
+        // 1 for the mount's root, then the job's directory and 3 per instance: room for
+        // two of the seven instances.
+        let _run = NodeMount::tmpfs(c, &run, "size=1m,nr_inodes=9,mode=0755");
+        let victim = as_user(VICTIM);
+        let id = c.submit(
+            &args(&["--colloc=mig:1g:mps", "--gres=gpu:1"], &victim),
+            "echo RAN",
+        );
+        let end = wait_job_end(c, id);
+        assert_eq!(end.state, "FAILED", "{end:?}; stderr: {}", c.job_err(id));
+        assert_eq!(end.exit_code, "1:0", "{end:?}");
+        assert!(!c.job_out(id).contains("RAN"), "the refused job ran");
+        let err = c.job_err(id);
+        assert!(
+            err.contains("cannot set up the job's MPS directories")
+                && err.contains("No space left on device"),
+            "{err}"
+        );
+        assert_no_mps_under(c, id);
+        assert_node_clean(c, &before);
+    }
+    // With room again the same job runs.
+    let victim = as_user(VICTIM);
+    let id = c.submit(
+        &args(&["--colloc=mig:1g:mps", "--gres=gpu:1"], &victim),
+        "echo SLOTS=${COLLOC_DEVICES//[^,]/}",
+    );
+    let end = wait_job_end(c, id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    assert_eq!(c.job_vars(id)["SLOTS"], ",,,,,,", "{}", c.job_out(id));
+    assert_node_clean(c, &before);
+}
+
+/// Two users' `mig:…:mps` jobs on two GPUs of the node at once. The attacker's job goes
+/// through everything in run_dir that is not its own (the victim's instance directories,
+/// pipes, daemons) trying to read, write, signal and send `quit`, and ends first: its
+/// epilog leaves the victim's daemons and instances alone; the victim's job then ends
+/// normally and the node is clean.
+fn mig_mps_two_users(c: &Cluster) {
+    let before = c.gpu_layout();
+    let vready = c.jobs_dir().join("two-users-victim-ready");
+    let vgo = c.jobs_dir().join("two-users-victim-go");
+    let victim = as_user(VICTIM);
+    let attacker = as_user(ATTACKER);
+    let vid = c.submit(
+        &args(&["--colloc=mig:3g:mps:2", "--gres=gpu:1"], &victim),
+        &format!(
+            r#"echo COLLOC_MPS_PIPES=$COLLOC_MPS_PIPES
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  p=${{kv#*=}}; echo "DAEMON_$(basename "$(dirname "$p")")=$(cat "$p/nvidia-cuda-mps-control.pid")"
+done
+touch {vready}
+while [ ! -e {vgo} ]; do sleep 0.1; done
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  p=${{kv#*=}}; pid=$(cat "$p/nvidia-cuda-mps-control.pid" 2>/dev/null)
+  [ "$(cat "$p/devices" 2>/dev/null)" = "${{kv%%=*}}" ] && kill -0 "$pid" 2>/dev/null && echo STILL_$pid=yes
+done
+"#,
+            vready = vready.display(),
+            vgo = vgo.display()
+        ),
+    );
+    c.wait_for_file(vid, &vready);
+    let vvars = c.job_vars(vid);
+    let vdaemons: Vec<u32> = vvars
+        .iter()
+        .filter(|(k, _)| k.starts_with("DAEMON_"))
+        .map(|(_, v)| v.parse().expect("a daemon pid"))
+        .collect();
+    assert_eq!(vdaemons.len(), 2, "{vvars:?}");
+    let mine = format!("job-{}", vid + 1);
+    let aid = c.submit(
+        &args(&["--colloc=mig:1g:mps", "--gres=gpu:1"], &attacker),
+        &format!(
+            r#"run={run}
+for j in "$run"/job-*; do
+  [ "$(basename "$j")" = {mine} ] && continue
+  for g in "$j"/*; do
+    for p in "$g/pipe" "$g/log"; do
+      ls "$p" >/dev/null 2>&1 && echo BREACH_LS_$(basename "$g")=yes
+      touch "$p/x" 2>/dev/null && echo BREACH_WRITE=yes
+      echo quit 2>/dev/null >"$p/control" && echo BREACH_QUIT=yes
+      chmod 777 "$p" 2>/dev/null && echo BREACH_CHMOD=yes
+    done
+    rm -rf "$g" 2>/dev/null; [ -d "$g" ] || echo BREACH_RM=yes
+  done
+done
+for pid in {pids}; do kill -STOP $pid 2>/dev/null && echo BREACH_STOP=yes; kill -9 $pid 2>/dev/null && echo BREACH_KILL=yes; done
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  CUDA_MPS_PIPE_DIRECTORY=${{kv#*=}} timeout 5 {mps} <<<quit
+done
+echo DONE=yes
+"#,
+            run = c.run_dir().display(),
+            mine = mine,
+            pids = vdaemons
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+            mps = colloc_slurm_tests::repo_root()
+                .join("tests/fake-mps/nvidia-cuda-mps-control")
+                .display(),
+        ),
+    );
+    assert_eq!(aid, vid + 1, "another job came between");
+    let end = wait_job_end(c, aid);
+    assert_eq!(
+        end.state,
+        "COMPLETED",
+        "{end:?}; stderr: {}",
+        c.job_err(aid)
+    );
+    let avars = c.job_vars(aid);
+    assert!(avars.contains_key("DONE"), "{avars:?}\n{}", c.job_err(aid));
+    let breaches: Vec<&String> = avars.keys().filter(|k| k.starts_with("BREACH")).collect();
+    assert!(
+        breaches.is_empty(),
+        "the attacker got through: {breaches:?}"
+    );
+    assert_no_mps_under(c, aid);
+    // The attacker's epilog has run: the victim's daemons and instances are untouched.
+    for &pid in &vdaemons {
+        assert!(pid_alive(pid), "the victim's daemon {pid} is gone");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let state = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string();
+        assert_ne!(state, "T", "the victim's daemon {pid} is stopped");
+    }
+    let victim_instances = c.nodes()[0].mig_uuids();
+    assert_eq!(victim_instances.len(), 2, "{victim_instances:?}");
+    std::fs::write(&vgo, "").unwrap();
+    let end = wait_job_end(c, vid);
+    assert_eq!(
+        end.state,
+        "COMPLETED",
+        "{end:?}; stderr: {}",
+        c.job_err(vid)
+    );
+    let still = c
+        .job_vars(vid)
+        .keys()
+        .filter(|k| k.starts_with("STILL_"))
+        .count();
+    assert_eq!(still, 2, "{}", c.job_out(vid));
+    assert_gone(&vdaemons);
+    assert_no_mps_under(c, vid);
     assert_node_clean(c, &before);
 }
