@@ -84,6 +84,10 @@ fn main() {
             "two_users_mig_mps_jobs_cannot_touch_each_other",
             mig_mps_two_users,
         ),
+        (
+            "a_mig_mps_prolog_killed_after_one_daemon_started_leaves_nothing",
+            mig_mps_prolog_killed,
+        ),
     ];
     run_suite(4, None, tests, &[]);
 }
@@ -1312,4 +1316,131 @@ echo DONE=yes
     assert_gone(&vdaemons);
     assert_no_mps_under(c, vid);
     assert_node_clean(c, &before);
+}
+
+/// Puts colloc.toml back (also when a test fails).
+struct ConfigBack<'a> {
+    c: &'a Cluster,
+    text: String,
+}
+
+impl Drop for ConfigBack<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.c.colloc_config(), &self.text);
+    }
+}
+
+/// The prolog of a `mig:3g:mps` job dies (SIGKILL) after the first instance's daemon
+/// started, while the second one's control program runs. A dead prolog is a node fault
+/// for Slurm (it drains the node); what colloc must do is leave nothing: the epilog Slurm
+/// runs stops the started daemon and whatever the killed prolog had started, destroys
+/// both instances and removes the journal and the job's directories. Simple profile only
+/// (the production profile starts the daemons in the job's extern step, not the prolog).
+fn mig_mps_prolog_killed(c: &Cluster) {
+    if c.profile() == colloc_slurm_tests::Profile::Production {
+        colloc_slurm_tests::skip("the daemons start in the extern step there, not the prolog");
+    }
+    let before = c.gpu_layout();
+    // The instances mig:3g makes (the same placements, so the same UUIDs).
+    let probe = c.submit(
+        &["--colloc=mig:3g", "--gres=gpu:1"],
+        "echo DEVICES=$COLLOC_DEVICES",
+    );
+    let end = wait_job_end(c, probe);
+    assert_eq!(end.state, "COMPLETED", "{end:?}: {}", c.job_err(probe));
+    let devices = c.job_vars(probe)["DEVICES"].clone();
+    let uuids: Vec<&str> = devices.split(',').collect();
+    assert_eq!(uuids.len(), 2, "{devices}");
+    // A control program (root's, as colloc requires) that stalls for the second instance
+    // and says which process started it.
+    let config = c.colloc_config();
+    let text = std::fs::read_to_string(&config).unwrap();
+    let _back = ConfigBack {
+        c,
+        text: text.clone(),
+    };
+    let real = text
+        .lines()
+        .find_map(|l| l.strip_prefix("mps_control = "))
+        .expect("mps_control in colloc.toml")
+        .trim_matches('"')
+        .to_string();
+    let bin = c.dir().join("stall-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = bin.join("nvidia-cuda-mps-control");
+    let parent = c.jobs_dir().join("stalled-prolog-pid");
+    let _ = std::fs::remove_file(&parent);
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/bash\nif [[ ${{1:-}} == -d && ${{CUDA_VISIBLE_DEVICES-}} == {u} ]]; then\n\
+             echo $PPID >{parent}\nexec 9<> <(:)\nread -t 60 -u 9\nexit 1\nfi\nexec {real} \"$@\"\n",
+            u = uuids[1],
+            parent = parent.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        &config,
+        text.replace(
+            &format!("mps_control = \"{real}\""),
+            &format!("mps_control = \"{}\"", wrapper.display()),
+        ),
+    )
+    .unwrap();
+    let user = as_user(ATTACKER);
+    let id = c.submit(
+        &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &user),
+        "echo RAN",
+    );
+    let prolog: u32 = c.wait_until("the second daemon's start", || {
+        std::fs::read_to_string(&parent).ok()?.trim().parse().ok()
+    });
+    let comm = std::fs::read_to_string(format!("/proc/{prolog}/comm")).unwrap_or_default();
+    assert_eq!(comm.trim(), "slurmstepd", "the prolog is {prolog} ({comm})");
+    // The first instance's daemon runs.
+    let job_dir = c.node_path(&c.run_dir().join(format!("job-{id}")));
+    let first: Vec<u32> = std::fs::read_dir(&job_dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            std::fs::read_to_string(e.path().join("pipe/nvidia-cuda-mps-control.pid")).ok()
+        })
+        .filter_map(|p| p.trim().parse().ok())
+        .collect();
+    assert_eq!(first.len(), 1, "started daemons: {first:?}");
+    let stalled: Vec<u32> = colloc_slurm_tests::pids_by_cmdline(|cmd| {
+        cmd.starts_with(b"/bin/bash\0") && cmd.windows(9).any(|w| w == b"stall-bin")
+    });
+    assert!(
+        !stalled.is_empty(),
+        "the stalled control program is not found"
+    );
+    kill(prolog);
+    c.wait_until("the epilog to restore the GPU", || {
+        (c.journals().is_empty() && c.instances(0).is_empty() && !job_dir.exists()).then_some(())
+    });
+    assert!(!c.job_out(id).contains("RAN"));
+    assert_gone(&first);
+    for p in &stalled {
+        assert!(!pid_alive(*p), "the stalled control program {p} still runs");
+    }
+    assert_no_mps_under(c, id);
+    c.slurm("scancel").arg(id.to_string()).status().unwrap();
+    c.wait_until("the held job to go", || c.squeue().is_empty().then_some(()));
+    c.resume_node();
+    c.wait_until("the node to resume", || {
+        (c.node_state() == "idle").then_some(())
+    });
+    assert_node_clean(c, &before);
+}
+
+fn kill(pid: u32) {
+    let rc = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success(), "kill -KILL {pid}");
 }
