@@ -88,6 +88,10 @@ fn main() {
             "a_mig_mps_prolog_killed_after_one_daemon_started_leaves_nothing",
             mig_mps_prolog_killed,
         ),
+        (
+            "two_users_mig_mps_jobs_racing_get_their_own_instances_and_daemons",
+            mig_mps_racing_users,
+        ),
     ];
     run_suite(4, None, tests, &[]);
 }
@@ -1443,4 +1447,52 @@ fn kill(pid: u32) {
         .status()
         .unwrap();
     assert!(rc.success(), "kill -KILL {pid}");
+}
+
+/// Two users' `mig:…:mps` jobs submitted at the same moment, three times over: their
+/// prologs and epilogs race on the node (two GPUs each, 14 and 4 daemons). Each job gets
+/// its own instances and daemons, completes, and the node ends clean every time.
+fn mig_mps_racing_users(c: &Cluster) {
+    let before = c.gpu_layout();
+    let attacker = as_user(ATTACKER);
+    let victim = as_user(VICTIM);
+    let script = r#"echo DEVICES=$COLLOC_DEVICES
+for kv in ${COLLOC_MPS_PIPES//,/ }; do
+  p=${kv#*=}; [ "$(cat "$p/devices")" = "${kv%%=*}" ] && echo SERVES=yes || echo SERVES=no
+done
+sleep 1
+"#;
+    for round in 0..3 {
+        let a = c.submit(
+            &args(&["--colloc=mig:1g:mps", "--gres=gpu:2"], &attacker),
+            script,
+        );
+        let v = c.submit(
+            &args(&["--colloc=mig:3g:mps:2", "--gres=gpu:2"], &victim),
+            script,
+        );
+        let mut devices = Vec::new();
+        for (id, n) in [(a, 14), (v, 8)] {
+            let end = wait_job_end(c, id);
+            assert_eq!(
+                end.state,
+                "COMPLETED",
+                "round {round}, job {id}: {end:?}; stderr: {}",
+                c.job_err(id)
+            );
+            let out = c.job_out(id);
+            assert!(!out.contains("SERVES=no"), "round {round}: {out}");
+            let vars = c.job_vars(id);
+            let d: Vec<String> = vars["DEVICES"].split(',').map(str::to_string).collect();
+            assert_eq!(d.len(), n, "round {round}: {out}");
+            devices.push(d);
+        }
+        assert!(
+            devices[0].iter().all(|d| !devices[1].contains(d)),
+            "round {round}: both jobs were given an instance: {devices:?}"
+        );
+        assert_no_mps_under(c, a);
+        assert_no_mps_under(c, v);
+        assert_node_clean(c, &before);
+    }
 }
