@@ -1104,6 +1104,8 @@ cd /
 CUDA_VISIBLE_DEVICES=$u2 CUDA_MPS_PIPE_DIRECTORY=/dev/null \
   setsid bash -c 'exec -a nvidia-cuda-mps-server sleep 1000' </dev/null >/dev/null 2>&1 &
 echo OWN2=$!
+(exec 3<"$p2"; CUDA_MPS_PIPE_DIRECTORY=/dev/null exec setsid sleep 1000 </dev/null >/dev/null 2>&1) &
+echo OWN3=$!
 touch {ready}
 while [ ! -e {go} ]; do sleep 0.1; done
 "#,
@@ -1116,7 +1118,13 @@ while [ ! -e {go} ]; do sleep 0.1; done
     let vars = c.job_vars(id);
     let own1: u32 = vars["OWN1"].parse().expect("the user's own daemon");
     let own2: u32 = vars["OWN2"].parse().expect("the user's own server");
-    assert!(pid_alive(own1) && pid_alive(own2), "{vars:?}");
+    let own3: u32 = vars["OWN3"]
+        .parse()
+        .expect("the user's holder of a pipe dir");
+    assert!(
+        pid_alive(own1) && pid_alive(own2) && pid_alive(own3),
+        "{vars:?}"
+    );
     // The driver lists the user's process on the second instance, as it would a CUDA
     // process there; it drops it once the process is gone.
     let gi = gi_of(c, &vars["U2"]).to_string();
@@ -1153,6 +1161,10 @@ while [ ! -e {go} ]; do sleep 0.1; done
     assert!(
         !pid_alive(own2),
         "the user's process {own2} on the instance still runs"
+    );
+    assert!(
+        !pid_alive(own3),
+        "the user's process {own3} holding a pipe dir still runs"
     );
     assert_no_mps_under(c, id);
     assert_node_clean(c, &before);
