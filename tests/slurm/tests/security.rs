@@ -92,6 +92,10 @@ fn main() {
             "two_users_mig_mps_jobs_racing_get_their_own_instances_and_daemons",
             mig_mps_racing_users,
         ),
+        (
+            "a_user_stopping_collocs_children_neither_stalls_the_epilog_nor_drains",
+            mig_mps_user_stops_colloc_children,
+        ),
     ];
     run_suite(4, None, tests, &[]);
 }
@@ -1507,4 +1511,93 @@ sleep 1
         assert_no_mps_under(c, v);
         assert_node_clean(c, &before);
     }
+}
+
+/// The user, from a shell on the node (outside Slurm), stops (SIGSTOP) every process of
+/// theirs as soon as it appears: the control program colloc runs as them to `quit` the
+/// daemons, and the child that empties their leaves as them. The epilog still ends within
+/// its budget and the node stays in service; another user's job that follows runs; what
+/// could not be removed is moved aside and goes once the user's processes are gone.
+fn mig_mps_user_stops_colloc_children(c: &Cluster) {
+    let before = c.gpu_layout();
+    let (uid, gid) = ensure_user(ATTACKER);
+    let user = as_user(ATTACKER);
+    let ready = c.jobs_dir().join("stop-children-ready");
+    let go = c.jobs_dir().join("stop-children-go");
+    let id = c.submit(
+        &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &user),
+        &format!(
+            r#"for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  l=$(dirname "${{kv#*=}}")/log; mkdir "$l/many" && (cd "$l/many" && seq 20000 | xargs touch)
+done
+touch {ready}
+while [ ! -e {go} ]; do sleep 0.1; done
+"#,
+            ready = ready.display(),
+            go = go.display()
+        ),
+    );
+    c.wait_for_file(id, &ready);
+    // The stopper: every process of the user but itself, over and over.
+    let mut stopper = Command::new("bash")
+        .arg("-c")
+        .arg(
+            r#"while :; do for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] && continue
+  [ -O "$d" ] && kill -STOP "$p" 2>/dev/null; done; done"#,
+        )
+        .uid(uid)
+        .gid(gid)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        std::fs::write(&go, "").unwrap();
+        // The job's own processes are stopped too: cancel it, as its user would find.
+        std::thread::sleep(Duration::from_secs(1));
+        c.slurm("scancel").arg(id.to_string()).status().unwrap();
+        let t = Instant::now();
+        let end = wait_job_end(c, id);
+        let took = t.elapsed();
+        println!(
+            "epilog with the user stopping colloc's children: {:.1} s",
+            took.as_secs_f64()
+        );
+        assert!(
+            took < MPS_RESTORE_BUDGET + Duration::from_secs(25),
+            "the epilog took {took:?}: {end:?}"
+        );
+        println!(
+            "left in run_dir while the stopper runs: {:?}",
+            run_dir_entries(c)
+        );
+        let victim = as_user(VICTIM);
+        let t = Instant::now();
+        let v = c.submit(
+            &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &victim),
+            "echo RAN",
+        );
+        let end = wait_job_end(c, v);
+        println!(
+            "the next user's job took {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(v));
+        assert!(c.job_out(v).contains("RAN"));
+        assert!(!c.node_state().contains("drain"), "{}", c.node_reason());
+    }));
+    let _ = stopper.kill();
+    let _ = stopper.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    // With the stopper gone, an admin's restore --all removes what was moved aside (the
+    // stopped processes of the user that keep it busy are killed).
+    let out = c.colloc(&["restore", "--all"]);
+    println!(
+        "restore --all: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    assert_no_mps_under(c, id);
+    assert_node_clean(c, &before);
 }
