@@ -596,8 +596,7 @@ fn run_post_hook(cfg: &Config, change: &hooks::Change, ok: bool) {
 /// journal, or keep it marked when something outside colloc holds what was made. Returns
 /// whether a GPU was left marked.
 fn undo(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Result<bool, NodeFault> {
-    let deadline = Instant::now() + MIG_RESTORE_BUDGET;
-    let r = restore_locked(cfg, Some(ctl), j, deadline, false)?;
+    let r = restore_locked(cfg, Some(ctl), j, MIG_RESTORE_BUDGET, false)?;
     if r.held.is_empty() {
         journal::remove(cfg, j.job)?;
         return Ok(false);
@@ -1056,7 +1055,7 @@ fn restore_job(
             log::warn!("job {job}: cannot mark its journal Restoring ({e}); restoring anyway");
         }
     }
-    let mut report = restore_locked(cfg, ctl, &j, Instant::now() + budget, with_hooks)?;
+    let mut report = restore_locked(cfg, ctl, &j, budget, with_hooks)?;
     if !report.held.is_empty() {
         if let Err(e) = keep_marked(cfg, &mut j, report.held.clone()) {
             let w = format!(
@@ -1166,11 +1165,16 @@ pub fn restore_all(cfg: &Config, ctl: Option<&dyn GpuControl>) -> Result<Restore
     }
 }
 
+/// Undo what journal `j` records: its MPS part (at most [`MPS_RESTORE_BUDGET`]), then its
+/// MIG part within `mig_budget`, counted from the end of the MPS part: a user who makes
+/// the MPS part take all of its time (daemons and colloc's children stopped) must not
+/// leave the MIG part none, or its instances (which the driver may answer IN_USE for a
+/// moment, or keep listed) would stay and the GPU be marked.
 fn restore_locked(
     cfg: &Config,
     ctl: Option<&dyn GpuControl>,
     j: &Journal,
-    deadline: Instant,
+    mig_budget: Duration,
     with_hooks: bool,
 ) -> Result<RestoreReport, NodeFault> {
     let mut report = RestoreReport::default();
@@ -1203,6 +1207,9 @@ fn restore_locked(
             log::warn!("job {}: {e}", j.job);
         }
     }
+    // The MIG part's own budget starts now, after the MPS part and the pre-hook (each
+    // bounded on its own).
+    let deadline = Instant::now() + mig_budget;
     let result = restore_mig(cfg, ctl, j, deadline, &mut report);
     if with_hooks {
         let ok = matches!(&result, Ok(()) if report.held.is_empty());

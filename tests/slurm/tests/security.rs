@@ -96,6 +96,10 @@ fn main() {
             "a_user_stopping_collocs_children_neither_stalls_the_epilog_nor_drains",
             mig_mps_user_stops_colloc_children,
         ),
+        (
+            "a_user_slowing_the_mps_part_of_the_epilog_leaves_the_mig_part_its_budget",
+            mig_mps_slow_mps_part_keeps_mig_budget,
+        ),
     ];
     run_suite(4, None, tests, &[]);
 }
@@ -1519,11 +1523,52 @@ sleep 1
 /// its budget and the node stays in service; another user's job that follows runs; what
 /// could not be removed is moved aside and goes once the user's processes are gone.
 fn mig_mps_user_stops_colloc_children(c: &Cluster) {
+    stop_colloc_children(c, false);
+}
+
+/// Puts the fake driver's timing quirks back (also when a test fails).
+struct QuirksBack<'a>(&'a Cluster);
+
+impl Drop for QuirksBack<'_> {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.0.fake_ctl(&[
+                "quirks",
+                "--linger-listings",
+                "0",
+                "--busy-after-ci-destroy",
+                "0",
+            ]);
+        }));
+    }
+}
+
+/// The same stopper, on a driver that (as real ones do) keeps a destroyed GPU instance
+/// listed for a while and answers IN_USE to the first destroys of a GPU instance whose
+/// compute instance just went. The user's stopper makes the MPS part of the epilog take
+/// its whole 20 s; the MIG part must still get its own 15 s to wait and retry, so the
+/// GPU is not left marked (refused to every later job until an admin runs `colloc
+/// restore`; drained where colloc switched its MIG mode).
+fn mig_mps_slow_mps_part_keeps_mig_budget(c: &Cluster) {
+    let _quirks = QuirksBack(c);
+    c.fake_ctl(&[
+        "quirks",
+        "--linger-listings",
+        "20",
+        "--busy-after-ci-destroy",
+        "3",
+    ]);
+    stop_colloc_children(c, true);
+}
+
+fn stop_colloc_children(c: &Cluster, check_gpu_right_after: bool) {
     let before = c.gpu_layout();
     let (uid, gid) = ensure_user(ATTACKER);
     let user = as_user(ATTACKER);
     let ready = c.jobs_dir().join("stop-children-ready");
     let go = c.jobs_dir().join("stop-children-go");
+    let _ = std::fs::remove_file(&ready);
+    let _ = std::fs::remove_file(&go);
     let id = c.submit(
         &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &user),
         &format!(
@@ -1571,6 +1616,15 @@ while [ ! -e {go} ]; do sleep 0.1; done
             "left in run_dir while the stopper runs: {:?}",
             run_dir_entries(c)
         );
+        if check_gpu_right_after {
+            assert!(
+                c.journals().is_empty(),
+                "the GPU was left marked: {:?}\n{}",
+                c.journals(),
+                c.slurmd_log_tail(30)
+            );
+            assert!(c.instances(0).is_empty(), "{:?}", c.instances(0));
+        }
         let victim = as_user(VICTIM);
         let t = Instant::now();
         let v = c.submit(
