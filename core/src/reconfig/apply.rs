@@ -612,8 +612,7 @@ pub(super) fn run_post_hook(cfg: &Config, change: &hooks::Change, ok: bool) {
 /// journal, or keep it marked when something outside colloc holds what was made. Returns
 /// whether a GPU was left marked.
 pub(super) fn undo(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Result<bool, NodeFault> {
-    let deadline = Instant::now() + MIG_RESTORE_BUDGET;
-    let r = restore_locked(cfg, Some(ctl), j, deadline, false)?;
+    let r = restore_locked(cfg, Some(ctl), j, MIG_RESTORE_BUDGET, false)?;
     if r.held.is_empty() {
         journal::remove(cfg, j.job)?;
         return Ok(false);

@@ -127,7 +127,7 @@ pub(super) fn restore_job(
             log::warn!("job {job}: cannot mark its journal Restoring ({e}); restoring anyway");
         }
     }
-    let mut report = restore_locked(cfg, ctl, &j, Instant::now() + budget, with_hooks)?;
+    let mut report = restore_locked(cfg, ctl, &j, budget, with_hooks)?;
     if !report.held.is_empty() {
         if let Err(e) = keep_marked(cfg, &mut j, report.held.clone()) {
             let w = format!(
@@ -241,11 +241,16 @@ pub fn restore_all(cfg: &Config, ctl: Option<&dyn GpuControl>) -> Result<Restore
     }
 }
 
+/// Undo what journal `j` records: its MPS part (at most [`MPS_RESTORE_BUDGET`]), then its
+/// MIG part within `mig_budget`, counted from the end of the MPS part: a user who makes
+/// the MPS part take all of its time (daemons and colloc's children stopped) must not
+/// leave the MIG part none, or its instances (which the driver may answer IN_USE for a
+/// moment, or keep listed) would stay and the GPU be marked.
 pub(super) fn restore_locked(
     cfg: &Config,
     ctl: Option<&dyn GpuControl>,
     j: &Journal,
-    deadline: Instant,
+    mig_budget: Duration,
     with_hooks: bool,
 ) -> Result<RestoreReport, NodeFault> {
     let mut report = RestoreReport::default();
@@ -278,6 +283,9 @@ pub(super) fn restore_locked(
             log::warn!("job {}: {e}", j.job);
         }
     }
+    // The MIG part's own budget starts now, after the MPS part and the pre-hook (each
+    // bounded on its own).
+    let deadline = Instant::now() + mig_budget;
     let result = restore_mig(cfg, ctl, j, deadline, &mut report);
     if with_hooks {
         let ok = matches!(&result, Ok(()) if report.held.is_empty());

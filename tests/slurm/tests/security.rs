@@ -60,6 +60,46 @@ fn main() {
             "misnamed_truncated_and_forged_journals_are_moved_aside",
             bad_journals,
         ),
+        (
+            "hostile_mig_mps_values_are_refused_with_one_line",
+            mig_mps_bad_values,
+        ),
+        (
+            "links_fifos_and_locked_dirs_in_mig_mps_instance_dirs_harm_no_one",
+            mig_mps_hostile_leaves,
+        ),
+        (
+            "stopped_daemons_in_fourteen_mig_instances_are_stopped_within_the_budget",
+            mig_mps_stopped_daemons,
+        ),
+        (
+            "daemons_replaced_by_the_users_own_processes_are_gone_after_the_job",
+            mig_mps_replaced_daemons,
+        ),
+        (
+            "a_run_dir_full_part_way_through_the_instances_refuses_the_job_not_the_node",
+            mig_mps_run_dir_full,
+        ),
+        (
+            "two_users_mig_mps_jobs_cannot_touch_each_other",
+            mig_mps_two_users,
+        ),
+        (
+            "a_mig_mps_prolog_killed_after_one_daemon_started_leaves_nothing",
+            mig_mps_prolog_killed,
+        ),
+        (
+            "two_users_mig_mps_jobs_racing_get_their_own_instances_and_daemons",
+            mig_mps_racing_users,
+        ),
+        (
+            "a_user_stopping_collocs_children_neither_stalls_the_epilog_nor_drains",
+            mig_mps_user_stops_colloc_children,
+        ),
+        (
+            "a_user_slowing_the_mps_part_of_the_epilog_leaves_the_mig_part_its_budget",
+            mig_mps_slow_mps_part_keeps_mig_budget,
+        ),
     ];
     run_suite(4, None, tests, &[]);
 }
@@ -817,5 +857,801 @@ fn bad_journals(c: &Cluster) {
     let end = c.wait_done(id);
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
     assert!(c.job_out(id).contains("RAN"));
+    assert_node_clean(c, &before);
+}
+
+// --- MPS inside MIG instances (issue 29): the same hostile user against mig:LAYOUT:mps ---
+
+/// `KEY=VALUE` of `COLLOC_MPS_PIPES`: (MIG UUID, pipe directory) per instance.
+fn mig_pipes(vars: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+    vars.get("COLLOC_MPS_PIPES")
+        .map(|p| {
+            p.split(',')
+                .filter_map(|e| e.split_once('='))
+                .map(|(u, d)| (u.to_string(), d.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// No MPS program of the job's (its daemons, and any the user started in its directories)
+/// runs any more: none has a `CUDA_MPS_PIPE_DIRECTORY` under the job's directory.
+fn assert_no_mps_under(c: &Cluster, id: u32) {
+    let job_dir = format!("{}/job-{id}", c.run_dir().display());
+    let left: Vec<u32> = colloc_slurm_tests::pids()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0).any(|v| {
+                    v.strip_prefix(b"CUDA_MPS_PIPE_DIRECTORY=")
+                        .is_some_and(|d| d.starts_with(job_dir.as_bytes()))
+                })
+            })
+        })
+        .filter(|&pid| pid_alive(pid))
+        .collect();
+    assert!(left.is_empty(), "MPS processes of job {id} left: {left:?}");
+}
+
+/// Hostile `--colloc` values around `mig:LAYOUT:mps[:N]`: refused by sbatch with one line,
+/// nothing queued. `mig:1g:mps:48` is well formed but more clients than MPS serves in a
+/// 1g instance: the job is refused with one line, the GPU untouched, the node in service.
+fn mig_mps_bad_values(c: &Cluster) {
+    let before = c.gpu_layout();
+    for v in [
+        "mig:3g:mps:0",
+        "mig:3g:mps:49",
+        "mig:3g:mps:4294967297",
+        "mig:3g:mps:99999999999999999999",
+        "mig:3g:mps:-1",
+        "mig:3g:mps:+2",
+        "mig:3g:mps:0x2",
+        "mig:3g:mps:2.5",
+        "mig:3g:mps: 2",
+        "mig:3g:mps:",
+        "mig:3g:mps:2:2",
+        "mig:3g:mps:mps",
+        "mig:3g:mps,mps",
+        "mig:3g::mps",
+        "mig:3g:MPS",
+        "mig:3g:mpsx2",
+        "mig:3g:naive",
+        "mig:3g:mig:3g",
+        "mig:3g,:mps",
+        "mig::mps",
+        "mig:mps",
+        "mig:mps:2",
+        "mps:2:mig:3g",
+        "mig:1g.10gb+me:mps",
+        "mig:1g.5gb+me:mps:2",
+        "mig:3g;mps",
+        "mig:3g:mps\n:2",
+        "mig:3g:mps:2\u{7f}",
+    ] {
+        match c.sbatch(&[format!("--colloc={v}"), "--gres=gpu:1".into()], "true") {
+            Ok(id) => panic!("sbatch --colloc={v:?} was accepted as job {id}"),
+            Err(out) => {
+                let err = String::from_utf8_lossy(&out.stderr);
+                let ours: Vec<&str> = err.lines().filter(|l| l.contains("invalid mode")).collect();
+                assert_eq!(ours.len(), 1, "--colloc={v:?}: {err}");
+                assert!(
+                    ours[0].contains("--colloc: invalid mode") && ours[0].len() < 600,
+                    "--colloc={v:?}: {err}"
+                );
+            }
+        }
+        assert_eq!(c.squeue(), "", "a job was queued for --colloc={v:?}");
+    }
+    // Well formed, but the GPU cannot: refused at the prolog, in one line.
+    let id = c.submit(&["--colloc=mig:1g:mps:48", "--gres=gpu:1"], "echo RAN");
+    let end = wait_job_end(c, id);
+    assert_eq!(end.state, "FAILED", "{end:?}");
+    assert_eq!(end.exit_code, "1:0", "{end:?}");
+    assert!(!c.job_out(id).contains("RAN"), "the refused job ran");
+    let err = c.job_err(id);
+    // colloc's line (Slurm adds its own about the failed plugin call).
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("colloc: ")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("mig:1g:mps:48") && lines[0].contains("at most 6 MPS client"),
+        "{err}"
+    );
+    assert_node_clean(c, &before);
+}
+
+/// The attack of finding 1 on the directories of `mig:LAYOUT:mps`: in each instance's
+/// `gpu<K>-gi<G>` the job tries to move or replace its leaves and plant links in root's
+/// directories, and fills its leaves with links to a victim, a hard link, FIFOs and
+/// unreadable directories; one pipe directory ends mode 000. The epilog follows nothing,
+/// removes everything, stops every daemon and destroys the instances.
+fn mig_mps_hostile_leaves(c: &Cluster) {
+    let victim = Victim::new(c, "mig-mps-leaves");
+    let before = c.gpu_layout();
+    let user = as_user(ATTACKER);
+    let script = format!(
+        r#"echo COLLOC_MPS_PIPES=$COLLOC_MPS_PIPES
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  p=${{kv#*=}}; g=$(dirname "$p"); j=$(dirname "$g"); l=$g/log; n=$(basename "$g")
+  echo "DAEMON_$n=$(cat "$p/nvidia-cuda-mps-control.pid")"
+  mv "$g" "$g.old" 2>/dev/null && echo MOVED=$n
+  mv "$p" "$g/p2" 2>/dev/null && echo MOVED=$n
+  rm -rf "$l" 2>/dev/null; [ -d "$l" ] || echo MOVED=$n
+  ln -s {v} "$g/evil" 2>/dev/null && echo LINKED=$n
+  ln -s {v} "$j/evil-$n" 2>/dev/null && echo LINKED=$n
+  ln -s {v} "$p/victim"; ln -s {v}/file "$l/control.log"
+  ln {v}/file "$l/hard" 2>/dev/null && echo HARD=$n
+  mkfifo "$p/fifo" "$l/fifo"
+  mkdir -p "$l/a/b/c" && touch "$l/a/b/c/f" && chmod 000 "$l/a/b" "$l/a"
+done
+chmod 000 "$p"
+"#,
+        v = victim.dir.display()
+    );
+    let id = c.submit(
+        &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &user),
+        &script,
+    );
+    let end = wait_job_end(c, id);
+    victim.assert_intact();
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let vars = c.job_vars(id);
+    assert_eq!(mig_pipes(&vars).len(), 2, "{vars:?}");
+    for k in ["MOVED", "LINKED", "HARD"] {
+        assert!(!vars.contains_key(k), "{k}: {vars:?}");
+    }
+    let daemons: Vec<u32> = vars
+        .iter()
+        .filter(|(k, _)| k.starts_with("DAEMON_"))
+        .map(|(_, v)| v.parse().expect("a daemon pid"))
+        .collect();
+    assert_eq!(daemons.len(), 2, "{vars:?}");
+    assert_gone(&daemons);
+    assert_no_mps_under(c, id);
+    assert_node_clean(c, &before);
+}
+
+/// Finding 5 on `mig:1g:mps` over two GPUs: the job stops (SIGSTOP) its fourteen
+/// daemons, one per instance; the epilog stops them all within one MPS budget (plus the
+/// MIG part), destroys the instances, and the node stays in service.
+fn mig_mps_stopped_daemons(c: &Cluster) {
+    let before = c.gpu_layout();
+    let stopped = c.jobs_dir().join("mig-stopped");
+    let go = c.jobs_dir().join("mig-stopped-go");
+    let user = as_user(ATTACKER);
+    let t = Instant::now();
+    let id = c.submit(
+        &args(&["--colloc=mig:1g:mps", "--gres=gpu:2"], &user),
+        &format!(
+            r#"echo COLLOC_MPS_PIPES=$COLLOC_MPS_PIPES
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  pid=$(cat "${{kv#*=}}/nvidia-cuda-mps-control.pid")
+  kill -STOP "$pid" && echo STOPPED_$pid=yes
+done
+touch {stopped}
+while [ ! -e {go} ]; do sleep 0.1; done
+"#,
+            stopped = stopped.display(),
+            go = go.display()
+        ),
+    );
+    c.wait_for_file(id, &stopped);
+    println!(
+        "mig:1g:mps on 2 GPUs (14 daemons) up after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    std::fs::write(&go, "").unwrap();
+    let t = Instant::now();
+    let end = wait_job_end(c, id);
+    let took = t.elapsed();
+    println!(
+        "epilog with 14 stopped daemons in MIG instances: {:.1} s",
+        took.as_secs_f64()
+    );
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let vars = c.job_vars(id);
+    let pids: Vec<u32> = vars
+        .keys()
+        .filter_map(|k| k.strip_prefix("STOPPED_")?.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 14, "{vars:?}");
+    // The MPS part (20 s) and the MIG part (15 s at most), with room for Slurm.
+    assert!(
+        took < MPS_RESTORE_BUDGET + Duration::from_secs(25),
+        "the epilog took {took:?}"
+    );
+    assert_gone(&pids);
+    assert_no_mps_under(c, id);
+    assert_node_clean(c, &before);
+}
+
+/// The MIG instance (GPU 0) whose compute instance has this UUID.
+fn gi_of(c: &Cluster, uuid: &str) -> u64 {
+    c.instances(0)
+        .iter()
+        .find(|gi| {
+            gi["cis"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|ci| ci["uuid"].as_str() == Some(uuid))
+        })
+        .and_then(|gi| gi["id"].as_u64())
+        .unwrap_or_else(|| panic!("no instance {uuid} in {:?}", c.instances(0)))
+}
+
+/// The job kills its daemons and puts its own processes in their place: in the first
+/// instance its own control daemon (the same program, its pipe directory spelt
+/// `PIPE/.`, so the environment differs from the one colloc started), holding the
+/// instance's FIFO; in the second a `setsid` process named like an MPS server outside
+/// the job's directories, on that instance as the driver lists it. After the job none of
+/// them runs, the instances are destroyed and the node is in service.
+fn mig_mps_replaced_daemons(c: &Cluster) {
+    let before = c.gpu_layout();
+    let ready = c.jobs_dir().join("mig-replaced-ready");
+    let go = c.jobs_dir().join("mig-replaced-go");
+    let user = as_user(ATTACKER);
+    let mps = c.jobs_dir().join("nvidia-cuda-mps-control");
+    std::fs::copy(
+        colloc_slurm_tests::repo_root().join("tests/fake-mps/nvidia-cuda-mps-control"),
+        &mps,
+    )
+    .unwrap();
+    std::fs::set_permissions(&mps, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let id = c.submit(
+        &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &user),
+        &format!(
+            r#"set -- ${{COLLOC_MPS_PIPES//,/ }}
+u1=${{1%%=*}}; p1=${{1#*=}}; u2=${{2%%=*}}; p2=${{2#*=}}
+echo U1=$u1; echo U2=$u2
+kill -9 "$(cat "$p1/nvidia-cuda-mps-control.pid")" "$(cat "$p2/nvidia-cuda-mps-control.pid")"
+sleep 0.5
+rm -f "$p1/nvidia-cuda-mps-control.pid"
+CUDA_VISIBLE_DEVICES=$u1 CUDA_MPS_PIPE_DIRECTORY="$p1/." CUDA_MPS_LOG_DIRECTORY="$(dirname "$p1")/log" \
+  setsid {mps} -d </dev/null >/dev/null 2>&1
+echo OWN1=$(cat "$p1/nvidia-cuda-mps-control.pid")
+cd /
+CUDA_VISIBLE_DEVICES=$u2 CUDA_MPS_PIPE_DIRECTORY=/dev/null \
+  setsid bash -c 'exec -a nvidia-cuda-mps-server sleep 1000' </dev/null >/dev/null 2>&1 &
+echo OWN2=$!
+(exec 3<"$p2"; CUDA_MPS_PIPE_DIRECTORY=/dev/null exec setsid sleep 1000 </dev/null >/dev/null 2>&1) &
+echo OWN3=$!
+touch {ready}
+while [ ! -e {go} ]; do sleep 0.1; done
+"#,
+            mps = mps.display(),
+            ready = ready.display(),
+            go = go.display()
+        ),
+    );
+    c.wait_for_file(id, &ready);
+    let vars = c.job_vars(id);
+    let own1: u32 = vars["OWN1"].parse().expect("the user's own daemon");
+    let own2: u32 = vars["OWN2"].parse().expect("the user's own server");
+    let own3: u32 = vars["OWN3"]
+        .parse()
+        .expect("the user's holder of a pipe dir");
+    assert!(
+        pid_alive(own1) && pid_alive(own2) && pid_alive(own3),
+        "{vars:?}"
+    );
+    // The driver lists the user's process on the second instance, as it would a CUDA
+    // process there; it drops it once the process is gone.
+    let gi = gi_of(c, &vars["U2"]).to_string();
+    let own2_s = own2.to_string();
+    c.fake_ctl(&[
+        "attach", "--gpu", "0", "--gi", &gi, "--pid", &own2_s, "--mps", "server",
+    ]);
+    std::fs::write(&go, "").unwrap();
+    let mut detached = false;
+    let end = c.wait_until(&format!("job {id} to end"), || {
+        if !detached && !pid_alive(own2) {
+            // The driver drops a killed process's context.
+            c.fake_ctl(&["detach", "--pid", &own2_s]);
+            detached = true;
+        }
+        assert!(
+            !c.node_state().contains("drain"),
+            "the node drained: {}",
+            c.node_reason()
+        );
+        let info = c.job_info(id)?;
+        let state = info.get("JobState")?.clone();
+        let busy = matches!(
+            state.as_str(),
+            "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING"
+        );
+        (!busy).then(|| JobEnd {
+            state,
+            exit_code: info.get("ExitCode").cloned().unwrap_or_default(),
+        })
+    });
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    assert!(!pid_alive(own1), "the user's own daemon {own1} still runs");
+    assert!(
+        !pid_alive(own2),
+        "the user's process {own2} on the instance still runs"
+    );
+    assert!(
+        !pid_alive(own3),
+        "the user's process {own3} holding a pipe dir still runs"
+    );
+    assert_no_mps_under(c, id);
+    assert_node_clean(c, &before);
+}
+
+/// Finding 4 on `mig:1g:mps`: run_dir (a capped tmpfs) has room for the first few
+/// instances' directories only. The job is refused with the reason, the daemons already
+/// started are stopped, the instances destroyed, nothing is left in run_dir, and the node
+/// stays in service.
+fn mig_mps_run_dir_full(c: &Cluster) {
+    let before = c.gpu_layout();
+    let run = c.run_dir();
+    {
+        // 1 for the mount's root, then the job's directory and 3 per instance: room for
+        // two of the seven instances.
+        let _run = NodeMount::tmpfs(c, &run, "size=1m,nr_inodes=9,mode=0755");
+        let victim = as_user(VICTIM);
+        let id = c.submit(
+            &args(&["--colloc=mig:1g:mps", "--gres=gpu:1"], &victim),
+            "echo RAN",
+        );
+        let end = wait_job_end(c, id);
+        assert_eq!(end.state, "FAILED", "{end:?}; stderr: {}", c.job_err(id));
+        assert_eq!(end.exit_code, "1:0", "{end:?}");
+        assert!(!c.job_out(id).contains("RAN"), "the refused job ran");
+        let err = c.job_err(id);
+        assert!(
+            err.contains("cannot set up the job's MPS directories")
+                && err.contains("No space left on device"),
+            "{err}"
+        );
+        assert_no_mps_under(c, id);
+        assert_node_clean(c, &before);
+    }
+    // With room again the same job runs.
+    let victim = as_user(VICTIM);
+    let id = c.submit(
+        &args(&["--colloc=mig:1g:mps", "--gres=gpu:1"], &victim),
+        "echo SLOTS=${COLLOC_DEVICES//[^,]/}",
+    );
+    let end = wait_job_end(c, id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    assert_eq!(c.job_vars(id)["SLOTS"], ",,,,,,", "{}", c.job_out(id));
+    assert_node_clean(c, &before);
+}
+
+/// Two users' `mig:…:mps` jobs on two GPUs of the node at once. The attacker's job goes
+/// through everything in run_dir that is not its own (the victim's instance directories,
+/// pipes, daemons) trying to read, write, signal and send `quit`, and ends first: its
+/// epilog leaves the victim's daemons and instances alone; the victim's job then ends
+/// normally and the node is clean.
+fn mig_mps_two_users(c: &Cluster) {
+    let before = c.gpu_layout();
+    let vready = c.jobs_dir().join("two-users-victim-ready");
+    let vgo = c.jobs_dir().join("two-users-victim-go");
+    let victim = as_user(VICTIM);
+    let attacker = as_user(ATTACKER);
+    let vid = c.submit(
+        &args(&["--colloc=mig:3g:mps:2", "--gres=gpu:1"], &victim),
+        &format!(
+            r#"echo COLLOC_MPS_PIPES=$COLLOC_MPS_PIPES
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  p=${{kv#*=}}; echo "DAEMON_$(basename "$(dirname "$p")")=$(cat "$p/nvidia-cuda-mps-control.pid")"
+done
+touch {vready}
+while [ ! -e {vgo} ]; do sleep 0.1; done
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  p=${{kv#*=}}; pid=$(cat "$p/nvidia-cuda-mps-control.pid" 2>/dev/null)
+  [ "$(cat "$p/devices" 2>/dev/null)" = "${{kv%%=*}}" ] && kill -0 "$pid" 2>/dev/null && echo STILL_$pid=yes
+done
+"#,
+            vready = vready.display(),
+            vgo = vgo.display()
+        ),
+    );
+    c.wait_for_file(vid, &vready);
+    let vvars = c.job_vars(vid);
+    let vdaemons: Vec<u32> = vvars
+        .iter()
+        .filter(|(k, _)| k.starts_with("DAEMON_"))
+        .map(|(_, v)| v.parse().expect("a daemon pid"))
+        .collect();
+    assert_eq!(vdaemons.len(), 2, "{vvars:?}");
+    let mine = format!("job-{}", vid + 1);
+    let aid = c.submit(
+        &args(&["--colloc=mig:1g:mps", "--gres=gpu:1"], &attacker),
+        &format!(
+            r#"run={run}
+for j in "$run"/job-*; do
+  [ "$(basename "$j")" = {mine} ] && continue
+  for g in "$j"/*; do
+    for p in "$g/pipe" "$g/log"; do
+      ls "$p" >/dev/null 2>&1 && echo BREACH_LS_$(basename "$g")=yes
+      touch "$p/x" 2>/dev/null && echo BREACH_WRITE=yes
+      echo quit 2>/dev/null >"$p/control" && echo BREACH_QUIT=yes
+      chmod 777 "$p" 2>/dev/null && echo BREACH_CHMOD=yes
+    done
+    rm -rf "$g" 2>/dev/null; [ -d "$g" ] || echo BREACH_RM=yes
+  done
+done
+for pid in {pids}; do kill -STOP $pid 2>/dev/null && echo BREACH_STOP=yes; kill -9 $pid 2>/dev/null && echo BREACH_KILL=yes; done
+for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  CUDA_MPS_PIPE_DIRECTORY=${{kv#*=}} timeout 5 {mps} <<<quit
+done
+echo DONE=yes
+"#,
+            run = c.run_dir().display(),
+            mine = mine,
+            pids = vdaemons
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+            mps = colloc_slurm_tests::repo_root()
+                .join("tests/fake-mps/nvidia-cuda-mps-control")
+                .display(),
+        ),
+    );
+    assert_eq!(aid, vid + 1, "another job came between");
+    let end = wait_job_end(c, aid);
+    assert_eq!(
+        end.state,
+        "COMPLETED",
+        "{end:?}; stderr: {}",
+        c.job_err(aid)
+    );
+    let avars = c.job_vars(aid);
+    assert!(avars.contains_key("DONE"), "{avars:?}\n{}", c.job_err(aid));
+    let breaches: Vec<&String> = avars.keys().filter(|k| k.starts_with("BREACH")).collect();
+    assert!(
+        breaches.is_empty(),
+        "the attacker got through: {breaches:?}"
+    );
+    assert_no_mps_under(c, aid);
+    // The attacker's epilog has run: the victim's daemons and instances are untouched.
+    for &pid in &vdaemons {
+        assert!(pid_alive(pid), "the victim's daemon {pid} is gone");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let state = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string();
+        assert_ne!(state, "T", "the victim's daemon {pid} is stopped");
+    }
+    let victim_instances = c.nodes()[0].mig_uuids();
+    assert_eq!(victim_instances.len(), 2, "{victim_instances:?}");
+    std::fs::write(&vgo, "").unwrap();
+    let end = wait_job_end(c, vid);
+    assert_eq!(
+        end.state,
+        "COMPLETED",
+        "{end:?}; stderr: {}",
+        c.job_err(vid)
+    );
+    let still = c
+        .job_vars(vid)
+        .keys()
+        .filter(|k| k.starts_with("STILL_"))
+        .count();
+    assert_eq!(still, 2, "{}", c.job_out(vid));
+    assert_gone(&vdaemons);
+    assert_no_mps_under(c, vid);
+    assert_node_clean(c, &before);
+}
+
+/// Puts colloc.toml back (also when a test fails).
+struct ConfigBack<'a> {
+    c: &'a Cluster,
+    text: String,
+}
+
+impl Drop for ConfigBack<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.c.colloc_config(), &self.text);
+    }
+}
+
+/// The prolog of a `mig:3g:mps` job dies (SIGKILL) after the first instance's daemon
+/// started, while the second one's control program runs. A dead prolog is a node fault
+/// for Slurm (it drains the node); what colloc must do is leave nothing: the epilog Slurm
+/// runs stops the started daemon and whatever the killed prolog had started, destroys
+/// both instances and removes the journal and the job's directories. Simple profile only
+/// (the production profile starts the daemons in the job's extern step, not the prolog).
+fn mig_mps_prolog_killed(c: &Cluster) {
+    if c.profile() == colloc_slurm_tests::Profile::Production {
+        colloc_slurm_tests::skip("the daemons start in the extern step there, not the prolog");
+    }
+    let before = c.gpu_layout();
+    // The instances mig:3g makes (the same placements, so the same UUIDs).
+    let probe = c.submit(
+        &["--colloc=mig:3g", "--gres=gpu:1"],
+        "echo DEVICES=$COLLOC_DEVICES",
+    );
+    let end = wait_job_end(c, probe);
+    assert_eq!(end.state, "COMPLETED", "{end:?}: {}", c.job_err(probe));
+    let devices = c.job_vars(probe)["DEVICES"].clone();
+    let uuids: Vec<&str> = devices.split(',').collect();
+    assert_eq!(uuids.len(), 2, "{devices}");
+    // A control program (root's, as colloc requires) that stalls for the second instance
+    // and says which process started it.
+    let config = c.colloc_config();
+    let text = std::fs::read_to_string(&config).unwrap();
+    let _back = ConfigBack {
+        c,
+        text: text.clone(),
+    };
+    let real = text
+        .lines()
+        .find_map(|l| l.strip_prefix("mps_control = "))
+        .expect("mps_control in colloc.toml")
+        .trim_matches('"')
+        .to_string();
+    let bin = c.dir().join("stall-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = bin.join("nvidia-cuda-mps-control");
+    let parent = c.jobs_dir().join("stalled-prolog-pid");
+    let _ = std::fs::remove_file(&parent);
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/bash\nif [[ ${{1:-}} == -d && ${{CUDA_VISIBLE_DEVICES-}} == {u} ]]; then\n\
+             echo $PPID >{parent}\nexec 9<> <(:)\nread -t 60 -u 9\nexit 1\nfi\nexec {real} \"$@\"\n",
+            u = uuids[1],
+            parent = parent.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        &config,
+        text.replace(
+            &format!("mps_control = \"{real}\""),
+            &format!("mps_control = \"{}\"", wrapper.display()),
+        ),
+    )
+    .unwrap();
+    let user = as_user(ATTACKER);
+    let id = c.submit(
+        &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &user),
+        "echo RAN",
+    );
+    let prolog: u32 = c.wait_until("the second daemon's start", || {
+        std::fs::read_to_string(&parent).ok()?.trim().parse().ok()
+    });
+    let comm = std::fs::read_to_string(format!("/proc/{prolog}/comm")).unwrap_or_default();
+    assert_eq!(comm.trim(), "slurmstepd", "the prolog is {prolog} ({comm})");
+    // The first instance's daemon runs.
+    let job_dir = c.node_path(&c.run_dir().join(format!("job-{id}")));
+    let first: Vec<u32> = std::fs::read_dir(&job_dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            std::fs::read_to_string(e.path().join("pipe/nvidia-cuda-mps-control.pid")).ok()
+        })
+        .filter_map(|p| p.trim().parse().ok())
+        .collect();
+    assert_eq!(first.len(), 1, "started daemons: {first:?}");
+    let stalled: Vec<u32> = colloc_slurm_tests::pids_by_cmdline(|cmd| {
+        cmd.starts_with(b"/bin/bash\0") && cmd.windows(9).any(|w| w == b"stall-bin")
+    });
+    assert!(
+        !stalled.is_empty(),
+        "the stalled control program is not found"
+    );
+    kill(prolog);
+    c.wait_until("the epilog to restore the GPU", || {
+        (c.journals().is_empty() && c.instances(0).is_empty() && !job_dir.exists()).then_some(())
+    });
+    assert!(!c.job_out(id).contains("RAN"));
+    assert_gone(&first);
+    for p in &stalled {
+        assert!(!pid_alive(*p), "the stalled control program {p} still runs");
+    }
+    assert_no_mps_under(c, id);
+    c.slurm("scancel").arg(id.to_string()).status().unwrap();
+    c.wait_until("the held job to go", || c.squeue().is_empty().then_some(()));
+    c.resume_node();
+    c.wait_until("the node to resume", || {
+        (c.node_state() == "idle").then_some(())
+    });
+    assert_node_clean(c, &before);
+}
+
+fn kill(pid: u32) {
+    let rc = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success(), "kill -KILL {pid}");
+}
+
+/// Two users' `mig:…:mps` jobs submitted at the same moment, three times over: their
+/// prologs and epilogs race on the node (two GPUs each, 14 and 4 daemons). Each job gets
+/// its own instances and daemons, completes, and the node ends clean every time.
+fn mig_mps_racing_users(c: &Cluster) {
+    let before = c.gpu_layout();
+    let attacker = as_user(ATTACKER);
+    let victim = as_user(VICTIM);
+    let script = r#"echo DEVICES=$COLLOC_DEVICES
+for kv in ${COLLOC_MPS_PIPES//,/ }; do
+  p=${kv#*=}; [ "$(cat "$p/devices")" = "${kv%%=*}" ] && echo SERVES=yes || echo SERVES=no
+done
+sleep 1
+"#;
+    for round in 0..3 {
+        let a = c.submit(
+            &args(&["--colloc=mig:1g:mps", "--gres=gpu:2"], &attacker),
+            script,
+        );
+        let v = c.submit(
+            &args(&["--colloc=mig:3g:mps:2", "--gres=gpu:2"], &victim),
+            script,
+        );
+        let mut devices = Vec::new();
+        for (id, n) in [(a, 14), (v, 8)] {
+            let end = wait_job_end(c, id);
+            assert_eq!(
+                end.state,
+                "COMPLETED",
+                "round {round}, job {id}: {end:?}; stderr: {}",
+                c.job_err(id)
+            );
+            let out = c.job_out(id);
+            assert!(!out.contains("SERVES=no"), "round {round}: {out}");
+            let vars = c.job_vars(id);
+            let d: Vec<String> = vars["DEVICES"].split(',').map(str::to_string).collect();
+            assert_eq!(d.len(), n, "round {round}: {out}");
+            devices.push(d);
+        }
+        assert!(
+            devices[0].iter().all(|d| !devices[1].contains(d)),
+            "round {round}: both jobs were given an instance: {devices:?}"
+        );
+        assert_no_mps_under(c, a);
+        assert_no_mps_under(c, v);
+        assert_node_clean(c, &before);
+    }
+}
+
+/// The user, from a shell on the node (outside Slurm), stops (SIGSTOP) every process of
+/// theirs as soon as it appears: the control program colloc runs as them to `quit` the
+/// daemons, and the child that empties their leaves as them. The epilog still ends within
+/// its budget and the node stays in service; another user's job that follows runs; what
+/// could not be removed is moved aside and goes once the user's processes are gone.
+fn mig_mps_user_stops_colloc_children(c: &Cluster) {
+    stop_colloc_children(c, false);
+}
+
+/// Puts the fake driver's timing quirks back (also when a test fails).
+struct QuirksBack<'a>(&'a Cluster);
+
+impl Drop for QuirksBack<'_> {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.0.fake_ctl(&[
+                "quirks",
+                "--linger-listings",
+                "0",
+                "--busy-after-ci-destroy",
+                "0",
+            ]);
+        }));
+    }
+}
+
+/// The same stopper, on a driver that (as real ones do) keeps a destroyed GPU instance
+/// listed for a while and answers IN_USE to the first destroys of a GPU instance whose
+/// compute instance just went. The user's stopper makes the MPS part of the epilog take
+/// its whole 20 s; the MIG part must still get its own 15 s to wait and retry, so the
+/// GPU is not left marked (refused to every later job until an admin runs `colloc
+/// restore`; drained where colloc switched its MIG mode).
+fn mig_mps_slow_mps_part_keeps_mig_budget(c: &Cluster) {
+    let _quirks = QuirksBack(c);
+    c.fake_ctl(&[
+        "quirks",
+        "--linger-listings",
+        "20",
+        "--busy-after-ci-destroy",
+        "3",
+    ]);
+    stop_colloc_children(c, true);
+}
+
+fn stop_colloc_children(c: &Cluster, check_gpu_right_after: bool) {
+    let before = c.gpu_layout();
+    let (uid, gid) = ensure_user(ATTACKER);
+    let user = as_user(ATTACKER);
+    let ready = c.jobs_dir().join("stop-children-ready");
+    let go = c.jobs_dir().join("stop-children-go");
+    let _ = std::fs::remove_file(&ready);
+    let _ = std::fs::remove_file(&go);
+    let id = c.submit(
+        &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &user),
+        &format!(
+            r#"for kv in ${{COLLOC_MPS_PIPES//,/ }}; do
+  l=$(dirname "${{kv#*=}}")/log; mkdir "$l/many" && (cd "$l/many" && seq 20000 | xargs touch)
+done
+touch {ready}
+while [ ! -e {go} ]; do sleep 0.1; done
+"#,
+            ready = ready.display(),
+            go = go.display()
+        ),
+    );
+    c.wait_for_file(id, &ready);
+    // The stopper: every process of the user but itself, over and over.
+    let mut stopper = Command::new("bash")
+        .arg("-c")
+        .arg(
+            r#"while :; do for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] && continue
+  [ -O "$d" ] && kill -STOP "$p" 2>/dev/null; done; done"#,
+        )
+        .uid(uid)
+        .gid(gid)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        std::fs::write(&go, "").unwrap();
+        // The job's own processes are stopped too: cancel it, as its user would find.
+        std::thread::sleep(Duration::from_secs(1));
+        c.slurm("scancel").arg(id.to_string()).status().unwrap();
+        let t = Instant::now();
+        let end = wait_job_end(c, id);
+        let took = t.elapsed();
+        println!(
+            "epilog with the user stopping colloc's children: {:.1} s",
+            took.as_secs_f64()
+        );
+        assert!(
+            took < MPS_RESTORE_BUDGET + Duration::from_secs(25),
+            "the epilog took {took:?}: {end:?}"
+        );
+        println!(
+            "left in run_dir while the stopper runs: {:?}",
+            run_dir_entries(c)
+        );
+        if check_gpu_right_after {
+            assert!(
+                c.journals().is_empty(),
+                "the GPU was left marked: {:?}\n{}",
+                c.journals(),
+                c.slurmd_log_tail(30)
+            );
+            assert!(c.instances(0).is_empty(), "{:?}", c.instances(0));
+        }
+        let victim = as_user(VICTIM);
+        let t = Instant::now();
+        let v = c.submit(
+            &args(&["--colloc=mig:3g:mps", "--gres=gpu:1"], &victim),
+            "echo RAN",
+        );
+        let end = wait_job_end(c, v);
+        println!(
+            "the next user's job took {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(v));
+        assert!(c.job_out(v).contains("RAN"));
+        assert!(!c.node_state().contains("drain"), "{}", c.node_reason());
+    }));
+    let _ = stopper.kill();
+    let _ = stopper.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    // With the stopper gone, an admin's restore --all removes what was moved aside (the
+    // stopped processes of the user that keep it busy are killed).
+    let out = c.colloc(&["restore", "--all"]);
+    println!(
+        "restore --all: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    assert_no_mps_under(c, id);
     assert_node_clean(c, &before);
 }
