@@ -16,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -68,6 +69,16 @@ const OUTCOMES: [(&str, State, bool); 6] = [
 ];
 
 type E = String;
+
+/// A drawing area on a canvas.
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// A chart with two `f64` axes on a canvas.
+type Chart<'a, 'b> =
+    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A legend's entries: name, colour, and whether its key is a bar (else a line).
+type Entries = Vec<(String, RGBColor, bool)>;
 
 fn err(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> E + '_ {
     move |e| format!("cannot draw {}: {e}", path.display())

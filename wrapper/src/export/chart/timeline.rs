@@ -5,11 +5,11 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::{
-    err, font, legend, outcome_color, row_labels, tick, x_end, Canvas, CALIBRATION, E, LEGEND_W,
-    OUTCOMES, W,
+    err, font, legend, outcome_color, row_labels, tick, x_end, Area, Canvas, Chart, Entries,
+    CALIBRATION, E, LEGEND_W, OUTCOMES, W,
 };
 use crate::engine::State;
-use crate::record::model::{Report, RunRecord};
+use crate::record::model::{AttemptRecord, Report, RunRecord};
 
 /// A slot's row label: `slot 3`, or `n2 slot 3` where runs went to several nodes.
 fn slot_label(report: &Report, k: usize) -> String {
@@ -19,13 +19,19 @@ fn slot_label(report: &Report, k: usize) -> String {
     }
 }
 
+/// An attempt of the pack, with its run.
+type Attempt<'a> = (&'a RunRecord, &'a AttemptRecord);
+
+/// A bar of the timeline: slot, start, wall time, colour, label.
+type Bar = (usize, f64, f64, RGBColor, String);
+
 /// Slot timeline: one row per slot, one bar per attempt.
 pub(super) fn timeline_into(
     report: &Report,
     path: &Path,
     canvas: &mut Option<Canvas>,
 ) -> Result<bool, E> {
-    let attempts: Vec<(&RunRecord, &crate::record::model::AttemptRecord)> = report
+    let attempts: Vec<Attempt> = report
         .runs
         .iter()
         .flat_map(|r| r.attempts.iter().map(move |a| (r, a)))
@@ -49,13 +55,41 @@ pub(super) fn timeline_into(
     let (plot, side) = root.split_horizontally(W - LEGEND_W);
     let x_max = x_end(report) * 1.02;
     let n = slots as f64;
+    let mut chart = axes(report, &plot, slots, row_h, x_max, path)?;
+    if row_h >= 12 {
+        let rows: Vec<(f64, String)> = (0..slots)
+            .map(|k| (n - k as f64 - 0.5, slot_label(report, k)))
+            .collect();
+        row_labels(&root, &chart, &rows, 0.0)?;
+    }
+    let px_per_s = f64::from(W - LEGEND_W - 100) / x_max;
+    for bar in bars(report, &attempts) {
+        draw_bar(&mut chart, bar, n, x_max, px_per_s, row_h, path)?;
+    }
+    legend(&side, "attempts", &entries(report, &attempts))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(true)
+}
+
+/// The timeline's title and axes on `plot`: time across, one row per slot, rows named
+/// when `row_h` leaves room.
+fn axes<'a, 'b>(
+    report: &Report,
+    plot: &'a Area<'b>,
+    slots: usize,
+    row_h: u32,
+    x_max: f64,
+    path: &Path,
+) -> Result<Chart<'a, 'b>, E> {
+    let e = err(path);
+    let n = slots as f64;
     // Room for the longest row label (node names across nodes).
     let label_w = (0..slots)
         .map(|k| 7 * slot_label(report, k).chars().count() as u32 + 16)
         .max()
         .unwrap_or(0)
         .clamp(70, 240);
-    let mut chart = ChartBuilder::on(&plot)
+    let mut chart = ChartBuilder::on(plot)
         .caption(
             format!("colloc: which run held which slot ({})", report.mode),
             font(20),
@@ -75,15 +109,13 @@ pub(super) fn timeline_into(
         .axis_desc_style(font(14))
         .draw()
         .map_err(|x| e(&x))?;
-    if row_h >= 12 {
-        let rows: Vec<(f64, String)> = (0..slots)
-            .map(|k| (n - k as f64 - 0.5, slot_label(report, k)))
-            .collect();
-        row_labels(&root, &chart, &rows, 0.0)?;
-    }
-    let px_per_s = f64::from(W - LEGEND_W - 100) / x_max;
-    // Calibrations first, then the pack's attempts: (slot, start, wall, colour, label).
-    let bars = report
+    Ok(chart)
+}
+
+/// The timeline's bars: calibrations first, then the pack's attempts (a retry's label
+/// names its attempt).
+fn bars(report: &Report, attempts: &[Attempt]) -> Vec<Bar> {
+    report
         .calibrations
         .iter()
         .map(|c| {
@@ -108,35 +140,53 @@ pub(super) fn timeline_into(
                 outcome_color(a.state, a.oom),
                 label,
             )
-        }));
-    for (slot, start_s, wall_s, color, label) in bars {
-        let y = n - slot as f64 - 1.0;
-        let (x0, x1) = (start_s, start_s + wall_s.max(x_max / 2000.0));
+        }))
+        .collect()
+}
+
+/// One bar on its slot's row (of `n`), outlined in white, with its label inside where
+/// the row is tall enough and the bar wide enough.
+fn draw_bar(
+    chart: &mut Chart<'_, '_>,
+    (slot, start_s, wall_s, color, label): Bar,
+    n: f64,
+    x_max: f64,
+    px_per_s: f64,
+    row_h: u32,
+    path: &Path,
+) -> Result<(), E> {
+    let e = err(path);
+    let y = n - slot as f64 - 1.0;
+    let (x0, x1) = (start_s, start_s + wall_s.max(x_max / 2000.0));
+    chart
+        .draw_series(std::iter::once(Rectangle::new(
+            [(x0, y + 0.12), (x1, y + 0.88)],
+            color.filled(),
+        )))
+        .map_err(|x| e(&x))?;
+    chart
+        .draw_series(std::iter::once(Rectangle::new(
+            [(x0, y + 0.12), (x1, y + 0.88)],
+            WHITE.stroke_width(1),
+        )))
+        .map_err(|x| e(&x))?;
+    let width_px = (x1 - x0) * px_per_s;
+    if row_h >= 14 && width_px > 7.0 * label.chars().count() as f64 + 6.0 {
         chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(x0, y + 0.12), (x1, y + 0.88)],
-                color.filled(),
+            .draw_series(std::iter::once(Text::new(
+                label,
+                (x0 + 3.0 / px_per_s, y + 0.5 + 0.3),
+                font(12).color(if color == CALIBRATION { &BLACK } else { &WHITE }),
             )))
             .map_err(|x| e(&x))?;
-        chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(x0, y + 0.12), (x1, y + 0.88)],
-                WHITE.stroke_width(1),
-            )))
-            .map_err(|x| e(&x))?;
-        let width_px = (x1 - x0) * px_per_s;
-        if row_h >= 14 && width_px > 7.0 * label.chars().count() as f64 + 6.0 {
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    label,
-                    (x0 + 3.0 / px_per_s, y + 0.5 + 0.3),
-                    font(12).color(if color == CALIBRATION { &BLACK } else { &WHITE }),
-                )))
-                .map_err(|x| e(&x))?;
-        }
     }
+    Ok(())
+}
+
+/// The timeline's legend: the outcomes its attempts had, and the calibrations if any.
+fn entries(report: &Report, attempts: &[Attempt]) -> Entries {
     let bucket = |s: State, oom: bool| (s, s == State::Failed && oom);
-    let mut entries: Vec<(String, RGBColor, bool)> = OUTCOMES
+    let mut entries: Entries = OUTCOMES
         .iter()
         .filter(|(_, s, oom)| {
             attempts
@@ -148,7 +198,5 @@ pub(super) fn timeline_into(
     if !report.calibrations.is_empty() {
         entries.push(("measured alone (solo)".into(), CALIBRATION, true));
     }
-    legend(&side, "attempts", &entries)?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(true)
+    entries
 }
