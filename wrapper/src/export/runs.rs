@@ -153,6 +153,31 @@ pub fn state_text(r: &RunRecord) -> String {
 
 /// The summary table printed at the end.
 pub fn table(report: &Report) -> String {
+    let mut out = run_table(report).render();
+    totals(&mut out, report);
+    node_lines(&mut out, report);
+    notes(&mut out, report);
+    // Names (runs, nodes, GPUs, reasons) come from the record: nothing in them reaches
+    // the terminal as a control character.
+    crate::engine::text::escape_lines(&out).into_owned()
+}
+
+/// The optional columns of the summary table and where they go.
+struct Columns {
+    /// The pack's throughput unit (the throughput column's header).
+    unit: String,
+    /// Metric names, one `NAME best` column each.
+    metrics: Vec<String>,
+    /// Across nodes: a node column after the slot.
+    nodes: bool,
+    /// Some run declared its GPU memory: need and slot columns after the peak.
+    declared: bool,
+    /// Where the peak column is.
+    peak_col: usize,
+}
+
+/// The summary table's rows, one per run.
+fn run_table(report: &Report) -> Table {
     let s = &report.summary;
     let unit = s
         .throughput_unit
@@ -182,69 +207,88 @@ pub fn table(report: &Report) -> String {
     let mut right = vec![false, false];
     right.resize(headers.len(), true);
     let mut t = Table::new(headers, right);
+    let cols = Columns {
+        unit,
+        metrics,
+        nodes,
+        declared,
+        peak_col,
+    };
     for r in &report.runs {
-        let gpu = r.gpu.as_ref();
-        let tp = r.throughput.as_ref();
-        // NVML read this run, but cannot give this figure (MPS, MIG): n/a, not 0.
-        let gpu_fig = |f: Option<f64>, fmt: &dyn Fn(f64) -> String| match (gpu, f) {
-            (None, _) => "-".to_string(),
-            (Some(_), None) => "n/a".to_string(),
-            (Some(_), Some(v)) => fmt(v),
-        };
-        let mut row = vec![
-            r.name.clone(),
-            state_text(r),
-            match (r.exit_code, r.signal) {
-                (Some(c), _) => c.to_string(),
-                (None, Some(sig)) => format!("sig{sig}"),
-                _ => "-".into(),
-            },
-            r.attempts.len().to_string(),
-            or_dash(r.slot.map(|s| s.to_string())),
-            or_dash(r.wall_s.map(|w| format!("{w:.1}"))),
-            or_dash(r.startup_s.map(|w| format!("{w:.1}"))),
-            or_dash(tp.map(|t| {
-                if t.unit == unit {
-                    format!("{:.1}", t.mean)
-                } else {
-                    format!("{:.1} {}", t.mean, t.unit)
-                }
-            })),
-            or_dash(r.solo_throughput.map(|v| format!("{v:.1}"))),
-            or_dash(mean_epoch(r).map(|v| format!("{v:.1}"))),
-            gpu_fig(
-                gpu.and_then(|g| g.peak_memory_bytes).map(|b| b as f64),
-                &|b| format!("{}", b as u64 / (1024 * 1024)),
-            ),
-            gpu_fig(gpu.and_then(|g| g.mean_util_percent), &|v| {
-                format!("{v:.0}")
-            }),
-            gpu_fig(gpu.and_then(|g| g.energy_j), &|v| format!("{v:.0}")),
-        ];
-        if nodes {
-            row.insert(5, or_dash(r.node.clone()));
-        }
-        if declared {
-            row.insert(
-                peak_col + 1,
-                or_dash(r.gpu_memory_mib.map(|m| m.to_string())),
-            );
-            row.insert(
-                peak_col + 2,
-                or_dash(r.slot_memory_mib.map(|m| m.to_string())),
-            );
-        }
-        for m in &metrics {
-            row.push(or_dash(
-                r.metrics
-                    .get(m)
-                    .and_then(|v| v.best)
-                    .map(|v| format!("{v:.4}")),
-            ));
-        }
-        t.row(row);
+        t.row(table_row(r, &cols));
     }
-    let mut out = t.render();
+    t
+}
+
+/// One run's row of the summary table.
+fn table_row(r: &RunRecord, cols: &Columns) -> Vec<String> {
+    let (unit, peak_col) = (&cols.unit, cols.peak_col);
+    let gpu = r.gpu.as_ref();
+    let tp = r.throughput.as_ref();
+    // NVML read this run, but cannot give this figure (MPS, MIG): n/a, not 0.
+    let gpu_fig = |f: Option<f64>, fmt: &dyn Fn(f64) -> String| match (gpu, f) {
+        (None, _) => "-".to_string(),
+        (Some(_), None) => "n/a".to_string(),
+        (Some(_), Some(v)) => fmt(v),
+    };
+    let mut row = vec![
+        r.name.clone(),
+        state_text(r),
+        match (r.exit_code, r.signal) {
+            (Some(c), _) => c.to_string(),
+            (None, Some(sig)) => format!("sig{sig}"),
+            _ => "-".into(),
+        },
+        r.attempts.len().to_string(),
+        or_dash(r.slot.map(|s| s.to_string())),
+        or_dash(r.wall_s.map(|w| format!("{w:.1}"))),
+        or_dash(r.startup_s.map(|w| format!("{w:.1}"))),
+        or_dash(tp.map(|t| {
+            if t.unit == *unit {
+                format!("{:.1}", t.mean)
+            } else {
+                format!("{:.1} {}", t.mean, t.unit)
+            }
+        })),
+        or_dash(r.solo_throughput.map(|v| format!("{v:.1}"))),
+        or_dash(mean_epoch(r).map(|v| format!("{v:.1}"))),
+        gpu_fig(
+            gpu.and_then(|g| g.peak_memory_bytes).map(|b| b as f64),
+            &|b| format!("{}", b as u64 / (1024 * 1024)),
+        ),
+        gpu_fig(gpu.and_then(|g| g.mean_util_percent), &|v| {
+            format!("{v:.0}")
+        }),
+        gpu_fig(gpu.and_then(|g| g.energy_j), &|v| format!("{v:.0}")),
+    ];
+    if cols.nodes {
+        row.insert(5, or_dash(r.node.clone()));
+    }
+    if cols.declared {
+        row.insert(
+            peak_col + 1,
+            or_dash(r.gpu_memory_mib.map(|m| m.to_string())),
+        );
+        row.insert(
+            peak_col + 2,
+            or_dash(r.slot_memory_mib.map(|m| m.to_string())),
+        );
+    }
+    for m in &cols.metrics {
+        row.push(or_dash(
+            r.metrics
+                .get(m)
+                .and_then(|v| v.best)
+                .map(|v| format!("{v:.4}")),
+        ));
+    }
+    row
+}
+
+/// The lines under the table: counts, makespan, aggregate and steady throughput,
+/// speed-up, and the note on runs faster packed than alone.
+fn totals(out: &mut String, report: &Report) {
+    let s = &report.summary;
     let _ = writeln!(
         out,
         "{} runs: {} succeeded, {} failed, {} timed out, {} interrupted, {} not started{}; {} slots ({}), at most {} at once; {} attempts{}",
@@ -314,6 +358,10 @@ pub fn table(report: &Report) -> String {
             which.join(", ")
         );
     }
+}
+
+/// One line per node: its slots, attempts and why it was given no more runs.
+fn node_lines(out: &mut String, report: &Report) {
     for n in &report.nodes {
         let _ = write!(
             out,
@@ -336,6 +384,12 @@ pub fn table(report: &Report) -> String {
         }
         out.push('\n');
     }
+}
+
+/// Notes under the table: failed steps, dispatch time, the start column, and the GPUs'
+/// energy and utilization with their legend.
+fn notes(out: &mut String, report: &Report) {
+    let s = &report.summary;
     if s.step_failures > 0 {
         let _ = writeln!(
             out,
@@ -372,9 +426,6 @@ pub fn table(report: &Report) -> String {
             let _ = writeln!(out, "{l}");
         }
     }
-    // Names (runs, nodes, GPUs, reasons) come from the record: nothing in them reaches
-    // the terminal as a control character.
-    crate::engine::text::escape_lines(&out).into_owned()
 }
 
 /// The one line of `-q`.

@@ -78,58 +78,70 @@ pub fn layout(i: &Inputs) -> Result<Layout, String> {
         .map(str::trim)
         .filter(|m| !m.is_empty());
     if let Some(jm) = job_mode.filter(|m| *m != "off") {
-        let mode: Mode = jm
-            .parse()
-            .map_err(|e| format!("COLLOC_MODE from the job: {e}"))?;
-        if let Some(cm) = &cli_mode {
-            if *cm != mode {
-                return Err(format!(
-                    "--mode {cm} differs from this job's mode {mode} (COLLOC_MODE); \
-                     leave --mode out inside a colloc job or submit with --colloc={cm}"
-                ));
-            }
-        }
-        let devices = split(i.job_devices.as_deref().unwrap_or(""));
-        if devices.is_empty() {
+        return job_layout(i, jm, cli_mode);
+    }
+    own_layout(i, cli_mode)
+}
+
+/// Inside a colloc job (`COLLOC_MODE` is `jm`, not `off`): the job's mode and devices,
+/// `-j`, else `COLLOC_SLOTS`, else the mode's default number of slots.
+fn job_layout(i: &Inputs, jm: &str, cli_mode: Option<Mode>) -> Result<Layout, String> {
+    let mode: Mode = jm
+        .parse()
+        .map_err(|e| format!("COLLOC_MODE from the job: {e}"))?;
+    if let Some(cm) = &cli_mode {
+        if *cm != mode {
             return Err(format!(
-                "COLLOC_MODE is {mode} but COLLOC_DEVICES is empty: the job has no colloc devices"
+                "--mode {cm} differs from this job's mode {mode} (COLLOC_MODE); \
+                 leave --mode out inside a colloc job or submit with --colloc={cm}"
             ));
         }
-        let job_slots = match i
-            .job_slots
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            Some(s) => Some(
-                s.parse::<usize>()
-                    .ok()
-                    .filter(|&n| n > 0 && n <= MAX_SLOTS)
-                    .ok_or_else(|| {
-                        format!("COLLOC_SLOTS {s:?} is not a number from 1 to {MAX_SLOTS}")
-                    })?,
-            ),
-            None => None,
-        };
-        let n = match (&mode, i.jobs, job_slots) {
-            (Mode::Mig(_), Some(j), _) if j > devices.len() => {
-                return Err(format!(
-                    "-j {j} is more than the job's {} MIG instances: each run needs its own",
-                    devices.len()
-                ))
-            }
-            (_, Some(j), _) => j,
-            (_, None, Some(s)) => s,
-            (Mode::Mig(_), None, None) => devices.len(),
-            (_, None, None) => DEFAULT_PER_GPU * devices.len(),
-        };
-        return Ok(Layout {
-            slots: spread(&devices, n),
-            mode,
-            source: Source::Job,
-            devices,
-        });
     }
+    let devices = split(i.job_devices.as_deref().unwrap_or(""));
+    if devices.is_empty() {
+        return Err(format!(
+            "COLLOC_MODE is {mode} but COLLOC_DEVICES is empty: the job has no colloc devices"
+        ));
+    }
+    let job_slots = match i
+        .job_slots
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        Some(s) => Some(
+            s.parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0 && n <= MAX_SLOTS)
+                .ok_or_else(|| {
+                    format!("COLLOC_SLOTS {s:?} is not a number from 1 to {MAX_SLOTS}")
+                })?,
+        ),
+        None => None,
+    };
+    let n = match (&mode, i.jobs, job_slots) {
+        (Mode::Mig(_), Some(j), _) if j > devices.len() => {
+            return Err(format!(
+                "-j {j} is more than the job's {} MIG instances: each run needs its own",
+                devices.len()
+            ))
+        }
+        (_, Some(j), _) => j,
+        (_, None, Some(s)) => s,
+        (Mode::Mig(_), None, None) => devices.len(),
+        (_, None, None) => DEFAULT_PER_GPU * devices.len(),
+    };
+    Ok(Layout {
+        slots: spread(&devices, n),
+        mode,
+        source: Source::Job,
+        devices,
+    })
+}
+
+/// Outside a colloc job: `--mode` (default naive) over `CUDA_VISIBLE_DEVICES`, else the
+/// GPUs NVML sees; plain process slots without any GPU.
+fn own_layout(i: &Inputs, cli_mode: Option<Mode>) -> Result<Layout, String> {
     let mode = cli_mode.unwrap_or(Mode::Naive);
     let visible = i.visible.as_deref().map(split);
     let devices = match (&visible, &i.nvml_gpus) {
@@ -138,29 +150,7 @@ pub fn layout(i: &Inputs) -> Result<Layout, String> {
         (None, None) => Vec::new(),
     };
     let mig_devices = !devices.is_empty() && devices.iter().all(|d| d.starts_with("MIG-"));
-    match &mode {
-        Mode::Off => return Err("--mode off packs nothing; use naive or mps".into()),
-        Mode::MigMps { .. } => {
-            return Err(format!(
-                "--mode {mode} works only inside a colloc job (sbatch --colloc={mode}), \
-                 whose prolog makes the MIG instances and starts an MPS daemon in each"
-            ))
-        }
-        Mode::Mig(_) => {
-            return Err(
-                "--mode mig works only inside a colloc job (sbatch --colloc=mig:...); \
-                 outside one, list existing MIG instances in CUDA_VISIBLE_DEVICES and use --mode naive"
-                    .into(),
-            )
-        }
-        Mode::Mps { .. } if devices.is_empty() => {
-            return Err("--mode mps needs a GPU: none in CUDA_VISIBLE_DEVICES and none found through NVML".into())
-        }
-        Mode::Mps { .. } if mig_devices => {
-            return Err("--mode mps on MIG instances is not supported; use --mode naive".into())
-        }
-        _ => {}
-    }
+    own_mode_fits(&mode, &devices, mig_devices)?;
     if devices.is_empty() {
         let n = i.jobs.unwrap_or(i.cpus.max(1));
         return Ok(Layout {
@@ -188,6 +178,31 @@ pub fn layout(i: &Inputs) -> Result<Layout, String> {
         source: Source::Own,
         devices,
     })
+}
+
+/// Whether `mode` can run outside a colloc job on `devices` (`mig_devices`: all of them
+/// MIG instances): off, mig and mig+mps cannot, mps needs a whole GPU.
+fn own_mode_fits(mode: &Mode, devices: &[String], mig_devices: bool) -> Result<(), String> {
+    match mode {
+        Mode::Off => Err("--mode off packs nothing; use naive or mps".into()),
+        Mode::MigMps { .. } => Err(format!(
+            "--mode {mode} works only inside a colloc job (sbatch --colloc={mode}), \
+             whose prolog makes the MIG instances and starts an MPS daemon in each"
+        )),
+        Mode::Mig(_) => Err(
+            "--mode mig works only inside a colloc job (sbatch --colloc=mig:...); \
+             outside one, list existing MIG instances in CUDA_VISIBLE_DEVICES and use --mode naive"
+                .into(),
+        ),
+        Mode::Mps { .. } if devices.is_empty() => Err(
+            "--mode mps needs a GPU: none in CUDA_VISIBLE_DEVICES and none found through NVML"
+                .into(),
+        ),
+        Mode::Mps { .. } if mig_devices => {
+            Err("--mode mps on MIG instances is not supported; use --mode naive".into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `n` slots round-robin over the devices, so the lowest free slot balances the GPUs.

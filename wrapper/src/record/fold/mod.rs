@@ -246,96 +246,8 @@ impl Fold {
             }
         }
         match ev {
-            Event::Session {
-                ts,
-                session,
-                colloc_version,
-                host,
-                pid,
-                job_id,
-                restart_count,
-                mode,
-                source,
-                steps,
-                slots,
-                interval_s,
-                runs,
-                ..
-            } => {
-                self.session_at
-                    .entry(session)
-                    .or_insert(self.sessions.len());
-                self.sessions.push(Sess {
-                    session,
-                    start: ts,
-                    last: ts,
-                    host,
-                    pid,
-                    job_id,
-                    restart_count,
-                    mode,
-                    source,
-                    steps,
-                    slots,
-                    interval_s,
-                    colloc_version,
-                    ..Sess::default()
-                });
-                for (index, id) in runs.into_iter().enumerate() {
-                    let name = id.name.clone();
-                    let r = self.run_mut(&name);
-                    r.id = id;
-                    r.index = index;
-                }
-                // Only when the order changed (by_name holds every name already): a
-                // forged record of many session events must not rebuild the map each.
-                if !self.runs.is_sorted_by_key(|r| r.index) {
-                    self.runs.sort_by_key(|r| r.index);
-                    for (i, r) in self.runs.iter().enumerate() {
-                        if let Some(at) = self.by_name.get_mut(&r.id.name) {
-                            *at = i;
-                        }
-                    }
-                }
-            }
-            Event::Start {
-                ts,
-                run,
-                kind,
-                attempt,
-                session,
-                slot,
-                device,
-                node,
-                log,
-            } => {
-                let a = Att {
-                    attempt,
-                    session,
-                    slot,
-                    device,
-                    node,
-                    log,
-                    start: ts,
-                    last_ts: ts,
-                    ..Att::default()
-                };
-                match kind {
-                    Kind::Run => {
-                        let r = self.run_mut(&run);
-                        r.latest.insert(attempt, r.attempts.len());
-                        r.attempts.push(a);
-                    }
-                    Kind::Solo => {
-                        let v = self.calibrations.entry(run.clone()).or_default();
-                        self.calibration_latest
-                            .entry(run)
-                            .or_default()
-                            .insert(attempt, v.len());
-                        v.push(a);
-                    }
-                }
-            }
+            Event::Session { .. } => self.open_session(ev),
+            Event::Start { .. } => self.start_attempt(ev),
             Event::Progress {
                 ts,
                 run,
@@ -347,33 +259,7 @@ impl Fold {
                     a.progress(ts, progress);
                 }
             }
-            Event::End {
-                ts,
-                run,
-                kind,
-                attempt,
-                state,
-                exit_code,
-                signal,
-                error,
-                escaped,
-                gpu,
-                step,
-                progress,
-                ..
-            } => {
-                if let Some(a) = self.attempt_mut(&run, kind, attempt) {
-                    a.progress(ts, progress);
-                    a.end = Some(ts);
-                    a.state = Some(state);
-                    a.exit_code = exit_code;
-                    a.signal = signal;
-                    a.error = error;
-                    a.escaped = escaped;
-                    a.gpu = gpu;
-                    a.step = step.map(|s| *s);
-                }
-            }
+            Event::End { .. } => self.end_attempt(ev),
             Event::NodeOut {
                 ts, node, reason, ..
             } => {
@@ -417,6 +303,150 @@ impl Fold {
                     }
                 }
             }
+        }
+    }
+
+    /// A session event (any other event is ignored): a new session, and its manifest's
+    /// runs in their order.
+    fn open_session(&mut self, ev: Event) {
+        let Event::Session {
+            ts,
+            session,
+            colloc_version,
+            host,
+            pid,
+            job_id,
+            restart_count,
+            mode,
+            source,
+            steps,
+            slots,
+            interval_s,
+            runs,
+            ..
+        } = ev
+        else {
+            return;
+        };
+        self.session_at
+            .entry(session)
+            .or_insert(self.sessions.len());
+        self.sessions.push(Sess {
+            session,
+            start: ts,
+            last: ts,
+            host,
+            pid,
+            job_id,
+            restart_count,
+            mode,
+            source,
+            steps,
+            slots,
+            interval_s,
+            colloc_version,
+            ..Sess::default()
+        });
+        self.manifest(runs);
+    }
+
+    /// The runs of a session's manifest: each known by name gets its identity and index,
+    /// and the runs are kept in manifest order.
+    fn manifest(&mut self, runs: Vec<RunIdentity>) {
+        for (index, id) in runs.into_iter().enumerate() {
+            let name = id.name.clone();
+            let r = self.run_mut(&name);
+            r.id = id;
+            r.index = index;
+        }
+        // Only when the order changed (by_name holds every name already): a
+        // forged record of many session events must not rebuild the map each.
+        if !self.runs.is_sorted_by_key(|r| r.index) {
+            self.runs.sort_by_key(|r| r.index);
+            for (i, r) in self.runs.iter().enumerate() {
+                if let Some(at) = self.by_name.get_mut(&r.id.name) {
+                    *at = i;
+                }
+            }
+        }
+    }
+
+    /// A start event (any other event is ignored): a new attempt of a run or of a
+    /// calibration, found later as the latest of its number.
+    fn start_attempt(&mut self, ev: Event) {
+        let Event::Start {
+            ts,
+            run,
+            kind,
+            attempt,
+            session,
+            slot,
+            device,
+            node,
+            log,
+        } = ev
+        else {
+            return;
+        };
+        let a = Att {
+            attempt,
+            session,
+            slot,
+            device,
+            node,
+            log,
+            start: ts,
+            last_ts: ts,
+            ..Att::default()
+        };
+        match kind {
+            Kind::Run => {
+                let r = self.run_mut(&run);
+                r.latest.insert(attempt, r.attempts.len());
+                r.attempts.push(a);
+            }
+            Kind::Solo => {
+                let v = self.calibrations.entry(run.clone()).or_default();
+                self.calibration_latest
+                    .entry(run)
+                    .or_default()
+                    .insert(attempt, v.len());
+                v.push(a);
+            }
+        }
+    }
+
+    /// An end event (any other event is ignored): its attempt's last progress and how it
+    /// ended.
+    fn end_attempt(&mut self, ev: Event) {
+        let Event::End {
+            ts,
+            run,
+            kind,
+            attempt,
+            state,
+            exit_code,
+            signal,
+            error,
+            escaped,
+            gpu,
+            step,
+            progress,
+            ..
+        } = ev
+        else {
+            return;
+        };
+        if let Some(a) = self.attempt_mut(&run, kind, attempt) {
+            a.progress(ts, progress);
+            a.end = Some(ts);
+            a.state = Some(state);
+            a.exit_code = exit_code;
+            a.signal = signal;
+            a.error = error;
+            a.escaped = escaped;
+            a.gpu = gpu;
+            a.step = step.map(|s| *s);
         }
     }
 }

@@ -15,66 +15,10 @@ use crate::record::model::{FasterThanSolo, Report, Summary, FASTER_THAN_SOLO};
 impl Fold {
     /// The summary of `rep`, the report being built.
     pub(super) fn summary(&self, rep: &Report, now: f64, live: Option<u32>) -> Summary {
-        let count = |s: State| rep.runs.iter().filter(|r| r.state == s).count();
-        let makespan_s: f64 = rep.sessions.iter().map(|s| s.makespan_s).sum();
-        let mut sum = Summary {
-            runs: rep.runs.len(),
-            succeeded: count(State::Succeeded),
-            failed: count(State::Failed),
-            timed_out: count(State::TimedOut),
-            interrupted: count(State::Interrupted),
-            not_started: count(State::NotStarted),
-            running: count(State::Running),
-            attempts: rep.runs.iter().map(|r| r.attempts.len()).sum(),
-            oom_attempts: rep
-                .runs
-                .iter()
-                .flat_map(|r| &r.attempts)
-                .filter(|a| a.oom)
-                .count(),
-            max_concurrent: rep
-                .sessions
-                .iter()
-                .map(|s| s.max_concurrent)
-                .max()
-                .unwrap_or(0),
-            makespan_s,
-            step_failures: rep
-                .runs
-                .iter()
-                .flat_map(|r| &r.attempts)
-                .filter(|a| a.step.as_ref().is_some_and(|s| s.failed.is_some()))
-                .count(),
-            median_dispatch_s: median(
-                rep.runs
-                    .iter()
-                    .flat_map(|r| &r.attempts)
-                    .filter_map(|a| a.step.as_ref().and_then(|s| s.dispatch_s))
-                    .collect(),
-            ),
-            ..Summary::default()
-        };
-        if let Some(gpus) = &rep.gpus {
-            let total = |f: fn(&GpuTotals) -> Option<f64>| {
-                let v: Vec<f64> = gpus.iter().filter_map(f).collect();
-                (!v.is_empty()).then(|| v.iter().sum())
-            };
-            sum.energy_j = total(|g| g.energy_j);
-            sum.runs_energy_j = total(|g| g.runs_energy_j);
-            sum.idle_energy_j = total(|g| g.idle_energy_j);
-        }
-        // The most common unit among runs with throughput is the pack's unit.
-        let mut units: BTreeMap<&str, usize> = BTreeMap::new();
-        for r in &rep.runs {
-            if let Some(t) = &r.throughput {
-                *units.entry(t.unit.as_str()).or_default() += 1;
-            }
-        }
-        let Some(unit) = units
-            .iter()
-            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-            .map(|(u, _)| u.to_string())
-        else {
+        let mut sum = counts(rep);
+        let makespan_s = sum.makespan_s;
+        energy_into(&mut sum, rep);
+        let Some(unit) = pack_unit(rep) else {
             return sum;
         };
         let work: f64 = self
@@ -88,8 +32,23 @@ impl Fold {
             sum.aggregate_throughput = Some(work / makespan_s);
         }
         self.steady_into(&mut sum, &unit);
-        // One after another: each covered attempt's work at its run's solo rate, plus its
-        // start-up (the time before its first sample, or all of it without samples).
+        self.speedup_into(&mut sum, rep, &unit, now, live);
+        sum.throughput_unit = Some(unit);
+        sum
+    }
+
+    /// The speed-up against one after another in `unit` (and the runs faster packed than
+    /// alone): each covered attempt's work at its run's solo rate, plus its start-up (the
+    /// time before its first sample, or all of it without samples), over the makespan.
+    fn speedup_into(
+        &self,
+        sum: &mut Summary,
+        rep: &Report,
+        unit: &str,
+        now: f64,
+        live: Option<u32>,
+    ) {
+        let makespan_s = sum.makespan_s;
         let mut seq = 0.0;
         let mut covered = 0;
         let mut ran = 0;
@@ -104,10 +63,7 @@ impl Fold {
                 .solos
                 .get(&r.id.solo_key())
                 .filter(|s| s.unit == unit && s.throughput > 0.0);
-            let in_unit = r
-                .attempts
-                .iter()
-                .any(|a| a.unit.as_deref() == Some(unit.as_str()));
+            let in_unit = r.attempts.iter().any(|a| a.unit.as_deref() == Some(unit));
             let Some(solo) = solo.filter(|_| in_unit) else {
                 continue;
             };
@@ -131,7 +87,7 @@ impl Fold {
             for a in &r.attempts {
                 let end = self.end_of(a, now, live);
                 let wall = (end - a.start).max(0.0);
-                if a.unit.as_deref() == Some(unit.as_str()) && a.stats.count > 0 {
+                if a.unit.as_deref() == Some(unit) && a.stats.count > 0 {
                     let startup = a.stats.first_t.map_or(wall, |f| (f - a.start).max(0.0));
                     seq += a.stats.work / solo.throughput + startup;
                 } else {
@@ -146,9 +102,79 @@ impl Fold {
             sum.speedup_of = Some(ran);
             sum.solo_source = Some(sources.join("; "));
         }
-        sum.throughput_unit = Some(unit);
-        sum
     }
+}
+
+/// The summary's counts of `rep`: runs by state, attempts, OOMs, concurrency, makespan,
+/// failed steps and the median dispatch time.
+fn counts(rep: &Report) -> Summary {
+    let count = |s: State| rep.runs.iter().filter(|r| r.state == s).count();
+    let makespan_s: f64 = rep.sessions.iter().map(|s| s.makespan_s).sum();
+    Summary {
+        runs: rep.runs.len(),
+        succeeded: count(State::Succeeded),
+        failed: count(State::Failed),
+        timed_out: count(State::TimedOut),
+        interrupted: count(State::Interrupted),
+        not_started: count(State::NotStarted),
+        running: count(State::Running),
+        attempts: rep.runs.iter().map(|r| r.attempts.len()).sum(),
+        oom_attempts: rep
+            .runs
+            .iter()
+            .flat_map(|r| &r.attempts)
+            .filter(|a| a.oom)
+            .count(),
+        max_concurrent: rep
+            .sessions
+            .iter()
+            .map(|s| s.max_concurrent)
+            .max()
+            .unwrap_or(0),
+        makespan_s,
+        step_failures: rep
+            .runs
+            .iter()
+            .flat_map(|r| &r.attempts)
+            .filter(|a| a.step.as_ref().is_some_and(|s| s.failed.is_some()))
+            .count(),
+        median_dispatch_s: median(
+            rep.runs
+                .iter()
+                .flat_map(|r| &r.attempts)
+                .filter_map(|a| a.step.as_ref().and_then(|s| s.dispatch_s))
+                .collect(),
+        ),
+        ..Summary::default()
+    }
+}
+
+/// The energy totals over the report's GPUs, where it has any.
+fn energy_into(sum: &mut Summary, rep: &Report) {
+    if let Some(gpus) = &rep.gpus {
+        let total = |f: fn(&GpuTotals) -> Option<f64>| {
+            let v: Vec<f64> = gpus.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| v.iter().sum())
+        };
+        sum.energy_j = total(|g| g.energy_j);
+        sum.runs_energy_j = total(|g| g.runs_energy_j);
+        sum.idle_energy_j = total(|g| g.idle_energy_j);
+    }
+}
+
+/// The pack's unit: the most common one among runs with throughput (ties: the first by
+/// name); `None` when no run has throughput.
+fn pack_unit(rep: &Report) -> Option<String> {
+    let mut units: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &rep.runs {
+        if let Some(t) = &r.throughput {
+            *units.entry(t.unit.as_str()).or_default() += 1;
+        }
+    }
+    units
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(u, _)| u.to_string())
 }
 
 impl Fold {
