@@ -1,3 +1,5 @@
+//! Tests of status.rs (`colloc status --cluster`: nodes merged with the queue).
+
 use super::*;
 use colloc_core::journal::Phase;
 use colloc_core::publish::JobEntry;

@@ -1,3 +1,5 @@
+//! Tests of userfs.rs (checked directories and user files).
+
 use super::*;
 use std::os::unix::fs::PermissionsExt;
 

@@ -1,3 +1,5 @@
+//! Tests of bench/report.rs (results, recommendation text, CSV forms).
+
 use super::text::below;
 use super::*;
 use crate::bench::answer::{Candidate, Verdict};

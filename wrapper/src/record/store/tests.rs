@@ -1,3 +1,5 @@
+//! Tests of record/store.rs (ReportDir, the event log, reading and validating records).
+
 use super::read::{check_event_files, index_events, MAX_OPEN};
 use super::validate::Validator;
 use super::*;

@@ -1,3 +1,5 @@
+//! Tests of run/manifest.rs (parsing runs.toml).
+
 use super::*;
 
 fn p(text: &str) -> Result<Vec<RunSpec>, ManifestError> {
