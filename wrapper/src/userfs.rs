@@ -19,6 +19,12 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Access, AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
+#[cfg(test)]
+mod tests;
+mod walk;
+
+use walk::{refuse_shared_parent, walk_parent};
+
 /// Why a user-side file or directory was not used. Everything but [`UserFsError::Io`]
 /// is the caller's input (exit 2).
 #[derive(Debug, thiserror::Error)]
@@ -260,143 +266,6 @@ fn not_yours(st: &Stat) -> Option<String> {
         ));
     }
     None
-}
-
-/// Most symbolic links followed on the way to a directory (the kernel's own limit).
-const MAX_LINKS: usize = 40;
-
-/// Why a symbolic link on the way to a directory colloc writes is not followed (`None`:
-/// it is). Root follows only root's links; a user follows their own, root's, and those
-/// of the owner of the directory holding the link (who could have put anything there
-/// anyway): a link another user planted in a shared directory never redirects a write
-/// (the kernel's `protected_symlinks` rule, applied to every directory on the way).
-fn refuse_link(link: &Stat, dir: &Stat) -> Option<String> {
-    let me = euid();
-    let ok = link.st_uid == 0 || (me != 0 && (link.st_uid == me || link.st_uid == dir.st_uid));
-    (!ok).then(|| {
-        if me == 0 {
-            format!(
-                "owned by uid {}; as root colloc follows only root's links",
-                link.st_uid
-            )
-        } else {
-            format!(
-                "owned by uid {}, neither you, root nor the owner of the directory holding it",
-                link.st_uid
-            )
-        }
-    })
-}
-
-/// Refuse (as root) a directory on the way that others may rename entries of: writable
-/// by group or others without the sticky bit.
-fn refuse_shared_parent(fd: &OwnedFd, shown: &Path) -> Result<(), UserFsError> {
-    let st = rustix::fs::fstat(fd).map_err(|e| io("inspect", shown, e))?;
-    if st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0 {
-        let shown = if shown.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            shown
-        };
-        return Err(UserFsError::NotYours {
-            path: shown.to_path_buf(),
-            why: format!(
-                "writable by group or others without the sticky bit (mode {:04o}), so others could swap what colloc writes through as root",
-                st.st_mode & 0o7777
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// Open (making what is missing, as `mkdir -p`) the directory `path`, one component at
-/// a time with `openat(O_NOFOLLOW|O_DIRECTORY)`: a symbolic link on the way is followed
-/// only as [`refuse_link`] allows, so nobody else's link redirects where colloc writes.
-/// As root, every directory on the way must pass [`refuse_shared_parent`].
-fn walk_parent(path: &Path) -> Result<OwnedFd, UserFsError> {
-    use std::collections::VecDeque;
-    use std::ffi::OsString;
-    use std::os::unix::ffi::OsStrExt;
-    use std::path::Component;
-
-    let root = euid() == 0;
-    let open_dir = |at: &OwnedFd, name: &std::ffi::OsStr| {
-        rustix::fs::openat(at, name, DIR_FLAGS, Mode::empty())
-    };
-    let start = if path.is_absolute() { "/" } else { "." };
-    let mut fd = rustix::fs::open(start, DIR_FLAGS, Mode::empty())
-        .map_err(|e| io("open", Path::new(start), e))?;
-    let mut todo: VecDeque<OsString> = path
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            Component::ParentDir => Some("..".into()),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
-        })
-        .collect();
-    let mut links = 0;
-    // Where the walk is, for messages: the path as given, up to the component at hand.
-    let mut shown = PathBuf::from(if path.is_absolute() { "/" } else { "" });
-    while let Some(c) = todo.pop_front() {
-        if root {
-            refuse_shared_parent(&fd, &shown)?;
-        }
-        let here = shown.join(&c);
-        if c != ".." {
-            match rustix::fs::mkdirat(&fd, c.as_os_str(), Mode::from_raw_mode(0o755)) {
-                Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => return Err(io("create", &here, e)),
-            }
-        }
-        match open_dir(&fd, &c) {
-            Ok(next) => {
-                fd = next;
-                shown = here;
-            }
-            Err(Errno::LOOP | Errno::NOTDIR) => {
-                let st = rustix::fs::statat(&fd, c.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
-                    .map_err(|e| io("look up", &here, e))?;
-                let t = FileType::from_raw_mode(st.st_mode);
-                if t == FileType::Directory {
-                    // `openat` met a link or a file, `statat` a directory: swapped between.
-                    return Err(UserFsError::Changing { path: here });
-                }
-                if t != FileType::Symlink {
-                    return Err(UserFsError::WrongType {
-                        path: here,
-                        what: type_name(t).into(),
-                        expected: "a directory",
-                    });
-                }
-                let dir = rustix::fs::fstat(&fd).map_err(|e| io("inspect", &shown, e))?;
-                if let Some(why) = refuse_link(&st, &dir) {
-                    return Err(UserFsError::UntrustedLink { path: here, why });
-                }
-                links += 1;
-                if links > MAX_LINKS {
-                    return Err(io("open", path, Errno::LOOP));
-                }
-                let target = rustix::fs::readlinkat(&fd, c.as_os_str(), Vec::new())
-                    .map_err(|e| io("read the link", &here, e))?;
-                let target = PathBuf::from(std::ffi::OsStr::from_bytes(target.to_bytes()));
-                if target.is_absolute() {
-                    fd = rustix::fs::open("/", DIR_FLAGS, Mode::empty())
-                        .map_err(|e| io("open", Path::new("/"), e))?;
-                }
-                for t in target.components().rev() {
-                    match t {
-                        Component::Normal(n) => todo.push_front(n.to_os_string()),
-                        Component::ParentDir => todo.push_front("..".into()),
-                        Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-                    }
-                }
-                // Messages go on naming the path as given.
-                shown = here;
-            }
-            Err(e) => return Err(io("open", &here, e)),
-        }
-    }
-    Ok(fd)
 }
 
 impl CheckedDir {
@@ -848,97 +717,5 @@ impl CheckedDir {
             Err(Errno::NOENT) => Ok(false),
             Err(e) => Err(io("remove", &self.shown(name), e)),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn a_directory_writable_by_others_is_not_adopted() {
-        let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("d");
-        std::fs::create_dir(&p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = CheckedDir::create_or_adopt(&p, 0o755).unwrap_err();
-        assert!(matches!(e, UserFsError::NotYours { .. }), "{e}");
-        assert!(e.to_string().contains("mode 0777"), "{e}");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let (_, made) = CheckedDir::create_or_adopt(&p, 0o755).unwrap();
-        assert!(!made);
-        let (_, made) = CheckedDir::create_or_adopt(&t.path().join("a/b"), 0o755).unwrap();
-        assert!(made);
-        // `.` and `..` name the directory itself.
-        let (d, made) = CheckedDir::create_or_adopt(&t.path().join("a/b/.."), 0o755).unwrap();
-        assert!(!made);
-        assert!(d.lstat("b").unwrap().is_some());
-    }
-
-    #[test]
-    fn a_link_as_the_directory_is_refused() {
-        let t = tempfile::tempdir().unwrap();
-        std::fs::create_dir(t.path().join("real")).unwrap();
-        std::os::unix::fs::symlink(t.path().join("real"), t.path().join("l")).unwrap();
-        let e = CheckedDir::create_or_adopt(&t.path().join("l"), 0o755).unwrap_err();
-        assert!(e.to_string().contains("symbolic link"), "{e}");
-    }
-
-    #[test]
-    fn writes_replace_links_and_never_follow_them() {
-        let t = tempfile::tempdir().unwrap();
-        let victim = t.path().join("victim");
-        std::fs::write(&victim, "keep").unwrap();
-        let (d, _) = CheckedDir::create_or_adopt(&t.path().join("r"), 0o755).unwrap();
-        for name in ["a.png", "log", "ev"] {
-            std::os::unix::fs::symlink(&victim, t.path().join("r").join(name)).unwrap();
-        }
-        d.write_atomic("a.png", b"png").unwrap();
-        assert_eq!(std::fs::read(t.path().join("r/a.png")).unwrap(), b"png");
-        d.create("log").unwrap().write_all(b"x").unwrap();
-        assert!(d
-            .append("ev")
-            .unwrap_err()
-            .to_string()
-            .contains("symbolic link"));
-        // a hard link is never appended to (the other name would change too)
-        std::fs::hard_link(&victim, t.path().join("r/hard")).unwrap();
-        assert!(d
-            .append("hard")
-            .unwrap_err()
-            .to_string()
-            .contains("2 link(s)"));
-        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
-        let names: Vec<String> = d.entries().unwrap().into_iter().map(|e| e.0).collect();
-        assert!(!names.iter().any(|n| n.contains(".tmp-")), "{names:?}");
-    }
-
-    #[test]
-    fn fifos_and_devices_are_refused_at_once() {
-        let t = tempfile::tempdir().unwrap();
-        let fifo = t.path().join("fifo");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            FileType::Fifo,
-            Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
-        let e = read_user_file(&fifo, 100).unwrap_err();
-        assert!(e.is_bad_input() && e.to_string().contains("a FIFO"), "{e}");
-        let e = read_user_file(Path::new("/dev/zero"), 100).unwrap_err();
-        assert!(e.to_string().contains("character device"), "{e}");
-        std::fs::write(t.path().join("big"), [b'x'; 101]).unwrap();
-        let e = read_user_file(&t.path().join("big"), 100).unwrap_err();
-        assert!(matches!(e, UserFsError::TooLarge { .. }), "{e}");
-        let d = CheckedDir::open_read(t.path()).unwrap();
-        assert!(d
-            .open_file("fifo", 100)
-            .unwrap_err()
-            .to_string()
-            .contains("FIFO"));
-        assert!(d.lock_file("fifo").is_err());
     }
 }

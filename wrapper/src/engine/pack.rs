@@ -6,23 +6,29 @@
 //!
 //! An attempt ends when its supervisor reports that nothing of it is left (so its slot's
 //! GPU is free for the next) and its output is read to the end.
+//!
+//! What the engine and its caller exchange is in [`driver`]; reading an attempt's output
+//! (log, scanner, live view) in [`output`].
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Read, Write};
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use colloc_core::telemetry::{AttemptGpu, Sampler};
+use colloc_core::telemetry::Sampler;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
-use super::launch::{Cmd, LaunchSpec, Launcher, Msg};
-use super::scan::{Epochs, Scanner};
+use super::launch::{Cmd, Launcher, Msg};
 use super::signals::{Signals, FORWARD};
-use super::throughput::Series;
 use super::{signal_name, Clock, State};
-use crate::userfs::CheckedDir;
+
+mod driver;
+mod output;
+
+pub use driver::{
+    AttemptId, Deadline, Driver, Ended, Exit, Job, LogFile, MetricAcc, Options, Seen, Slot, View,
+    Warn,
+};
+use output::{line, note_in_log, read_output};
 
 /// Carriage-return progress lines (tqdm) reach the live view at most this often.
 const CR_LINE_EVERY: Duration = Duration::from_secs(2);
@@ -40,204 +46,7 @@ const TEARDOWN_SIGNALS: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, l
 /// Longest line kept whole; longer ones are cut.
 const MAX_LINE: usize = 64 * 1024;
 
-/// Number of an attempt, unique within the process (engines run one after another share
-/// the launcher's supervisors).
-pub type AttemptId = u64;
-
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// One thing to run.
-#[derive(Debug, Clone)]
-pub struct Job {
-    /// The caller's run index.
-    pub run: usize,
-    /// The caller's attempt number (1-based).
-    pub attempt: u32,
-    /// Prefix of its lines in the live view.
-    pub label: String,
-    /// What to start; the slot's environment goes before `spec.env`.
-    pub spec: LaunchSpec,
-    /// What its lines are scanned for.
-    pub scanner: Arc<Scanner>,
-    /// Its time limit.
-    pub timeout: Option<Duration>,
-    /// Its log file (made afresh).
-    pub log: LogFile,
-}
-
-/// An attempt's log: a file made afresh in a checked directory (a link or anything else
-/// at its name is replaced, never followed), and its path for messages.
-#[derive(Debug, Clone)]
-pub struct LogFile {
-    /// The directory it is made in (`None`: it could not be opened; the attempt runs
-    /// without a log).
-    pub dir: Option<Arc<CheckedDir>>,
-    /// Its name there.
-    pub name: String,
-    /// Its path, for messages and for reading it back.
-    pub path: PathBuf,
-}
-
-impl LogFile {
-    /// The log `name` in `dir` (shown as `path`).
-    pub fn new(dir: Option<&Arc<CheckedDir>>, name: String, path: PathBuf) -> LogFile {
-        LogFile {
-            dir: dir.cloned(),
-            name,
-            path,
-        }
-    }
-
-    fn create(&self) -> Result<File, String> {
-        match &self.dir {
-            Some(d) => d.create(&self.name).map_err(|e| e.to_string()),
-            None => Err(format!("no folder for {}", self.path.display())),
-        }
-    }
-}
-
-/// A slot: where one attempt at a time runs.
-#[derive(Debug, Clone, Default)]
-pub struct Slot {
-    /// Environment every attempt on it gets (`CUDA_VISIBLE_DEVICES`, MPS pipes).
-    pub env: Vec<(String, String)>,
-}
-
-/// Last and best value of a user metric.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct MetricAcc {
-    /// Latest value.
-    pub last: Option<f64>,
-    /// Best value so far.
-    pub best: Option<f64>,
-    /// Values seen.
-    pub count: u64,
-}
-
-/// What an attempt's output showed.
-#[derive(Debug, Default, Clone)]
-pub struct Seen {
-    /// Throughput samples.
-    pub series: Series,
-    /// Epochs.
-    pub epochs: Epochs,
-    /// A CUDA out-of-memory message appeared.
-    pub oom: bool,
-    /// User metrics, in the scanner's order.
-    pub metrics: Vec<MetricAcc>,
-    /// Lines read.
-    pub lines: u64,
-}
-
-/// How an attempt's process ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exit {
-    /// Exited with this code.
-    Code(i32),
-    /// Killed by this signal.
-    Signal(i32),
-    /// Never ran: why.
-    NotStarted(String),
-    /// Its supervisor vanished; how it ended is unknown.
-    Lost,
-}
-
-/// An attempt that ended.
-#[derive(Debug)]
-pub struct Ended {
-    /// Engine id.
-    pub id: AttemptId,
-    /// The job it ran.
-    pub job: Job,
-    /// Its end, on the engine's clock.
-    pub end: f64,
-    /// How its process ended.
-    pub exit: Exit,
-    /// What that means.
-    pub state: State,
-    /// Its leader's pid.
-    pub pid: Option<u32>,
-    /// What its output showed.
-    pub seen: Seen,
-    /// Processes that had left its session (killed): (pid, command name).
-    pub escaped: Vec<(u32, String)>,
-    /// Processes that would not go away in time.
-    pub left: u32,
-    /// GPU figures, where sampled.
-    pub gpu: Option<AttemptGpu>,
-    /// The log could not be written (from this point on).
-    pub log_error: Option<String>,
-}
-
-/// A running attempt, as the driver sees it.
-#[derive(Debug)]
-pub struct View<'a> {
-    /// Engine id.
-    pub id: AttemptId,
-    /// Its job.
-    pub job: &'a Job,
-    /// Its slot.
-    pub slot: usize,
-    /// Its start, on the engine's clock.
-    pub start: f64,
-    /// What its output showed so far.
-    pub seen: &'a Seen,
-}
-
-/// What the engine asks of its caller.
-pub trait Driver {
-    /// The next job for free slot `slot`, or `None` when nothing waits now or the slot
-    /// is to stay idle (every free slot is asked). Not asked while the engine is
-    /// stopping.
-    fn next_job(&mut self, slot: usize) -> Option<Job>;
-    /// The order in which free slots are offered to [`Driver::next_job`]: lowest rank
-    /// first, ties by slot index (the default keeps slot order).
-    fn slot_rank(&self, _slot: usize) -> u64 {
-        0
-    }
-    /// An attempt was handed to its supervisor.
-    fn started(&mut self, _v: &View<'_>) {}
-    /// An attempt ended.
-    fn ended(&mut self, e: Ended, ctl: &mut Ctl<'_>);
-    /// Called every tick, with the running attempts.
-    fn tick(&mut self, _ctl: &mut Ctl<'_>) {}
-    /// colloc received `sig` and forwarded it to these running attempts (run, attempt).
-    fn signal(&mut self, _sig: i32, _to: &[(usize, u32)]) {}
-    /// The engine began stopping everything.
-    fn stopping(&mut self, _reason: &str) {}
-}
-
-/// What the engine does when told that the job's time limit is near (SIGUSR1 to colloc,
-/// or the time a [`Deadline`] gives): `signal` to every running attempt, `grace` for them
-/// to checkpoint and exit, then SIGTERM and, after [`Options::grace`], SIGKILL. Nothing
-/// more starts, and every attempt that was running ends as interrupted, whatever its exit
-/// status (a run that saved a checkpoint and exited 0 is not done), so a resumed pack
-/// runs it again from its checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Warn {
-    /// The signal the runs get.
-    pub signal: i32,
-    /// How long they have before SIGTERM.
-    pub grace: Duration,
-}
-
-/// When to warn the runs that the job's time limit is near (asked about once per turn of
-/// the engine's loop; the answer may move as the job's limit changes).
-pub trait Deadline {
-    /// The moment to warn, if any.
-    fn warn_at(&mut self) -> Option<Instant>;
-}
-
-/// Engine settings.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Time between SIGTERM and SIGKILL when attempts are stopped.
-    pub grace: Duration,
-    /// How often [`Driver::tick`] is called.
-    pub tick: Duration,
-    /// Echo output lines to stdout with their label.
-    pub live_view: bool,
-}
 
 struct Running {
     job: Job,
@@ -922,116 +731,4 @@ fn held_for_teardown(r: &Running) -> bool {
     matches!(r.exit, Some(Exit::Signal(s)) if TEARDOWN_SIGNALS.contains(&s))
         && r.term_at.is_none()
         && !r.interrupted
-}
-
-fn note_in_log(r: &mut Running, msg: &str) {
-    if let Some(f) = r.log.as_mut() {
-        let _ = writeln!(f, "colloc: {msg}");
-    }
-}
-
-/// Read what the attempt printed: into its log, the scanner and the live view.
-fn read_output(r: &mut Running, live_view: bool, clock: &Clock) {
-    let mut buf = [0u8; 64 * 1024];
-    let mut budget = 16; // at most 1 MiB per round, so other runs get their turn
-    loop {
-        let Some(out) = r.out.as_mut() else { return };
-        let n = match out.read(&mut buf) {
-            Ok(0) => {
-                r.out = None;
-                break;
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(_) => {
-                r.out = None;
-                break;
-            }
-        };
-        if let Some(f) = r.log.as_mut() {
-            if let Err(e) = f.write_all(&buf[..n]) {
-                let msg = format!(
-                    "cannot write its log {} any more: {e}",
-                    r.job.log.path.display()
-                );
-                log::warn!("{}: {msg}", r.job.label);
-                r.log_error = Some(msg);
-                r.log = None;
-            }
-        }
-        r.pending.extend_from_slice(&buf[..n]);
-        let mut start = 0;
-        let pending = std::mem::take(&mut r.pending);
-        while let Some(off) = pending[start..]
-            .iter()
-            .position(|&b| b == b'\n' || b == b'\r')
-        {
-            let end = start + off;
-            let cr = pending[end] == b'\r';
-            line(r, &pending[start..end], cr, live_view, clock);
-            start = end + 1;
-        }
-        r.pending = pending[start..].to_vec();
-        if r.pending.len() > MAX_LINE {
-            let long = std::mem::take(&mut r.pending);
-            line(r, &long, false, live_view, clock);
-        }
-        budget -= 1;
-        if budget == 0 {
-            break;
-        }
-    }
-}
-
-fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock: &Clock) {
-    if raw.is_empty() {
-        return;
-    }
-    let raw_text = String::from_utf8_lossy(raw);
-    let text = super::text::plain(&raw_text, false);
-    if text.trim().is_empty() {
-        return;
-    }
-    r.seen.lines += 1;
-    let scanner = Arc::clone(&r.job.scanner);
-    let facts = scanner.scan(&text);
-    let t = clock.now();
-    if let Some((v, unit)) = facts.throughput {
-        r.seen.series.push(t, v, unit);
-    }
-    if facts.epoch.is_some() || facts.epoch_time.is_some() {
-        r.seen.epochs.see(facts.epoch, facts.epoch_time, t);
-    }
-    r.seen.oom |= facts.oom;
-    for (i, v) in facts.metrics {
-        if let (Some(m), Some(um)) = (r.seen.metrics.get_mut(i), scanner.metrics.get(i)) {
-            m.last = Some(v);
-            m.best = Some(m.best.map_or(v, |b| um.best.better(b, v)));
-            m.count += 1;
-        }
-    }
-    if live_view {
-        if cr {
-            let now = Instant::now();
-            if r.last_cr
-                .is_some_and(|l| now.duration_since(l) < CR_LINE_EVERY)
-            {
-                return;
-            }
-            r.last_cr = Some(now);
-        }
-        let shown = if super::text::colour_ok() {
-            super::text::plain(&raw_text, true)
-        } else {
-            std::borrow::Cow::Borrowed(text.as_ref())
-        };
-        let mut out = io::stdout().lock();
-        let _ = out
-            .write_all(b"[")
-            .and_then(|_| out.write_all(super::text::escape(&r.job.label).as_bytes()))
-            .and_then(|_| out.write_all(b"] "))
-            .and_then(|_| out.write_all(shown.as_bytes()))
-            .and_then(|_| out.write_all(b"\n"));
-    }
 }

@@ -1,0 +1,137 @@
+//! Tests of status.rs (`colloc status --cluster`: nodes merged with the queue).
+
+use super::*;
+use colloc_core::journal::Phase;
+use colloc_core::publish::JobEntry;
+
+fn view(name: &str, comment: Option<&str>) -> NodeView {
+    NodeView {
+        info: slurm::NodeInfo {
+            name: name.into(),
+            state: "MIXED".into(),
+            comment: comment.map(str::to_string),
+        },
+        record: comment.and_then(NodeRecord::decode),
+    }
+}
+
+fn record(build: &str, jobs: Vec<JobEntry>) -> String {
+    NodeRecord {
+        colloc: 1,
+        at: 1_700_000_000,
+        by: "plugin/0.1.0".into(),
+        build: Some(build.into()),
+        jobs,
+        unreadable: 0,
+        cut: 0,
+    }
+    .encode()
+}
+
+fn job(job: u32, mode: &str, gpus: Vec<u32>, marked: Vec<u32>) -> JobEntry {
+    JobEntry {
+        job,
+        uid: 0,
+        mode: mode.into(),
+        gpus,
+        phase: Phase::Applied,
+        marked,
+    }
+}
+
+#[test]
+fn nodes_gpus_and_jobs_are_merged_with_the_queue() {
+    let views = vec![
+        view(
+            "n1",
+            Some(&record(
+                "aaaaaaaaaaaa",
+                vec![
+                    job(5, "mig:3g.20gbx2", vec![0, 1], vec![]),
+                    job(6, "mps", vec![2], vec![2]),
+                ],
+            )),
+        ),
+        view("n2", Some(&record("bbbbbbbbbbbb", vec![]))),
+        view("n3", None),
+        view("n4", Some("replaced DIMM")),
+    ];
+    let states: BTreeMap<u32, JobState> = [
+        (5, JobState::Known("RUNNING".into())),
+        (6, JobState::NotInQueue),
+    ]
+    .into();
+    let r = ClusterReport::new(&views, &states);
+    // Job 5 on two GPUs: two rows; job 6 one, marked.
+    let rows: Vec<String> = r
+        .rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {:?} {} {} {:?}",
+                r.node,
+                r.gpu,
+                r.job,
+                r.marked,
+                r.state.live()
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "n1 Some(0) 5 false Some(true)",
+            "n1 Some(1) 5 false Some(true)",
+            "n1 Some(2) 6 true Some(false)",
+        ]
+    );
+    let notes = r.notes.join("\n");
+    assert!(notes.contains("n1: job 6 is GONE in Slurm"), "{notes}");
+    assert!(notes.contains("colloc restore --job 6"), "{notes}");
+    assert!(notes.contains("n1: GPU(s) [2] MARKED by job 6"), "{notes}");
+    assert!(notes.contains("n3: no colloc record"), "{notes}");
+    assert!(notes.contains("n4: no colloc record"), "{notes}");
+    assert!(notes.contains("2 different plugin builds"), "{notes}");
+    assert!(r.slurm_error.is_none());
+    let text = r.text();
+    assert!(text.lines().next().unwrap().starts_with("NODE"), "{text}");
+    assert!(text.contains("mig:3g.20gbx2"), "{text}");
+    assert!(text.contains("2!"), "{text}");
+    assert!(
+        text.contains("plugin build aaaaaaaaaaaa (plugin/0.1.0): n1"),
+        "{text}"
+    );
+    let v = r.json(&views);
+    assert_eq!(v["rows"].as_array().unwrap().len(), 3);
+    assert_eq!(v["rows"][2]["running"], json!(false));
+    assert_eq!(v["rows"][2]["job_state"], "GONE");
+    assert_eq!(v["nodes"][2]["record"], Value::Null);
+    assert!(v.get("error").is_none());
+}
+
+#[test]
+fn an_unknown_slurm_is_an_error_not_a_quiet_cluster() {
+    let views = vec![view(
+        "n1",
+        Some(&record(
+            "aaaaaaaaaaaa",
+            vec![job(5, "mps", vec![0], vec![])],
+        )),
+    )];
+    let states: BTreeMap<u32, JobState> =
+        [(5, JobState::Unknown("squeue: timed out".into()))].into();
+    let r = ClusterReport::new(&views, &states);
+    assert_eq!(r.rows[0].state.live(), None);
+    let v = r.json(&views);
+    assert!(v["error"].as_str().unwrap().contains("squeue: timed out"));
+    assert_eq!(v["rows"][0]["running"], Value::Null);
+    // A newer colloc's record is named, not dropped.
+    let newer = record("aaaaaaaaaaaa", vec![]).replacen("\"colloc\":1", "\"colloc\":2", 1);
+    let views = vec![view("n9", Some(&newer))];
+    let r = ClusterReport::new(&views, &BTreeMap::new());
+    assert!(
+        r.notes[0].starts_with("n9: a colloc record of version 2"),
+        "{:?}",
+        r.notes
+    );
+}
