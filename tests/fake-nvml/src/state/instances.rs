@@ -81,7 +81,7 @@ impl State {
     }
 
     /// Create a compute instance at time `now_ms` (Unix ms; its MIG device is listed
-    /// [`Quirks::mig_device_delay_ms`] later).
+    /// [`super::Quirks::mig_device_delay_ms`] later).
     ///
     /// # Errors
     /// INVALID_ARGUMENT (index past this driver's count), NOT_FOUND (GI gone),
@@ -151,12 +151,12 @@ impl State {
         Ok(())
     }
 
-    /// Destroy a GPU instance. With [`Quirks::linger_listings`] it stays listed a while.
+    /// Destroy a GPU instance. With [`super::Quirks::linger_listings`] it stays listed a while.
     ///
     /// # Errors
     /// NOT_FOUND (also for one destroyed but still listed); IN_USE while it has compute
     /// instances, processes or holders, and for a moment after its last compute instance
-    /// went ([`Quirks::busy_after_ci_destroy`]).
+    /// went ([`super::Quirks::busy_after_ci_destroy`]).
     pub fn destroy_gi(&mut self, gpu: u32, gi: u32) -> R<()> {
         let linger = self.quirks.linger_listings;
         let g = self.gpu_mut(gpu)?;
@@ -275,7 +275,7 @@ impl State {
     }
 
     /// The MIG devices of a GPU in NVML enumeration order: (gi id, ci id). A device made
-    /// less than [`Quirks::mig_device_delay_ms`] ago is not listed yet.
+    /// less than [`super::Quirks::mig_device_delay_ms`] ago is not listed yet.
     pub fn mig_devices(&self, gpu: u32, now_ms: u64) -> R<Vec<(u32, u32)>> {
         let g = self.gpu(gpu)?;
         if !g.mig_current {
