@@ -202,19 +202,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// A refusal of the fake driver (or of the state file): exit 1.
+fn refused(e: String) -> (String, u8) {
+    (e, 1)
+}
+
 /// Bad input exits 2, refusals of the fake driver 1.
 fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
-    let refused = |e: String| (e, 1);
     match cmd {
-        Cmd::Show { json } => {
-            let locked = Locked::open(path).map_err(|e| refused(e.0))?;
-            let (state, _) = locked.read().map_err(|e| refused(e.0))?;
-            if json {
-                serde_json::to_string_pretty(&state).map_err(|e| refused(e.to_string()))
-            } else {
-                Ok(show(&state))
-            }
-        }
+        Cmd::Show { json } => show_state(path, json),
         Cmd::Attach {
             gpu,
             gi,
@@ -222,19 +218,7 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             mem_mib,
             util,
             mps,
-        } => {
-            let role = match mps.as_deref() {
-                None => None,
-                Some("server") => Some(MpsRole::Server),
-                Some("client") => Some(MpsRole::Client),
-                Some(other) => return Err((format!("--mps {other}: give server or client"), 2)),
-            };
-            ctl_change(path, |st| {
-                st.attach(gpu, gi, pid, mem_mib, util)?;
-                st.set_mps_role(pid, role).map(|()| String::new())
-            })
-        }
-        .map_err(refused),
+        } => attach(path, gpu, gi, pid, mem_mib, util, mps.as_deref()),
         Cmd::Detach { pid } => ctl_change(path, |st| {
             if st.detach(pid) {
                 Ok(String::new())
@@ -247,28 +231,7 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             gpu,
             profile,
             start,
-        } => {
-            // Check the request against the GPU's model first: bad input exits 2.
-            let locked = Locked::open(path).map_err(|e| refused(e.0))?;
-            let (current, _) = locked.read().map_err(|e| refused(e.0))?;
-            drop(locked);
-            let (profile_id, slices, placement) =
-                foreign_request(&current, gpu, &profile, start).map_err(|e| (e, 2))?;
-            ctl_change(path, |st| {
-                let gi = st
-                    .create_gi(gpu, profile_id, placement)
-                    .map_err(|c| nvml_refusal("creating the GPU instance", c))?;
-                let ci_index = (0..8)
-                    .find(|&i| tables::ci_profile_slices(i) == Some(slices))
-                    .ok_or_else(|| format!("no compute instance profile of {slices} slices"))?;
-                st.create_ci_at(gpu, gi, ci_index, store::now_ms())
-                    .map_err(|c| nvml_refusal("creating the compute instance", c))?;
-                Ok(format!(
-                    "created GPU instance {gi} ({profile}) on GPU {gpu}"
-                ))
-            })
-            .map_err(refused)
-        }
+        } => create_foreign(path, gpu, &profile, start),
         Cmd::ClearFaults => ctl_change(path, |st| {
             st.faults.clear();
             Ok(String::new())
@@ -279,54 +242,8 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             call,
             code,
             times,
-        } => {
-            if !function.starts_with("nvml") {
-                return Err((
-                    format!("{function:?} is not an NVML function name (they start with nvml)"),
-                    2,
-                ));
-            }
-            if call == 0 {
-                return Err(("--call counts from 1 (the next call)".into(), 2));
-            }
-            if parse_fault_code(&code).is_none() {
-                return Err((
-                    format!("unknown fault code {code:?}; use an nvml.h error name such as NVML_ERROR_INSUFFICIENT_RESOURCES, a number, or crash"),
-                    2,
-                ));
-            }
-            ctl_change(path, |st| {
-                st.faults.insert(
-                    function,
-                    Fault {
-                        call,
-                        code,
-                        seen: 0,
-                        times,
-                    },
-                );
-                Ok(String::new())
-            })
-            .map_err(refused)
-        }
-        Cmd::SetMig { gpu, mode } => {
-            let on = on_off("MIG mode", &mode)?;
-            ctl_change(path, |st| {
-                st.set_mig(gpu, on)
-                    .map(|status| {
-                        if status == 0 {
-                            String::new()
-                        } else {
-                            format!(
-                                "pending: activation status {}",
-                                fake_nvml::state::code::name(status)
-                            )
-                        }
-                    })
-                    .map_err(|c| nvml_refusal("setting MIG mode", c))
-            })
-            .map_err(refused)
-        }
+        } => set_fault(path, function, call, code, times),
+        Cmd::SetMig { gpu, mode } => set_mig(path, gpu, &mode),
         Cmd::Reset { gpu } => ctl_change(path, |st| {
             st.reset(gpu)
                 .map(|()| String::new())
@@ -344,19 +261,7 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             name,
             release_after,
             pid,
-        } => {
-            if release_after == Some(0) {
-                return Err(("--release-after counts from 1".into(), 2));
-            }
-            ctl_change(path, |st| {
-                match pid {
-                    Some(pid) => st.hold_while(gpu, gi, &name, pid),
-                    None => st.hold(gpu, gi, &name, release_after),
-                }
-                .map(|()| String::new())
-            })
-            .map_err(refused)
-        }
+        } => hold(path, gpu, gi, &name, release_after, pid),
         Cmd::Release { gpu, gi } => ctl_change(path, |st| match st.release(gpu, gi) {
             0 => Err(format!(
                 "nothing holds GPU {gpu}{}",
@@ -370,18 +275,13 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             busy_after_ci_destroy,
             mig_device_delay_ms,
             no_caps,
-        } => {
-            let no_caps = no_caps.map(|m| on_off("no-caps", &m)).transpose()?;
-            ctl_change(path, |st| {
-                let q = &mut st.quirks;
-                q.no_caps = no_caps.unwrap_or(q.no_caps);
-                q.linger_listings = linger_listings.unwrap_or(q.linger_listings);
-                q.busy_after_ci_destroy = busy_after_ci_destroy.unwrap_or(q.busy_after_ci_destroy);
-                q.mig_device_delay_ms = mig_device_delay_ms.unwrap_or(q.mig_device_delay_ms);
-                Ok(quirks_line(q))
-            })
-            .map_err(refused)
-        }
+        } => set_quirks(
+            path,
+            linger_listings,
+            busy_after_ci_destroy,
+            mig_device_delay_ms,
+            no_caps.as_deref(),
+        ),
         Cmd::Unprivileged { mode } => {
             let on = on_off("unprivileged", &mode)?;
             ctl_change(path, |st| {
@@ -398,33 +298,208 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             })
             .map_err(refused)
         }
-        Cmd::Passthrough { gpu, mode } => {
-            let on = on_off("passthrough", &mode)?;
-            ctl_change(path, |st| {
-                let n = st.gpus.len();
-                let g = st
-                    .gpus
-                    .get_mut(gpu as usize)
-                    .ok_or_else(|| format!("no fake GPU {gpu}; there are {n}"))?;
-                g.passthrough = on;
-                Ok(String::new())
-            })
-            .map_err(refused)
-        }
-        Cmd::Init { gpus, driver, mig } => {
-            let opts = Fresh {
-                driver,
-                mig: on_off("--mig", &mig)?,
-            };
-            let fresh =
-                State::fresh_list_with(&gpus, &opts, store::now_ms()).map_err(|e| (e, 2))?;
-            ctl_change(path, |st| {
-                *st = fresh;
-                Ok(String::new())
-            })
-            .map_err(refused)
-        }
+        Cmd::Passthrough { gpu, mode } => set_passthrough(path, gpu, &mode),
+        Cmd::Init { gpus, driver, mig } => init(path, &gpus, driver, &mig),
     }
+}
+
+/// `show`: the state, as text or (`--json`) raw JSON.
+fn show_state(path: &std::path::Path, json: bool) -> Result<String, (String, u8)> {
+    let locked = Locked::open(path).map_err(|e| refused(e.0))?;
+    let (state, _) = locked.read().map_err(|e| refused(e.0))?;
+    if json {
+        serde_json::to_string_pretty(&state).map_err(|e| refused(e.to_string()))
+    } else {
+        Ok(show(&state))
+    }
+}
+
+/// `attach`: a fake process on a GPU or GPU instance, with its MPS role if any.
+fn attach(
+    path: &std::path::Path,
+    gpu: u32,
+    gi: Option<u32>,
+    pid: u32,
+    mem_mib: u64,
+    util: u32,
+    mps: Option<&str>,
+) -> Result<String, (String, u8)> {
+    let role = match mps {
+        None => None,
+        Some("server") => Some(MpsRole::Server),
+        Some("client") => Some(MpsRole::Client),
+        Some(other) => return Err((format!("--mps {other}: give server or client"), 2)),
+    };
+    ctl_change(path, |st| {
+        st.attach(gpu, gi, pid, mem_mib, util)?;
+        st.set_mps_role(pid, role).map(|()| String::new())
+    })
+    .map_err(refused)
+}
+
+/// `create-foreign`: a GPU instance with one compute instance filling it, made as
+/// someone other than colloc would.
+fn create_foreign(
+    path: &std::path::Path,
+    gpu: u32,
+    profile: &str,
+    start: Option<u32>,
+) -> Result<String, (String, u8)> {
+    // Check the request against the GPU's model first: bad input exits 2.
+    let locked = Locked::open(path).map_err(|e| refused(e.0))?;
+    let (current, _) = locked.read().map_err(|e| refused(e.0))?;
+    drop(locked);
+    let (profile_id, slices, placement) =
+        foreign_request(&current, gpu, profile, start).map_err(|e| (e, 2))?;
+    ctl_change(path, |st| {
+        let gi = st
+            .create_gi(gpu, profile_id, placement)
+            .map_err(|c| nvml_refusal("creating the GPU instance", c))?;
+        let ci_index = (0..8)
+            .find(|&i| tables::ci_profile_slices(i) == Some(slices))
+            .ok_or_else(|| format!("no compute instance profile of {slices} slices"))?;
+        st.create_ci_at(gpu, gi, ci_index, store::now_ms())
+            .map_err(|c| nvml_refusal("creating the compute instance", c))?;
+        Ok(format!(
+            "created GPU instance {gi} ({profile}) on GPU {gpu}"
+        ))
+    })
+    .map_err(refused)
+}
+
+/// `fault`: check the function name, call number and code, then record the fault.
+fn set_fault(
+    path: &std::path::Path,
+    function: String,
+    call: u64,
+    code: String,
+    times: u64,
+) -> Result<String, (String, u8)> {
+    if !function.starts_with("nvml") {
+        return Err((
+            format!("{function:?} is not an NVML function name (they start with nvml)"),
+            2,
+        ));
+    }
+    if call == 0 {
+        return Err(("--call counts from 1 (the next call)".into(), 2));
+    }
+    if parse_fault_code(&code).is_none() {
+        return Err((
+            format!("unknown fault code {code:?}; use an nvml.h error name such as NVML_ERROR_INSUFFICIENT_RESOURCES, a number, or crash"),
+            2,
+        ));
+    }
+    ctl_change(path, |st| {
+        st.faults.insert(
+            function,
+            Fault {
+                call,
+                code,
+                seen: 0,
+                times,
+            },
+        );
+        Ok(String::new())
+    })
+    .map_err(refused)
+}
+
+/// `set-mig`: MIG mode on or off, saying when the change is pending.
+fn set_mig(path: &std::path::Path, gpu: u32, mode: &str) -> Result<String, (String, u8)> {
+    let on = on_off("MIG mode", mode)?;
+    ctl_change(path, |st| {
+        st.set_mig(gpu, on)
+            .map(|status| {
+                if status == 0 {
+                    String::new()
+                } else {
+                    format!(
+                        "pending: activation status {}",
+                        fake_nvml::state::code::name(status)
+                    )
+                }
+            })
+            .map_err(|c| nvml_refusal("setting MIG mode", c))
+    })
+    .map_err(refused)
+}
+
+/// `hold`: something holding a GPU or GPU instance, for a number of calls or while a
+/// real process runs.
+fn hold(
+    path: &std::path::Path,
+    gpu: u32,
+    gi: Option<u32>,
+    name: &str,
+    release_after: Option<u32>,
+    pid: Option<u32>,
+) -> Result<String, (String, u8)> {
+    if release_after == Some(0) {
+        return Err(("--release-after counts from 1".into(), 2));
+    }
+    ctl_change(path, |st| {
+        match pid {
+            Some(pid) => st.hold_while(gpu, gi, name, pid),
+            None => st.hold(gpu, gi, name, release_after),
+        }
+        .map(|()| String::new())
+    })
+    .map_err(refused)
+}
+
+/// `quirks`: change the quirks given, keep the others; prints them all.
+fn set_quirks(
+    path: &std::path::Path,
+    linger_listings: Option<u32>,
+    busy_after_ci_destroy: Option<u32>,
+    mig_device_delay_ms: Option<u64>,
+    no_caps: Option<&str>,
+) -> Result<String, (String, u8)> {
+    let no_caps = no_caps.map(|m| on_off("no-caps", m)).transpose()?;
+    ctl_change(path, |st| {
+        let q = &mut st.quirks;
+        q.no_caps = no_caps.unwrap_or(q.no_caps);
+        q.linger_listings = linger_listings.unwrap_or(q.linger_listings);
+        q.busy_after_ci_destroy = busy_after_ci_destroy.unwrap_or(q.busy_after_ci_destroy);
+        q.mig_device_delay_ms = mig_device_delay_ms.unwrap_or(q.mig_device_delay_ms);
+        Ok(quirks_line(q))
+    })
+    .map_err(refused)
+}
+
+/// `passthrough`: one GPU passed through (on) or not (off).
+fn set_passthrough(path: &std::path::Path, gpu: u32, mode: &str) -> Result<String, (String, u8)> {
+    let on = on_off("passthrough", mode)?;
+    ctl_change(path, |st| {
+        let n = st.gpus.len();
+        let g = st
+            .gpus
+            .get_mut(gpu as usize)
+            .ok_or_else(|| format!("no fake GPU {gpu}; there are {n}"))?;
+        g.passthrough = on;
+        Ok(String::new())
+    })
+    .map_err(refused)
+}
+
+/// `init`: replace the state with a fresh one of these GPUs, driver and MIG mode.
+fn init(
+    path: &std::path::Path,
+    gpus: &str,
+    driver: u32,
+    mig: &str,
+) -> Result<String, (String, u8)> {
+    let opts = Fresh {
+        driver,
+        mig: on_off("--mig", mig)?,
+    };
+    let fresh = State::fresh_list_with(gpus, &opts, store::now_ms()).map_err(|e| (e, 2))?;
+    ctl_change(path, |st| {
+        *st = fresh;
+        Ok(String::new())
+    })
+    .map_err(refused)
 }
 
 /// Profile id, slices and placement (start, size) of a `create-foreign` request.

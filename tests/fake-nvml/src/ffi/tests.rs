@@ -1,0 +1,382 @@
+//! The C surface called in-process, as nvml-wrapper would call the cdylib.
+
+use std::ffi::CStr;
+use std::ptr::null_mut;
+use std::sync::{Mutex, MutexGuard};
+
+use nvml_wrapper_sys::bindings::{
+    nvmlGpuInstancePlacement_t, nvmlProcessInfo_t, nvmlUtilization_t,
+};
+
+use super::*;
+use crate::store::{self, nvml_call};
+
+static ENV: Mutex<()> = Mutex::new(());
+
+/// Own state file and initialised library for one test.
+struct Session {
+    _env: MutexGuard<'static, ()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Session {
+    fn new(gpus: &str) -> Session {
+        let env = ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        std::env::set_var(store::STATE_ENV, dir.path().join("s.json"));
+        std::env::set_var(store::GPUS_ENV, gpus);
+        assert_eq!(nvmlInit_v2(), code::SUCCESS);
+        Session {
+            _env: env,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        nvmlShutdown();
+    }
+}
+
+fn device(i: u32) -> nvmlDevice_t {
+    let mut d: nvmlDevice_t = null_mut();
+    // SAFETY: valid out-pointer.
+    let ret = unsafe { nvmlDeviceGetHandleByIndex_v2(i, &mut d) };
+    assert_eq!(ret, code::SUCCESS);
+    d
+}
+
+#[test]
+fn handles_round_trip_and_garbage_is_refused() {
+    for h in [
+        Handle::Gpu(3),
+        Handle::Mig(1, 2, 3),
+        Handle::Gi(0, 14),
+        Handle::Ci(7, 1, 0),
+    ] {
+        assert_eq!(Handle::decode(h.encode()), Some(h));
+    }
+    assert_eq!(Handle::decode(0), None);
+    assert_eq!(Handle::decode(0x1234_5678), None);
+}
+
+#[test]
+fn calls_before_init_and_null_pointers_are_refused() {
+    let _s = Session::new("A100-40GB");
+    assert_eq!(nvmlShutdown(), code::SUCCESS);
+    let mut n = 0;
+    // SAFETY: valid out-pointer.
+    let ret = unsafe { nvmlDeviceGetCount_v2(&mut n) };
+    assert_eq!(ret, code::UNINITIALIZED);
+    assert_eq!(nvmlInit_v2(), code::SUCCESS);
+    // SAFETY: NULL is allowed by the contract and must be refused.
+    let ret = unsafe { nvmlDeviceGetCount_v2(null_mut()) };
+    assert_eq!(ret, code::INVALID_ARGUMENT);
+    let bogus = 0xdead_beef_usize as nvmlDevice_t;
+    let mut c = 0;
+    let mut p = 0;
+    // SAFETY: valid out-pointers; the bogus handle is never dereferenced.
+    let ret = unsafe { nvmlDeviceGetMigMode(bogus, &mut c, &mut p) };
+    assert_eq!(ret, code::INVALID_ARGUMENT);
+    let mut d: nvmlDevice_t = null_mut();
+    // SAFETY: valid out-pointer.
+    let ret = unsafe { nvmlDeviceGetHandleByIndex_v2(1, &mut d) };
+    assert_eq!(ret, code::INVALID_ARGUMENT, "only one GPU");
+    let mut name = [0 as c_char; 8];
+    // SAFETY: buffer of 8 bytes, too short for the name.
+    let ret = unsafe { nvmlDeviceGetName(device(0), name.as_mut_ptr(), 8) };
+    assert_eq!(ret, code::INSUFFICIENT_SIZE);
+    // SAFETY: static string from the fake.
+    let s = unsafe { CStr::from_ptr(nvmlErrorString(code::IN_USE)) };
+    assert_eq!(s.to_str().unwrap(), "In use by another client");
+}
+
+#[test]
+fn versioned_profile_info_honours_the_version_field() {
+    let _s = Session::new("H200");
+    let d = device(0);
+    // SAFETY: an all-integer struct; zero is valid.
+    let mut v2: nvmlGpuInstanceProfileInfo_v2_t = unsafe { std::mem::zeroed() };
+    v2.version = 7;
+    // SAFETY: valid device handle and struct.
+    let ret = unsafe { nvmlDeviceGetGpuInstanceProfileInfoV(d, 9, &mut v2) };
+    assert_eq!(ret, code::ARGUMENT_VERSION_MISMATCH);
+    v2.version = GI_PROFILE_INFO_V2;
+    // SAFETY: as above.
+    let ret = unsafe { nvmlDeviceGetGpuInstanceProfileInfoV(d, 9, &mut v2) };
+    assert_eq!(ret, 0);
+    // SAFETY: NUL-terminated by the fake.
+    let name = unsafe { CStr::from_ptr(v2.name.as_ptr()) };
+    assert_eq!(name.to_str().unwrap(), "MIG 1g.35gb");
+    assert_eq!((v2.id, v2.sliceCount, v2.instanceCount), (15, 1, 4));
+    // SAFETY: an all-integer struct; zero is valid.
+    let mut v3: nvmlGpuInstanceProfileInfo_v3_t = unsafe { std::mem::zeroed() };
+    v3.version = GI_PROFILE_INFO_V3;
+    let p = (&mut v3 as *mut nvmlGpuInstanceProfileInfo_v3_t).cast();
+    // SAFETY: a v3 struct behind the pointer, as its version says.
+    assert_eq!(unsafe { nvmlDeviceGetGpuInstanceProfileInfoV(d, 4, p) }, 0);
+    assert_eq!(
+        (v3.id, v3.memorySizeMB, v3.multiprocessorCount),
+        (0, 143360, 132)
+    );
+    // Unsupported and out-of-range indexes, as the H200 answered.
+    // SAFETY: as above.
+    let ret = unsafe { nvmlDeviceGetGpuInstanceProfileInfoV(d, 5, &mut v2) };
+    assert_eq!(ret, code::NOT_SUPPORTED);
+    // SAFETY: as above.
+    let ret = unsafe { nvmlDeviceGetGpuInstanceProfileInfoV(d, 40, &mut v2) };
+    assert_eq!(ret, code::INVALID_ARGUMENT);
+}
+
+#[test]
+fn placements_and_process_lists_follow_the_count_protocol() {
+    let _s = Session::new("A100-40GB");
+    let d = device(0);
+    let mut n = 0;
+    // SAFETY: NULL buffer asks for the count.
+    let ret = unsafe { nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 14, null_mut(), &mut n) };
+    assert_eq!((ret, n), (code::SUCCESS, 3));
+    let mut buf = [nvmlGpuInstancePlacement_t { start: 9, size: 9 }; 3];
+    let mut short = 2;
+    // SAFETY: buffer of 3, count says 2: refused without writing past 2.
+    let ret = unsafe {
+        nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 14, buf.as_mut_ptr(), &mut short)
+    };
+    assert_eq!((ret, short), (code::INSUFFICIENT_SIZE, 3));
+    // SAFETY: buffer of 3 entries.
+    let ret =
+        unsafe { nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, 14, buf.as_mut_ptr(), &mut n) };
+    assert_eq!(ret, code::SUCCESS);
+    let starts: Vec<(u32, u32)> = buf.iter().map(|p| (p.start, p.size)).collect();
+    assert_eq!(starts, [(0, 2), (2, 2), (4, 2)]);
+
+    // No processes: count query succeeds with 0; then one attached.
+    let mut count = 0;
+    // SAFETY: NULL infos with count 0 asks for the count.
+    let ret = unsafe { nvmlDeviceGetComputeRunningProcesses_v3(d, &mut count, null_mut()) };
+    assert_eq!((ret, count), (code::SUCCESS, 0));
+    let mut gi: nvmlGpuInstance_t = null_mut();
+    let pl = nvmlGpuInstancePlacement_t { start: 0, size: 1 };
+    // SAFETY: valid handle, placement and out-pointer.
+    let ret = unsafe { nvmlDeviceCreateGpuInstanceWithPlacement(d, 19, &pl, &mut gi) };
+    assert_eq!(ret, code::SUCCESS);
+    let mut ci: nvmlComputeInstance_t = null_mut();
+    // SAFETY: valid GI handle and out-pointer.
+    let ret = unsafe { nvmlGpuInstanceCreateComputeInstance(gi, 0, &mut ci) };
+    assert_eq!(ret, 0);
+    let (_, gi_id) = gi_handle(gi).unwrap();
+    nvml_call("test", |st| {
+        st.attach(0, Some(gi_id), 77, 64, 0)
+            .map_err(|_| code::UNKNOWN)
+    })
+    .unwrap();
+    // SAFETY: as above.
+    let ret = unsafe { nvmlDeviceGetComputeRunningProcesses_v3(d, &mut count, null_mut()) };
+    assert_eq!((ret, count), (code::INSUFFICIENT_SIZE, 1));
+    // SAFETY: an all-integer struct; zero is valid.
+    let mut infos: [nvmlProcessInfo_t; 2] = unsafe { std::mem::zeroed() };
+    count = 2;
+    // SAFETY: buffer of 2 entries.
+    let ret = unsafe { nvmlDeviceGetComputeRunningProcesses_v3(d, &mut count, infos.as_mut_ptr()) };
+    assert_eq!((ret, count), (code::SUCCESS, 1));
+    assert_eq!(
+        (
+            infos[0].pid,
+            infos[0].gpuInstanceId,
+            infos[0].computeInstanceId
+        ),
+        (77, gi_id, 0)
+    );
+    assert_eq!(infos[0].usedGpuMemory, 64 * MIB);
+    // The MIG device of that instance, and its parent.
+    let mut mig: nvmlDevice_t = null_mut();
+    // SAFETY: valid handle and out-pointer.
+    let ret = unsafe { nvmlDeviceGetMigDeviceHandleByIndex(d, 0, &mut mig) };
+    assert_eq!(ret, 0);
+    // SAFETY: as above.
+    let ret = unsafe { nvmlDeviceGetMigDeviceHandleByIndex(d, 1, &mut mig) };
+    assert_eq!(ret, code::NOT_FOUND, "only one MIG device");
+    let mut parent: nvmlDevice_t = null_mut();
+    // SAFETY: as above.
+    let ret = unsafe { nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, &mut parent) };
+    assert_eq!(ret, 0);
+    assert_eq!(parent, d);
+    // Utilization: none in MIG mode.
+    // SAFETY: an all-integer struct; zero is valid.
+    let mut u: nvmlUtilization_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid handle and out-pointer.
+    let ret = unsafe { nvmlDeviceGetUtilizationRates(d, &mut u) };
+    assert_eq!(ret, code::NOT_SUPPORTED);
+}
+
+#[test]
+fn concurrent_callers_see_one_consistent_state() {
+    let _s = Session::new("A100-40GB");
+    // Eight threads race for seven 1g slots; each call locks the file on its own
+    // descriptor, as separate processes would.
+    let results: Vec<R<u32>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| nvml_call("race", |st| st.create_gi(0, 19, None))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ids: Vec<u32> = results.iter().filter_map(|r| r.ok()).collect();
+    ids.sort_unstable();
+    // Ids follow the placements (1g at slot s is 7+s), whoever made which.
+    assert_eq!(ids, [7, 8, 9, 10, 11, 12, 13]);
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| **r == Err(code::INSUFFICIENT_RESOURCES))
+            .count(),
+        1
+    );
+    let gis = nvml_call("check", |st| Ok(st.gpus[0].gis.len())).unwrap();
+    assert_eq!(gis, 7);
+}
+
+#[test]
+fn injected_fault_answers_once_then_the_call_works_again() {
+    let _s = Session::new("A100-40GB");
+    nvml_call("setup", |st| {
+        st.faults.insert(
+            "nvmlDeviceGetCount_v2".into(),
+            crate::state::Fault {
+                call: 2,
+                code: "NVML_ERROR_GPU_IS_LOST".into(),
+                seen: 0,
+                times: 1,
+            },
+        );
+        Ok(())
+    })
+    .unwrap();
+    let mut n = 0;
+    // SAFETY: valid out-pointer, three times.
+    let rets: Vec<u32> = (0..3)
+        .map(|_| unsafe { nvmlDeviceGetCount_v2(&mut n) })
+        .collect();
+    assert_eq!(rets, [code::SUCCESS, 15, code::SUCCESS]);
+}
+
+fn change(f: impl FnOnce(&mut State)) {
+    nvml_call("test", |st| {
+        f(st);
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn unprivileged_callers_get_no_permission_where_nvml_h_says_so() {
+    let _s = Session::new("H200");
+    change(|st| st.unprivileged = true);
+    let d = device(0);
+    let mut n = 0;
+    // SAFETY: valid handle and out-pointers throughout.
+    unsafe {
+        let mut gis: [nvmlGpuInstance_t; 8] = [null_mut(); 8];
+        assert_eq!(
+            nvmlDeviceGetGpuInstances(d, 9, gis.as_mut_ptr(), &mut n),
+            code::NO_PERMISSION
+        );
+        let mut gi: nvmlGpuInstance_t = null_mut();
+        let pl = nvmlGpuInstancePlacement_t { start: 0, size: 4 };
+        assert_eq!(
+            nvmlDeviceCreateGpuInstanceWithPlacement(d, 9, &pl, &mut gi),
+            code::NO_PERMISSION
+        );
+        let mut status = 0;
+        assert_eq!(nvmlDeviceSetMigMode(d, 0, &mut status), code::NO_PERMISSION);
+        // Profile info and MIG mode need no privilege.
+        let mut c = 9;
+        let mut p = 9;
+        assert_eq!(nvmlDeviceGetMigMode(d, &mut c, &mut p), code::SUCCESS);
+        // SAFETY: an all-integer struct; zero is valid.
+        let mut info: nvmlGpuInstanceProfileInfo_t = std::mem::zeroed();
+        assert_eq!(
+            nvmlDeviceGetGpuInstanceProfileInfo(d, 0, &mut info),
+            code::SUCCESS
+        );
+    }
+}
+
+#[test]
+fn an_a100_with_mig_off_answers_profile_queries_not_supported() {
+    let _s = Session::new("A100-40GB,H200");
+    change(|st| {
+        for g in &mut st.gpus {
+            g.mig_current = false;
+            g.mig_pending = false;
+        }
+    });
+    // SAFETY: an all-integer struct; zero is valid.
+    let mut info: nvmlGpuInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
+    let mut n = 0;
+    // SAFETY: valid handles and out-pointers.
+    unsafe {
+        assert_eq!(
+            nvmlDeviceGetGpuInstanceProfileInfo(device(0), 0, &mut info),
+            code::NOT_SUPPORTED
+        );
+        assert_eq!(
+            nvmlDeviceGetGpuInstancePossiblePlacements_v2(device(0), 19, null_mut(), &mut n),
+            code::NOT_SUPPORTED
+        );
+        // Hopper answers (what the H200 did with MIG off).
+        assert_eq!(
+            nvmlDeviceGetGpuInstanceProfileInfo(device(1), 0, &mut info),
+            code::SUCCESS
+        );
+        assert_eq!(info.id, 19);
+        assert_eq!(
+            nvmlDeviceGetGpuInstanceRemainingCapacity(device(1), 19, &mut n),
+            code::SUCCESS
+        );
+        assert_eq!(n, 7);
+    }
+}
+
+#[test]
+fn mig_uuids_are_stable_and_the_old_form_is_accepted() {
+    let _s = Session::new("A100-40GB");
+    change(|st| {
+        let gi = st.create_gi(0, 9, Some((4, 4))).unwrap();
+        st.create_ci(0, gi, 2).unwrap();
+    });
+    let (gpu_uuid, uuid) = nvml_call("read", |st| {
+        Ok((
+            st.gpus[0].uuid.clone(),
+            st.gpus[0].gis[0].cis[0].uuid.clone(),
+        ))
+    })
+    .unwrap();
+    for name in [uuid.clone(), format!("MIG-{gpu_uuid}/2/0")] {
+        let c = std::ffi::CString::new(name.clone()).unwrap();
+        let mut h: nvmlDevice_t = null_mut();
+        // SAFETY: NUL-terminated string and valid out-pointer.
+        let ret = unsafe { nvmlDeviceGetHandleByUUID(c.as_ptr(), &mut h) };
+        assert_eq!(ret, code::SUCCESS, "{name}");
+        assert_eq!(handle(h), Ok(Handle::Mig(0, 2, 0)), "{name}");
+    }
+    assert_eq!(uuid, crate::state::mig_uuid(&gpu_uuid, 2, 0));
+}
+
+#[test]
+fn a_new_mig_device_is_listed_after_the_delay() {
+    let _s = Session::new("H200");
+    change(|st| {
+        st.quirks.mig_device_delay_ms = 300;
+        let gi = st.create_gi(0, 19, Some((0, 1))).unwrap();
+        st.create_ci_at(0, gi, 0, store::now_ms()).unwrap();
+    });
+    let mut mig: nvmlDevice_t = null_mut();
+    // SAFETY: valid handle and out-pointer.
+    let first = unsafe { nvmlDeviceGetMigDeviceHandleByIndex(device(0), 0, &mut mig) };
+    assert_eq!(first, code::NOT_FOUND);
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    // SAFETY: as above.
+    let later = unsafe { nvmlDeviceGetMigDeviceHandleByIndex(device(0), 0, &mut mig) };
+    assert_eq!(later, code::SUCCESS);
+}
