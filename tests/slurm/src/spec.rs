@@ -1,0 +1,98 @@
+//! The shape of a cluster to start: its Slurm configuration ([`Profile`]) and
+//! [`ClusterSpec`].
+
+/// The Slurm configuration a cluster runs (`cluster.sh start --profile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// `proctrack/linuxproc`, `task/none`, no cgroups, no job container,
+    /// `PrologFlags=Alloc`: the simplest setup Slurm runs with.
+    Simple,
+    /// What university clusters run: `proctrack/cgroup`, `task/cgroup,task/affinity`,
+    /// `jobacct_gather/cgroup`, `CR_Core_Memory`, cgroup v1 with
+    /// `ConstrainCores/RAMSpace/Devices=yes`, `PrologFlags=Alloc,Contain` and
+    /// `job_container/tmpfs` (each job has a private `/tmp` and `/dev/shm`). The cluster's
+    /// folder is under `/var/tmp`, since the job container hides `/tmp` from jobs.
+    Production,
+}
+
+impl Profile {
+    /// The name `cluster.sh --profile` and `COLLOC_CLUSTER_PROFILE` take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Simple => "simple",
+            Profile::Production => "production",
+        }
+    }
+
+    /// `COLLOC_CLUSTER_PROFILE` (`simple` when unset or empty).
+    ///
+    /// # Panics
+    /// On another value, naming the valid ones.
+    pub fn from_env() -> Profile {
+        match std::env::var("COLLOC_CLUSTER_PROFILE").as_deref() {
+            Err(_) | Ok("" | "simple") => Profile::Simple,
+            Ok("production") => Profile::Production,
+            Ok(other) => panic!("COLLOC_CLUSTER_PROFILE={other:?}: valid: simple, production"),
+        }
+    }
+}
+
+/// The shape of a cluster to start: nodes, fake GPUs per node, their models, the profile,
+/// and further plugstack.conf lines.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    pub(crate) nodes: u32,
+    pub(crate) gpus: u32,
+    pub(crate) models: Option<String>,
+    pub(crate) profile: Profile,
+    pub(crate) spank_extra: Vec<String>,
+    pub(crate) prolog_flags: Option<String>,
+}
+
+impl ClusterSpec {
+    /// `nodes` nodes (1: one node named after this host; more: `n1..nN`) with `gpus` fake
+    /// A100 40GB each, under the profile of `COLLOC_CLUSTER_PROFILE`.
+    pub fn new(nodes: u32, gpus: u32) -> ClusterSpec {
+        ClusterSpec {
+            nodes,
+            gpus,
+            models: None,
+            profile: Profile::from_env(),
+            spank_extra: Vec::new(),
+            prolog_flags: None,
+        }
+    }
+
+    /// The profile this spec starts.
+    pub fn profile_of(&self) -> Profile {
+        self.profile
+    }
+
+    /// `PrologFlags` instead of the profile's (e.g. `Alloc,Contain,Serial`).
+    #[must_use]
+    pub fn prolog_flags(mut self, flags: &str) -> ClusterSpec {
+        self.prolog_flags = Some(flags.to_string());
+        self
+    }
+
+    /// One node's GPU models for the fake NVML (comma list, one per GPU).
+    #[must_use]
+    pub fn models(mut self, models: Option<&str>) -> ClusterSpec {
+        self.models = models.map(str::to_string);
+        self
+    }
+
+    /// Run this profile, whatever `COLLOC_CLUSTER_PROFILE` says.
+    #[must_use]
+    pub fn profile(mut self, profile: Profile) -> ClusterSpec {
+        self.profile = profile;
+        self
+    }
+
+    /// Add a plugstack.conf line after colloc's (e.g. a probe plugin).
+    #[must_use]
+    pub fn spank_line(mut self, line: &str) -> ClusterSpec {
+        self.spank_extra.push(line.to_string());
+        self
+    }
+}
