@@ -94,6 +94,30 @@ pub fn run_suite_on(spec: &ClusterSpec, tests: &[Test], alone: &[Test]) {
         }
         return;
     }
+    let shared = select(&args, tests);
+    let separate = select(&args, alone);
+    let total = shared.len() + separate.len();
+    if args.iter().any(|a| a == "--ignored") || total == 0 {
+        // None of these is a GPU-only (ignored) test; a `--ignored` run has nothing here.
+        println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed\n");
+        return;
+    }
+    if !have_root(total) {
+        return;
+    }
+    println!(
+        "\nrunning {total} tests on a real Slurm cluster ({} profile)",
+        spec.profile.name()
+    );
+    let started = Instant::now();
+    let outcomes = run_tests(spec, &shared, &separate);
+    report(&outcomes, started);
+}
+
+/// The tests of `list` that the command line `args` selects: those matching a name filter
+/// (substring, or the whole name with `--exact`; every test when there is none) and no
+/// `--skip NAME`. The values of libtest's options that take one are not filters.
+fn select(args: &[String], list: &[Test]) -> Vec<Test> {
     let mut filters: Vec<&str> = Vec::new();
     let mut skips: Vec<&str> = Vec::new();
     let mut it = args.iter();
@@ -110,21 +134,17 @@ pub fn run_suite_on(spec: &ClusterSpec, tests: &[Test], alone: &[Test]) {
     }
     let exact = args.iter().any(|a| a == "--exact");
     let matches = |name: &str, f: &str| if exact { name == f } else { name.contains(f) };
-    let select = |list: &[Test]| -> Vec<Test> {
-        list.iter()
-            .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| matches(name, f)))
-            .filter(|(name, _)| !skips.iter().any(|f| matches(name, f)))
-            .copied()
-            .collect()
-    };
-    let shared = select(tests);
-    let separate = select(alone);
-    let total = shared.len() + separate.len();
-    if args.iter().any(|a| a == "--ignored") || total == 0 {
-        // None of these is a GPU-only (ignored) test; a `--ignored` run has nothing here.
-        println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed\n");
-        return;
-    }
+    list.iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| matches(name, f)))
+        .filter(|(name, _)| !skips.iter().any(|f| matches(name, f)))
+        .copied()
+        .collect()
+}
+
+/// Whether this process runs as root, as the real-Slurm tests need. Without root: say
+/// that the `total` tests are skipped and return false, or, under
+/// `COLLOC_SLURM_TESTS=require`, exit with status 1.
+fn have_root(total: usize) -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
@@ -134,73 +154,97 @@ pub fn run_suite_on(spec: &ClusterSpec, tests: &[Test], alone: &[Test]) {
             std::process::exit(1);
         }
         println!("\nskipped {total} tests: {msg}; run them as root\n");
-        return;
+        return false;
     }
+    true
+}
+
+/// Start a cluster of this shape and say how long it took and what it is; `what` names
+/// it in that line (`shared`, `NAME's own`).
+fn start_cluster(spec: &ClusterSpec, what: &str) -> Cluster {
+    let t = Instant::now();
+    let c = Cluster::start_with(spec);
     println!(
-        "\nrunning {total} tests on a real Slurm cluster ({} profile)",
-        spec.profile.name()
+        "{what} cluster up in {:.1}s ({} node(s) x {} fake GPU(s), {} profile, {})",
+        t.elapsed().as_secs_f64(),
+        c.node_names().len(),
+        c.gpus(),
+        c.profile().name(),
+        c.dir().display()
     );
-    let started = Instant::now();
-    let start_cluster = |what: &str| {
-        let t = Instant::now();
-        let c = Cluster::start_with(spec);
-        println!(
-            "{what} cluster up in {:.1}s ({} node(s) x {} fake GPU(s), {} profile, {})",
-            t.elapsed().as_secs_f64(),
-            c.node_names().len(),
-            c.gpus(),
-            c.profile().name(),
-            c.dir().display()
-        );
-        c
-    };
+    c
+}
+
+/// Run `shared` one after another on one cluster and each of `separate` on its own:
+/// beside the shared cluster where the fake NVML state allows, else after it.
+fn run_tests(spec: &ClusterSpec, shared: &[Test], separate: &[Test]) -> Vec<Outcome> {
     let mut outcomes: Vec<Outcome> = Vec::new();
-    let one_after_another = |outcomes: &mut Vec<Outcome>| {
-        for t in &separate {
-            let c = start_cluster(&format!("{}'s own", t.0));
-            outcomes.push(run_one(&c, t));
-        }
-    };
     if shared.is_empty() {
-        one_after_another(&mut outcomes);
+        run_separate_in_turn(spec, separate, &mut outcomes);
     } else {
         // The shared cluster first; the separate ones (each with its own munged, slurmctld
         // and slurmds) start beside it where the fake NVML state allows.
-        let cluster = start_cluster("shared");
+        let cluster = start_cluster(spec, "shared");
         if cluster.shares_default_state() {
-            for t in &shared {
+            for t in shared {
                 outcomes.push(run_one(&cluster, t));
             }
             drop(cluster);
-            one_after_another(&mut outcomes);
+            run_separate_in_turn(spec, separate, &mut outcomes);
         } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = separate
-                    .iter()
-                    .map(|t| {
-                        let start_cluster = &start_cluster;
-                        scope.spawn(move || {
-                            let result = catch_unwind(AssertUnwindSafe(|| {
-                                let c = start_cluster(&format!("{}'s own", t.0));
-                                run_one(&c, t)
-                            }));
-                            result.unwrap_or((t.0, Verdict::Failed, 0.0))
-                        })
-                    })
-                    .collect();
-                for t in &shared {
-                    outcomes.push(run_one(&cluster, t));
-                }
-                for h in handles {
-                    outcomes.push(
-                        h.join()
-                            .unwrap_or(("a separate test", Verdict::Failed, 0.0)),
-                    );
-                }
-            });
+            run_separate_beside(spec, &cluster, shared, separate, &mut outcomes);
             drop(cluster);
         }
     }
+    outcomes
+}
+
+/// Run each of `separate` on its own cluster, one after another.
+fn run_separate_in_turn(spec: &ClusterSpec, separate: &[Test], outcomes: &mut Vec<Outcome>) {
+    for t in separate {
+        let c = start_cluster(spec, &format!("{}'s own", t.0));
+        outcomes.push(run_one(&c, t));
+    }
+}
+
+/// Run `shared` one after another on `cluster` while each of `separate` runs on its own
+/// cluster in a thread of its own; a separate test whose cluster did not start, or whose
+/// thread panicked, is a failure.
+fn run_separate_beside(
+    spec: &ClusterSpec,
+    cluster: &Cluster,
+    shared: &[Test],
+    separate: &[Test],
+    outcomes: &mut Vec<Outcome>,
+) {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = separate
+            .iter()
+            .map(|t| {
+                scope.spawn(move || {
+                    let result = catch_unwind(AssertUnwindSafe(|| {
+                        let c = start_cluster(spec, &format!("{}'s own", t.0));
+                        run_one(&c, t)
+                    }));
+                    result.unwrap_or((t.0, Verdict::Failed, 0.0))
+                })
+            })
+            .collect();
+        for t in shared {
+            outcomes.push(run_one(cluster, t));
+        }
+        for h in handles {
+            outcomes.push(
+                h.join()
+                    .unwrap_or(("a separate test", Verdict::Failed, 0.0)),
+            );
+        }
+    });
+}
+
+/// Print the suite's result line (and the failed tests' names) like libtest, and exit
+/// with status 101 when a test failed.
+fn report(outcomes: &[Outcome], started: Instant) {
     let count = |v: Verdict| outcomes.iter().filter(|o| o.1 == v).count();
     let failed: Vec<&str> = outcomes
         .iter()
