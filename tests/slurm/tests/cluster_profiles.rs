@@ -706,6 +706,9 @@ fn set_mode(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// Check where, as whom and when Slurm called each SPANK callback of job `id` (its probe
+/// records in `log`), and what became of the daemons the probe started (`daemon_pids`:
+/// name, pid, alive after the job). Prints the records as a table first.
 fn check_callbacks(
     c: &Cluster,
     id: u32,
@@ -715,65 +718,133 @@ fn check_callbacks(
 ) {
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
     let production = c.profile() == Profile::Production;
-    let out = c.job_out(id);
-    let recs = probe_records(log, id);
-    let slurmd_ns: BTreeMap<String, String> = ["n1", "n2"]
-        .iter()
-        .map(|n| (n.to_string(), c.node(n).mount_ns().unwrap()))
-        .collect();
-    let nobody = text_of(Command::new("id").args(["-u", "nobody"]));
-    // The table, for the log and docs/slurm-callbacks.md.
-    let t0 = recs.iter().map(t).min().unwrap_or(0);
-    println!(
-        "  {:<22} {:<7} {:<4} {:>5}/{:<5} {:<10} {:<34} {:>8}",
-        "callback", "step", "node", "uid", "euid", "namespace", "freezer cgroup", "ms"
-    );
-    let task_ns: BTreeMap<String, String> = lines_by_node(&out, "STEP0")
-        .into_iter()
-        .map(|(n, l)| (n, l[0].split_whitespace().next().unwrap_or("").to_string()))
-        .collect();
-    let where_ns = |r: &Rec, node: &str| -> &'static str {
-        if slurmd_ns.get(node) == Some(&r["mnt"]) {
-            "slurmd's"
-        } else if task_ns.get(node) == Some(&r["mnt"]) {
-            "job's"
-        } else {
-            "other"
+    let cbs = Callbacks::read(c, id, log, daemon_pids);
+    cbs.print_table();
+    for node in ["n1", "n2"] {
+        let times = cbs.check_prolog_tasks_epilog(node);
+        if !production {
+            cbs.check_no_extern_step(node);
+            continue;
         }
-    };
-    for r in &recs {
-        let node = node_of(&slurmd_ns, r);
-        let cb = match r.get("from") {
-            Some(from) => format!("daemon<{from}"),
-            None => r["cb"].clone(),
-        };
-        println!(
-            "  {:<22} {:<7} {:<4} {:>5}/{:<5} {:<10} {:<34} {:>8.1}",
-            cb,
-            r["step"],
-            node,
-            r["uid"],
-            r["euid"],
-            where_ns(r, &node),
-            r["freezer"].replace(&id.to_string(), "J"),
-            (t(r) - t0) as f64 / 1e6
-        );
+        cbs.check_extern_step(node, &times);
+        cbs.check_extern_daemon(node);
     }
-    let find = |cb: &str, step: &str, node: &str| -> Vec<&Rec> {
-        recs.iter()
-            .filter(|r| r["cb"] == cb && r["step"] == step && node_of(&slurmd_ns, r) == node)
+    check_batch_and_prolog_daemons(daemon_pids);
+}
+
+/// What the steps of [`check_callbacks`] look at: job `id`'s output and probe records, the
+/// mount namespaces of each node's slurmd and of the job's tasks there, the uid of
+/// `nobody` (the job's user), and the probe's daemons.
+struct Callbacks<'a> {
+    id: u32,
+    out: String,
+    recs: Vec<Rec>,
+    slurmd_ns: BTreeMap<String, String>,
+    task_ns: BTreeMap<String, String>,
+    nobody: String,
+    daemon_pids: &'a [(String, u32, bool)],
+}
+
+/// When things happened on one node (probe clock): the job prolog, the first task's
+/// `task_init_privileged`, the last `task_exit`, and the job epilog.
+struct NodeTimes {
+    prolog: u64,
+    first_task: u64,
+    last_task_exit: u64,
+    epilog: u64,
+}
+
+impl<'a> Callbacks<'a> {
+    /// Read job `id`'s output, its probe records from `log`, and the nodes' namespaces.
+    fn read(c: &Cluster, id: u32, log: &Path, daemon_pids: &'a [(String, u32, bool)]) -> Self {
+        let out = c.job_out(id);
+        let recs = probe_records(log, id);
+        let slurmd_ns: BTreeMap<String, String> = ["n1", "n2"]
+            .iter()
+            .map(|n| (n.to_string(), c.node(n).mount_ns().unwrap()))
+            .collect();
+        let nobody = text_of(Command::new("id").args(["-u", "nobody"]));
+        let task_ns: BTreeMap<String, String> = lines_by_node(&out, "STEP0")
+            .into_iter()
+            .map(|(n, l)| (n, l[0].split_whitespace().next().unwrap_or("").to_string()))
+            .collect();
+        Callbacks {
+            id,
+            out,
+            recs,
+            slurmd_ns,
+            task_ns,
+            nobody,
+            daemon_pids,
+        }
+    }
+
+    /// The table, for the log and docs/slurm-callbacks.md.
+    fn print_table(&self) {
+        let (id, recs, slurmd_ns, task_ns) = (self.id, &self.recs, &self.slurmd_ns, &self.task_ns);
+        let t0 = recs.iter().map(t).min().unwrap_or(0);
+        println!(
+            "  {:<22} {:<7} {:<4} {:>5}/{:<5} {:<10} {:<34} {:>8}",
+            "callback", "step", "node", "uid", "euid", "namespace", "freezer cgroup", "ms"
+        );
+        let where_ns = |r: &Rec, node: &str| -> &'static str {
+            if slurmd_ns.get(node) == Some(&r["mnt"]) {
+                "slurmd's"
+            } else if task_ns.get(node) == Some(&r["mnt"]) {
+                "job's"
+            } else {
+                "other"
+            }
+        };
+        for r in recs {
+            let node = node_of(slurmd_ns, r);
+            let cb = match r.get("from") {
+                Some(from) => format!("daemon<{from}"),
+                None => r["cb"].clone(),
+            };
+            println!(
+                "  {:<22} {:<7} {:<4} {:>5}/{:<5} {:<10} {:<34} {:>8.1}",
+                cb,
+                r["step"],
+                node,
+                r["uid"],
+                r["euid"],
+                where_ns(r, &node),
+                r["freezer"].replace(&id.to_string(), "J"),
+                (t(r) - t0) as f64 / 1e6
+            );
+        }
+    }
+
+    /// The records of callback `cb` in step `step` on `node`.
+    fn find(&self, cb: &str, step: &str, node: &str) -> Vec<&Rec> {
+        self.recs
+            .iter()
+            .filter(|r| r["cb"] == cb && r["step"] == step && node_of(&self.slurmd_ns, r) == node)
             .collect()
-    };
-    let one = |cb: &str, step: &str, node: &str| -> &Rec {
-        let v = find(cb, step, node);
+    }
+
+    /// The one record of callback `cb` in step `step` on `node`.
+    ///
+    /// # Panics
+    /// When there is none, or more than one.
+    fn one(&self, cb: &str, step: &str, node: &str) -> &Rec {
+        let v = self.find(cb, step, node);
         assert_eq!(v.len(), 1, "{cb} of step {step} on {node}: {v:?}");
         v[0]
-    };
-    for node in ["n1", "n2"] {
+    }
+
+    /// Under both profiles, on `node`: the job prolog runs as root in slurmd's namespace
+    /// and reads the option; the first task's callbacks (privileged as root, then as the
+    /// job's user) come after it; step 0's task_init runs in the task's namespace; the job
+    /// epilog, as root in slurmd's namespace, after the last task's exit. Returns when
+    /// these happened, for [`Callbacks::check_extern_step`].
+    fn check_prolog_tasks_epilog(&self, node: &str) -> NodeTimes {
+        let (recs, slurmd_ns, nobody) = (&self.recs, &self.slurmd_ns, &self.nobody);
         let slurmd = &slurmd_ns[node];
-        let tasks = &task_ns[node];
+        let tasks = &self.task_ns[node];
         // Job prolog: root, in slurmd's namespace, the option readable.
-        let prolog = one("job_prolog", "-", node);
+        let prolog = self.one("job_prolog", "-", node);
         assert_eq!(
             (prolog["uid"].as_str(), prolog["ctx"].as_str()),
             ("0", "job_script")
@@ -782,20 +853,23 @@ fn check_callbacks(
         assert_eq!(prolog["opt"], "M1", "{node}: prolog reads the option");
         // The first task of the job on this node: the batch step on n1, step 0 on n2.
         let first_step = if node == "n1" { "batch" } else { "0" };
-        let priv_init = one("task_init_privileged", first_step, node);
-        let user_task = one("task_init", first_step, node);
+        let priv_init = self.one("task_init_privileged", first_step, node);
+        let user_task = self.one("task_init", first_step, node);
         assert_eq!(priv_init["euid"], "0", "task_init_privileged is root");
-        assert_eq!(user_task["uid"], nobody, "task_init runs as the job's user");
+        assert_eq!(
+            user_task["uid"], *nobody,
+            "task_init runs as the job's user"
+        );
         assert_eq!(priv_init["opt"], "M1");
-        let step0 = one("task_init", "0", node);
+        let step0 = self.one("task_init", "0", node);
         assert_eq!(
             &step0["mnt"], tasks,
             "{node}: task_init in the task's namespace"
         );
-        let epilog = one("job_epilog", "-", node);
+        let epilog = self.one("job_epilog", "-", node);
         let last_task_exit = recs
             .iter()
-            .filter(|r| r["cb"] == "task_exit" && node_of(&slurmd_ns, r) == node)
+            .filter(|r| r["cb"] == "task_exit" && node_of(slurmd_ns, r) == node)
             .map(t)
             .max()
             .unwrap();
@@ -809,18 +883,40 @@ fn check_callbacks(
             "{node}: epilog in slurmd's namespace"
         );
         assert_eq!(epilog["uid"], "0");
-        if !production {
-            // No PrologFlags=Contain: no extern step, no job container.
-            assert!(find("init", "extern", node).is_empty(), "an extern step");
-            assert_eq!(tasks, slurmd, "{node}: no job container");
-            continue;
+        NodeTimes {
+            prolog: t(prolog),
+            first_task: t(priv_init),
+            last_task_exit,
+            epilog: t(epilog),
         }
+    }
+
+    /// Simple profile, on `node`: no PrologFlags=Contain, so no extern step and no job
+    /// container.
+    fn check_no_extern_step(&self, node: &str) {
+        let slurmd = &self.slurmd_ns[node];
+        let tasks = &self.task_ns[node];
+        // No PrologFlags=Contain: no extern step, no job container.
+        assert!(
+            self.find("init", "extern", node).is_empty(),
+            "an extern step"
+        );
+        assert_eq!(tasks, slurmd, "{node}: no job container");
+    }
+
+    /// Production profile, on `node`: the tasks run in a job container; the extern step's
+    /// callbacks, which ones run and where, as whom and in which cgroup; and their order
+    /// against the prolog, the tasks (`times`) and the epilog.
+    fn check_extern_step(&self, node: &str, times: &NodeTimes) {
+        let (id, nobody) = (self.id, &self.nobody);
+        let slurmd = &self.slurmd_ns[node];
+        let tasks = &self.task_ns[node];
         assert_ne!(tasks, slurmd, "{node}: tasks in slurmd's namespace");
         // Extern step (PrologFlags=Contain): init, init_post_opt, task_post_fork, exit;
         // root, in slurmd's namespace (not the job's), in the job's cgroup, without the
         // job's options.
         for cb in ["init", "init_post_opt", "task_post_fork", "exit"] {
-            let r = one(cb, "extern", node);
+            let r = self.one(cb, "extern", node);
             assert_eq!(
                 (r["uid"].as_str(), r["ctx"].as_str()),
                 ("0", "remote"),
@@ -840,42 +936,47 @@ fn check_callbacks(
         }
         for cb in ["user_init", "task_init_privileged", "task_init"] {
             assert!(
-                find(cb, "extern", node).is_empty(),
+                self.find(cb, "extern", node).is_empty(),
                 "extern step calls {cb}"
             );
         }
         // Order: prolog, then the extern step up to its task_post_fork, then the tasks;
         // the extern step's exit after the last task, and the epilog after that.
-        let ext_init = one("init", "extern", node);
-        let ext_fork = one("task_post_fork", "extern", node);
-        let ext_exit = one("exit", "extern", node);
+        let ext_init = self.one("init", "extern", node);
+        let ext_fork = self.one("task_post_fork", "extern", node);
+        let ext_exit = self.one("exit", "extern", node);
         assert!(
-            t(prolog) < t(ext_init),
+            times.prolog < t(ext_init),
             "{node}: extern step before the prolog"
         );
         assert!(
-            t(ext_fork) < t(priv_init),
+            t(ext_fork) < times.first_task,
             "{node}: a task before extern's task_post_fork"
         );
         assert!(
-            last_task_exit < t(ext_exit),
+            times.last_task_exit < t(ext_exit),
             "{node}: extern ends before a task"
         );
         assert!(
-            t(ext_exit) < t(epilog),
+            t(ext_exit) < times.epilog,
             "{node}: epilog before extern's exit"
         );
+    }
 
-        // The daemon started from the extern step's task_post_fork, having entered the
-        // job's namespace through the holder file: it shares the tasks' namespace and
-        // /dev/shm, and proctrack/cgroup leaves it running after the job: it sits in the
-        // job's freezer cgroup, not the extern step's. It inherited SIGTERM blocked.
+    /// Production profile, on `node`: the daemon started from the extern step's
+    /// task_post_fork, having entered the job's namespace through the holder file: it
+    /// shares the tasks' namespace and /dev/shm, and proctrack/cgroup leaves it running
+    /// after the job: it sits in the job's freezer cgroup, not the extern step's. It
+    /// inherited SIGTERM blocked.
+    fn check_extern_daemon(&self, node: &str) {
+        let (id, recs, slurmd_ns, nobody) = (self.id, &self.recs, &self.slurmd_ns, &self.nobody);
+        let tasks = &self.task_ns[node];
         let d = recs
             .iter()
             .find(|r| {
                 r["cb"] == "daemon"
                     && r.get("from").map(String::as_str) == Some("extern:task_post_fork")
-                    && node_of(&slurmd_ns, r) == node
+                    && node_of(slurmd_ns, r) == node
             })
             .unwrap_or_else(|| panic!("{node}: no daemon from extern task_post_fork"));
         let pid: u32 = d["pid"].parse().unwrap();
@@ -884,7 +985,11 @@ fn check_callbacks(
             sigblk & (1 << (libc::SIGTERM - 1)) != 0,
             "daemon from slurmstepd without SIGTERM blocked: {sigblk:x}"
         );
-        let still = daemon_pids.iter().find(|(_, p, _)| *p == pid).map(|x| x.2);
+        let still = self
+            .daemon_pids
+            .iter()
+            .find(|(_, p, _)| *p == pid)
+            .map(|x| x.2);
         assert_eq!(
             still,
             Some(true),
@@ -904,12 +1009,17 @@ fn check_callbacks(
             format!("/slurm_{node}/uid_{nobody}/job_{id}"),
             "{node}: extern daemon's freezer cgroup"
         );
-        let step0_line = &lines_by_node(&out, "STEP0")[node][0];
+        let step0_line = &lines_by_node(&self.out, "STEP0")[node][0];
         assert!(
             step0_line.contains(&format!("colloc-probe-daemon-{id}-extern-task_post_fork")),
             "{node}: the task does not see the daemon's /dev/shm file: {step0_line}"
         );
     }
+}
+
+/// Under both profiles, after the job: the batch step's task_init_privileged daemon is
+/// reported, and the prolog's daemons must still run.
+fn check_batch_and_prolog_daemons(daemon_pids: &[(String, u32, bool)]) {
     // The batch step's task_init_privileged daemon: whether it outlives its step is a
     // race (the task joins the step's freezer cgroup from slurmstepd, after the fork):
     // seen both ways under proctrack/cgroup. Reported, not asserted.
