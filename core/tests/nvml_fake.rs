@@ -9,6 +9,12 @@
 //! process-wide, so the tests run one at a time (a mutex), each with its own state file.
 //! What the fake holds is checked by reading its state file directly, not only through
 //! `NvmlGpus`, so a bug on one side cannot hide behind the same bug on the other.
+//!
+//! One file, though long: all but one of its tests take their machine from the `Fake`
+//! fixture here, which holds the `SERIAL` lock on the process environment, and many share
+//! the config helpers further down (`cfg_in`, `fake_device_files`, `spec`); split, those
+//! would have to move to a shared module and each part would be one more test binary to
+//! build and link.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};

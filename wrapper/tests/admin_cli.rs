@@ -1,5 +1,10 @@
 //! The built `colloc` binary's admin commands, against the fake libnvidia-ml
 //! (`cargo build -p fake-nvml` first; `scripts/test.sh` does).
+//!
+//! One file, though long: its tests share the `Node` fixture here (a colloc.toml aimed at
+//! the fake library and a fresh fake GPU state, driven through `fake-nvml-ctl`) and the
+//! output helpers after it; split by command, that fixture would have to move to a shared
+//! module and each part would be one more test binary to build and link.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

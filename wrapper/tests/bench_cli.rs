@@ -3,6 +3,11 @@
 //! jitters by known amounts (tests/fixtures/bench/standin.py), must give the right
 //! ratios with a spread that covers them, find the count where the aggregate stops
 //! rising, and recommend what the truth says, whatever the noise.
+//!
+//! One file, though long: every test is of the one command `colloc bench` against the one
+//! stand-in, read through the helpers here (`row`, `interval`, `order`, `rec_cell`) that
+//! most of them use; split by topic, those helpers would have to move to `run_support`
+//! and each part would be one more test binary to build and link.
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -8,6 +8,11 @@
 //! has them as a table. colloc's MPS daemons run in their job's mount namespace under both
 //! profiles (issue 17: under the production one they are started from the extern step,
 //! inside the job container).
+//!
+//! One file, though long: its tests share one three-node cluster with the SPANK probe
+//! plugin in its plugstack (`main`, `run_suite_on`); a second file would cost another
+//! cluster start, and another build of the probe, under each of the two profiles
+//! scripts/test.sh runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -3,6 +3,11 @@
 //! (`sec-attacker`, `sec-victim`). Each test is one of the findings 1–7, and after
 //! each: the victim paths are as they were, the node is idle (not drained), the GPUs are
 //! as before and no MPS daemon is left.
+//!
+//! One file, though long: its tests share one cluster (`main` hands them all to one
+//! `run_suite` on one four-GPU cluster, and each ends with the same checks,
+//! `assert_node_clean`); a second file would cost another cluster start under each of the
+//! two profiles scripts/test.sh runs.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
