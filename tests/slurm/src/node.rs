@@ -202,7 +202,8 @@ impl Node<'_> {
     /// cgroups (`/slurm_<node>/…`, where the production profile's job tasks are, in their
     /// job's own namespace)? Another cluster on this host may have a node of the same
     /// name: pick the candidates by something of this cluster first (e.g.
-    /// [`processes_of_pipe_dir`] with this cluster's run folder).
+    /// [`processes_of_pipe_dir`](crate::processes_of_pipe_dir) with this cluster's run
+    /// folder).
     pub fn owns_pid(&self, pid: u32) -> bool {
         let in_ns = self
             .mount_ns()
@@ -258,7 +259,7 @@ impl Node<'_> {
     /// without that node.
     ///
     /// # Panics
-    /// When `cluster.sh node-crash` fails, or after [`HANG_GUARD`].
+    /// When `cluster.sh node-crash` fails, or after [`HANG_GUARD`](crate::HANG_GUARD).
     pub fn crash(&self) -> NodeLoss {
         let t = Instant::now();
         let out = run(cluster_sh()
@@ -289,7 +290,7 @@ impl Node<'_> {
     /// Slurm takes the node back (`ReturnToService=2`).
     ///
     /// # Panics
-    /// When `cluster.sh node-start` fails, or after [`HANG_GUARD`].
+    /// When `cluster.sh node-start` fails, or after [`HANG_GUARD`](crate::HANG_GUARD).
     pub fn start_again(&self) {
         let out = run(cluster_sh()
             .arg("node-start")

@@ -13,8 +13,8 @@ use crate::{Cluster, ClusterSpec};
 pub struct Skipped(pub String);
 
 /// Skip the calling test on this cluster, with the reason; [`run_suite`] reports it as
-/// ignored, not failed. For a test that cannot pass under one [`Profile`] because of a
-/// known defect: name the issue in the reason.
+/// ignored, not failed. For a test that cannot pass under one [`Profile`](crate::Profile)
+/// because of a known defect: name the issue in the reason.
 pub fn skip(reason: &str) -> ! {
     std::panic::resume_unwind(Box::new(Skipped(reason.to_string())))
 }
