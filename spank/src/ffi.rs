@@ -16,18 +16,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::plugin::{self, Host};
-
-mod sys {
-    #![allow(
-        non_upper_case_globals,
-        non_camel_case_types,
-        non_snake_case,
-        dead_code,
-        clippy::all,
-        clippy::undocumented_unsafe_blocks
-    )]
-    include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
-}
+use crate::sys;
 
 /// Plugin name: also the prefix of the option's environment variable
 /// (`SPANK__SLURM_SPANK_OPTION_colloc_colloc`).
@@ -40,10 +29,7 @@ pub static plugin_type: [u8; 6] = *b"spank\0";
 #[no_mangle]
 pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
 
-/// The Slurm release (`SLURM_VERSION_NUMBER`) whose headers the plugin was built from.
-pub const BUILT_FOR: u32 = sys::SLURM_VERSION_NUMBER;
-/// The Slurm releases (major, minor) whose header facts spank/build.rs checked.
-pub const SUPPORTED_SLURM: &[(u32, u32)] = sys::COLLOC_SUPPORTED_SLURM;
+pub use crate::sys::{BUILT_FOR, SUPPORTED_SLURM};
 
 const SLURM_SUCCESS: c_int = 0;
 const SLURM_ERROR: c_int = -1;

@@ -18,3 +18,4 @@ pub mod ffi;
 pub mod logger;
 pub mod plugin;
 pub mod slurm_version;
+mod sys;

@@ -112,8 +112,8 @@ static SUBMIT_ARGS: OnceLock<PluginArgs> = OnceLock::new();
 /// Bad plugstack arguments, or Slurm refused the option.
 pub fn init(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     crate::slurm_version::check(
-        crate::ffi::BUILT_FOR,
-        crate::ffi::SUPPORTED_SLURM,
+        crate::sys::BUILT_FOR,
+        crate::sys::SUPPORTED_SLURM,
         &host.slurm_version()?,
     )?;
     let parsed = parse_args(args)?;
