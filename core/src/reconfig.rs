@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::gpu::GpuError;
+use crate::hooks;
 use crate::journal::{self, Journal, JournalError};
 use crate::mode::{Mode, ModeKind};
 use crate::mps;
@@ -130,6 +131,13 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Refuse(m) => f.write_str(m),
         }
+    }
+}
+
+/// Run the post-hook; its failure is logged, never more (the GPUs are set or undone).
+fn run_post_hook(cfg: &Config, change: &hooks::Change, ok: bool) {
+    if let Err(e) = hooks::run(cfg, hooks::Phase::Post, change, ok) {
+        log::warn!("job {}: {e}", change.job);
     }
 }
 

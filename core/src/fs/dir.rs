@@ -34,7 +34,7 @@ impl Dir {
     /// [`FsError`]: missing, or not safe.
     pub fn open_trusted(path: &Path) -> Result<Dir, FsError> {
         match walk(path, Want::Dir(None))? {
-            Walked::Dir(d) => Ok(d),
+            Walked::Dir(fd, path) => Ok(Dir { fd, path }),
             _ => Err(io("open", path, Errno::NOENT)),
         }
     }
@@ -46,7 +46,7 @@ impl Dir {
     /// [`FsError`]: cannot be made, or not safe.
     pub fn create_trusted(path: &Path, mode: u32) -> Result<Dir, FsError> {
         match walk(path, Want::Dir(Some(mode)))? {
-            Walked::Dir(d) => Ok(d),
+            Walked::Dir(fd, path) => Ok(Dir { fd, path }),
             _ => Err(io("open", path, Errno::NOENT)),
         }
     }

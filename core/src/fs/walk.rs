@@ -11,7 +11,6 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use super::dir::Dir;
 use super::{
     check_absolute, check_dir, check_file, file_type, io, trusted_owner, type_name, FsError,
     DIR_FLAGS,
@@ -29,7 +28,8 @@ pub(super) enum Want {
 }
 
 pub(super) enum Walked {
-    Dir(Dir),
+    /// The directory, open, and the path it was reached by (`fs::dir` makes its `Dir`).
+    Dir(OwnedFd, PathBuf),
     File(std::fs::File),
     Missing,
 }
@@ -116,10 +116,7 @@ pub(super) fn walk(path: &Path, want: Want) -> Result<Walked, FsError> {
             expected: "a regular file",
         }),
         (Want::ExistingPrefix, _) => Ok(Walked::Missing),
-        (_, Some((fd, _))) => Ok(Walked::Dir(Dir {
-            fd,
-            path: path.to_path_buf(),
-        })),
+        (_, Some((fd, _))) => Ok(Walked::Dir(fd, path.to_path_buf())),
         (_, None) => Err(io("resolve", path, Errno::NOENT)),
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::mps_setup::start_mps;
 use super::restore::{keep_marked, restore_job, restore_locked};
 use super::{
-    create, refuse, restore::restore, Failure, JobSpec, NodeFault, Outcome, Refusal,
+    create, refuse, restore::restore, run_post_hook, Failure, JobSpec, NodeFault, Outcome, Refusal,
     MARKED_RETRY_BUDGET, MIG_RESTORE_BUDGET,
 };
 use crate::config::Config;
@@ -598,13 +598,6 @@ fn undo_failed(
         // The journal stays, marked with what holds the GPU: it says why already.
         Failure::Refuse(message) if marked => Ok(refuse(message, false)),
         Failure::Refuse(message) => Ok(record_refusal(cfg, spec, message)),
-    }
-}
-
-/// Run the post-hook; its failure is logged, never more (the GPUs are set or undone).
-pub(super) fn run_post_hook(cfg: &Config, change: &hooks::Change, ok: bool) {
-    if let Err(e) = hooks::run(cfg, hooks::Phase::Post, change, ok) {
-        log::warn!("job {}: {e}", change.job);
     }
 }
 

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::apply::run_post_hook;
 use super::destroy::restore_mig;
+use super::run_post_hook;
 use super::{NodeFault, MIG_RESTORE_BUDGET};
 use crate::config::Config;
 use crate::gpu::{GpuControl, GpuHold};
