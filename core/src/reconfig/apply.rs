@@ -503,7 +503,7 @@ fn plan_mig(
             ))
         }
     }
-    let catalog = catalog_for(ctl, g).map_err(|m| stop(m, true))?;
+    let catalog = create::catalog_for(ctl, g).map_err(|m| stop(m, true))?;
     let plan = catalog.plan(req).map_err(|e| stop(e.to_string(), true))?;
     Ok((plan, catalog))
 }
@@ -613,30 +613,6 @@ pub(super) fn undo(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Resul
     j.phase = Phase::Restoring;
     keep_marked(cfg, j, r.held)?;
     Ok(true)
-}
-
-/// The MIG catalog of a GPU: what NVML reports, or the built-in table where it cannot say.
-///
-/// # Errors
-/// A one-line message when neither knows the GPU's profiles.
-pub fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String> {
-    match ctl.catalog(g.index) {
-        Ok(c) if c.profiles.iter().any(|p| !p.placements.is_empty()) => Ok(c),
-        other => {
-            if let Err(e) = &other {
-                log::debug!(
-                    "GPU {}: NVML has no MIG profiles ({e}); using built-in tables",
-                    g.index
-                );
-            }
-            mig::builtin_catalog(&g.name).map_err(|_| {
-                format!(
-                    "GPU {} ({}) reports no MIG profiles and colloc has no table for it",
-                    g.index, g.name
-                )
-            })
-        }
-    }
 }
 
 /// The environment of the job's tasks (docs/design.md, "The environment contract").

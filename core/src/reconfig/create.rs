@@ -7,13 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::apply::catalog_for;
 use super::Failure;
 use crate::config::Config;
 use crate::devfiles;
 use crate::gpu::{GpuControl, GpuError, GpuInfo};
 use crate::journal::{self, Journal};
-use crate::mig::Placement;
+use crate::mig::{self, Catalog, Placement};
 use crate::retry::{self, Backoff, Op};
 
 /// What an admin does about a create the driver kept refusing.
@@ -189,4 +188,28 @@ fn free_placement(
                 .enumerate()
                 .all(|(i, other)| i == k || !overlaps(*pl, other.placement))
         })
+}
+
+/// The MIG catalog of a GPU: what NVML reports, or the built-in table where it cannot say.
+///
+/// # Errors
+/// A one-line message when neither knows the GPU's profiles.
+pub fn catalog_for(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<Catalog, String> {
+    match ctl.catalog(g.index) {
+        Ok(c) if c.profiles.iter().any(|p| !p.placements.is_empty()) => Ok(c),
+        other => {
+            if let Err(e) = &other {
+                log::debug!(
+                    "GPU {}: NVML has no MIG profiles ({e}); using built-in tables",
+                    g.index
+                );
+            }
+            mig::builtin_catalog(&g.name).map_err(|_| {
+                format!(
+                    "GPU {} ({}) reports no MIG profiles and colloc has no table for it",
+                    g.index, g.name
+                )
+            })
+        }
+    }
 }
