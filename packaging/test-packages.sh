@@ -13,6 +13,10 @@
 #   COLLOC_SPANK_PLUGIN=/usr/lib/<multiarch>/slurm-wlm/libcolloc_spank.so COLLOC_BIN=/usr/bin/colloc
 # Ends with "N passed, N failed"; exits 0 only when nothing failed.
 set -uo pipefail
+# Whether /run/colloc was a mount point before this script installed anything: if not,
+# the purge must leave none (the install mounts a capped tmpfs there).
+run_was_mounted=0
+awk '$2 == "/run/colloc"' /proc/self/mounts | grep -q . && run_was_mounted=1
 # shellcheck source=lib/common.sh
 . "$(dirname "$0")/lib/common.sh"
 
@@ -451,6 +455,10 @@ check "removed (not purged): the admin's colloc.toml stays" grep -qxF "$MARK" /e
 check "dpkg --purge colloc" dpkg --purge colloc
 check "purged: /etc/slurm/colloc.toml and /var/lib/colloc gone" bash -c \
     "[ ! -e /etc/slurm/colloc.toml ] && [ ! -e /var/lib/colloc ] && [ ! -e /etc/slurm/plugstack.conf.d/colloc.conf ]"
+if [ "$run_was_mounted" = 0 ]; then
+    check "purged: the tmpfs the install mounted at /run/colloc is unmounted and gone" bash -c \
+        "! awk '\$2 == \"/run/colloc\"' /proc/self/mounts | grep -q . && [ ! -e /run/colloc ]"
+fi
 
 # ---------------------------------------------------------------- leave it installed
 if [ "${COLLOC_TEST_KEEP_INSTALLED:-1}" = 1 ]; then
