@@ -222,3 +222,38 @@ mod walk;
 
 pub use dir::Dir;
 pub use walk::{check_dir_path, open_trusted_file, read_capped, read_file_capped};
+
+/// The names in the open directory `fd` (without `.` and `..`), sorted, with their types:
+/// the one directory listing under root's [`Dir`] and the user side's checked directories.
+///
+/// # Errors
+/// The directory cannot be read.
+pub fn dir_entries(
+    fd: impl std::os::fd::AsFd,
+) -> Result<Vec<(std::ffi::OsString, FileType)>, Errno> {
+    let mut out = Vec::new();
+    for e in rustix::fs::Dir::read_from(fd)? {
+        let e = e?;
+        let name = e.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push((
+                std::ffi::OsStr::from_bytes(name).to_os_string(),
+                e.file_type(),
+            ));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Read at most `limit` bytes from an open file: `None` when it holds more (one byte more
+/// is read to know). The one capped read under root's and the user side's readers.
+///
+/// # Errors
+/// A read error.
+pub fn read_at_most(f: std::fs::File, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    f.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}

@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -194,21 +194,16 @@ fn not_openable<Fd: AsFd, P: rustix::path::Arg>(at: Fd, name: P, shown: &Path) -
 /// Read at most `limit` bytes from an open regular file; more (a file that grew) is an
 /// error.
 fn read_capped(f: File, path: &Path, limit: u64) -> Result<Vec<u8>, UserFsError> {
-    let mut bytes = Vec::new();
-    f.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
+    colloc_core::fs::read_at_most(f, limit)
         .map_err(|source| UserFsError::Io {
             what: "read",
             path: path.to_path_buf(),
             source,
-        })?;
-    if bytes.len() as u64 > limit {
-        return Err(UserFsError::TooLarge {
+        })?
+        .ok_or_else(|| UserFsError::TooLarge {
             path: path.to_path_buf(),
             limit: show_size(limit),
-        });
-    }
-    Ok(bytes)
+        })
 }
 
 /// Read a file named on the command line (`-f` manifest, `--baseline`, `bench
@@ -535,15 +530,13 @@ impl CheckedDir {
     /// # Errors
     /// I/O.
     pub fn entries(&self) -> Result<Vec<(String, FileType)>, UserFsError> {
-        let err = |e| io("read", &self.path, e);
-        let mut out = Vec::new();
-        for e in rustix::fs::Dir::read_from(&self.fd).map_err(err)? {
-            let e = e.map_err(err)?;
-            let name = e.file_name().to_bytes();
-            if name != b"." && name != b".." {
-                out.push((String::from_utf8_lossy(name).into_owned(), e.file_type()));
-            }
-        }
+        let entries =
+            colloc_core::fs::dir_entries(&self.fd).map_err(|e| io("read", &self.path, e))?;
+        let mut out: Vec<(String, FileType)> = entries
+            .into_iter()
+            .map(|(name, t)| (name.to_string_lossy().into_owned(), t))
+            .collect();
+        // Sorted as the names are shown (a name that is not UTF-8 sorts by its lossy form).
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }

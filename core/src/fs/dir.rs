@@ -2,10 +2,9 @@
 //! `mkdirat`, `fchown`, `unlinkat`, `renameat`), so a name swapped for a link is never
 //! followed.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -154,17 +153,7 @@ impl Dir {
     /// # Errors
     /// [`FsError::Io`].
     pub fn entries(&self) -> Result<Vec<(OsString, FileType)>, FsError> {
-        let err = |e| io("read", &self.path, e);
-        let mut out = Vec::new();
-        for e in rustix::fs::Dir::read_from(&self.fd).map_err(err)? {
-            let e = e.map_err(err)?;
-            let name = e.file_name().to_bytes();
-            if name != b"." && name != b".." {
-                out.push((OsStr::from_bytes(name).to_os_string(), e.file_type()));
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
+        super::dir_entries(&self.fd).map_err(|e| io("read", &self.path, e))
     }
 
     /// Read the file `name` if it is one root can trust: a regular file (not a link, not a

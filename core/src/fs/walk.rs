@@ -3,7 +3,6 @@
 
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -255,19 +254,14 @@ pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
 /// # Errors
 /// [`FsError::TooLarge`] or a read error.
 pub fn read_file_capped(f: std::fs::File, path: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
-    let mut bytes = Vec::new();
-    f.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
+    super::read_at_most(f, limit)
         .map_err(|source| FsError::Io {
             what: "read",
             path: path.to_path_buf(),
             source,
-        })?;
-    if bytes.len() as u64 > limit {
-        return Err(FsError::TooLarge {
+        })?
+        .ok_or_else(|| FsError::TooLarge {
             path: path.to_path_buf(),
             limit,
-        });
-    }
-    Ok(bytes)
+        })
 }
