@@ -13,15 +13,14 @@
 //! pidfd, so a pid reused by someone else's process is never hit.
 
 use std::io::{Read, Seek, Write};
-use std::os::unix::process::CommandExt;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::container::Entry;
-use crate::sys::PidHandle;
+use crate::sys::{ChildEnd, PidHandle};
 
 /// How long one job's daemons together may take to start (the prolog's share).
 pub const START_TIME: Duration = Duration::from_secs(20);
@@ -141,47 +140,23 @@ pub type AsUser = Option<(u32, u32)>;
 /// `CUDA_*`, `LD_PRELOAD` and the like never reach the daemon.
 const PASSED_ON: &[&str] = &["LD_LIBRARY_PATH", "HOME", "COLLOC_FAKE_NVML_STATE"];
 
-fn control_command(
-    program: &Path,
-    d: &MpsDaemon,
-    as_user: AsUser,
-    entry: Option<&Entry>,
-) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .env(
-            "PATH",
-            "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin:/bin",
-        )
-        .env("CUDA_VISIBLE_DEVICES", &d.devices)
-        .envs(d.env())
-        .current_dir("/");
+/// The control program's whole environment: `PATH`, the daemon's variables and
+/// [`PASSED_ON`] from ours.
+fn control_env(d: &MpsDaemon) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = vec![
+        (
+            "PATH".into(),
+            "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin:/bin".into(),
+        ),
+        ("CUDA_VISIBLE_DEVICES".into(), d.devices.clone().into()),
+    ];
+    env.extend(d.env().into_iter().map(|(k, v)| (k.into(), v.into())));
     for key in PASSED_ON {
         if let Some(v) = std::env::var_os(key) {
-            cmd.env(key, v);
+            env.push(((*key).into(), v));
         }
     }
-    crate::sys::default_signals(&mut cmd);
-    match (entry, as_user) {
-        // Into the job's namespace and cgroup first (as root), then the user.
-        (Some(e), _) => {
-            let (uid, gid) = as_user.unwrap_or_else(|| (crate::sys::euid(), crate::sys::gid()));
-            crate::sys::enter_and_become(
-                &mut cmd,
-                e.ns.as_ref(),
-                e.freezer_procs.as_ref(),
-                uid,
-                gid,
-            );
-        }
-        // std drops supplementary groups (setgroups(0)) when root changes uid.
-        (None, Some((uid, gid))) => {
-            cmd.uid(uid).gid(gid);
-        }
-        (None, None) => {}
-    }
-    crate::sys::no_inherited_fds(&mut cmd);
-    cmd
+    env
 }
 
 /// An anonymous file in memory: the control program's stdin, stdout and stderr. A daemon
@@ -235,33 +210,49 @@ fn control(
         .map_err(spawn_err)?;
     let out = memory_file(c"colloc-mps-out").map_err(spawn_err)?;
     let err = memory_file(c"colloc-mps-err").map_err(spawn_err)?;
-    let mut cmd = control_command(program, d, as_user, entry);
-    cmd.args(args)
-        .stdin(Stdio::from(stdin))
-        .stdout(Stdio::from(out.try_clone().map_err(spawn_err)?))
-        .stderr(Stdio::from(err.try_clone().map_err(spawn_err)?));
-    let mut child = cmd.spawn().map_err(spawn_err)?;
+    let env = control_env(d);
+    let plan = crate::sys::ExecPlan::new(
+        program,
+        args,
+        env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
+    )
+    .map_err(spawn_err)?;
+    // Into the job's namespace and cgroup first (as root), then the user. With an entry
+    // and no user, the caller's own ids (a daemon of root's, for `colloc apply`).
+    let ids = match (entry, as_user) {
+        (Some(_), None) => Some((crate::sys::euid(), crate::sys::gid())),
+        (_, ids) => ids,
+    };
+    let place = crate::sys::Placement {
+        ns: entry.and_then(|e| e.ns.as_ref()).map(AsFd::as_fd),
+        procs: entry
+            .and_then(|e| e.freezer_procs.as_ref())
+            .map(AsFd::as_fd),
+        ids,
+    };
     let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(MpsError::Timeout {
-                    program: program.to_path_buf(),
-                    what,
-                    secs: started.elapsed().as_secs_f64(),
-                });
-            }
+    // Spawned without waiting for its exec (the user can stop the child before it), so
+    // the deadline holds from the fork on.
+    let pid = crate::sys::spawn(&plan, [stdin.as_fd(), out.as_fd(), err.as_fd()], place)
+        .map_err(spawn_err)?;
+    let status = match crate::sys::wait_child(pid, deadline).map_err(spawn_err)? {
+        ChildEnd::Exited(0) => None,
+        ChildEnd::Exited(code) => Some(format!("exit status: {code}")),
+        ChildEnd::Signaled(sig) => Some(format!("signal: {sig}")),
+        ChildEnd::Lost => Some("reaped by another part of the process".into()),
+        ChildEnd::TimedOut => {
+            return Err(MpsError::Timeout {
+                program: program.to_path_buf(),
+                what,
+                secs: started.elapsed().as_secs_f64(),
+            })
         }
     };
-    if !status.success() {
+    if let Some(status) = status {
         return Err(MpsError::Failed {
             program: program.to_path_buf(),
             what,
-            status: status.to_string(),
+            status,
             stderr: written(&err).trim().replace('\n', " "),
         });
     }

@@ -4,6 +4,9 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+mod spawn;
+pub(crate) use spawn::{spawn, ExecPlan, Placement};
+
 /// Send `sig` to process `pid`. Returns false if the process does not exist (or is not
 /// ours to signal). The one pid guard of colloc: 0 and negative pids (a process group,
 /// every process) and 1 (init) are never signalled.
@@ -221,18 +224,8 @@ fn child_body(uid: u32, gid: u32, parent: libc::pid_t, work: &mut dyn FnMut() ->
         libc::sigemptyset(&mut set);
         libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
     }
-    if uid != euid() || gid != egid() {
-        // Raw system calls, not the libc wrappers: this child has one thread, and the
-        // wrappers' all-threads machinery is not for a forked copy.
-        // SAFETY: setgroups(2) with size 0 and a null list reads no memory.
-        let groups = unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()) };
-        // SAFETY: setresgid(2)/setresuid(2) take plain integers.
-        let g = unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) };
-        // SAFETY: as above.
-        let u = unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) };
-        if (groups != 0 && euid() == 0) || g != 0 || u != 0 || !is_exactly(uid, gid) {
-            return CHILD_CREDENTIALS_FAILED;
-        }
+    if (uid != euid() || gid != egid()) && !become_exactly(uid, gid) {
+        return CHILD_CREDENTIALS_FAILED;
     }
     // SAFETY: prctl(2) with integer arguments only. Not dumpable: the user we became
     // cannot ptrace this copy of a root process or read its memory; killed with the
@@ -246,6 +239,20 @@ fn child_body(uid: u32, gid: u32, parent: libc::pid_t, work: &mut dyn FnMut() ->
         return CHILD_ORPHANED;
     }
     work()
+}
+
+/// Become `uid`/`gid` with no supplementary groups (root drops them; anyone else has
+/// none to drop it can change), all of real, effective and saved ids, and check it. For a
+/// forked child: raw system calls, not the libc wrappers, whose all-threads machinery is
+/// not for a forked copy of a process with threads.
+fn become_exactly(uid: u32, gid: u32) -> bool {
+    // SAFETY: setgroups(2) with size 0 and a null list reads no memory.
+    let groups = unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()) };
+    // SAFETY: setresgid(2)/setresuid(2) take plain integers.
+    let g = unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) };
+    // SAFETY: as above.
+    let u = unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) };
+    !(groups != 0 && euid() == 0) && g == 0 && u == 0 && is_exactly(uid, gid)
 }
 
 fn egid() -> u32 {
@@ -265,7 +272,11 @@ fn is_exactly(uid: u32, gid: u32) -> bool {
     uid_ok && g == 0 && gr == gid && ge == gid && gs == gid
 }
 
-fn wait_child(pid: libc::pid_t, deadline: Instant) -> std::io::Result<ChildEnd> {
+/// Wait for our child `pid` until `deadline`, then SIGKILL and reap it.
+///
+/// # Errors
+/// waitpid failed other than by EINTR or ECHILD ([`ChildEnd::Lost`]).
+pub(crate) fn wait_child(pid: libc::pid_t, deadline: Instant) -> std::io::Result<ChildEnd> {
     let decode = |status: libc::c_int| {
         if libc::WIFEXITED(status) {
             ChildEnd::Exited(libc::WEXITSTATUS(status))
@@ -306,20 +317,31 @@ fn wait_child(pid: libc::pid_t, deadline: Instant) -> std::io::Result<ChildEnd> 
 /// Make every descriptor from `first` up close when the process execs. Runs in a
 /// `pre_exec` hook (after fork): only system calls.
 fn cloexec_from(first: i32) {
+    descriptors_from(first, true);
+}
+
+/// Close every descriptor from `first` up, now. For a forked child: only system calls.
+fn close_from(first: i32) {
+    descriptors_from(first, false);
+}
+
+fn descriptors_from(first: i32, on_exec: bool) {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-    // SAFETY: close_range(2) takes integers; with CLOSE_RANGE_CLOEXEC it closes nothing.
+    let flags = if on_exec { CLOSE_RANGE_CLOEXEC } else { 0 };
+    // SAFETY: close_range(2) takes integers.
     let r = unsafe {
         libc::syscall(
             libc::SYS_close_range,
             first as libc::c_uint,
             libc::c_uint::MAX,
-            CLOSE_RANGE_CLOEXEC,
+            flags,
         )
     };
     if r == 0 {
         return;
     }
-    // Kernels before 5.11: one fcntl per possible descriptor (EBADF where none is open).
+    // Kernels before 5.11 (5.9 without the flag): one call per possible descriptor (EBADF
+    // where none is open).
     // SAFETY: getrlimit(2) writes into the local passed by pointer.
     let limit = unsafe {
         let mut rl: libc::rlimit = std::mem::zeroed();
@@ -330,8 +352,14 @@ fn cloexec_from(first: i32) {
         }
     };
     for fd in first..limit {
-        // SAFETY: fcntl(2) on a descriptor number; EBADF for numbers not in use.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        // SAFETY: fcntl(2)/close(2) on a descriptor number; EBADF for numbers not in use.
+        unsafe {
+            if on_exec {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            } else {
+                libc::close(fd);
+            }
+        }
     }
 }
 
@@ -370,60 +398,6 @@ pub fn default_signals(cmd: &mut std::process::Command) {
             libc::sigemptyset(&mut set);
             if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0 {
                 return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Have a child that root starts enter a job's place before it execs, then become
-/// `uid`/`gid`: join the cgroup whose `cgroup.procs` is `procs` (open for writing), enter
-/// the mount namespace `ns` (a namespace file, open), go to `/` there, and drop to the
-/// user (no supplementary groups). Std's own `uid`/`gid` must not be set on `cmd`: they
-/// would take root's rights before `setns`, which needs them.
-///
-/// The descriptors must stay open until the child is spawned.
-pub fn enter_and_become(
-    cmd: &mut std::process::Command,
-    ns: Option<&OwnedFd>,
-    procs: Option<&OwnedFd>,
-    uid: u32,
-    gid: u32,
-) {
-    use std::os::unix::process::CommandExt;
-    let ns = ns.map(AsRawFd::as_raw_fd);
-    let procs = procs.map(AsRawFd::as_raw_fd);
-    // SAFETY: the hook runs in the single-threaded child after fork and makes only raw
-    // system calls on integers and a static buffer (write, setns, chdir, setgroups,
-    // setresgid, setresuid, getresuid/getresgid into locals): no allocation, no locks.
-    // The descriptors are the caller's, open across the spawn.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fail = || Err(std::io::Error::last_os_error());
-            if let Some(fd) = procs {
-                // "0": the writing process itself (cgroup v1).
-                if libc::write(fd, b"0\n".as_ptr().cast(), 2) != 2 {
-                    return fail();
-                }
-            }
-            if let Some(fd) = ns {
-                if libc::setns(fd, libc::CLONE_NEWNS) != 0 {
-                    return fail();
-                }
-            }
-            if libc::chdir(c"/".as_ptr()) != 0 {
-                return fail();
-            }
-            if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()) != 0 && euid() == 0 {
-                return fail();
-            }
-            if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
-                || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
-            {
-                return fail();
-            }
-            if !is_exactly(uid, gid) {
-                return Err(std::io::Error::from_raw_os_error(libc::EPERM));
             }
             Ok(())
         });

@@ -1,6 +1,7 @@
 //! Unit tests of [`super`].
 
 use super::*;
+use std::process::Command;
 
 #[test]
 fn limits() {
@@ -96,6 +97,70 @@ fn a_control_program_that_hangs_is_stopped_at_the_deadline() {
         .unwrap_or_else(|| panic!("{msg}"));
     assert!(waited >= 0.2, "{msg}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
+#[test]
+fn the_control_program_gets_exactly_its_environment_and_the_user() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = stand_in(tmp.path(), "id -u; id -G; pwd; env | sort");
+    let d = MpsDaemon::in_dir(tmp.path(), "GPU-x");
+    let far = Instant::now() + Duration::from_secs(30);
+    let root = crate::sys::euid() == 0;
+    let as_user = root.then_some((65534, 65534));
+    let out = control(&prog, &d, as_user, None, &[], "", far).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    let me = crate::sys::euid().to_string();
+    assert_eq!(lines[0], if root { "65534" } else { me.as_str() }, "{out}");
+    if root {
+        assert_eq!(lines[1], "65534", "no supplementary group of root's: {out}");
+    }
+    assert_eq!(lines[2], "/", "{out}");
+    let vars: Vec<&str> = lines[3..]
+        .iter()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .filter(|k| !["PWD", "SHLVL", "_", "OLDPWD"].contains(k))
+        .collect();
+    let mut expected = vec![
+        "CUDA_MPS_LOG_DIRECTORY",
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "CUDA_VISIBLE_DEVICES",
+        "PATH",
+    ];
+    for k in PASSED_ON {
+        if std::env::var_os(k).is_some() {
+            expected.push(k);
+        }
+    }
+    expected.sort_unstable();
+    assert_eq!(vars, expected, "{out}");
+    assert!(out.contains("CUDA_VISIBLE_DEVICES=GPU-x\n"), "{out}");
+}
+
+#[test]
+fn a_program_that_cannot_be_run_is_reported_with_the_step_that_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = MpsDaemon::in_dir(tmp.path(), "GPU-x");
+    let far = Instant::now() + Duration::from_secs(30);
+    // Not executable: execve fails after the fork; the child says so and exits 127.
+    let prog = tmp.path().join("not-a-program");
+    std::fs::write(&prog, "#!/bin/sh\n").unwrap();
+    let err = control(&prog, &d, None, None, &["-d"], "", far)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("exit status: 127"), "{err}");
+    assert!(err.contains("execve failed (errno 13)"), "{err}");
+    // A bare name found in none of the system directories: refused before any fork.
+    let err = control(
+        Path::new("colloc-no-such-program"),
+        &d,
+        None,
+        None,
+        &[],
+        "",
+        far,
+    )
+    .unwrap_err();
+    assert!(matches!(err, MpsError::Spawn { .. }), "{err}");
 }
 
 #[test]
