@@ -220,26 +220,54 @@ fn next_job_id(c: &Cluster) -> u32 {
 /// Wait for job `id` to end while other jobs may still run; panics at once when the node
 /// drains instead.
 fn wait_job_end(c: &Cluster, id: u32) -> JobEnd {
-    c.wait_until(&format!("job {id} to end"), || {
+    wait_jobs_end(c, &[id]).remove(0)
+}
+
+/// [`wait_job_end`] for several jobs at once, each end taken when it is first seen (an
+/// ended job is forgotten by Slurm after MinJobAge, 2 s here: waiting for them one after
+/// another lost the end of the one that finished first). Panics at once, saying so, when
+/// Slurm forgets a job before its end was seen.
+fn wait_jobs_end(c: &Cluster, ids: &[u32]) -> Vec<JobEnd> {
+    let mut ends: Vec<Option<JobEnd>> = vec![None; ids.len()];
+    let what = format!("jobs {ids:?} to end");
+    c.wait_until(&what, || {
         let node = c.node_state();
         if node.contains("drain") {
             panic!(
-                "the node drained ({}) while job {id} ran\n--- slurmd log ---\n{}",
+                "the node drained ({}) while jobs {ids:?} ran\n--- slurmd log ---\n{}",
                 c.node_reason(),
                 c.slurmd_log_tail(20)
             );
         }
-        let info = c.job_info(id)?;
-        let state = info.get("JobState")?.clone();
-        let busy = matches!(
-            state.as_str(),
-            "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING"
-        );
-        (!busy).then(|| JobEnd {
-            state,
-            exit_code: info.get("ExitCode").cloned().unwrap_or_default(),
-        })
+        for (id, end) in ids.iter().zip(ends.iter_mut()) {
+            if end.is_some() {
+                continue;
+            }
+            let Some(info) = c.job_info(*id) else {
+                panic!(
+                    "Slurm forgot job {id} before its end was seen\n{}",
+                    c.job_story(*id)
+                );
+            };
+            let Some(state) = info.get("JobState") else {
+                continue;
+            };
+            let busy = matches!(
+                state.as_str(),
+                "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING"
+            );
+            if !busy {
+                *end = Some(JobEnd {
+                    state: state.clone(),
+                    exit_code: info.get("ExitCode").cloned().unwrap_or_default(),
+                });
+            }
+        }
+        ends.iter().all(Option::is_some).then(|| ends.clone())
     })
+    .into_iter()
+    .map(|e| e.expect("every end was seen"))
+    .collect()
 }
 
 /// A tmpfs mounted in the node's namespace, unmounted when dropped (also when a test
@@ -1497,8 +1525,10 @@ sleep 1
             script,
         );
         let mut devices = Vec::new();
-        for (id, n) in [(a, 14), (v, 8)] {
-            let end = wait_job_end(c, id);
+        // Both at once: the one that ends first is forgotten by Slurm (MinJobAge=2)
+        // while a wait for the other alone would still run.
+        let ends = wait_jobs_end(c, &[a, v]);
+        for ((id, n), end) in [(a, 14), (v, 8)].into_iter().zip(ends) {
             assert_eq!(
                 end.state,
                 "COMPLETED",
@@ -1566,10 +1596,20 @@ fn mig_mps_slow_mps_part_keeps_mig_budget(c: &Cluster) {
     stop_colloc_children(c, true);
 }
 
+/// The account whose every process the stopper stops: one per cluster profile and used
+/// by no other test, because the stopper acts host-wide (as a real user's would) and
+/// scripts/test.sh runs both profiles' suites at once. With the shared attacker account,
+/// the simple profile's stopper froze the production profile's `mig:…:mps` daemons of
+/// another test (its prolog's start and its epilog's quit then waited out their budgets).
+fn stopper_account(c: &Cluster) -> String {
+    format!("sec-stopper-{}", c.profile().name())
+}
+
 fn stop_colloc_children(c: &Cluster, check_gpu_right_after: bool) {
     let before = c.gpu_layout();
-    let (uid, gid) = ensure_user(ATTACKER);
-    let user = as_user(ATTACKER);
+    let account = stopper_account(c);
+    let (uid, gid) = ensure_user(&account);
+    let user = as_user(&account);
     let ready = c.jobs_dir().join("stop-children-ready");
     let go = c.jobs_dir().join("stop-children-go");
     let _ = std::fs::remove_file(&ready);
