@@ -231,11 +231,26 @@ pub use walk::{check_dir_path, open_trusted_file, read_capped, read_file_capped}
 pub fn dir_entries(
     fd: impl std::os::fd::AsFd,
 ) -> Result<Vec<(std::ffi::OsString, FileType)>, Errno> {
+    Ok(dir_entries_at_most(fd, usize::MAX)?.unwrap_or_default())
+}
+
+/// [`dir_entries`], or `None` as soon as the directory holds more than `limit` names: a
+/// directory of millions of names costs no more than `limit` of them to refuse.
+///
+/// # Errors
+/// The directory cannot be read.
+pub fn dir_entries_at_most(
+    fd: impl std::os::fd::AsFd,
+    limit: usize,
+) -> Result<Option<Vec<(std::ffi::OsString, FileType)>>, Errno> {
     let mut out = Vec::new();
     for e in rustix::fs::Dir::read_from(fd)? {
         let e = e?;
         let name = e.file_name().to_bytes();
         if name != b"." && name != b".." {
+            if out.len() == limit {
+                return Ok(None);
+            }
             out.push((
                 std::ffi::OsStr::from_bytes(name).to_os_string(),
                 e.file_type(),
@@ -243,7 +258,7 @@ pub fn dir_entries(
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Read at most `limit` bytes from an open file: `None` when it holds more (one byte more

@@ -530,15 +530,30 @@ impl CheckedDir {
     /// # Errors
     /// I/O.
     pub fn entries(&self) -> Result<Vec<(String, FileType)>, UserFsError> {
-        let entries =
-            colloc_core::fs::dir_entries(&self.fd).map_err(|e| io("read", &self.path, e))?;
+        Ok(self.entries_at_most(usize::MAX)?.unwrap_or_default())
+    }
+
+    /// [`Self::entries`], or `None` when the directory holds more than `limit` names (found
+    /// out after reading `limit + 1` of them, however many there are).
+    ///
+    /// # Errors
+    /// I/O.
+    pub fn entries_at_most(
+        &self,
+        limit: usize,
+    ) -> Result<Option<Vec<(String, FileType)>>, UserFsError> {
+        let Some(entries) = colloc_core::fs::dir_entries_at_most(&self.fd, limit)
+            .map_err(|e| io("read", &self.path, e))?
+        else {
+            return Ok(None);
+        };
         let mut out: Vec<(String, FileType)> = entries
             .into_iter()
             .map(|(name, t)| (name.to_string_lossy().into_owned(), t))
             .collect();
         // Sorted as the names are shown (a name that is not UTF-8 sorts by its lossy form).
         out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
+        Ok(Some(out))
     }
 
     fn create_excl(&self, name: &str) -> Result<File, UserFsError> {

@@ -129,6 +129,43 @@ fn many_session_events_are_refused_before_they_cost_minutes() {
 }
 
 #[test]
+fn an_events_folder_of_countless_other_names_is_refused_not_listed_in_full() {
+    // Names that are not event files were skipped, but only after the whole folder was
+    // listed and sorted: millions of them cost time and memory. Past 4 x 4,096 names the
+    // folder is refused as soon as that many are read.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("rec");
+    forge(&dir, std::iter::once(SESSION.replace("RUNS", "[]")));
+    // The event file and 4 x 4,096 others: one name too many.
+    for i in 0..4 * 4096 {
+        std::fs::File::create(dir.join(format!("events/junk{i}"))).unwrap();
+    }
+    let (out, _) = timed(
+        colloc(t.path())
+            .args(["report", "--no-write", "-q"])
+            .arg(&dir),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("events: more than 16384 names (a record has at most 4096 event files)"),
+        "{err}"
+    );
+    // One name fewer is a record like any other.
+    std::fs::remove_file(dir.join("events/junk0")).unwrap();
+    let (out, _) = timed(
+        colloc(t.path())
+            .args(["report", "--no-write", "-q"])
+            .arg(&dir),
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+}
+
+#[test]
 fn a_session_naming_runs_again_and_again_does_not_rebuild_everything() {
     // 4,000 sessions alternately naming the first and the last of 100,000 runs: the
     // order changes each time; only the runs' positions are updated, no map rebuilt.

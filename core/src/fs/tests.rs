@@ -427,3 +427,21 @@ fn a_directory_of_roots_that_others_can_write_is_not_emptied_with_roots_rights()
     assert!(err.contains("left in place"), "{err}");
     assert!(tmp.path().join("open/f").exists());
 }
+
+#[test]
+fn a_listing_at_most_n_names_stops_at_the_first_name_past_n() {
+    let t = tempfile::tempdir().unwrap();
+    for name in ["c", "a", "b"] {
+        std::fs::write(t.path().join(name), b"").unwrap();
+    }
+    let dir = std::fs::File::open(t.path()).unwrap();
+    let names = |limit| {
+        super::dir_entries_at_most(&dir, limit)
+            .unwrap()
+            .map(|v| v.into_iter().map(|e| e.0).collect::<Vec<_>>())
+    };
+    assert_eq!(names(3), Some(vec!["a".into(), "b".into(), "c".into()]));
+    assert_eq!(names(2), None);
+    assert_eq!(names(0), None);
+    assert_eq!(super::dir_entries(&dir).unwrap().len(), 3);
+}

@@ -17,7 +17,18 @@ use rustix::fs::Stat;
 /// The event files of an `events/` folder, in session order: (session, name).
 fn event_files(events: &CheckedDir) -> Result<Vec<(u32, String)>, RecordError> {
     let mut files: Vec<(u32, String)> = Vec::new();
-    for (name, _) in events.entries()? {
+    // Names that are not event files are skipped, but a folder of millions of them is
+    // refused once a bounded number is read, not listed in full first.
+    let listing_cap = 4 * MAX_EVENT_FILES;
+    let Some(entries) = events.entries_at_most(listing_cap)? else {
+        return Err(RecordError::TooLarge {
+            path: events.path().to_path_buf(),
+            why: format!(
+                "more than {listing_cap} names (a record has at most {MAX_EVENT_FILES} event files)"
+            ),
+        });
+    };
+    for (name, _) in entries {
         let Some(stem) = name.strip_suffix(".jsonl") else {
             continue;
         };
@@ -30,13 +41,9 @@ fn event_files(events: &CheckedDir) -> Result<Vec<(u32, String)>, RecordError> {
         files.push((session, name));
     }
     if files.len() > MAX_EVENT_FILES {
-        return Err(RecordError::Invalid {
+        return Err(RecordError::TooLarge {
             path: events.path().to_path_buf(),
-            line: 0,
-            why: format!(
-                "{} event files, more than the {MAX_EVENT_FILES} colloc reads",
-                files.len()
-            ),
+            why: format!("{} event files (at most {MAX_EVENT_FILES})", files.len()),
         });
     }
     files.sort();
