@@ -224,6 +224,10 @@ fn control(
         (_, ids) => ids,
     };
     let place = crate::sys::Placement {
+        // Only `-d` leaves something running, the daemon; after anything else nothing of
+        // the user's program may stay behind (it runs outside the job's cgroup and mount
+        // namespace, and the user can trace it once it has exec'd and make it fork).
+        contained: args != ["-d"],
         ns: entry.and_then(|e| e.ns.as_ref()).map(AsFd::as_fd),
         procs: entry
             .and_then(|e| e.freezer_procs.as_ref())

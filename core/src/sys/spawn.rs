@@ -82,12 +82,21 @@ fn resolve(program: &Path) -> std::io::Result<PathBuf> {
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
 }
 
-/// Where the child goes and whom it becomes before its exec, in this order: the cgroup
-/// whose `cgroup.procs` is `procs` (open for writing), the mount namespace `ns`, `/` as
-/// its directory, then `ids` (uid, gid; no supplementary groups), checked, and not
-/// dumpable until its exec.
+/// Where the child goes and whom it becomes before its exec, in this order: a PID
+/// namespace of its own where `contained` (root only), the cgroup whose `cgroup.procs` is
+/// `procs` (open for writing), the mount namespace `ns`, `/` as its directory, then `ids`
+/// (uid, gid; no supplementary groups), checked, and not dumpable until its exec.
 #[derive(Default, Clone, Copy)]
 pub struct Placement<'a> {
+    /// Whatever the program starts ends with it: it is the first process of a PID
+    /// namespace of its own, and when that one ends (exits, or is killed at the deadline)
+    /// the kernel kills every other process in the namespace, which none can leave. For a
+    /// program run as a user that must leave nothing running (the control program's
+    /// `quit`): once it has exec'd, the user may trace it and make it start anything, and
+    /// root waits for and kills only its pid. Only where we are root (a PID namespace
+    /// needs `CAP_SYS_ADMIN`); elsewhere the program runs as the caller, whose own
+    /// processes are theirs anyway.
+    pub contained: bool,
     /// A mount namespace file, open.
     pub ns: Option<BorrowedFd<'a>>,
     /// A cgroup's `cgroup.procs`, open for writing.
@@ -117,11 +126,21 @@ pub fn spawn(
     let argv = ptrs(&plan.argv);
     let envp = ptrs(&plan.envp);
     let stdio = stdio.map(|f| f.as_raw_fd());
-    // SAFETY: fork(2) has no preconditions. The child runs only `child`, which makes raw
-    // system calls on integers, on the strings and pointer arrays made above (alive until
-    // this function returns, which the child never does) and on stack buffers, then execs
-    // or _exits: no allocation, no locks, no unwinding, no destructor of the copy.
-    let pid = unsafe { libc::fork() };
+    // SAFETY: fork(2) has no preconditions, nor has clone(2) with no new stack (the child
+    // goes on with a copy of this one, as after fork; glibc's fork handlers do not run, and
+    // the child needs none). The child runs only `child`, which makes raw system calls on
+    // integers, on the strings and pointer arrays made above (alive until this function
+    // returns, which the child never does) and on stack buffers, then execs or _exits: no
+    // allocation, no locks, no unwinding, no destructor of the copy.
+    let pid = unsafe {
+        if place.contained && super::euid() == 0 {
+            let flags = (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong;
+            let null = 0 as libc::c_ulong;
+            libc::syscall(libc::SYS_clone, flags, null, null, null, null) as libc::pid_t
+        } else {
+            libc::fork()
+        }
+    };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
     }
