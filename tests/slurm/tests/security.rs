@@ -105,6 +105,10 @@ fn main() {
             "a_user_slowing_the_mps_part_of_the_epilog_leaves_the_mig_part_its_budget",
             mig_mps_slow_mps_part_keeps_mig_budget,
         ),
+        (
+            "what_a_user_makes_the_epilogs_quit_start_ends_with_it",
+            quit_taken_over,
+        ),
     ];
     run_suite(4, None, tests, &[]);
 }
@@ -1699,4 +1703,114 @@ while [ ! -e {go} ]; do sleep 0.1; done
     );
     assert_no_mps_under(c, id);
     assert_node_clean(c, &before);
+}
+
+/// The user, from a shell on the node, takes over the epilog's `quit`: the control program
+/// runs as the user outside the job's cgroup and mount namespace, and once it has exec'd
+/// the user may trace it (no Yama, or `ptrace_scope` 0) and make it exec anything. The user
+/// keeps it waiting (the daemon's pid file names a live process of theirs), makes it run
+/// a `setsid sleep`, and that must not outlive the epilog: it did, in root's mount
+/// namespace and slurmd's cgroups, past the job's end, while root killed only the
+/// control program's pid.
+fn quit_taken_over(c: &Cluster) {
+    let before = c.gpu_layout();
+    // Its own account: the tracer takes over any `quit` of its user on the host.
+    let account = format!("sec-tracer-{}", c.profile().name());
+    let (uid, gid) = ensure_user(&account);
+    let user = as_user(&account);
+    let ready = c.jobs_dir().join("tracer-ready");
+    let go = c.jobs_dir().join("tracer-go");
+    let escaped = c
+        .jobs_dir()
+        .join(format!("tracer-escaped-{}", c.profile().name()));
+    for f in [&ready, &go, &escaped] {
+        let _ = std::fs::remove_file(f);
+    }
+    let id = c.submit(
+        &args(&["--colloc=mps", "--gres=gpu:1"], &user),
+        &format!(
+            "echo COLLOC_MPS_PIPES=$COLLOC_MPS_PIPES\ntouch {ready}\n\
+             while [ ! -e {go} ]; do sleep 0.1; done\n",
+            ready = ready.display(),
+            go = go.display()
+        ),
+    );
+    c.wait_for_file(id, &ready);
+    let pipes = pipes_of(&c.job_vars(id));
+    assert_eq!(pipes.len(), 1, "{}", c.job_out(id));
+    let tool = c.jobs_dir().join("colloc-sec-tracer");
+    std::fs::copy(env!("CARGO_BIN_EXE_colloc-sec-tracer"), &tool).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = escaped.display();
+    let cmd = format!(
+        "setsid sh -c 'read -r p r </proc/self/stat; echo $p >{e}.tmp; mv {e}.tmp {e}; \
+         exec sleep 600' </dev/null >/dev/null 2>&1 & \
+         while [ ! -e {e} ]; do sleep 0.01; done"
+    );
+    let tracer = Command::new(&tool)
+        .args(["quit", &cmd])
+        .uid(uid)
+        .gid(gid)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The daemon's pid file names the tracer, alive: quit waits for it to exit.
+    let pidfile = format!("{}/nvidia-cuda-mps-control.pid", pipes[0]);
+    let planted = Command::new("sh")
+        .args(["-c", &format!("echo {} >{pidfile}", tracer.id())])
+        .uid(uid)
+        .gid(gid)
+        .status()
+        .unwrap();
+    assert!(planted.success());
+    std::fs::write(&go, "").unwrap();
+    let t = Instant::now();
+    let end = c.wait_done(id);
+    let took = t.elapsed();
+    let out = tracer.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    println!(
+        "epilog with its quit taken over: {:.1} s; tracer: {said}",
+        took.as_secs_f64()
+    );
+    let left = std::fs::read_to_string(&escaped)
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok());
+    let alive = left.filter(|&p| {
+        pid_alive(p)
+            && std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == b"sleep\x00600\x00")
+    });
+    let seen = alive.map(|p| {
+        let cgroups = std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap_or_default();
+        let ns = colloc_slurm_tests::pid_mount_ns(p);
+        kill(p);
+        format!(
+            "pid {p}, mount ns {ns:?}, cgroups {}",
+            cgroups.replace('\n', " ")
+        )
+    });
+    let refused = out.status.code() == Some(3);
+    if !refused {
+        assert!(out.status.success(), "tracer: {said}");
+        assert!(
+            left.is_some(),
+            "the taken-over quit never ran the user's command"
+        );
+    }
+    assert!(
+        seen.is_none(),
+        "what the user made the epilog's quit start outlived it: {}",
+        seen.unwrap_or_default()
+    );
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    assert!(
+        took < MPS_RESTORE_BUDGET + Duration::from_secs(10),
+        "the epilog took {took:?}"
+    );
+    assert!(!c.node_state().contains("drain"), "{}", c.node_reason());
+    assert_node_clean(c, &before);
+    if refused {
+        colloc_slurm_tests::skip(&format!("the kernel refuses ptrace here: {said}"));
+    }
 }
