@@ -136,7 +136,12 @@ pub fn spawn(
         if place.contained && super::euid() == 0 {
             let flags = (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong;
             let null = 0 as libc::c_ulong;
-            libc::syscall(libc::SYS_clone, flags, null, null, null, null) as libc::pid_t
+            // s390 takes the new stack first; everywhere else the flags come first.
+            #[cfg(target_arch = "s390x")]
+            let r = libc::syscall(libc::SYS_clone, null, flags, null, null, null);
+            #[cfg(not(target_arch = "s390x"))]
+            let r = libc::syscall(libc::SYS_clone, flags, null, null, null, null);
+            r as libc::pid_t
         } else {
             libc::fork()
         }
