@@ -48,6 +48,7 @@ fn main() {
 /// A process of ours (not `me`) whose stdin is colloc's input memory file holding `what`.
 #[cfg(target_arch = "x86_64")]
 fn find(what: &str, me: u32) -> Option<u32> {
+    // SAFETY: getuid(2) cannot fail and touches no memory.
     let uid = unsafe { libc::getuid() };
     for e in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
