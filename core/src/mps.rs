@@ -257,7 +257,9 @@ fn control(
             program: program.to_path_buf(),
             what,
             status,
-            stderr: written(&err).trim().replace('\n', " "),
+            // The user's words, bound for slurmd's log and the job's refusal: one line,
+            // its control characters written as escapes.
+            stderr: crate::text::escape(&written(&err).trim().replace('\n', " ")).into_owned(),
         });
     }
     Ok(written(&out))
