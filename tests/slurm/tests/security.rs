@@ -106,7 +106,7 @@ fn main() {
             mig_mps_slow_mps_part_keeps_mig_budget,
         ),
         (
-            "what_a_user_makes_the_epilogs_quit_start_ends_with_it",
+            "a_user_tracing_the_epilogs_quit_leaves_nothing_running_outside_the_job",
             quit_taken_over,
         ),
     ];
@@ -1706,13 +1706,15 @@ while [ ! -e {go} ]; do sleep 0.1; done
 }
 
 /// The user, from a shell on the node, takes over the epilog's `quit`: the control program
-/// runs as the user outside the job's cgroup and mount namespace, and once it has exec'd
+/// ran as the user outside the job's cgroup and mount namespace, and once it has exec'd
 /// the user may trace it (no Yama, or `ptrace_scope` 0) and make it exec anything. The user
-/// keeps it waiting (the daemon's pid file names a live process of theirs), makes it run
-/// a `setsid sleep`, and that must not outlive the epilog: it did, in root's mount
-/// namespace and slurmd's cgroups, past the job's end, while root killed only the
-/// control program's pid.
+/// keeps it waiting (the daemon's pid file names a live process of theirs) and makes it run
+/// a `setsid sleep`. That outlived the epilog, in root's mount namespace and slurmd's
+/// cgroups, past the job's end, while root killed only the control program's pid. Now,
+/// under Contain (production), the epilog runs no control program at all (it kills what
+/// Slurm left of the daemons); elsewhere what the taken-over `quit` starts ends with it.
 fn quit_taken_over(c: &Cluster) {
+    let contain = c.profile() == colloc_slurm_tests::Profile::Production;
     let before = c.gpu_layout();
     // Its own account: the tracer takes over any `quit` of its user on the host.
     let account = format!("sec-tracer-{}", c.profile().name());
@@ -1747,7 +1749,7 @@ fn quit_taken_over(c: &Cluster) {
          exec sleep 600' </dev/null >/dev/null 2>&1 & \
          while [ ! -e {e} ]; do sleep 0.01; done"
     );
-    let tracer = Command::new(&tool)
+    let mut tracer = Command::new(&tool)
         .args(["quit", &cmd])
         .uid(uid)
         .gid(gid)
@@ -1755,7 +1757,7 @@ fn quit_taken_over(c: &Cluster) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // The daemon's pid file names the tracer, alive: quit waits for it to exit.
+    // The daemon's pid file names the tracer, alive: a quit waits for it to exit.
     let pidfile = format!("{}/nvidia-cuda-mps-control.pid", pipes[0]);
     let planted = Command::new("sh")
         .args(["-c", &format!("echo {} >{pidfile}", tracer.id())])
@@ -1768,11 +1770,22 @@ fn quit_taken_over(c: &Cluster) {
     let t = Instant::now();
     let end = c.wait_done(id);
     let took = t.elapsed();
+    // The tracer ends once it has taken over a quit (or was refused); one that found none
+    // is stopped here.
+    let waited = Instant::now();
+    while tracer.try_wait().unwrap().is_none() && waited.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let found_none = tracer.try_wait().unwrap().is_none();
+    if found_none {
+        let _ = tracer.kill();
+    }
     let out = tracer.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
     println!(
-        "epilog with its quit taken over: {:.1} s; tracer: {said}",
-        took.as_secs_f64()
+        "epilog with a tracer waiting for its quit: {:.1} s; tracer: {}",
+        took.as_secs_f64(),
+        if found_none { "found no quit" } else { &said }
     );
     let left = std::fs::read_to_string(&escaped)
         .ok()
@@ -1790,19 +1803,24 @@ fn quit_taken_over(c: &Cluster) {
             cgroups.replace('\n', " ")
         )
     });
+    assert!(
+        seen.is_none(),
+        "what the user made the epilog's quit start outlived it: {}",
+        seen.unwrap_or_default()
+    );
     let refused = out.status.code() == Some(3);
-    if !refused {
+    if contain {
+        assert!(
+            found_none,
+            "under Contain the epilog ran the control program as the user: {said}"
+        );
+    } else if !refused {
         assert!(out.status.success(), "tracer: {said}");
         assert!(
             left.is_some(),
             "the taken-over quit never ran the user's command"
         );
     }
-    assert!(
-        seen.is_none(),
-        "what the user made the epilog's quit start outlived it: {}",
-        seen.unwrap_or_default()
-    );
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
     assert!(
         took < MPS_RESTORE_BUDGET + Duration::from_secs(10),
@@ -1810,7 +1828,7 @@ fn quit_taken_over(c: &Cluster) {
     );
     assert!(!c.node_state().contains("drain"), "{}", c.node_reason());
     assert_node_clean(c, &before);
-    if refused {
+    if refused && !contain {
         colloc_slurm_tests::skip(&format!("the kernel refuses ptrace here: {said}"));
     }
 }
