@@ -224,6 +224,10 @@ fn control(
         (_, ids) => ids,
     };
     let place = crate::sys::Placement {
+        // Only `-d` leaves something running, the daemon; after anything else nothing of
+        // the user's program may stay behind (it runs outside the job's cgroup and mount
+        // namespace, and the user can trace it once it has exec'd and make it fork).
+        contained: args != ["-d"],
         ns: entry.and_then(|e| e.ns.as_ref()).map(AsFd::as_fd),
         procs: entry
             .and_then(|e| e.freezer_procs.as_ref())
@@ -253,7 +257,9 @@ fn control(
             program: program.to_path_buf(),
             what,
             status,
-            stderr: written(&err).trim().replace('\n', " "),
+            // The user's words, bound for slurmd's log and the job's refusal: one line,
+            // its control characters written as escapes.
+            stderr: crate::text::escape(&written(&err).trim().replace('\n', " ")).into_owned(),
         });
     }
     Ok(written(&out))

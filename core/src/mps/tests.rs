@@ -54,6 +54,26 @@ fn a_failing_start_is_reported_with_what_the_program_said() {
     assert!(report.killed.is_empty());
 }
 
+/// What the user's program says reaches slurmd's log and the job's refusal: a carriage
+/// return or an escape sequence there would let it rewrite what an admin reads on a
+/// terminal (a forged "restored" line, a cleared screen).
+#[test]
+fn what_the_program_says_reaches_the_log_without_control_characters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = stand_in(
+        tmp.path(),
+        "printf 'no GPU\\r\\033[2Kcolloc: job 1: restored\\n\\033[2J\\a\\tx' >&2\nexit 3",
+    );
+    let d = MpsDaemon::in_dir(&tmp.path().join("job"), "GPU-x");
+    let soon = Instant::now() + Duration::from_secs(10);
+    let err = start_daemon(&prog, &d, None, soon).unwrap_err().to_string();
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+    assert!(
+        err.contains(r"no GPU\r\u{1b}[2Kcolloc: job 1: restored"),
+        "{err}"
+    );
+}
+
 #[test]
 fn output_is_read_up_to_a_limit() {
     let tmp = tempfile::tempdir().unwrap();

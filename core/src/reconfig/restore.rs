@@ -318,7 +318,14 @@ pub(super) fn keep_marked(
 /// Stop the job's MPS daemons (all at once) and remove its directories, within
 /// [`MPS_RESTORE_BUDGET`]. Never a fault: what is left is reported as a warning.
 pub(super) fn restore_mps(cfg: &Config, j: &Journal, report: &mut RestoreReport) {
+    // Under Contain the daemons ran in the job's container and its extern step's cgroup,
+    // which Slurm ends with the job: what is left (an extern step that died early, an
+    // admin's restore of a running job) is killed, never asked to quit. A `quit` would run
+    // the control program as the user outside the job's cgroups and mount namespace, where
+    // the user may trace it once it has exec'd and use it (open what the job's devices
+    // cgroup hid, for as long as its deadline) (SECURITY.md).
     let program = match mps::trusted_control(cfg) {
+        Ok(_) if j.mps_start == mps::MpsStart::ExternStep => None,
         Ok(p) => Some(p),
         Err(e) => {
             log::warn!(

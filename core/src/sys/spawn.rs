@@ -82,11 +82,21 @@ fn resolve(program: &Path) -> std::io::Result<PathBuf> {
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
 }
 
-/// Where the child goes and whom it becomes before its exec, in this order: the cgroup
-/// whose `cgroup.procs` is `procs` (open for writing), the mount namespace `ns`, `/` as
-/// its directory, then `ids` (uid, gid; no supplementary groups), checked.
+/// Where the child goes and whom it becomes before its exec, in this order: a PID
+/// namespace of its own where `contained` (root only), the cgroup whose `cgroup.procs` is
+/// `procs` (open for writing), the mount namespace `ns`, `/` as its directory, then `ids`
+/// (uid, gid; no supplementary groups), checked, and not dumpable until its exec.
 #[derive(Default, Clone, Copy)]
 pub struct Placement<'a> {
+    /// Whatever the program starts ends with it: it is the first process of a PID
+    /// namespace of its own, and when that one ends (exits, or is killed at the deadline)
+    /// the kernel kills every other process in the namespace, which none can leave. For a
+    /// program run as a user that must leave nothing running (the control program's
+    /// `quit`): once it has exec'd, the user may trace it and make it start anything, and
+    /// root waits for and kills only its pid. Only where we are root (a PID namespace
+    /// needs `CAP_SYS_ADMIN`); elsewhere the program runs as the caller, whose own
+    /// processes are theirs anyway.
+    pub contained: bool,
     /// A mount namespace file, open.
     pub ns: Option<BorrowedFd<'a>>,
     /// A cgroup's `cgroup.procs`, open for writing.
@@ -116,11 +126,26 @@ pub fn spawn(
     let argv = ptrs(&plan.argv);
     let envp = ptrs(&plan.envp);
     let stdio = stdio.map(|f| f.as_raw_fd());
-    // SAFETY: fork(2) has no preconditions. The child runs only `child`, which makes raw
-    // system calls on integers, on the strings and pointer arrays made above (alive until
-    // this function returns, which the child never does) and on stack buffers, then execs
-    // or _exits: no allocation, no locks, no unwinding, no destructor of the copy.
-    let pid = unsafe { libc::fork() };
+    // SAFETY: fork(2) has no preconditions, nor has clone(2) with no new stack (the child
+    // goes on with a copy of this one, as after fork; glibc's fork handlers do not run, and
+    // the child needs none). The child runs only `child`, which makes raw system calls on
+    // integers, on the strings and pointer arrays made above (alive until this function
+    // returns, which the child never does) and on stack buffers, then execs or _exits: no
+    // allocation, no locks, no unwinding, no destructor of the copy.
+    let pid = unsafe {
+        if place.contained && super::euid() == 0 {
+            let flags = (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong;
+            let null = 0 as libc::c_ulong;
+            // s390 takes the new stack first; everywhere else the flags come first.
+            #[cfg(target_arch = "s390x")]
+            let r = libc::syscall(libc::SYS_clone, null, flags, null, null, null);
+            #[cfg(not(target_arch = "s390x"))]
+            let r = libc::syscall(libc::SYS_clone, flags, null, null, null, null);
+            r as libc::pid_t
+        } else {
+            libc::fork()
+        }
+    };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -190,6 +215,14 @@ fn child(
             if !super::become_exactly(uid, gid) {
                 return ("changing to the user", errno());
             }
+            // Not dumpable until the exec (which makes it so again, for the program): it is
+            // a copy of root's memory that the user may now signal and, where
+            // fs.suid_dumpable is 1, trace and read (its memory, root's environment). The
+            // kernel leaves it dumpable at the change of user where that setting is 1; a
+            // moment between the two calls remains there.
+            if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+                return ("prctl", errno());
+            }
         }
         libc::execve(plan.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
         ("execve", errno())
@@ -222,5 +255,68 @@ fn tell((step, errno): (&'static str, i32), program: &CString) {
     for p in parts {
         // SAFETY: write(2) reads `p.len()` bytes of a live slice.
         unsafe { libc::write(2, p.as_ptr().cast(), p.len()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    use std::time::{Duration, Instant};
+
+    /// After the change of user and before its exec, the child is a copy of root's memory
+    /// that the user may signal: it must not be dumpable (the user could trace it, read its
+    /// memory and environment). The kernel makes it so at the change of user only where
+    /// `fs.suid_dumpable` is 0; this test tells the difference where it is 1. The child is
+    /// held there by a failed exec whose message goes to a full pipe.
+    #[test]
+    fn the_child_is_not_dumpable_as_the_user_before_its_exec() {
+        if super::super::euid() != 0 {
+            return; // only root changes to another user
+        }
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) writes two new descriptors into the local array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both are ours alone, just made.
+        let (r, w) = unsafe {
+            use std::os::fd::{FromRawFd, OwnedFd};
+            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+        };
+        rustix::fs::fcntl_setfl(&w, rustix::fs::OFlags::NONBLOCK).unwrap();
+        while rustix::io::write(&w, &[0u8; 4096]).is_ok() {}
+        while rustix::io::write(&w, &[0u8]).is_ok() {}
+        rustix::fs::fcntl_setfl(&w, rustix::fs::OFlags::empty()).unwrap();
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let plan = ExecPlan::new(Path::new("/nonexistent/colloc-test"), &[], []).unwrap();
+        let place = Placement {
+            ids: Some((65534, 65534)),
+            ..Placement::default()
+        };
+        let pid = spawn(&plan, [null.as_fd(), null.as_fd(), w.as_fd()], place).unwrap();
+        // Held in its write of "cannot run" to the full pipe, as the user.
+        let t = Instant::now();
+        let held = loop {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            let stack = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+            if status.contains("Uid:\t65534\t65534\t65534\t65534") && stack.contains("pipe") {
+                break true;
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let owner = std::fs::metadata(format!("/proc/{pid}/mem")).map(|m| m.uid());
+        drop(r);
+        let end = super::super::wait_child(pid, Instant::now() + Duration::from_secs(10));
+        assert!(held, "the child was not seen held after its change of user");
+        // /proc/PID of a process that is not dumpable belongs to root.
+        assert_eq!(owner.unwrap(), 0, "the child is dumpable as the user");
+        // Its write fails with the reader gone: SIGPIPE, at its default.
+        assert_eq!(
+            end.unwrap(),
+            super::super::ChildEnd::Signaled(libc::SIGPIPE)
+        );
     }
 }

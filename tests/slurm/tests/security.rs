@@ -105,6 +105,10 @@ fn main() {
             "a_user_slowing_the_mps_part_of_the_epilog_leaves_the_mig_part_its_budget",
             mig_mps_slow_mps_part_keeps_mig_budget,
         ),
+        (
+            "a_user_tracing_the_epilogs_quit_leaves_nothing_running_outside_the_job",
+            quit_taken_over,
+        ),
     ];
     run_suite(4, None, tests, &[]);
 }
@@ -1699,4 +1703,132 @@ while [ ! -e {go} ]; do sleep 0.1; done
     );
     assert_no_mps_under(c, id);
     assert_node_clean(c, &before);
+}
+
+/// The user, from a shell on the node, takes over the epilog's `quit`: the control program
+/// ran as the user outside the job's cgroup and mount namespace, and once it has exec'd
+/// the user may trace it (no Yama, or `ptrace_scope` 0) and make it exec anything. The user
+/// keeps it waiting (the daemon's pid file names a live process of theirs) and makes it run
+/// a `setsid sleep`. That outlived the epilog, in root's mount namespace and slurmd's
+/// cgroups, past the job's end, while root killed only the control program's pid. Now,
+/// under Contain (production), the epilog runs no control program at all (it kills what
+/// Slurm left of the daemons); elsewhere what the taken-over `quit` starts ends with it.
+fn quit_taken_over(c: &Cluster) {
+    let contain = c.profile() == colloc_slurm_tests::Profile::Production;
+    let before = c.gpu_layout();
+    // Its own account: the tracer takes over any `quit` of its user on the host.
+    let account = format!("sec-tracer-{}", c.profile().name());
+    let (uid, gid) = ensure_user(&account);
+    let user = as_user(&account);
+    let ready = c.jobs_dir().join("tracer-ready");
+    let go = c.jobs_dir().join("tracer-go");
+    let escaped = c
+        .jobs_dir()
+        .join(format!("tracer-escaped-{}", c.profile().name()));
+    for f in [&ready, &go, &escaped] {
+        let _ = std::fs::remove_file(f);
+    }
+    let id = c.submit(
+        &args(&["--colloc=mps", "--gres=gpu:1"], &user),
+        &format!(
+            "echo COLLOC_MPS_PIPES=$COLLOC_MPS_PIPES\ntouch {ready}\n\
+             while [ ! -e {go} ]; do sleep 0.1; done\n",
+            ready = ready.display(),
+            go = go.display()
+        ),
+    );
+    c.wait_for_file(id, &ready);
+    let pipes = pipes_of(&c.job_vars(id));
+    assert_eq!(pipes.len(), 1, "{}", c.job_out(id));
+    let tool = c.jobs_dir().join("colloc-sec-tracer");
+    std::fs::copy(env!("CARGO_BIN_EXE_colloc-sec-tracer"), &tool).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = escaped.display();
+    let cmd = format!(
+        "setsid sh -c 'read -r p r </proc/self/stat; echo $p >{e}.tmp; mv {e}.tmp {e}; \
+         exec sleep 600' </dev/null >/dev/null 2>&1 & \
+         while [ ! -e {e} ]; do sleep 0.01; done"
+    );
+    let mut tracer = Command::new(&tool)
+        .args(["quit", &cmd])
+        .uid(uid)
+        .gid(gid)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The daemon's pid file names the tracer, alive: a quit waits for it to exit.
+    let pidfile = format!("{}/nvidia-cuda-mps-control.pid", pipes[0]);
+    let planted = Command::new("sh")
+        .args(["-c", &format!("echo {} >{pidfile}", tracer.id())])
+        .uid(uid)
+        .gid(gid)
+        .status()
+        .unwrap();
+    assert!(planted.success());
+    std::fs::write(&go, "").unwrap();
+    let t = Instant::now();
+    let end = c.wait_done(id);
+    let took = t.elapsed();
+    // The tracer ends once it has taken over a quit (or was refused); one that found none
+    // is stopped here.
+    let waited = Instant::now();
+    while tracer.try_wait().unwrap().is_none() && waited.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let found_none = tracer.try_wait().unwrap().is_none();
+    if found_none {
+        let _ = tracer.kill();
+    }
+    let out = tracer.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    println!(
+        "epilog with a tracer waiting for its quit: {:.1} s; tracer: {}",
+        took.as_secs_f64(),
+        if found_none { "found no quit" } else { &said }
+    );
+    let left = std::fs::read_to_string(&escaped)
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok());
+    let alive = left.filter(|&p| {
+        pid_alive(p)
+            && std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == b"sleep\x00600\x00")
+    });
+    let seen = alive.map(|p| {
+        let cgroups = std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap_or_default();
+        let ns = colloc_slurm_tests::pid_mount_ns(p);
+        kill(p);
+        format!(
+            "pid {p}, mount ns {ns:?}, cgroups {}",
+            cgroups.replace('\n', " ")
+        )
+    });
+    assert!(
+        seen.is_none(),
+        "what the user made the epilog's quit start outlived it: {}",
+        seen.unwrap_or_default()
+    );
+    let refused = out.status.code() == Some(3);
+    if contain {
+        assert!(
+            found_none,
+            "under Contain the epilog ran the control program as the user: {said}"
+        );
+    } else if !refused {
+        assert!(out.status.success(), "tracer: {said}");
+        assert!(
+            left.is_some(),
+            "the taken-over quit never ran the user's command"
+        );
+    }
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    assert!(
+        took < MPS_RESTORE_BUDGET + Duration::from_secs(10),
+        "the epilog took {took:?}"
+    );
+    assert!(!c.node_state().contains("drain"), "{}", c.node_reason());
+    assert_node_clean(c, &before);
+    if refused && !contain {
+        colloc_slurm_tests::skip(&format!("the kernel refuses ptrace here: {said}"));
+    }
 }

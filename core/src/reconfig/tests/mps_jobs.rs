@@ -255,10 +255,16 @@ fn under_contain_the_extern_step_starts_the_daemons_where_it_runs() {
         ExternStart::Nothing
     );
     assert_eq!(daemons_of(&j).len(), 2);
-    // The epilog stops them (they quit when asked) and removes their directories.
+    // The epilog kills what Slurm left of them (here, all) and removes their directories.
+    // It never asks them to quit: that would run the control program as the user outside
+    // the job's cgroups and namespace, where the user may trace it and use it.
     let r = restore(&c, None, 50).unwrap();
     assert_eq!(r.mps_stopped, 2);
-    assert!(r.killed.is_empty(), "killed {:?}", r.killed);
+    let mut killed = r.killed.clone();
+    killed.sort_unstable();
+    let mut pids: Vec<u32> = running.iter().map(crate::sys::PidHandle::pid).collect();
+    pids.sort_unstable();
+    assert_eq!(killed, pids, "asked to quit instead of killed");
     assert!(running.iter().all(crate::sys::PidHandle::gone));
     assert!(!tmp.path().join("run/job-50").exists());
     // Nothing to do for a job without a journal, or one of another mode.
