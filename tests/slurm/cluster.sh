@@ -237,7 +237,9 @@ ${plugins}
 ReturnToService=2
 PrologEpilogTimeout=120
 KillWait=5
-MinJobAge=2
+# Slurm's default: with 2 s a test's poll slowed by load could find a job forgotten
+# before it saw the job end.
+MinJobAge=300
 InactiveLimit=0
 StateSaveLocation=$dir/slurm/state
 SlurmctldPidFile=$dir/slurm/slurmctld.pid

@@ -227,10 +227,9 @@ fn wait_job_end(c: &Cluster, id: u32) -> JobEnd {
     wait_jobs_end(c, &[id]).remove(0)
 }
 
-/// [`wait_job_end`] for several jobs at once, each end taken when it is first seen (an
-/// ended job is forgotten by Slurm after MinJobAge, 2 s here: waiting for them one after
-/// another lost the end of the one that finished first). Panics at once, saying so, when
-/// Slurm forgets a job before its end was seen.
+/// [`wait_job_end`] for several jobs at once, each end taken when it is first seen. Panics
+/// at once, saying so, when Slurm forgets a job before its end was seen (after
+/// MinJobAge, 300 s as Slurm's default: it was 2 s, and a poll slowed by load lost ends).
 fn wait_jobs_end(c: &Cluster, ids: &[u32]) -> Vec<JobEnd> {
     let mut ends: Vec<Option<JobEnd>> = vec![None; ids.len()];
     let what = format!("jobs {ids:?} to end");
@@ -1529,8 +1528,7 @@ sleep 1
             script,
         );
         let mut devices = Vec::new();
-        // Both at once: the one that ends first is forgotten by Slurm (MinJobAge=2)
-        // while a wait for the other alone would still run.
+        // Both at once: each end is taken when first seen, whichever job ends first.
         let ends = wait_jobs_end(c, &[a, v]);
         for ((id, n), end) in [(a, 14), (v, 8)].into_iter().zip(ends) {
             assert_eq!(
