@@ -105,6 +105,11 @@ fn a_real_daemon_runs_as_the_user_in_its_leaves_and_is_stopped() {
     let j = reconfig::job_state(&cfg, 1).unwrap().unwrap();
     let procs = mps::daemon_processes(&j.mps[0], NOBODY.0);
     assert!(!procs.is_empty(), "no daemon of nobody's found");
+    // The real control program answers as the first process of a PID namespace of its
+    // own (how root runs everything but `-d`): no client yet, so no server.
+    let program = cfg.mps_control_path().unwrap();
+    let servers = mps::server_list(&program, &j.mps[0], Some(NOBODY));
+    assert_eq!(servers.unwrap(), Vec::<u32>::new());
     let t = Instant::now();
     let r = reconfig::restore(&cfg, None, 1).unwrap();
     println!(
