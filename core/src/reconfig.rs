@@ -35,7 +35,7 @@ mod restore;
 #[cfg(test)]
 mod tests;
 
-pub use apply::{prolog, prolog_with, record_refusal};
+pub use apply::{prolog, prolog_with, record_refusal, EXITING_GRACE};
 pub use create::catalog_for;
 pub use mps_setup::{mps_reachable, start_mps_in_extern_step, ExternStart};
 pub use restore::{restore, restore_all, restore_within, Quarantined, RestoreReport};

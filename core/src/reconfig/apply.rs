@@ -359,9 +359,10 @@ fn preflight(
         plans: Vec::new(),
         catalogs: Vec::new(),
     };
+    let exiting_until = Instant::now() + EXITING_GRACE;
     for g in gpus {
         check_unclaimed(spec, g, others.iter().flatten())?;
-        check_idle(ctl, g)?;
+        check_idle(ctl, g, exiting_until)?;
         let existing = list_instances(cfg, ctl, spec, g)?;
         let mut record = GpuRecord {
             index: g.index,
@@ -410,9 +411,26 @@ fn check_unclaimed<'a>(
     Ok(())
 }
 
-/// No process runs on GPU `g`: colloc reconfigures only idle GPUs.
-fn check_idle(ctl: &dyn GpuControl, g: &GpuInfo) -> Result<(), Stop> {
-    let procs = ctl.processes(g.index)?;
+/// How long the prolog waits, for all of a job's GPUs together, for processes that have
+/// exited but that the driver still lists while it tears their context down: on an H100
+/// (driver 580) an MPS server killed with SIGKILL was listed for about 0.1 s after it
+/// became a zombie, as Slurm's kill of an extern step leaves a job's daemons.
+pub const EXITING_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// No process runs on GPU `g`: colloc reconfigures only idle GPUs. Listed processes that
+/// have all exited (gone, or zombies) are waited for until `exiting_until`; one still
+/// running refuses the GPU at once.
+fn check_idle(ctl: &dyn GpuControl, g: &GpuInfo, exiting_until: Instant) -> Result<(), Stop> {
+    let procs = loop {
+        let procs = ctl.processes(g.index)?;
+        let exiting = procs
+            .iter()
+            .all(|p| crate::sys::PidHandle::open(p.pid).is_none_or(|h| h.gone()));
+        if procs.is_empty() || !exiting || Instant::now() >= exiting_until {
+            break procs;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     if procs.is_empty() {
         return Ok(());
     }

@@ -42,6 +42,9 @@ struct MemGpus {
     /// Driver answers to give once each, in order, by C call (issue 24's faults):
     /// `(call, code, times)`; `times` `None`: every time.
     answers: RefCell<Vec<(&'static str, u32, Option<u32>)>>,
+    /// Each GPU's processes are listed this many more times, then no more (the driver
+    /// tearing down the context of a process that exited); `None`: for ever.
+    procs_listed: RefCell<Option<usize>>,
 }
 
 impl MemGpus {
@@ -118,6 +121,12 @@ impl GpuControl for MemGpus {
         Ok(self.gpus.borrow()[gpu as usize].instances.clone())
     }
     fn processes(&self, gpu: u32) -> GpuResult<Vec<GpuProcess>> {
+        if let Some(n) = &mut *self.procs_listed.borrow_mut() {
+            if *n == 0 {
+                return Ok(Vec::new());
+            }
+            *n -= 1;
+        }
         Ok(self.gpus.borrow()[gpu as usize].procs.clone())
     }
     fn create_instance(

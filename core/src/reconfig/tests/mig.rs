@@ -52,13 +52,24 @@ fn busy_or_foreign_gpus_are_refused_untouched() {
     let tmp = tempfile::tempdir().unwrap();
     let c = cfg(tmp.path());
     let g = MemGpus::a100s(1);
+    let me = std::process::id();
     g.gpus.borrow_mut()[0].procs.push(GpuProcess {
-        pid: 4242,
+        pid: me,
         used_memory: None,
         gi_id: None,
     });
+    let t = Instant::now();
     let out = prolog(&c, &g, &spec(9, &[0], "mig:1g")).unwrap();
-    assert!(refusal(&out).message.contains("4242"), "{out:?}");
+    assert!(
+        refusal(&out)
+            .message
+            .contains(&format!("busy: process(es) {me} use it")),
+        "{out:?}"
+    );
+    assert!(
+        t.elapsed() < EXITING_GRACE / 2,
+        "a running process is not waited for"
+    );
     assert!(!refusal(&out).bad_request);
     restore(&c, Some(&g), 9).unwrap();
 
@@ -75,6 +86,49 @@ fn busy_or_foreign_gpus_are_refused_untouched() {
     assert_eq!(g.count(0), 1);
     restore(&c, Some(&g), 10).unwrap();
     assert_eq!(g.count(0), 1, "the foreign instance stays");
+}
+
+/// The pid of a process that has exited and been reaped.
+fn ended_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[test]
+fn processes_that_exited_while_the_driver_still_lists_them_are_waited_for() {
+    // Slurm's kill of the extern step leaves a job's MPS server a zombie that the driver
+    // lists for about 0.1 s more (H100): the next job waits for it, within the grace.
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let gone = ended_pid();
+    let g = MemGpus::a100s(1);
+    g.gpus.borrow_mut()[0].procs.push(GpuProcess {
+        pid: gone,
+        used_memory: None,
+        gi_id: None,
+    });
+    *g.procs_listed.borrow_mut() = Some(3);
+    let t = Instant::now();
+    let out = prolog(&c, &g, &spec(14, &[0], "mig:1g")).unwrap();
+    env_of(&out);
+    assert!(t.elapsed() < EXITING_GRACE, "{:?}", t.elapsed());
+    restore(&c, Some(&g), 14).unwrap();
+
+    // One the driver keeps listing is refused when the grace is over, named.
+    *g.procs_listed.borrow_mut() = None;
+    let t = Instant::now();
+    let out = prolog(&c, &g, &spec(15, &[0], "mig:1g")).unwrap();
+    assert!(
+        refusal(&out)
+            .message
+            .contains(&format!("busy: process(es) {gone} use it")),
+        "{out:?}"
+    );
+    assert!(t.elapsed() >= EXITING_GRACE, "{:?}", t.elapsed());
+    assert_eq!(g.count(0), 0);
+    restore(&c, Some(&g), 15).unwrap();
 }
 
 #[test]
