@@ -46,6 +46,14 @@ fn timed(c: &mut Command, limit: Duration) -> (Output, Duration) {
     }
 }
 
+/// `colloc report --no-write -q DIR` run from `cwd`, killed past `secs` seconds.
+fn report(cwd: &Path, dir: &Path, secs: u64) -> (Output, Duration) {
+    timed(
+        colloc(cwd).args(["report", "--no-write", "-q"]).arg(dir),
+        Duration::from_secs(secs),
+    )
+}
+
 const SESSION: &str = r#"{"ev":"session","ts":1000,"version":1,"session":1,"colloc_version":"0.1.0","host":"h","pid":1,"job_id":null,"restart_count":null,"mode":"naive","source":"plain","slots":[{"index":0,"device":null}],"interval_s":1.0,"runs":RUNS}"#;
 
 /// `DIR/events/1.main.jsonl` made of `lines`.
@@ -82,12 +90,7 @@ fn many_attempts_of_one_run_fold_in_linear_time() {
         )
     });
     forge(&dir, std::iter::once(session).chain(starts).chain(progress));
-    let (out, took) = timed(
-        colloc(t.path())
-            .args(["report", "--no-write", "-q"])
-            .arg(&dir),
-        Duration::from_secs(60),
-    );
+    let (out, took) = report(t.path(), &dir, 60);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("internal error"), "{err}");
@@ -112,12 +115,7 @@ fn many_session_events_are_refused_before_they_cost_minutes() {
         &dir,
         std::iter::once(big).chain(std::iter::repeat_n(small, 5_000)),
     );
-    let (out, took) = timed(
-        colloc(t.path())
-            .args(["report", "--no-write", "-q"])
-            .arg(&dir),
-        Duration::from_secs(60),
-    );
+    let (out, took) = report(t.path(), &dir, 60);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -140,12 +138,7 @@ fn an_events_folder_of_countless_other_names_is_refused_not_listed_in_full() {
     for i in 0..4 * 4096 {
         std::fs::File::create(dir.join(format!("events/junk{i}"))).unwrap();
     }
-    let (out, _) = timed(
-        colloc(t.path())
-            .args(["report", "--no-write", "-q"])
-            .arg(&dir),
-        Duration::from_secs(60),
-    );
+    let (out, _) = report(t.path(), &dir, 60);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -155,12 +148,7 @@ fn an_events_folder_of_countless_other_names_is_refused_not_listed_in_full() {
     );
     // One name fewer is a record like any other.
     std::fs::remove_file(dir.join("events/junk0")).unwrap();
-    let (out, _) = timed(
-        colloc(t.path())
-            .args(["report", "--no-write", "-q"])
-            .arg(&dir),
-        Duration::from_secs(60),
-    );
+    let (out, _) = report(t.path(), &dir, 60);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
 }
@@ -184,12 +172,7 @@ fn a_session_naming_runs_again_and_again_does_not_rebuild_everything() {
         &dir,
         std::iter::once(big).chain((0..4_000).map(|k| one(if k % 2 == 0 { 99_999 } else { 0 }))),
     );
-    let (out, took) = timed(
-        colloc(t.path())
-            .args(["report", "--no-write", "-q"])
-            .arg(&dir),
-        Duration::from_secs(120),
-    );
+    let (out, took) = report(t.path(), &dir, 120);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
@@ -295,12 +278,7 @@ fn many_sessions_nodes_and_attempts_are_reported_in_linear_time() {
     });
     forge(&nodes, std::iter::once(first).chain(starts));
     for d in [dir, nodes] {
-        let (out, took) = timed(
-            colloc(t.path())
-                .args(["report", "--no-write", "-q"])
-                .arg(&d),
-            Duration::from_secs(120),
-        );
+        let (out, took) = report(t.path(), &d, 120);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{}: {err}", d.display());
         assert!(
@@ -337,12 +315,7 @@ fn energy_of_many_overlapping_steps_on_one_gpu_is_bounded() {
         )
     });
     forge(&dir, std::iter::once(session).chain(starts).chain(ends));
-    let (out, took) = timed(
-        colloc(t.path())
-            .args(["report", "--no-write", "-q"])
-            .arg(&dir),
-        Duration::from_secs(120),
-    );
+    let (out, took) = report(t.path(), &dir, 120);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(took < Duration::from_secs(30), "took {took:?}");
