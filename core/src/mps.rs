@@ -226,8 +226,11 @@ fn control(
     let place = crate::sys::Placement {
         // Only `-d` leaves something running, the daemon; after anything else nothing of
         // the user's program may stay behind (it runs outside the job's cgroup and mount
-        // namespace, and the user can trace it once it has exec'd and make it fork).
-        contained: args != ["-d"],
+        // namespace, and the user can trace it once it has exec'd and make it fork). Run
+        // as the caller (`colloc run`'s own daemon, root's `colloc apply`) there is no
+        // other user to contain, and the program stays where the caller's children are
+        // reaped.
+        contained: as_user.is_some() && args != ["-d"],
         ns: entry.and_then(|e| e.ns.as_ref()).map(AsFd::as_fd),
         procs: entry
             .and_then(|e| e.freezer_procs.as_ref())
