@@ -25,13 +25,8 @@ const NOBODY: (u32, u32) = (65534, 65534);
 /// Is `pid` the program's `sleep 300`, still running?
 fn alive(pid: u32) -> bool {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    if cmdline != b"sleep\x00300\x00" {
-        return false;
-    }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .is_some_and(|s| s != "Z" && s != "X")
+    cmdline == b"sleep\x00300\x00"
+        && colloc_core::sys::PidHandle::open(pid).is_some_and(|h| !h.gone())
 }
 
 /// A program that leaves `sleep 300` running under another name, its pid in `out/left`

@@ -1598,18 +1598,19 @@ fn mig_mps_slow_mps_part_keeps_mig_budget(c: &Cluster) {
     stop_colloc_children(c, true);
 }
 
-/// The account whose every process the stopper stops: one per cluster profile and used
-/// by no other test, because the stopper acts host-wide (as a real user's would) and
-/// scripts/test.sh runs both profiles' suites at once. With the shared attacker account,
-/// the simple profile's stopper froze the production profile's `mig:…:mps` daemons of
-/// another test (its prolog's start and its epilog's quit then waited out their budgets).
-fn stopper_account(c: &Cluster) -> String {
-    format!("sec-stopper-{}", c.profile().name())
+/// The account of an attacker that acts on every process of its user host-wide (the
+/// stopper stops them, the tracer takes over any `quit` of theirs): one per role and
+/// cluster profile, used by no other test, because scripts/test.sh runs both profiles'
+/// suites at once. With the shared attacker account, the simple profile's stopper froze
+/// the production profile's `mig:…:mps` daemons of another test (its prolog's start and
+/// its epilog's quit then waited out their budgets).
+fn profile_account(c: &Cluster, role: &str) -> String {
+    format!("sec-{role}-{}", c.profile().name())
 }
 
 fn stop_colloc_children(c: &Cluster, check_gpu_right_after: bool) {
     let before = c.gpu_layout();
-    let account = stopper_account(c);
+    let account = profile_account(c, "stopper");
     let (uid, gid) = ensure_user(&account);
     let user = as_user(&account);
     let ready = c.jobs_dir().join("stop-children-ready");
@@ -1714,8 +1715,7 @@ while [ ! -e {go} ]; do sleep 0.1; done
 fn quit_taken_over(c: &Cluster) {
     let contain = c.profile() == colloc_slurm_tests::Profile::Production;
     let before = c.gpu_layout();
-    // Its own account: the tracer takes over any `quit` of its user on the host.
-    let account = format!("sec-tracer-{}", c.profile().name());
+    let account = profile_account(c, "tracer");
     let (uid, gid) = ensure_user(&account);
     let user = as_user(&account);
     let ready = c.jobs_dir().join("tracer-ready");
