@@ -57,6 +57,7 @@ pub mod retry;
 pub mod rundir;
 pub mod sharedfs;
 pub mod slurmconf;
+pub mod slurmdmark;
 pub mod statedir;
 pub mod sys;
 pub mod telemetry;

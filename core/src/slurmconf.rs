@@ -21,8 +21,12 @@ use crate::fs::FsError;
 
 /// Where `slurm.conf` is unless `SLURM_CONF` says otherwise.
 pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
+/// slurmd's pid file where slurm.conf names none (Slurm 22.05 to 25.11).
+pub const DEFAULT_SLURMD_PID_FILE: &str = "/var/run/slurmd.pid";
 /// The job container plugin that makes `/tmp` and `/dev/shm` private to each job.
 pub const TMPFS_PLUGIN: &str = "job_container/tmpfs";
+/// Slurm 25.11's namespace plugin, `job_container/tmpfs` renamed.
+pub const NAMESPACE_PLUGIN: &str = "namespace/linux";
 /// Largest Slurm configuration file read.
 const CONF_LIMIT: u64 = 16 << 20;
 /// Deepest chain of `Include` lines followed.
@@ -43,6 +47,8 @@ pub struct SlurmFacts {
     /// The `BasePath`s of `job_container.conf` (the global one and those of `NodeName`
     /// lines); empty without a job container or without the file.
     pub base_paths: Vec<PathBuf>,
+    /// `SlurmdPidFile` as written (`%n`, `%h` not filled in); `None` for Slurm's default.
+    pub slurmd_pid_file: Option<String>,
 }
 
 /// Why the Slurm configuration could not be read.
@@ -121,12 +127,27 @@ impl SlurmFacts {
                     facts.serial = flags.iter().any(|f| f == "serial");
                 }
                 "jobcontainertype" => {
-                    facts.tmpfs_container = v.trim().eq_ignore_ascii_case(TMPFS_PLUGIN);
+                    facts.tmpfs_container |= v.trim().eq_ignore_ascii_case(TMPFS_PLUGIN);
                 }
+                // Slurm 25.11's successor of job_container/tmpfs: the same private /tmp
+                // and /dev/shm per job.
+                "namespacetype" => {
+                    facts.tmpfs_container |= v.trim().eq_ignore_ascii_case(NAMESPACE_PLUGIN);
+                }
+                "slurmdpidfile" => facts.slurmd_pid_file = Some(v.trim().to_string()),
                 _ => {}
             }
         }
         facts
+    }
+
+    /// The pid file of node `node`'s slurmd on host `host`: `SlurmdPidFile` with `%n` and
+    /// `%h` filled in, else Slurm's default [`DEFAULT_SLURMD_PID_FILE`].
+    pub fn slurmd_pid_file(&self, node: &str, host: &str) -> PathBuf {
+        match &self.slurmd_pid_file {
+            Some(t) => PathBuf::from(t.replace("%n", node).replace("%h", host)),
+            None => PathBuf::from(DEFAULT_SLURMD_PID_FILE),
+        }
     }
 
     /// The directories a job container makes private to each job: `/tmp`, `/dev/shm`
@@ -139,6 +160,128 @@ impl SlurmFacts {
         dirs.extend(self.base_paths.iter().cloned());
         dirs
     }
+}
+
+/// The `Key=Value` pairs of the `slurm.conf` at `path` and the files it includes, in
+/// file order (a later one wins, as in Slurm).
+///
+/// # Errors
+/// [`SlurmConfError`].
+pub fn load_pairs(path: &Path) -> Result<Vec<(String, String)>, SlurmConfError> {
+    let mut pairs = Vec::new();
+    read_conf(path, 0, &mut pairs)?;
+    Ok(pairs)
+}
+
+/// The last value of `key` (any case) in `pairs`.
+pub fn value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .rev()
+        .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        .map(|(_, v)| v.as_str())
+}
+
+/// The text of a file root can trust, `None` where it does not exist.
+///
+/// # Errors
+/// [`SlurmConfError::Read`]: unreadable or not root's alone.
+pub fn read_text(path: &Path) -> Result<Option<String>, SlurmConfError> {
+    match crate::fs::open_trusted_file(path) {
+        Ok(f) => {
+            let bytes = crate::fs::read_file_capped(f, path, CONF_LIMIT)?;
+            Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+        }
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One plugin line of a plugstack.conf: `required` or `optional`, the plugin's path and
+/// its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlugstackLine {
+    /// `required` (a failing callback fails the job) rather than `optional`.
+    pub required: bool,
+    /// The plugin's path as written.
+    pub plugin: String,
+    /// The words after it.
+    pub args: Vec<String>,
+}
+
+/// The plugin lines of a plugstack.conf text and the patterns its `include` lines name.
+pub fn parse_plugstack(text: &str) -> (Vec<PlugstackLine>, Vec<String>) {
+    let mut lines = Vec::new();
+    let mut includes = Vec::new();
+    for line in text.lines() {
+        let mut words = strip_comment(line).split_whitespace();
+        let Some(first) = words.next() else { continue };
+        match first.to_ascii_lowercase().as_str() {
+            "include" => includes.extend(words.next().map(str::to_string)),
+            kind @ ("required" | "optional") => {
+                if let Some(plugin) = words.next() {
+                    lines.push(PlugstackLine {
+                        required: kind == "required",
+                        plugin: plugin.to_string(),
+                        args: words.map(str::to_string).collect(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    (lines, includes)
+}
+
+/// The plugin lines of the plugstack.conf at `path` and of the files its `include` lines
+/// name (a `*` in the file name part matches any text; one level of includes, as the
+/// packages ship `plugstack.conf.d/*.conf`).
+///
+/// # Errors
+/// [`SlurmConfError`]: a file that cannot be read or is not root's alone.
+pub fn load_plugstack(path: &Path) -> Result<Vec<PlugstackLine>, SlurmConfError> {
+    let Some(text) = read_text(path)? else {
+        return Ok(Vec::new());
+    };
+    let (mut lines, includes) = parse_plugstack(&text);
+    for pattern in includes {
+        for file in expand_include(path, &pattern) {
+            if let Some(t) = read_text(&file)? {
+                lines.extend(parse_plugstack(&t).0);
+            }
+        }
+    }
+    Ok(lines)
+}
+
+/// The files an include pattern names, relative to the folder of `from`, sorted.
+fn expand_include(from: &Path, pattern: &str) -> Vec<PathBuf> {
+    let p = PathBuf::from(pattern);
+    let p = if p.is_absolute() {
+        p
+    } else {
+        from.parent().unwrap_or(Path::new("/")).join(p)
+    };
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let Some((prefix, suffix)) = name.split_once('*') else {
+        return vec![p];
+    };
+    let dir = p.parent().unwrap_or(Path::new("/"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            (n.len() >= prefix.len() + suffix.len() && n.starts_with(prefix) && n.ends_with(suffix))
+                .then(|| e.path())
+        })
+        .collect();
+    files.sort();
+    files
 }
 
 /// Read `path` (and what it includes) into `pairs`.
@@ -245,6 +388,15 @@ mod tests {
         let f = SlurmFacts::from_pairs(&pairs);
         assert!(f.contain && f.tmpfs_container && !f.serial);
         assert_eq!(f.private_dirs().len(), 2);
+        assert_eq!(
+            f.slurmd_pid_file("n1", "h"),
+            PathBuf::from(DEFAULT_SLURMD_PID_FILE)
+        );
+        let f = SlurmFacts::from_pairs(&parse_pairs("SlurmdPidFile=/run/slurmd-%n-%h.pid\n").0);
+        assert_eq!(
+            f.slurmd_pid_file("n1", "h"),
+            PathBuf::from("/run/slurmd-n1-h.pid")
+        );
     }
 
     #[test]
@@ -255,9 +407,41 @@ mod tests {
         assert!(!facts("PrologFlags=NoContain\n").contain);
         assert!(!facts("JobContainerType=job_container/none\n").tmpfs_container);
         assert!(facts("JOBCONTAINERTYPE=Job_Container/TMPFS\n").tmpfs_container);
+        assert!(facts("NamespaceType=namespace/linux\n").tmpfs_container);
         assert!(facts("#JobContainerType=job_container/tmpfs\n")
             .private_dirs()
             .is_empty());
+    }
+
+    #[test]
+    fn plugstack_lines_and_includes() {
+        let t = "# optional /x/libcolloc_spank.so\nrequired /usr/lib/a.so x=1 y\n\
+                 Optional /lib/libcolloc_spank.so config=/etc/slurm/colloc.toml\n\
+                 include /etc/slurm/plugstack.conf.d/*.conf\nbogus line\n";
+        let (lines, includes) = parse_plugstack(t);
+        assert_eq!(includes, vec!["/etc/slurm/plugstack.conf.d/*.conf"]);
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].required && lines[0].args == ["x=1", "y"]);
+        assert!(!lines[1].required && lines[1].plugin == "/lib/libcolloc_spank.so");
+    }
+
+    #[test]
+    fn plugstack_includes_are_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("plugstack.conf.d");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("colloc.conf"), "optional /l/libcolloc_spank.so\n").unwrap();
+        std::fs::write(d.join("other.txt"), "required /l/other.so\n").unwrap();
+        let main = tmp.path().join("plugstack.conf");
+        std::fs::write(&main, "include plugstack.conf.d/*.conf\n").unwrap();
+        let lines = load_plugstack(&main).unwrap();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0].plugin, "/l/libcolloc_spank.so");
+        assert!(load_plugstack(&tmp.path().join("none.conf"))
+            .unwrap()
+            .is_empty());
+        let (pairs, _) = parse_pairs("A=1\na=2\n");
+        assert_eq!(value(&pairs, "A"), Some("2"));
     }
 
     #[test]

@@ -243,6 +243,12 @@ impl Host for Spank {
             .map_err(|e| format!("spank_get_item(S_SLURM_VERSION): {e}"))
     }
 
+    fn in_slurmd(&self) -> bool {
+        // SAFETY: spank_context takes no arguments and only reads the calling process's
+        // plugin stack state.
+        unsafe { sys::spank_context() == sys::S_CTX_SLURMD }
+    }
+
     fn setenv(&mut self, name: &str, value: &str) -> Result<(), String> {
         let n = CString::new(name).map_err(|_| format!("variable name {name:?} contains NUL"))?;
         let v = CString::new(value).map_err(|_| format!("value of {name} contains NUL"))?;
@@ -409,6 +415,10 @@ mod link_stubs {
     #[no_mangle]
     extern "C" fn spank_strerror(_e: sys::spank_err_t) -> *const c_char {
         c"stub".as_ptr()
+    }
+    #[no_mangle]
+    extern "C" fn spank_context() -> sys::spank_context_t {
+        sys::S_CTX_ERROR
     }
     #[no_mangle]
     extern "C" fn spank_option_register(

@@ -40,6 +40,7 @@ use colloc_core::reconfig::{self, ExternStart, JobSpec, Outcome};
 use colloc_core::slurmconf::SlurmFacts;
 
 mod args;
+mod slurmd;
 
 use args::test_panic;
 pub use args::{parse_args, usage, PluginArgs, TestPanic};
@@ -95,6 +96,10 @@ pub trait Host {
     fn slurm_version(&self) -> Result<String, String> {
         Err("no Slurm here".into())
     }
+    /// Is this callback running inside slurmd (`S_CTX_SLURMD`)?
+    fn in_slurmd(&self) -> bool {
+        false
+    }
 }
 
 /// Slurm's step id of a job's extern step (`SLURM_EXTERN_CONT` in `<slurm/slurm.h>`).
@@ -118,6 +123,9 @@ pub fn init(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     )?;
     let parsed = parse_args(args)?;
     let line = usage(&parsed);
+    if host.in_slurmd() {
+        slurmd::record_loaded(&parsed);
+    }
     // A second init in one process (not expected) keeps the first arguments.
     let _ = SUBMIT_ARGS.set(parsed);
     host.register_option(&line)
@@ -606,9 +614,10 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
         if !cfg.enabled {
             return Err(refuse_task(job, &switched_off(&mode, &args.config)));
         }
+        let facts = slurm_facts();
         return Err(refuse_task(
             job,
-            &format!("--colloc={mode}: the node did not set up the GPUs (no record of this job's prolog: its state_dir may be full or unusable; the node's log says why)"),
+            &slurmd::no_prolog(host, &cfg, facts.as_ref(), &mode),
         ));
     };
     match j.phase {

@@ -517,13 +517,17 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
 
 /// `colloc check-config`: errors (exit 2, one line) for what makes the file unusable;
 /// warnings on stderr (exit 0) for what works but is likely not meant, or not possible on
-/// this host (a login node without the NVIDIA driver).
+/// this host (a login node without the NVIDIA driver), and for the node's Slurm settings
+/// that defeat colloc ([`crate::slurmcheck`]). Warnings exit 0 so that the boot unit
+/// (`colloc-check.service`) never holds slurmd back over advice.
 pub fn check_config(a: CheckConfigArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let path = a.file.unwrap_or_else(|| g.config_path());
     let cfg = load_trusted(&path)?;
     refuse_unsafe_paths(&cfg)?;
     let mut warnings = node_checks(&cfg, &path)?;
     warnings.extend(config_warnings(&cfg)?);
+    let file = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+    warnings.extend(crate::slurmcheck::node_warnings(&cfg, &file));
     if a.fix {
         warnings.extend(fix(&cfg)?);
     }
@@ -559,7 +563,7 @@ fn node_checks(cfg: &Config, path: &std::path::Path) -> anyhow::Result<Vec<Strin
         Err(e) => {
             warnings.push(format!(
                 "cannot read the node's Slurm configuration ({e}): not checked against its \
-                 job container"
+                 job container, nor its settings that defeat colloc"
             ));
             None
         }

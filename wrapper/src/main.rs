@@ -23,6 +23,7 @@ mod record;
 mod report;
 mod run;
 mod slurm;
+mod slurmcheck;
 mod status;
 mod step;
 mod userfs;

@@ -883,6 +883,96 @@ fn check_config_refuses_paths_a_job_container_hides() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
 
+/// A node's Slurm configuration in `dir`: slurm.conf with `settings` and its
+/// PlugStackConfig, plugstack.conf with `plugstack`, and gres.conf with `gres`.
+fn slurm_node(dir: &Path, settings: &str, plugstack: &str, gres: &str) -> PathBuf {
+    let conf = dir.join("slurm.conf");
+    let stack = dir.join("plugstack.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "ClusterName=c\nPlugStackConfig={}\n{settings}",
+            stack.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(&stack, plugstack).unwrap();
+    std::fs::write(dir.join("gres.conf"), gres).unwrap();
+    conf
+}
+
+#[test]
+fn check_config_names_the_slurm_settings_that_defeat_colloc_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o755);
+    let d = dir.path().display();
+    let cfg = dir.path().join("colloc.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version = 1\nnode_comment = false\nstate_dir = \"{d}/state\"\n\
+             run_dir = \"{d}/run\"\nallowed_modes = [\"mig\", \"naive\"]\n"
+        ),
+    )
+    .unwrap();
+    let line = format!("libcolloc_spank.so config={}\n", cfg.display());
+    let bad = slurm_node(
+        dir.path(),
+        "PrologFlags=Contain\nJobAcctGatherType=jobacct_gather/cgroup\n\
+         AcctGatherEnergyType=acct_gather_energy/gpu\nPrologEpilogTimeout=100\n",
+        &format!("optional /usr/lib/slurm/{line}"),
+        "AutoDetect=nvml\n",
+    );
+    let out = colloc_with_slurm_conf(&["check-config", cfg.to_str().unwrap()], &bad);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "loads colloc as optional: Slurm then ignores colloc's refusals",
+        "AcctGatherEnergyType=acct_gather_energy/gpu keeps NVML open",
+        "set JobAcctGatherParams=DisableGPUAcct (Slurm 23.02.7 and later)",
+        "gres.conf has AutoDetect=nvml",
+        "PrologFlags has no Alloc",
+        "PrologEpilogTimeout=100 is shorter than colloc's longest prolog with this \
+         configuration (197 s",
+    ] {
+        assert!(err.contains(want), "{want:?} not in {err}");
+    }
+    // Set up as the docs say: not one word about Slurm's settings.
+    let good = slurm_node(
+        dir.path(),
+        "PrologFlags=Alloc,Contain\nJobAcctGatherType=jobacct_gather/cgroup\n\
+         PrologEpilogTimeout=300\n",
+        &format!("include {d}/plugstack.conf.d/*.conf\n"),
+        "Name=gpu File=/dev/nvidia0\n",
+    );
+    std::fs::create_dir(dir.path().join("plugstack.conf.d")).unwrap();
+    std::fs::write(
+        dir.path().join("plugstack.conf.d/colloc.conf"),
+        format!("required /usr/lib/slurm/{line}"),
+    )
+    .unwrap();
+    let out = colloc_with_slurm_conf(&["check-config", cfg.to_str().unwrap()], &good);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for word in [
+        "plugstack",
+        "PrologFlags",
+        "AutoDetect",
+        "GPUAcct",
+        "PrologEpilogTimeout",
+    ] {
+        assert!(!err.contains(word), "{word}: {err}");
+    }
+    // No colloc line at all: the fix says a restart is needed.
+    std::fs::remove_file(dir.path().join("plugstack.conf.d/colloc.conf")).unwrap();
+    let out = colloc_with_slurm_conf(&["check-config", cfg.to_str().unwrap()], &good);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has no line that loads colloc") && err.contains("restart slurmd"),
+        "{err}"
+    );
+}
+
 #[test]
 fn check_config_warns_of_a_job_container_without_contain_where_mps_is_allowed() {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -922,7 +1012,7 @@ fn check_config_warns_of_a_job_container_without_contain_where_mps_is_allowed() 
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("warning: cannot read the node's Slurm configuration (")
-            && err.contains("not checked against its job container"),
+            && err.contains("not checked against its job container, nor its settings"),
         "{err}"
     );
 }

@@ -2,11 +2,14 @@
 //! with two fake A100s: an admin's node comment survives colloc's record, a broken
 //! colloc.toml refuses `--colloc` jobs without draining the node (and the epilog still
 //! restores with the last good copy), and `enabled = false` switches colloc off while a
-//! job runs with MPS, leaving no GPU reconfigured.
+//! job runs with MPS, leaving no GPU reconfigured. Turning colloc on (issue 34): a
+//! `--colloc` job on a node whose slurmd started before the plugstack line was added is
+//! refused with that cause and its fix, and runs once slurmd restarted; under an
+//! `optional` line a job colloc refuses runs anyway, without collocation.
 
 use std::path::{Path, PathBuf};
 
-use colloc_slurm_tests::{pid_alive, processes_of_pipe_dir, run_suite, Cluster, Test};
+use colloc_slurm_tests::{pid_alive, processes_of_pipe_dir, run_suite, Cluster, ClusterSpec, Test};
 
 fn main() {
     let tests: &[Test] = &[
@@ -18,6 +21,14 @@ fn main() {
         (
             "enabled_false_switches_colloc_off_while_an_mps_job_runs_and_on_again",
             switch_off_and_on,
+        ),
+        (
+            "a_slurmd_started_before_colloc_was_enabled_is_named_and_a_restart_fixes_it",
+            enable_needs_restart,
+        ),
+        (
+            "under_an_optional_plugstack_line_a_refused_job_runs_without_collocation",
+            optional_line,
         ),
     ];
     run_suite(2, None, tests, &[]);
@@ -278,4 +289,71 @@ fn top_key(text: &str, line: &str) -> String {
         Some(at) => format!("{}\n{line}{}", &text[..at], &text[at..]),
         None => format!("{text}{line}\n"),
     }
+}
+
+/// The admin adds colloc's plugstack line to nodes whose slurmd already runs: sbatch
+/// accepts `--colloc` at once, but that slurmd runs no colloc prolog until it restarts.
+/// On its own two-node cluster: n1's slurmd starts with no plugstack line, n2's with it.
+fn enable_needs_restart(_shared: &Cluster) {
+    let c = Cluster::start_with(&ClusterSpec::new(2, 1));
+    let plugstack = c.dir().join("etc/plugstack.conf");
+    let line = std::fs::read_to_string(&plugstack).unwrap();
+    let n1 = c.node("n1");
+    std::fs::write(&plugstack, "").unwrap();
+    // A restart (as after a reboot) while plugstack.conf has no colloc line.
+    n1.crash();
+    n1.start_again();
+    std::fs::write(&plugstack, &line).unwrap();
+
+    let script = "echo RAN \"$COLLOC_MODE\"";
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1", "-w", "n1"], script);
+    assert_eq!(c.wait_done(id).state, "FAILED", "{}", c.job_story(id));
+    let err = c.job_err(id);
+    assert!(
+        err.contains("--colloc=naive: the slurmd of node n1 (pid ")
+            && err.contains("started before colloc's plugstack.conf line was added")
+            && err.contains("restart slurmd"),
+        "stderr: {err}"
+    );
+    assert!(!err.contains("state_dir"), "blames state_dir: {err}");
+    assert!(!c.job_out(id).contains("RAN"), "{}", c.job_out(id));
+    assert_eq!(n1.state(), "idle", "n1: {}", n1.reason());
+    // n2's slurmd loaded colloc when it started: the same job runs there.
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1", "-w", "n2"], script);
+    assert_eq!(c.wait_done(id).state, "COMPLETED", "{}", c.job_story(id));
+    assert!(c.job_out(id).contains("RAN naive"), "{}", c.job_out(id));
+
+    // The fix the line names: restart n1's slurmd.
+    n1.crash();
+    n1.start_again();
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1", "-w", "n1"], script);
+    assert_eq!(c.wait_done(id).state, "COMPLETED", "{}", c.job_story(id));
+    assert!(c.job_out(id).contains("RAN naive"), "{}", c.job_out(id));
+}
+
+/// What `optional` in plugstack.conf means for a job colloc refuses (a MIG layout that
+/// does not fit the node's A100, seen in the prolog): Slurm ignores the task's failure,
+/// and the job runs on its whole GPU with no COLLOC_MODE. Under `required` it fails.
+fn optional_line(c: &Cluster) {
+    let plugstack = c.dir().join("etc/plugstack.conf");
+    let line = std::fs::read_to_string(&plugstack).unwrap();
+    struct Put(PathBuf, String);
+    impl Drop for Put {
+        fn drop(&mut self) {
+            std::fs::write(&self.0, &self.1).expect("restore plugstack.conf");
+        }
+    }
+    let _restore = Put(plugstack.clone(), line.clone());
+    let script = "echo RAN \"mode=$COLLOC_MODE\"";
+    let args = ["--colloc=mig:7gx2", "--gres=gpu:1"];
+    let id = c.submit(&args, script);
+    assert_eq!(c.wait_done(id).state, "FAILED", "{}", c.job_story(id));
+    assert!(!c.job_out(id).contains("RAN"), "{}", c.job_out(id));
+
+    // slurmstepd reads plugstack.conf for each step: no restart needed for this change.
+    std::fs::write(&plugstack, line.replacen("required", "optional", 1)).unwrap();
+    let id = c.submit(&args, script);
+    assert_eq!(c.wait_done(id).state, "COMPLETED", "{}", c.job_story(id));
+    assert!(c.job_out(id).contains("RAN mode=\n"), "{}", c.job_out(id));
+    assert_idle_and_clean(c);
 }
