@@ -36,6 +36,9 @@ strip --remove-section=.comment --remove-section=.note --strip-unneeded \
     "$ROOT$PLUGINDIR/libcolloc_spank.so"
 check_plugin "$ROOT$PLUGINDIR/libcolloc_spank.so"
 install -D -m 0755 "$REPO/packaging/colloc-pre-remove" "$ROOT/usr/libexec/colloc/colloc-pre-remove"
+install -D -m 0755 "$REPO/packaging/colloc-post-install" "$ROOT/usr/libexec/colloc/colloc-post-install"
+# The boot unit: colloc check-config --fix before slurmd (enabled by colloc-post-install).
+install -D -m 0644 "$REPO/packaging/colloc-check.service" "$ROOT/usr/lib/systemd/system/colloc-check.service"
 
 install -d -m 0755 "$ROOT/etc/slurm/plugstack.conf.d"
 sed "s|@PLUGINDIR@|$PLUGINDIR|g" "$REPO/packaging/etc/plugstack-colloc.conf" \
@@ -72,6 +75,7 @@ install -m 0644 "$REPO/packaging/debian/copyright" "$DOC/copyright"
 for f in $DOC_FILES; do
     [ -f "$REPO/$f" ] && install -m 0644 "$REPO/$f" "$DOC/$(basename "$f")"
 done
+install_security_md "$DOC/SECURITY.md"
 gzip -9nc "$REPO/CHANGELOG.md" >"$DOC/changelog.gz"
 {
     printf 'colloc (%s) unstable; urgency=medium\n\n' "$DEB_VERSION"
@@ -91,6 +95,11 @@ printf 'Source: colloc\n\nPackage: colloc\nArchitecture: any\n' >"$SHL/debian/co
 SHLIBS=$(cd "$SHL" && dpkg-shlibdeps -O -e"$ROOT/usr/bin/colloc" \
     -e"$ROOT$PLUGINDIR/libcolloc_spank.so" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 [ -n "$SHLIBS" ] || die "dpkg-shlibdeps found no library dependencies"
+# libc6 from what the binaries reference, not from Debian's symbols file (lib/common.sh).
+LIBC6=$(libc6_needed "$ROOT/usr/bin/colloc" "$ROOT$PLUGINDIR/libcolloc_spank.so")
+[ -n "$LIBC6" ] && [ "$LIBC6" != 0 ] || die "no GLIBC symbol versions in the binaries"
+SHLIBS=$(printf '%s' "$SHLIBS" | sed -E "s/libc6 \(>= [^)]*\)/libc6 (>= $LIBC6)/")
+printf '%s' "$SHLIBS" | grep -q "libc6 (>= $LIBC6)" || die "no libc6 in the dependencies: $SHLIBS"
 
 # Control area.
 for s in postinst prerm postrm; do

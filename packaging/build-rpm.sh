@@ -2,7 +2,9 @@
 # Build the colloc RPMs on this Debian machine with Debian's rpmbuild, from the spec a
 # Rocky/RHEL build uses (packaging/rpm/colloc.spec):
 #   1. the source tarball colloc-<version>.tar.gz (the tree's tracked and untracked,
-#      not ignored files) and the source RPM, as a Rocky build would take them;
+#      not ignored files), the vendored crates colloc-<version>-vendor.tar.xz (`cargo
+#      vendor`: the source RPM rebuilds without network) and the source RPM, as a Rocky
+#      build would take them;
 #   2. the binary RPM with "--with prebuilt": the spec's %build is skipped and the release
 #      binaries from cargo (built against this machine's Slurm headers) are packaged.
 #      Debian has no slurm-devel or Rust RPM tool chain, so the compile step is the only
@@ -38,8 +40,13 @@ mkdir -p "$TOP"/{SOURCES,SPECS,BUILD,BUILDROOT,RPMS,SRPMS}
         --mtime="@$SOURCE_DATE_EPOCH" --transform "s,^,colloc-$PKG_VERSION/," \
         -czf "$TOP/SOURCES/colloc-$PKG_VERSION.tar.gz")
 cp "$SPEC" "$TOP/SPECS/"
+# Every crate, for a build without network (the spec's Source1): `cargo vendor` from the
+# lock file, offline where the crates are cached already.
+VENDOR_TAR=$TOP/SOURCES/colloc-$PKG_VERSION-vendor.tar.xz
+make_vendor_tarball "$VENDOR_TAR" || die "cargo vendor failed"
 
 common=(--define "_topdir $TOP" --define "_build_id_links none" --define "colloc_url $COLLOC_URL"
+    --define "colloc_packager $COLLOC_MAINTAINER"
     --define "slurm_version_number $SLURM_VERSION_NUMBER")
 # Debian's rpm runs brp-compress (man page gzip) with /bin/sh, but the script uses bash's
 # "read -d": run it with bash, as on RHEL where /bin/sh is bash.
@@ -58,7 +65,7 @@ rpmbuild -bb --with prebuilt --target "$(uname -m)" "${common[@]}" \
 RPM=$(find "$TOP/RPMS" -name "colloc-$PKG_VERSION-*.rpm" | head -n 1)
 SRPM=$(find "$TOP/SRPMS" -name "colloc-$PKG_VERSION-*.src.rpm" | head -n 1)
 if [ -z "$RPM" ] || [ -z "$SRPM" ]; then die "rpmbuild made no package (logs in $TOP)"; fi
-cp "$RPM" "$SRPM" "$OUT_DIR/"
+cp "$RPM" "$SRPM" "$VENDOR_TAR" "$OUT_DIR/"
 echo "built $OUT_DIR/$(basename "$RPM") and $(basename "$SRPM") (Slurm $SLURM_MAJMIN)" >&2
 echo "$OUT_DIR/$(basename "$RPM")"
 echo "$OUT_DIR/$(basename "$SRPM")"

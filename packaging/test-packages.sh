@@ -118,6 +118,8 @@ for e in \
     "-rw-r--r-- usr/share/doc/colloc/changelog.Debian.gz" \
     "-rw-r--r-- usr/lib/tmpfiles.d/colloc.conf" \
     "-rwxr-xr-x usr/libexec/colloc/colloc-pre-remove" \
+    "-rwxr-xr-x usr/libexec/colloc/colloc-post-install" \
+    "-rw-r--r-- usr/lib/systemd/system/colloc-check.service" \
     "-rw-r--r-- usr/share/bash-completion/completions/colloc" \
     "-rw-r--r-- usr/share/zsh/vendor-completions/_colloc" \
     "-rw-r--r-- usr/share/fish/vendor_completions.d/colloc.fish" \
@@ -150,6 +152,37 @@ check "Depends: slurm-wlm-basic-plugins $SLURM_MAJMIN only, and libc" bash -c \
 check "plugstack line ships commented out, pointing at the plugin" bash -c \
     "dpkg-deb --fsys-tarfile '$DEB' | tar -xOf - ./etc/slurm/plugstack.conf.d/colloc.conf | grep -Eq '^#optional $PLUGIN( |\$)' &&
      ! dpkg-deb --fsys-tarfile '$DEB' | tar -xOf - ./etc/slurm/plugstack.conf.d/colloc.conf | grep -Eq '^[[:space:]]*(optional|required)'"
+# libc6 from the binaries' real needs: the newest GLIBC_x.y they reference, no more.
+mkdir -p "$WORK/libc6"
+dpkg-deb -x "$DEB" "$WORK/libc6"
+libc6_need=$(libc6_needed "$WORK/libc6/usr/bin/colloc" "$WORK/libc6$PLUGIN")
+check "Depends: libc6 (>= $libc6_need), the newest GLIBC version the binaries reference (limit $GLIBC_MAX)" bash -c \
+    "grep -qF 'libc6 (>= $libc6_need)' <<<'$depends' && [ \"\$(printf '%s\n%s\n' '$libc6_need' '$GLIBC_MAX' | sort -V | tail -n 1)\" = '$GLIBC_MAX' ]"
+# The site's values (packaging/site.env) reach the package; no placeholder does.
+check "control: Maintainer and Homepage from packaging/site.env" bash -c \
+    "[ \"\$(dpkg-deb -f '$DEB' Maintainer)\" = '$COLLOC_MAINTAINER' ] && [ \"\$(dpkg-deb -f '$DEB' Homepage)\" = '$COLLOC_URL' ]"
+check "installed SECURITY.md names the security contact of packaging/site.env" \
+    grep -qxF -- "- Security contact: $COLLOC_SECURITY_CONTACT" "$WORK/libc6/usr/share/doc/colloc/SECURITY.md"
+# shellcheck disable=SC2016 # expanded by the inner bash
+check "no FILL IN anywhere in the .deb (files, control, changelogs)" bash -c \
+    '! grep -rIqiE "fill[ -]in" "$0" && ! dpkg-deb -I "$1" | grep -qiE "fill[ -]in" &&
+     ! zcat "$0"/usr/share/doc/colloc/*.gz | grep -qiE "fill[ -]in"' "$WORK/libc6" "$DEB"
+# The boot unit: check-config --fix before slurmd, wanted by slurmd.
+unit=$WORK/libc6/usr/lib/systemd/system/colloc-check.service
+check "colloc-check.service: oneshot, ExecStart=/usr/bin/colloc check-config --fix, Before= and WantedBy=slurmd.service" bash -c \
+    "grep -qx 'Type=oneshot' '$unit' && grep -qx 'ExecStart=/usr/bin/colloc check-config --fix' '$unit' &&
+     grep -Eqx 'Before=(.* )?slurmd.service( .*)?' '$unit' && grep -qx 'WantedBy=slurmd.service' '$unit'"
+if command -v systemd-analyze >/dev/null; then
+    # Only the unit's own faults: the commands and slurmd.service are not on this host.
+    if out=$(systemd-analyze verify "$unit" 2>&1 | grep -v -e 'slurmd.service' -e '/usr/bin/colloc' -e 'nvidia-persistenced'); [ -z "$out" ]; then
+        ok "systemd-analyze verify colloc-check.service: no fault of its own"
+    else
+        not_ok "systemd-analyze verify colloc-check.service" "$out"
+    fi
+fi
+# The same post-install steps in both packages: one script, run by each.
+check "deb postinst runs colloc-post-install" bash -c \
+    "dpkg-deb -I '$DEB' postinst | grep -q '/usr/libexec/colloc/colloc-post-install install'"
 if command -v lintian >/dev/null; then
     lintian_out=$(lintian --tag-display-limit 0 "$DEB" 2>&1 | grep -E '^E: ' || true)
     if [ -z "$lintian_out" ]; then ok "lintian: no errors"; else not_ok "lintian errors" "$lintian_out"; fi
@@ -264,6 +297,17 @@ if [ -n "${RPM:-}" ]; then
         awk '/^preinstall scriptlet/ { f = 1; next } /^[a-z]+ (scriptlet|program)/ { f = 0 } f' >"$SV/pre"
     (echo '#!/bin/sh'; cat "$SV/pre") >"$SV/pre.sh" && chmod +x "$SV/pre.sh"
     slurm_script_cases "rpm %pre" "$SV/pre.sh" 1
+    check "rpm: %post runs colloc-post-install, as the deb's postinst" bash -c \
+        "rpm -qp --scripts '$RPM' | sed -n '/^postinstall scriptlet/,/^[a-z]* *un*install/p' | grep -q '/usr/libexec/colloc/colloc-post-install install'"
+    for f in /usr/libexec/colloc/colloc-post-install /usr/lib/systemd/system/colloc-check.service; do
+        if printf '%s\n' "$rpm_list" | grep -qx "$f"; then ok "rpm -qlp: $f"; else not_ok "rpm -qlp: $f" "$rpm_list"; fi
+    done
+    check "rpm: Packager and URL from packaging/site.env, no FILL IN in its header or files" bash -c \
+        "[ \"\$(rpm -qp --qf '%{PACKAGER}' '$RPM')\" = '$COLLOC_MAINTAINER' ] &&
+         [ \"\$(rpm -qp --qf '%{URL}' '$RPM')\" = '$COLLOC_URL' ] &&
+         ! rpm -qip --changelog '$RPM' | grep -qiE 'fill[ -]in' && ! grep -rIqiE 'fill[ -]in' '$EX/rpm'"
+    check "rpm: installed SECURITY.md names the security contact of packaging/site.env" \
+        grep -qxF -- "- Security contact: $COLLOC_SECURITY_CONTACT" "$EX/rpm/usr/share/doc/colloc/SECURITY.md"
     check "rpm: %preun runs colloc-pre-remove on erase" bash -c \
         "rpm -qp --scripts '$RPM' | sed -n '/^preuninstall/,/^[a-z]*install/p' | grep -q colloc-pre-remove"
     check "src.rpm: BuildRequires slurm-devel, cargo, clang-devel" bash -c \
@@ -273,6 +317,33 @@ if [ -n "${RPM:-}" ]; then
     MSRV=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' "$REPO/Cargo.toml")
     check "src.rpm: BuildRequires cargo and rust >= rust-version ($MSRV)" bash -c \
         "rpm -qp --requires '$SRPM' | grep -qx 'cargo >= $MSRV' && rpm -qp --requires '$SRPM' | grep -qx 'rust >= $MSRV'"
+fi
+
+# ---------------------------------------------------------------- offline source build
+# The source RPM's sources rebuild with no network: %prep as the spec writes it (the
+# vendored crates and the .cargo/config.toml that points cargo at them), then cargo
+# --offline --frozen with an empty CARGO_HOME (no registry cache) in a network namespace
+# of its own (no network at all).
+if [ -n "${RPM:-}" ] && [ "${COLLOC_TEST_OFFLINE_BUILD:-1}" = 1 ]; then
+    OB=$WORK/offline
+    mkdir -p "$OB"/{SOURCES,SPECS,BUILD,cargo-home}
+    rpm2cpio "$SRPM" | (cd "$OB/SOURCES" && cpio -idm --quiet 2>/dev/null)
+    t0=$(date +%s)
+    if rpmbuild -bp --nodeps --define "_topdir $OB" --define "_builddir $OB/BUILD" \
+        "$OB/SOURCES/colloc.spec" >"$OB/prep.log" 2>&1; then
+        ok "src.rpm: %prep unpacks the sources and the vendored crates"
+        src=$(find "$OB/BUILD" -maxdepth 3 -name Cargo.lock -printf '%h\n' | head -n 1)
+        if (cd "$src" && CARGO_HOME=$OB/cargo-home CARGO_TARGET_DIR=$OB/target \
+            unshare -n cargo build --offline --frozen -q -p colloc -p colloc-spank) >"$OB/build.log" 2>&1 &&
+            [ -x "$OB/target/debug/colloc" ] && [ -f "$OB/target/debug/libcolloc_spank.so" ]; then
+            ok "src.rpm sources build offline: cargo build --offline --frozen, empty CARGO_HOME, no network ($(elapsed "$t0") s)"
+        else
+            not_ok "src.rpm sources build offline" "$(tail -n 20 "$OB/build.log")"
+        fi
+    else
+        not_ok "src.rpm: rpmbuild -bp" "$(tail -n 20 "$OB/prep.log")"
+    fi
+    rm -rf "$OB"
 fi
 
 # ---------------------------------------------------------------- the pre-remove logic
@@ -312,6 +383,19 @@ check "apt-get install ./$(basename "$DEB")" apt-get install -y -q "$DEB"
 # shellcheck disable=SC2016 # expanded by the inner bash
 check "dpkg -V colloc: installed files intact" bash -c '[ -z "$(dpkg -V colloc)" ]'
 check "/usr/bin/colloc runs (--version)" /usr/bin/colloc --version
+if command -v systemctl >/dev/null; then
+    check "install enabled colloc-check.service (slurmd.service.wants link)" bash -c \
+        "[ \"\$(readlink -f /etc/systemd/system/slurmd.service.wants/colloc-check.service)\" = \"\$(readlink -f /usr/lib/systemd/system/colloc-check.service)\" ]"
+fi
+# A boot: /run/colloc is an empty folder again; the unit's command makes the capped tmpfs.
+if awk '$2 == "/run/colloc" && $3 == "tmpfs" { f = 1 } END { exit !f }' /proc/self/mounts &&
+    [ -z "$(ls -A /run/colloc)" ] && umount /run/colloc; then
+    exec_start=$(sed -n 's/^ExecStart=//p' /usr/lib/systemd/system/colloc-check.service)
+    check "boot: the unit's ExecStart ($exec_start) mounts the capped tmpfs at /run/colloc again" bash -c \
+        "$exec_start >/dev/null 2>&1; awk '\$2 == \"/run/colloc\" && \$3 == \"tmpfs\" { f = 1 } END { exit !f }' /proc/self/mounts"
+else
+    not_ok "boot: install left an empty capped tmpfs at /run/colloc to start from" "$(grep /run/colloc /proc/self/mounts)"
+fi
 check "colloc check-config accepts the shipped colloc.toml" /usr/bin/colloc check-config /etc/slurm/colloc.toml
 perm() { stat -c '%a %U:%G' "$1" 2>&1; }
 for e in "755 root:root /usr/bin/colloc" "644 root:root $PLUGIN" \
@@ -451,6 +535,8 @@ if [ "$applied" = 1 ]; then
     check "removal left no journal" bash -c "[ -z \"\$(ls -A /var/lib/colloc/jobs 2>/dev/null)\" ]"
 fi
 check "removed: plugin and binary gone" bash -c "[ ! -e '$PLUGIN' ] && [ ! -e /usr/bin/colloc ]"
+check "removed: colloc-check.service disabled (no slurmd.service.wants link)" \
+    test ! -e /etc/systemd/system/slurmd.service.wants/colloc-check.service
 check "removed (not purged): the admin's colloc.toml stays" grep -qxF "$MARK" /etc/slurm/colloc.toml
 check "dpkg --purge colloc" dpkg --purge colloc
 check "purged: /etc/slurm/colloc.toml and /var/lib/colloc gone" bash -c \

@@ -107,10 +107,42 @@ source_date_epoch() {
 
 MAN_PAGES="colloc.1 colloc.toml.5 colloc-spank.8"
 
-# Who builds and answers for these packages, and where the project lives: FILL IN when
-# you publish packages (environment variables, so a site's build sets its own).
-COLLOC_MAINTAINER=${COLLOC_MAINTAINER:-colloc maintainers <FILL-IN-the-maintainers-address>}
-COLLOC_URL=${COLLOC_URL:-https://FILL-IN-the-repository-url/colloc}
+# Who builds and answers for these packages, where the project lives, where security
+# reports go: packaging/site.env, the one place a site fills (environment variables win).
+# shellcheck source=../site.env
+. "$REPO/packaging/site.env"
+
+# The vendored crates of the workspace (`cargo vendor`, from Cargo.lock) as a tarball
+# whose top folder is vendor/, for builds without network (the RPM spec's Source1).
+make_vendor_tarball() { # make_vendor_tarball OUT.tar.xz
+    local tmp
+    tmp=$(mktemp -d) || return 1
+    (cd "$REPO" && { cargo vendor --locked --offline "$tmp/vendor" >/dev/null 2>"$tmp/log" ||
+        cargo vendor --locked "$tmp/vendor" >/dev/null 2>"$tmp/log"; }) ||
+        { cat "$tmp/log" >&2; rm -rf "$tmp"; return 1; }
+    tar -C "$tmp" --sort=name --owner=0 --group=0 --numeric-owner \
+        --mtime="@${SOURCE_DATE_EPOCH:-0}" -cJf "$1" vendor
+    rm -rf "$tmp"
+}
+
+# The installed SECURITY.md: its "Security contact" line names COLLOC_SECURITY_CONTACT.
+install_security_md() { # install_security_md DEST
+    sed "s|^- Security contact:.*|- Security contact: $COLLOC_SECURITY_CONTACT|" \
+        "$REPO/SECURITY.md" >"$1"
+    chmod 0644 "$1"
+}
+
+# The lowest libc6 the binaries given run with: the newest GLIBC_x.y symbol version they
+# reference (objdump -T). dpkg-shlibdeps alone says more (2.34 on Debian 12: its libc6
+# symbols file dates the pthread and dl symbols that moved into libc.so.6 then), though
+# binaries built for glibc 2.28 take those from libpthread.so.0 and libdl.so.2.
+libc6_needed() {
+    local f need=0
+    for f in "$@"; do
+        need=$(printf '%s\n%s\n' "$need" "$(glibc_needed "$f")" | sort -V | tail -n 1)
+    done
+    echo "$need"
+}
 
 # The documents both packages install in /usr/share/doc/colloc/.
 DOC_FILES="README.md SECURITY.md LICENSE-MIT LICENSE-APACHE $(cd "$REPO" && ls docs/*.md 2>/dev/null | tr '\n' ' ')"
