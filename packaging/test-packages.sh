@@ -174,7 +174,7 @@ check "colloc-check.service: oneshot, ExecStart=/usr/bin/colloc check-config --f
      grep -Eqx 'Before=(.* )?slurmd.service( .*)?' '$unit' && grep -qx 'WantedBy=slurmd.service' '$unit'"
 if command -v systemd-analyze >/dev/null; then
     # Only the unit's own faults: the commands and slurmd.service are not on this host.
-    if out=$(systemd-analyze verify "$unit" 2>&1 | grep -v -e 'slurmd.service' -e '/usr/bin/colloc' -e 'nvidia-persistenced'); [ -z "$out" ]; then
+    if out=$(systemd-analyze verify --man=no "$unit" 2>&1 | grep -v -e 'slurmd.service' -e '/usr/bin/colloc' -e 'nvidia-persistenced'); [ -z "$out" ]; then
         ok "systemd-analyze verify colloc-check.service: no fault of its own"
     else
         not_ok "systemd-analyze verify colloc-check.service" "$out"

@@ -134,8 +134,9 @@ install_security_md() { # install_security_md DEST
 
 # The lowest libc6 the binaries given run with: the newest GLIBC_x.y symbol version they
 # reference (objdump -T). dpkg-shlibdeps alone says more (2.34 on Debian 12: its libc6
-# symbols file dates the pthread and dl symbols that moved into libc.so.6 then), though
-# binaries built for glibc 2.28 take those from libpthread.so.0 and libdl.so.2.
+# symbols file dates sysconf@GLIBC_2.2.5 at 2.34, since glibc 2.34 added the
+# _SC_SIGSTKSZ and _SC_MINSIGSTKSZ queries, which nothing in colloc asks for; Rust's std
+# sizes its signal stack with getauxval), though the binaries run on 2.28.
 libc6_needed() {
     local f need=0
     for f in "$@"; do
