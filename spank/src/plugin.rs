@@ -2,7 +2,7 @@
 //!
 //! | callback | where | what |
 //! | --- | --- | --- |
-//! | `init` | sbatch/srun/salloc, slurmstepd, slurmd | register `--colloc=MODE` |
+//! | `init` | sbatch/srun/salloc, slurmstepd, slurmd | register `--colloc=MODE`; in slurmd, leave a marker that it loaded colloc (`plugin/slurmd.rs`) |
 //! | option callback | sbatch/srun/salloc | parse the value and check it against `allowed_modes`: a bad value fails the command before anything is queued |
 //! | `job_prolog` | root, own process | apply the mode to the job's GPUs through colloc-core |
 //! | `task_post_fork` | root, the extern step (`PrologFlags=Contain`), once per node before the first task | start the job's MPS daemons inside its container and the extern step's cgroup |
