@@ -93,8 +93,13 @@ pub fn longest_prolog_s(cfg: &Config) -> u64 {
     let mig = &cfg.mig;
     if cfg.allowed_modes.contains(&ModeKind::Mig) {
         // mig:LAYOUT:mps: leftovers 5, earlier tree 5, exited processes 2, MPS start 20,
-        // kill 5, MPS undo 20, MIG undo 15, record 5 = 77, plus budget and both hooks.
-        77 + mig.apply_budget_s + 2 * mig.hook_timeout_s
+        // kill 5, MPS undo 20, MIG undo 15, record 5 = 77, plus the budget and each
+        // configured hook.
+        let hooks = [&mig.pre_hook, &mig.post_hook]
+            .iter()
+            .filter(|h| !h.is_empty())
+            .count() as u64;
+        77 + mig.apply_budget_s + hooks * mig.hook_timeout_s
     } else if cfg.allowed_modes.contains(&ModeKind::Mps) {
         // leftovers 5, exited processes 2, MPS prolog 50, record 5.
         62
@@ -341,9 +346,13 @@ mod tests {
         let all = f.join("\n");
         assert!(all.contains("PrologFlags has no Alloc"), "{all}");
         assert!(!all.contains("NamespaceType"), "{all}");
-        // Defaults with mig: 77 + 60 + 2 * 30.
-        assert_eq!(longest_prolog_s(&cfg()), 197);
-        assert!(all.contains("PrologEpilogTimeout=120 is shorter than colloc's longest prolog with this configuration (197 s"), "{all}");
+        // Defaults with mig, no hooks: 77 + 60; with both hooks 2 * 30 more.
+        assert_eq!(longest_prolog_s(&cfg()), 137);
+        let mut hooked = cfg();
+        hooked.mig.pre_hook = vec!["/bin/true".into()];
+        hooked.mig.post_hook = vec!["/bin/true".into()];
+        assert_eq!(longest_prolog_s(&hooked), 197);
+        assert!(all.contains("PrologEpilogTimeout=120 is shorter than colloc's longest prolog with this configuration (137 s"), "{all}");
         let f = findings(
             &view(
                 "PrologFlags=Alloc\nNamespaceType=namespace/linux\n",

@@ -933,7 +933,7 @@ fn check_config_names_the_slurm_settings_that_defeat_colloc_and_exits_0() {
         "gres.conf has AutoDetect=nvml",
         "PrologFlags has no Alloc",
         "PrologEpilogTimeout=100 is shorter than colloc's longest prolog with this \
-         configuration (197 s",
+         configuration (137 s",
     ] {
         assert!(err.contains(want), "{want:?} not in {err}");
     }
