@@ -42,6 +42,7 @@ pub mod gpu;
 pub mod holders;
 pub mod hooks;
 pub mod jobenv;
+pub mod jobfs;
 pub mod journal;
 pub mod lastgood;
 pub mod mig;
