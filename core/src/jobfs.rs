@@ -263,7 +263,8 @@ pub fn graft(cfg: &Config, job: u32, ns: BorrowedFd<'_>) -> Result<(), String> {
                 })?;
             let st = target.stat().map_err(|e| e.to_string())?;
             if st.st_dev == dev {
-                return Ok(()); // it sees the job's tmpfs already
+                log::info!("job {job}: its namespace sees its tmpfs already");
+                return Ok(());
             }
             if st.st_dev != run.stat().map_err(|e| e.to_string())?.st_dev {
                 return Err(format!(
@@ -284,7 +285,12 @@ pub fn graft(cfg: &Config, job: u32, ns: BorrowedFd<'_>) -> Result<(), String> {
                     "cannot mount the job's tmpfs at {} in its namespace: {e}",
                     target.path().display()
                 )
-            })
+            })?;
+            log::info!(
+                "job {job}: its tmpfs mounted at {} in its namespace too",
+                target.path().display()
+            );
+            Ok(())
         })
         .join()
         .unwrap_or_else(|_| Err("the thread entering the job's namespace failed".into()))
@@ -313,5 +319,65 @@ pub fn check_room(cfg: &Config, run: &Dir, daemons: usize) -> Result<(), String>
             s.describe()
         )),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// A mount namespace copied before the prolog mounted the job's tmpfs (as a job
+    /// container made early would be) gets the same tmpfs from [`graft`]: one file
+    /// system, seen from both.
+    #[test]
+    fn a_namespace_copied_before_the_mount_is_given_the_same_tmpfs() {
+        if crate::sys::euid() != 0 {
+            return; // mounting is root's
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cfg = Config {
+            state_dir: tmp.path().join("state"),
+            run_dir: tmp.path().join("run"),
+            ..Config::default()
+        };
+        let run = Dir::create_trusted(&cfg.run_dir, 0o755).unwrap();
+        // The "job container": a process in a private copy of this namespace.
+        let mut holder = std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sleep", "60"])
+            .spawn()
+            .unwrap();
+        let ns_path = format!("/proc/{}/ns/mnt", holder.id());
+        let own = std::fs::metadata("/proc/self/ns/mnt").unwrap().ino();
+        for _ in 0..500 {
+            if std::fs::metadata(&ns_path).is_ok_and(|m| m.ino() != own) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let job = make(&cfg, &run, "job-3").unwrap();
+        let dev = job.stat().unwrap().st_dev;
+        let inside = PathBuf::from(format!("/proc/{}/root", holder.id()))
+            .join(cfg.run_dir.strip_prefix("/").unwrap())
+            .join("job-3");
+        let seen = || std::fs::metadata(&inside).unwrap().dev();
+        assert_ne!(seen(), dev, "copied before the mount: not seen there");
+        let ns = std::fs::File::open(&ns_path).unwrap();
+        graft(&cfg, 3, ns.as_fd()).unwrap();
+        assert_eq!(seen(), dev, "the same tmpfs in the job's namespace");
+        // Once more changes nothing (it sees it already).
+        graft(&cfg, 3, ns.as_fd()).unwrap();
+        let _ = holder.kill();
+        let _ = holder.wait();
+        let done = detach(
+            &run,
+            "job-3",
+            &[],
+            Instant::now() + std::time::Duration::from_secs(5),
+        )
+        .unwrap();
+        assert!(done.device.is_some());
+        run.rmdir("job-3").unwrap();
     }
 }

@@ -158,6 +158,13 @@ while [ ! -e {go} ]; do sleep 0.1; done
         Some((u32::try_from(f.next()?).unwrap(), f.next()?))
     });
     println!("{how} holder (user namespace: {in_userns}): {made} files in its job's tmpfs");
+    for l in c
+        .slurmd_log_tail(400)
+        .lines()
+        .filter(|l| l.contains("tmpfs"))
+    {
+        println!("slurmd: {l}");
+    }
     std::fs::write(&go, "").unwrap();
     let end = wait_job_end(c, id);
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
