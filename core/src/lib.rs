@@ -56,6 +56,7 @@ pub mod publish;
 pub mod reconfig;
 pub mod retry;
 pub mod rundir;
+pub mod runroom;
 pub mod sharedfs;
 pub mod slurmconf;
 pub mod statedir;

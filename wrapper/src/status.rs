@@ -133,6 +133,12 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
         None => {}
     }
     let (leftovers, leftovers_error) = leftover_lines(cfg, &mut text, &mut errors);
+    // run_dir's room, what is held there out of sight, and whether MPS jobs can be served.
+    let room = colloc_core::runroom::room(cfg).ok();
+    for l in room.iter().flat_map(|r| r.lines(cfg)) {
+        let _ = writeln!(text, "{l}");
+    }
+    errors.extend(room.as_ref().and_then(|r| r.cannot_serve.clone()));
     let users = holder_lines(&marked, &mut text);
     if as_json {
         let mut v = json!({
@@ -156,6 +162,7 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
         if let Some(e) = &leftovers_error {
             v["leftovers_error"] = json!(e);
         }
+        v["run_dir"] = json!(room);
         if !marked.is_empty() {
             v["device_users"] = json!(users);
         }
