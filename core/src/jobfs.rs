@@ -215,14 +215,14 @@ pub fn detach(run: &Dir, name: &str, uids: &[u32], deadline: Instant) -> Result<
 }
 
 /// From the job's extern step: where the job's mount namespace `ns` (its container's)
-/// does not see the job's tmpfs at `run_dir/job-<id>` (it was copied before the prolog
+/// does not see the job's tmpfs at `run_dir/<name>` (`job-<id>`) (it was copied before the prolog
 /// mounted it), attach a clone of that mount there. Nothing where there is no such mount
 /// (not root) or the namespace already sees it.
 ///
 /// # Errors
 /// One line: what failed (the job is refused).
-pub fn graft(cfg: &Config, job: u32, ns: BorrowedFd<'_>) -> Result<(), String> {
-    let name = crate::rundir::job_dir_name(job);
+pub fn graft(cfg: &Config, job: u32, name: &str, ns: BorrowedFd<'_>) -> Result<(), String> {
+    let name = name.to_string();
     let run = Dir::open_trusted(&cfg.run_dir).map_err(|e| e.to_string())?;
     let Some(dir) = run.open_dir(&name).map_err(|e| e.to_string())? else {
         return Err(format!("{} is missing", run.path().join(&name).display()));
@@ -364,10 +364,10 @@ mod tests {
         let seen = || std::fs::metadata(&inside).unwrap().dev();
         assert_ne!(seen(), dev, "copied before the mount: not seen there");
         let ns = std::fs::File::open(&ns_path).unwrap();
-        graft(&cfg, 3, ns.as_fd()).unwrap();
+        graft(&cfg, 3, "job-3", ns.as_fd()).unwrap();
         assert_eq!(seen(), dev, "the same tmpfs in the job's namespace");
         // Once more changes nothing (it sees it already).
-        graft(&cfg, 3, ns.as_fd()).unwrap();
+        graft(&cfg, 3, "job-3", ns.as_fd()).unwrap();
         let _ = holder.kill();
         let _ = holder.wait();
         let done = detach(

@@ -84,6 +84,15 @@ fn count(dir: &Dir, dev: u64, budget: &mut u64, deadline: Instant) -> (u64, u64)
 /// # Errors
 /// [`FsError`]: `run_dir` cannot be opened.
 pub fn room(cfg: &Config) -> Result<Room, FsError> {
+    room_with(cfg, true)
+}
+
+/// [`room`], naming the processes that use `run_dir`'s file system only where `users`
+/// (a walk of `/proc`: not for every prolog's published record).
+///
+/// # Errors
+/// As [`room`].
+pub fn room_with(cfg: &Config, users: bool) -> Result<Room, FsError> {
     let run = Dir::open_trusted(&cfg.run_dir)?;
     let space = Space::of(run.as_fd()).map_err(|source| FsError::Io {
         what: "statfs",
@@ -115,7 +124,7 @@ pub fn room(cfg: &Config) -> Result<Room, FsError> {
             room.hidden_inodes = used_inodes.saturating_sub(inodes + 1);
             room.hidden_bytes = used_bytes.saturating_sub(bytes);
         }
-        if room.hidden_inodes > 0 || room.hidden_bytes > 0 {
+        if users && (room.hidden_inodes > 0 || room.hidden_bytes > 0) {
             room.users = crate::dirholders::fs_users(st.st_dev, deadline)
                 .into_iter()
                 .map(|u| (u.handle.pid(), u.uid, u.how.to_string()))

@@ -133,12 +133,7 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
         None => {}
     }
     let (leftovers, leftovers_error) = leftover_lines(cfg, &mut text, &mut errors);
-    // run_dir's room, what is held there out of sight, and whether MPS jobs can be served.
-    let room = colloc_core::runroom::room(cfg).ok();
-    for l in room.iter().flat_map(|r| r.lines(cfg)) {
-        let _ = writeln!(text, "{l}");
-    }
-    errors.extend(room.as_ref().and_then(|r| r.cannot_serve.clone()));
+    let room = rundir::lines(cfg, &mut text, &mut errors);
     let users = holder_lines(&marked, &mut text);
     if as_json {
         let mut v = json!({
@@ -569,6 +564,7 @@ impl ClusterReport {
                     rec.unreadable
                 ));
             }
+            notes.extend(rundir::note(name, rec));
             if rec.cut > 0 {
                 notes.push(format!(
                     "{name}: {} more job(s) than its comment holds: run `colloc status` there",
@@ -777,5 +773,6 @@ pub fn own_build_id() -> Option<String> {
         .and_then(|p| buildid::of_file(&p))
 }
 
+mod rundir;
 #[cfg(test)]
 mod tests;

@@ -161,7 +161,7 @@ pub fn start_mps_in_extern_step(
         // before it (job_container/tmpfs): the daemons' pipes must be where the epilog
         // and the tasks look.
         if let Some(ns) = &entry.ns {
-            jobfs::graft(cfg, job, ns.as_fd())
+            jobfs::graft(cfg, job, &rundir::job_dir_name(job), ns.as_fd())
                 .map_err(|why| format!("cannot set up the job's MPS directories: {why}"))?;
         }
         let deadline = Instant::now() + mps::START_TIME;

@@ -742,6 +742,29 @@ fn no_room_in_run_dir(c: &Cluster) {
         let log = c.slurmd_log_tail(200);
         assert!(log.contains("no space left in run_dir"), "{log}");
         assert!(!c.node_state().contains("drain"), "{}", c.node_reason());
+        // The admin is told, with what to do; restore --all is not done while so.
+        let status = c.colloc(&["status"]);
+        let text = String::from_utf8_lossy(&status.stdout);
+        assert!(
+            text.contains("CANNOT SERVE MPS JOBS") && text.contains("1 of 2 inodes"),
+            "{text}"
+        );
+        assert_eq!(status.status.code(), Some(1), "{text}");
+        let restore = c.colloc(&["restore", "--all"]);
+        let err = String::from_utf8_lossy(&restore.stderr);
+        assert!(err.contains("CANNOT SERVE MPS JOBS"), "{err}");
+        assert_eq!(restore.status.code(), Some(1), "{err}");
+        // And so does the cluster view, from the record the refusing prolog published.
+        let cluster = c.colloc(&["status", "--cluster"]);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&cluster.stdout),
+            String::from_utf8_lossy(&cluster.stderr)
+        );
+        assert!(
+            all.contains("run_dir FULL, MPS jobs refused: 1 of 2 inodes"),
+            "{all}"
+        );
         assert_node_clean(c, &before);
     }
 }
