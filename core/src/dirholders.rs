@@ -213,7 +213,12 @@ pub fn fs_users(dev: u64, deadline: Instant) -> Vec<FsUser> {
         } else if on_dev(&base.join("root")) {
             how = Some("root directory");
         } else if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
-            if fds.flatten().any(|fd| on_dev(&fd.path())) {
+            let in_time = |_: &std::fs::DirEntry| Instant::now() < deadline;
+            if fds
+                .flatten()
+                .take_while(in_time)
+                .any(|fd| on_dev(&fd.path()))
+            {
                 how = Some("open file");
             }
         }
