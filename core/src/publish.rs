@@ -182,7 +182,8 @@ impl NodeRecord {
             jobs: Vec::new(),
             unreadable: 0,
             cut: 0,
-            run_dir: crate::runroom::room_with(cfg, false)
+            // A glance: the publish has its own 5 s for scontrol.
+            run_dir: crate::runroom::room_with(cfg, false, std::time::Duration::from_millis(200))
                 .ok()
                 .map(|r| RunDirRoom::of(&r)),
         };

@@ -38,7 +38,7 @@ pub struct Room {
 
 /// Count the inodes and bytes of the tree at `dir`, staying on `dev`, until `budget`
 /// entries or `deadline`.
-fn count(dir: &Dir, dev: u64, budget: &mut u64, deadline: Instant) -> (u64, u64) {
+fn count(dir: &Dir, dev: u64, budget: &mut u64, deadline: Instant) -> (u64, u64, bool) {
     let (mut inodes, mut bytes) = (0u64, 0u64);
     let mut stack = vec![dir.entries().unwrap_or_default()];
     let mut dirs: Vec<Dir> = Vec::new();
@@ -50,7 +50,7 @@ fn count(dir: &Dir, dev: u64, budget: &mut u64, deadline: Instant) -> (u64, u64)
             continue;
         };
         if *budget == 0 || Instant::now() >= deadline {
-            break;
+            return (inodes, bytes, false);
         }
         *budget -= 1;
         let parent = dirs.last().unwrap_or(dir);
@@ -75,7 +75,7 @@ fn count(dir: &Dir, dev: u64, budget: &mut u64, deadline: Instant) -> (u64, u64)
             }
         }
     }
-    (inodes, bytes)
+    (inodes, bytes, true)
 }
 
 /// `run_dir`'s room, or why it cannot be looked at. Root's view (as a user `run_dir`'s
@@ -84,15 +84,16 @@ fn count(dir: &Dir, dev: u64, budget: &mut u64, deadline: Instant) -> (u64, u64)
 /// # Errors
 /// [`FsError`]: `run_dir` cannot be opened.
 pub fn room(cfg: &Config) -> Result<Room, FsError> {
-    room_with(cfg, true)
+    room_with(cfg, true, LOOK_TIME)
 }
 
 /// [`room`], naming the processes that use `run_dir`'s file system only where `users`
-/// (a walk of `/proc`: not for every prolog's published record).
+/// (a walk of `/proc`: not for every prolog's published record), looking for at most
+/// `look` (past it the hidden figures are not told).
 ///
 /// # Errors
 /// As [`room`].
-pub fn room_with(cfg: &Config, users: bool) -> Result<Room, FsError> {
+pub fn room_with(cfg: &Config, users: bool, look: Duration) -> Result<Room, FsError> {
     let run = Dir::open_trusted(&cfg.run_dir)?;
     let space = Space::of(run.as_fd()).map_err(|source| FsError::Io {
         what: "statfs",
@@ -105,7 +106,7 @@ pub fn room_with(cfg: &Config, users: bool) -> Result<Room, FsError> {
         .parent()
         .and_then(|p| std::fs::metadata(p).ok())
         .is_some_and(|m| std::os::unix::fs::MetadataExt::dev(&m) != st.st_dev);
-    let deadline = Instant::now() + LOOK_TIME;
+    let deadline = Instant::now() + look;
     let mut room = Room {
         space,
         own_fs,
@@ -116,10 +117,10 @@ pub fn room_with(cfg: &Config, users: bool) -> Result<Room, FsError> {
     };
     if own_fs && crate::sys::euid() == 0 {
         let mut budget = COUNT_LIMIT;
-        let (inodes, bytes) = count(&run, st.st_dev, &mut budget, deadline);
+        let (inodes, bytes, complete) = count(&run, st.st_dev, &mut budget, deadline);
         let used_inodes = space.total_inodes.saturating_sub(space.free_inodes);
         let used_bytes = space.total_bytes.saturating_sub(space.free_bytes);
-        if budget > 0 {
+        if complete {
             // The root directory itself is one inode.
             room.hidden_inodes = used_inodes.saturating_sub(inodes + 1);
             room.hidden_bytes = used_bytes.saturating_sub(bytes);
