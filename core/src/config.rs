@@ -94,6 +94,14 @@ pub struct Config {
     /// Inodes of that tmpfs (its cap on files and directories).
     #[serde(default = "default_run_dir_inodes")]
     pub run_dir_inodes: u64,
+    /// Size in MiB of the tmpfs of its own that each MPS job's directory
+    /// (`run_dir/job-<id>`) is: all its user can put there (files, unlinked but open files,
+    /// mounts of it elsewhere) is charged to it, never to `run_dir`.
+    #[serde(default = "default_job_dir_size_mib")]
+    pub job_dir_size_mib: u64,
+    /// Inodes of each job's tmpfs.
+    #[serde(default = "default_job_dir_inodes")]
+    pub job_dir_inodes: u64,
     /// May the prolog switch MIG mode on and off itself.
     #[serde(default)]
     pub allow_mig_mode_change: bool,
@@ -133,6 +141,12 @@ fn default_run_dir_size_mib() -> u64 {
 }
 fn default_run_dir_inodes() -> u64 {
     65536
+}
+fn default_job_dir_size_mib() -> u64 {
+    16
+}
+fn default_job_dir_inodes() -> u64 {
+    4096
 }
 fn default_nvml() -> String {
     "libnvidia-ml.so.1".into()
@@ -174,6 +188,8 @@ impl Default for Config {
             mps_control: default_mps_control(),
             run_dir_size_mib: default_run_dir_size_mib(),
             run_dir_inodes: default_run_dir_inodes(),
+            job_dir_size_mib: default_job_dir_size_mib(),
+            job_dir_inodes: default_job_dir_inodes(),
             allow_mig_mode_change: false,
             node_comment: true,
             mig: crate::migconf::MigConfig::default(),
@@ -335,6 +351,8 @@ impl Config {
         for (key, value, lo, hi) in [
             ("run_dir_size_mib", self.run_dir_size_mib, 1, 1 << 20),
             ("run_dir_inodes", self.run_dir_inodes, 64, 1 << 32),
+            ("job_dir_size_mib", self.job_dir_size_mib, 1, 1 << 16),
+            ("job_dir_inodes", self.job_dir_inodes, 64, 1 << 24),
         ] {
             if !(lo..=hi).contains(&value) {
                 return Err(invalid(format!(

@@ -162,6 +162,104 @@ pub fn kill_holders(uids: &[u32], top: DirId, top_path: &Path, deadline: Instant
     procs.iter().map(PidHandle::pid).collect()
 }
 
+/// A process that uses a file system, as the kernel tells it.
+#[derive(Debug)]
+pub struct FsUser {
+    /// The process, pinned before it was inspected.
+    pub handle: PidHandle,
+    /// Its real user id.
+    pub uid: u32,
+    /// How it uses the file system: "working directory", "root directory", "open file",
+    /// "mount in another namespace".
+    pub how: &'static str,
+}
+
+/// The processes that use the file system on device `dev` (a job's own tmpfs,
+/// [`crate::jobfs`]), found the way the kernel knows them, not by any path a user can
+/// bend: a working or root directory or an open descriptor on that device (`stat` of
+/// `/proc/PID/{cwd,root,fd/N}`, unlinked files included), or a mount of it in a mount
+/// namespace other than this process's (`/proc/PID/mountinfo`, read once per
+/// namespace). Descriptors in flight in a socket (`SCM_RIGHTS`) and mounts in
+/// namespaces no process is in any more are out of reach. Until `deadline`.
+pub fn fs_users(dev: u64, deadline: Instant) -> Vec<FsUser> {
+    let me = std::process::id();
+    let own_ns = std::fs::metadata("/proc/self/ns/mnt")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .ok();
+    let want = format!(" {}:{} ", rustix::fs::major(dev), rustix::fs::minor(dev));
+    let mut ns_seen: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in entries.flatten() {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Some(handle) = PidHandle::open(pid) else {
+            continue;
+        };
+        let base = Path::new("/proc").join(pid.to_string());
+        let on_dev = |p: &Path| rustix::fs::stat(p).is_ok_and(|st| st.st_dev == dev);
+        let mut how = None;
+        if on_dev(&base.join("cwd")) {
+            how = Some("working directory");
+        } else if on_dev(&base.join("root")) {
+            how = Some("root directory");
+        } else if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
+            let in_time = |_: &std::fs::DirEntry| Instant::now() < deadline;
+            if fds
+                .flatten()
+                .take_while(in_time)
+                .any(|fd| on_dev(&fd.path()))
+            {
+                how = Some("open file");
+            }
+        }
+        if how.is_none() {
+            if let Ok(ns) = std::fs::metadata(base.join("ns/mnt")) {
+                let ns = std::os::unix::fs::MetadataExt::ino(&ns);
+                if Some(ns) != own_ns {
+                    let mounted = *ns_seen.entry(ns).or_insert_with(|| {
+                        std::fs::File::open(base.join("mountinfo"))
+                            .ok()
+                            .and_then(|f| crate::fs::read_at_most(f, 16 << 20).ok().flatten())
+                            .is_some_and(|text| {
+                                String::from_utf8_lossy(&text).lines().any(|l| {
+                                    // "ID PARENT MAJ:MIN ROOT …": the third field.
+                                    format!(" {} ", l.split(' ').nth(2).unwrap_or("")) == want
+                                })
+                            })
+                    });
+                    if mounted {
+                        how = Some("mount in another namespace");
+                    }
+                }
+            }
+        }
+        let Some(how) = how else { continue };
+        let status = std::fs::read_to_string(base.join("status")).unwrap_or_default();
+        let Some(uid) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|u| u.parse().ok())
+        else {
+            continue;
+        };
+        if handle.signal(0) {
+            found.push(FsUser { handle, uid, how });
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

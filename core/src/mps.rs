@@ -518,24 +518,14 @@ pub struct PrivateDaemon {
 }
 
 impl PrivateDaemon {
-    /// Make `$TMPDIR/<prefix>-<pid>-<n>` and start a daemon for `devices` in it.
+    /// Make `<base>/<prefix>-<16 random hex digits>` ([`private_dir`]) and start a daemon
+    /// for `devices` in it.
     ///
     /// # Errors
     /// [`MpsError`]; nothing is left running and the directory is removed.
     pub fn start(program: &Path, prefix: &str, devices: &str) -> Result<PrivateDaemon, MpsError> {
         use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::temp_dir();
-        let mut n = 0u32;
-        // A fresh directory (mkdir never follows a link that is already there), 0700: no
-        // one else can put anything inside.
-        let dir = loop {
-            let p = base.join(format!("{prefix}-{}-{n}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&p) {
-                Ok(()) => break p,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
-                Err(source) => return Err(MpsError::Dir { path: p, source }),
-            }
-        };
+        let dir = private_dir(&private_base(), prefix)?;
         let guard = PrivateDaemon {
             program: program.to_path_buf(),
             daemon: MpsDaemon::in_dir(&dir, devices),
@@ -564,6 +554,72 @@ impl PrivateDaemon {
     pub fn daemon(&self) -> &MpsDaemon {
         &self.daemon
     }
+}
+
+/// Where a user's own MPS directories go: `$XDG_RUNTIME_DIR` where it is a directory of
+/// the caller's alone (mode 0700, as logind makes it), else `$TMPDIR` (`/tmp`).
+pub fn private_base() -> PathBuf {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        if x.is_absolute() {
+            if let Ok(m) = std::fs::symlink_metadata(&x) {
+                if m.is_dir()
+                    && m.uid() == crate::sys::euid()
+                    && m.permissions().mode() & 0o077 == 0
+                {
+                    return x;
+                }
+            }
+        }
+    }
+    std::env::temp_dir()
+}
+
+/// Make a fresh directory `base/<prefix>-<16 random hex digits>`, mode 0700 (issue 35:
+/// a name no one else can guess and plant first, as they could `<prefix>-<pid>-<n>` in a
+/// shared `/tmp`). `mkdir` never follows or reuses what is there; a name taken (by
+/// chance) is replaced by another random one, at most 100 times.
+///
+/// # Errors
+/// [`MpsError::Dir`]: it cannot be made.
+pub fn private_dir(base: &Path, prefix: &str) -> Result<PathBuf, MpsError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut last = None;
+    for _ in 0..100 {
+        let p = base.join(format!("{prefix}-{:016x}", random_u64()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some((p, e)),
+            Err(source) => return Err(MpsError::Dir { path: p, source }),
+        }
+    }
+    let (path, source) = last.unwrap_or_else(|| {
+        (
+            base.to_path_buf(),
+            std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+        )
+    });
+    Err(MpsError::Dir { path, source })
+}
+
+/// 64 bits no other user can predict: from the kernel (`getrandom`), else the secret
+/// keys of std's hasher (themselves from the kernel).
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_ok()
+    {
+        return u64::from_ne_bytes(b);
+    }
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 impl Drop for PrivateDaemon {

@@ -59,6 +59,46 @@ pub struct NodeRecord {
     /// Entries left out to stay under [`RECORD_LIMIT`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cut: u32,
+    /// `run_dir`'s room ([`crate::runroom`]), where it could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_dir: Option<RunDirRoom>,
+}
+
+/// `run_dir`'s room, in short, for `colloc status --cluster`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunDirRoom {
+    /// Inodes free.
+    pub free_inodes: u64,
+    /// Inodes in all.
+    pub inodes: u64,
+    /// KiB free.
+    pub free_kib: u64,
+    /// KiB in all.
+    pub kib: u64,
+    /// Inodes used out of sight (files removed while open, trees held elsewhere).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub held_inodes: u64,
+    /// No MPS job can be served (run_dir full).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full: bool,
+}
+
+fn is_zero64(n: &u64) -> bool {
+    *n == 0
+}
+
+impl RunDirRoom {
+    fn of(r: &crate::runroom::Room) -> RunDirRoom {
+        RunDirRoom {
+            free_inodes: r.space.free_inodes,
+            inodes: r.space.total_inodes,
+            free_kib: r.space.free_bytes / 1024,
+            kib: r.space.total_bytes / 1024,
+            held_inodes: r.hidden_inodes,
+            full: r.cannot_serve.is_some(),
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -142,6 +182,10 @@ impl NodeRecord {
             jobs: Vec::new(),
             unreadable: 0,
             cut: 0,
+            // A glance: the publish has its own 5 s for scontrol.
+            run_dir: crate::runroom::room_with(cfg, false, std::time::Duration::from_millis(200))
+                .ok()
+                .map(|r| RunDirRoom::of(&r)),
         };
         for j in journal::list(cfg)? {
             match j {
@@ -433,6 +477,7 @@ mod tests {
                 .collect(),
             unreadable: 0,
             cut: 0,
+            run_dir: None,
         }
     }
 

@@ -96,7 +96,15 @@ pub fn create_named(
         );
         clear(&run, &name, Instant::now() + CLEANUP_TIME)?;
     }
-    let job_dir = run.make_dir(&name, 0o755)?;
+    if let Err(why) = crate::jobfs::check_room(cfg, &run, names.len()) {
+        log::error!("job {job}: {why}");
+        return Err(FsError::Io {
+            what: "use",
+            path: cfg.run_dir.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::StorageFull, why),
+        });
+    }
+    let job_dir = crate::jobfs::make(cfg, &run, &name)?;
     for name in names {
         let g = job_dir.make_dir(name, 0o755)?;
         for leaf in ["pipe", "log"] {
@@ -104,6 +112,42 @@ pub fn create_named(
         }
     }
     Ok(())
+}
+
+/// " (run_dir /run/colloc: … free; job-5's tmpfs: … free)": the figures for a refusal
+/// for lack of space.
+pub fn space_note(cfg: &Config, job: u32) -> String {
+    let Ok(run) = Dir::open_trusted(&cfg.run_dir) else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    if let Ok(s) = crate::jobfs::Space::of(std::os::fd::AsFd::as_fd(&run)) {
+        parts.push(format!(
+            "run_dir {}: {}",
+            run.path().display(),
+            s.describe()
+        ));
+    }
+    let name = job_dir_name(job);
+    if let Ok(Some(d)) = run.open_dir(&name) {
+        let own = match (run.stat(), d.stat()) {
+            (Ok(a), Ok(b)) => a.st_dev != b.st_dev,
+            _ => false,
+        };
+        if own {
+            if let Ok(s) = crate::jobfs::Space::of(std::os::fd::AsFd::as_fd(&d)) {
+                parts.push(format!(
+                    "the job's own tmpfs {name} (job_dir_size_mib, job_dir_inodes): {}",
+                    s.describe()
+                ));
+            }
+        }
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join("; "))
+    }
 }
 
 /// What [`remove`] did about a job's tree.
@@ -164,6 +208,23 @@ fn kill_holders(dir: &Dir, name: &str, deadline: Instant) -> Vec<u32> {
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Vec::new();
     }
+    let uids = tree_uids(dir, name);
+    if uids.is_empty() {
+        return Vec::new();
+    }
+    crate::dirholders::kill_holders(
+        &uids,
+        (st.st_dev, st.st_ino),
+        &dir.path().join(name),
+        deadline,
+    )
+}
+
+/// The owners of the first three levels of `dir/name`, root aside: the tree's users.
+fn tree_uids(dir: &Dir, name: &str) -> Vec<u32> {
+    let Ok(Some(st)) = dir.lstat(name) else {
+        return Vec::new();
+    };
     let mut uids = vec![st.st_uid];
     if let Ok(Some(top)) = dir.open_dir(name) {
         for (sub, _) in top.entries().unwrap_or_default() {
@@ -184,21 +245,40 @@ fn kill_holders(dir: &Dir, name: &str, deadline: Instant) -> Vec<u32> {
     uids.sort_unstable();
     uids.dedup();
     uids.retain(|&u| u != 0);
-    if uids.is_empty() {
-        return Vec::new();
+    uids
+}
+
+/// Where `run/name` is a job's own tmpfs ([`crate::jobfs`]): kill its user's processes
+/// that use it and detach it, logging what was found. What is left is then the plain,
+/// empty directory under it.
+fn detach_job_fs(run: &Dir, name: &str, deadline: Instant) -> Result<(), FsError> {
+    let uids = tree_uids(run, name);
+    let done = crate::jobfs::detach(run, name, &uids, deadline)?;
+    if let Some((major, minor)) = done.device {
+        let path = run.path().join(name);
+        if !done.killed.is_empty() {
+            log::warn!(
+                "{}: killed process(es) {:?} of its user that used its tmpfs ({major}:{minor})",
+                path.display(),
+                done.killed
+            );
+        }
+        for (pid, uid) in &done.others {
+            log::warn!(
+                "{}: its tmpfs ({major}:{minor}) is still used by process {pid} of uid {uid} \
+                 (not the job's user's alone: not killed); detached, it keeps only that",
+                path.display()
+            );
+        }
     }
-    crate::dirholders::kill_holders(
-        &uids,
-        (st.st_dev, st.st_ino),
-        &dir.path().join(name),
-        deadline,
-    )
+    Ok(())
 }
 
 /// Remove `name` from `run`; if that fails, move it to `.leftovers`. `Ok(None)`: removed;
 /// `Ok(Some((where, why)))`: moved aside. Processes of the job's user that keep it busy
 /// are killed first.
 fn clear(run: &Dir, name: &str, deadline: Instant) -> Result<Option<(PathBuf, String)>, FsError> {
+    detach_job_fs(run, name, deadline)?;
     let killed = kill_holders(run, name, deadline);
     if !killed.is_empty() {
         log::warn!(
@@ -426,6 +506,84 @@ mod tests {
         create(&c, 6, uid, gid, &[1]).unwrap();
         assert!(!gpu_dir(&c, 6, 0).exists());
         assert!(gpu_dir(&c, 6, 1).join("pipe").is_dir());
+        assert_eq!(
+            remove(&c, 6, Instant::now() + CLEANUP_TIME),
+            Cleanup::default()
+        );
+    }
+
+    /// Issue 35: as root, each job's directory is a tmpfs of its own, capped; what the
+    /// job's user fills it with, or keeps open unlinked, never touches run_dir, and the
+    /// epilog detaches it (killing the user's processes the kernel says use it).
+    #[test]
+    fn a_jobs_dir_is_its_own_capped_tmpfs_and_what_is_held_there_goes_with_it() {
+        use std::os::unix::process::CommandExt;
+        if crate::sys::euid() != 0 {
+            return; // mounting is root's
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let c = Config {
+            job_dir_inodes: 200,
+            job_dir_size_mib: 1,
+            ..cfg(tmp.path())
+        };
+        // run_dir a tmpfs of its own too, so that its figures are the test's alone.
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH);
+            }
+        }
+        std::fs::create_dir(&c.run_dir).unwrap();
+        crate::sys::mount_tmpfs(&c.run_dir, "size=1m,nr_inodes=100,mode=0755").unwrap();
+        let _run = Unmount(c.run_dir.clone());
+        let _job = Unmount(job_dir(&c, 12));
+        create(&c, 12, 65534, 65534, &[0, 1]).unwrap();
+        let run_dev = std::fs::metadata(&c.run_dir).unwrap().dev();
+        let job = std::fs::metadata(job_dir(&c, 12)).unwrap();
+        assert_ne!(job.dev(), run_dev, "a file system of its own");
+        assert_eq!((job.uid(), job.permissions().mode() & 0o7777), (0, 0o755));
+        let run_used = || {
+            let s = crate::jobfs::Space::of(std::fs::File::open(&c.run_dir).unwrap()).unwrap();
+            s.total_inodes - s.free_inodes
+        };
+        let before = run_used();
+        // The user fills the job's inodes with files it unlinks and keeps open (issue 35,
+        // attack 2), from a shell outside the job whose working directory is elsewhere.
+        let log = gpu_dir(&c, 12, 0).join("log");
+        let script = format!(
+            "cd {}; i=0; while [ $i -lt 400 ]; do i=$((i+1)); eval \"exec $((i+10))>f$i\" 2>/dev/null || break; rm -f f$i; done; cd /; echo $i; exec sleep 60",
+            log.display()
+        );
+        let mut holder = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .uid(65534)
+            .gid(65534)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let reached: u32 = line.trim().parse().unwrap();
+        assert!(reached < 400, "stopped by the job's cap ({reached} files)");
+        let job_space =
+            crate::jobfs::Space::of(std::fs::File::open(job_dir(&c, 12)).unwrap()).unwrap();
+        assert!(job_space.free_inodes < 2, "{job_space:?}");
+        assert_eq!(run_used(), before, "run_dir gave nothing");
+        assert_eq!(
+            remove(&c, 12, Instant::now() + CLEANUP_TIME),
+            Cleanup::default()
+        );
+        assert!(!job_dir(&c, 12).exists());
+        assert!(
+            holder.wait().is_ok(),
+            "killed: it held unlinked files there"
+        );
+        assert_eq!(run_used(), before - 1, "only the job's directory, gone");
     }
 
     #[test]
@@ -433,13 +591,16 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let c = cfg(tmp.path());
         let me = crate::sys::euid();
-        create(&c, 7, me, crate::sys::gid(), &[0]).unwrap();
         // A directory inside the leaf that belongs to someone else: the leaf's owner
-        // cannot empty it (only testable as root, who can make such a thing).
+        // cannot empty it (only testable as root, who can make such a thing). A tree of
+        // plain directories (as before each job had a tmpfs of its own, or made where
+        // none could be mounted): a job's own tmpfs is detached whatever is inside.
         if me != 0 {
             return;
         }
+        std::fs::create_dir_all(gpu_dir(&c, 7, 0).join("pipe")).unwrap();
         let log = gpu_dir(&c, 7, 0).join("log");
+        std::fs::create_dir_all(&log).unwrap();
         std::os::unix::fs::chown(&log, Some(65534), Some(65534)).unwrap();
         let foreign = log.join("foreign");
         std::fs::create_dir(&foreign).unwrap();

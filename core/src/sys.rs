@@ -554,6 +554,21 @@ impl Drop for MapStack {
     }
 }
 
+/// Give the calling thread a file-system context (root, working directory) of its own
+/// (`unshare(CLONE_FS)`), so that it alone can then enter another mount namespace.
+///
+/// # Errors
+/// What unshare(2) says.
+pub fn unshare_fs() -> std::io::Result<()> {
+    // SAFETY: unshare(2) with CLONE_FS only copies this thread's root and working
+    // directory; no memory of ours is read or written, and no other thread's view changes.
+    if unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -506,9 +506,22 @@ pub fn restore(a: RestoreArgs, g: &Global) -> anyhow::Result<ExitCode> {
             left.why
         );
     }
+    // run_dir out of room (or held out of sight, issue 35): said, with what to do; while
+    // no MPS job can be served the restore is not done.
+    let room = colloc_core::runroom::room(&cfg).ok();
+    let cannot_serve = room.as_ref().is_some_and(|r| r.cannot_serve.is_some());
+    if let Some(r) = room.filter(|r| r.cannot_serve.is_some() || r.hidden_inodes > 0) {
+        for l in r.lines(&cfg) {
+            errln!("colloc: {l}");
+        }
+    }
     // Something outside colloc still holding instances keeps their journal: core has said
     // what holds which GPU (one warning line each); the exit code says it is not done.
-    if report.quarantined.is_empty() && report.held.is_empty() && report.leftovers.is_empty() {
+    if report.quarantined.is_empty()
+        && report.held.is_empty()
+        && report.leftovers.is_empty()
+        && !cannot_serve
+    {
         Ok(ExitCode::SUCCESS)
     } else {
         Ok(ExitCode::from(1))

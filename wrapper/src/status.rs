@@ -133,6 +133,7 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
         None => {}
     }
     let (leftovers, leftovers_error) = leftover_lines(cfg, &mut text, &mut errors);
+    let room = rundir::lines(cfg, &mut text, &mut errors);
     let users = holder_lines(&marked, &mut text);
     if as_json {
         let mut v = json!({
@@ -156,6 +157,7 @@ fn node(cfg: &Config, as_json: bool) -> anyhow::Result<ExitCode> {
         if let Some(e) = &leftovers_error {
             v["leftovers_error"] = json!(e);
         }
+        v["run_dir"] = json!(room);
         if !marked.is_empty() {
             v["device_users"] = json!(users);
         }
@@ -562,6 +564,7 @@ impl ClusterReport {
                     rec.unreadable
                 ));
             }
+            notes.extend(rundir::note(name, rec));
             if rec.cut > 0 {
                 notes.push(format!(
                     "{name}: {} more job(s) than its comment holds: run `colloc status` there",
@@ -770,5 +773,6 @@ pub fn own_build_id() -> Option<String> {
         .and_then(|p| buildid::of_file(&p))
 }
 
+mod rundir;
 #[cfg(test)]
 mod tests;

@@ -59,6 +59,14 @@ fn rejections() {
         ),
         ("version = [", "invalid"),
         (
+            "version = 1\njob_dir_inodes = 10",
+            "job_dir_inodes must be between 64 and 16777216, got 10",
+        ),
+        (
+            "version = 1\njob_dir_size_mib = 0",
+            "job_dir_size_mib must be between 1 and 65536, got 0",
+        ),
+        (
             "version = 1\nstate_dir = \"/var/lib/col\\u0000loc\"",
             "state_dir contains a NUL character",
         ),

@@ -273,3 +273,31 @@ fn stopped_daemons_of_many_gpus_are_stopped_within_one_budget() {
         p.wait().unwrap();
     }
 }
+
+/// Issue 35: another user who plants `colloc-mps-<pid>-0` … `-1000` (the names colloc
+/// used to take in a shared `/tmp`) does not stop `colloc run`'s daemon directory: its
+/// name is random, made fresh with mode 0700.
+#[test]
+fn a_users_own_mps_dir_has_a_name_no_one_can_plant_first() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    for n in 0..=1000 {
+        std::fs::create_dir(
+            tmp.path()
+                .join(format!("colloc-mps-{}-{n}", std::process::id())),
+        )
+        .unwrap();
+    }
+    let a = private_dir(tmp.path(), "colloc-mps").unwrap();
+    let b = private_dir(tmp.path(), "colloc-mps").unwrap();
+    assert_ne!(a, b);
+    for d in [&a, &b] {
+        let name = d.file_name().unwrap().to_str().unwrap();
+        let suffix = name.strip_prefix("colloc-mps-").unwrap();
+        assert_eq!(suffix.len(), 16, "{name}");
+        assert!(suffix.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+        let m = std::fs::symlink_metadata(d).unwrap();
+        assert!(m.is_dir());
+        assert_eq!(m.permissions().mode() & 0o7777, 0o700);
+    }
+}

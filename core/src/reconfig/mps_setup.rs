@@ -1,12 +1,14 @@
 //! A job's MPS daemons: the trusted control program, their start in the prolog or in
 //! the job's extern step (inside its container), and the check its tasks make.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use super::{Failure, NodeFault};
 use crate::config::Config;
 use crate::container;
+use crate::jobfs;
 use crate::journal::{self, GpuLock, Journal, Phase};
 use crate::mps::{self, MpsDaemon, MpsStart};
 use crate::rundir;
@@ -31,8 +33,15 @@ pub(super) fn start_mps(
     // Record before making anything, so a crash in between is cleaned up by restore.
     journal::write(cfg, j)
         .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))?;
-    rundir::create_named(cfg, j.job, j.uid, j.gid, &names)
-        .map_err(|e| Failure::Refuse(format!("cannot set up the job's MPS directories: {e}")))?;
+    rundir::create_named(cfg, j.job, j.uid, j.gid, &names).map_err(|e| {
+        let room = match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT | libc::ENOMEM) => rundir::space_note(cfg, j.job),
+            _ => String::new(),
+        };
+        let why = format!("cannot set up the job's MPS directories: {e}{room}");
+        log::error!("job {}: {why}", j.job);
+        Failure::Refuse(why)
+    })?;
     if mps_start == MpsStart::ExternStep {
         log::info!(
             "job {}: its MPS daemons start in its extern step, inside its container",
@@ -148,6 +157,13 @@ pub fn start_mps_in_extern_step(
                     None => why,
                 }
             })?;
+        // The job's tmpfs, mounted by the prolog, where the job's namespace was copied
+        // before it (job_container/tmpfs): the daemons' pipes must be where the epilog
+        // and the tasks look.
+        if let Some(ns) = &entry.ns {
+            jobfs::graft(cfg, job, &rundir::job_dir_name(job), ns.as_fd())
+                .map_err(|why| format!("cannot set up the job's MPS directories: {why}"))?;
+        }
         let deadline = Instant::now() + mps::START_TIME;
         for d in &j.mps {
             if let Err(e) = mps::start_daemon_in(&program, d, user, Some(&entry), deadline) {

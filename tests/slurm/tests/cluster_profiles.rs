@@ -265,13 +265,12 @@ fn three_nodes_mps(c: &Cluster) {
                 Path::new(d).starts_with(c.run_dir()),
                 "{name}: {d} not under run_dir"
             );
-            // The same path on every node; each node's folder behind it is its own.
-            let rel = Path::new(d).strip_prefix(c.run_dir()).unwrap();
-            assert!(
-                node.run_dir().join(rel).is_dir(),
-                "{name}: {} missing",
-                node.run_dir().join(rel).display()
-            );
+            // The same path on every node; each node's folder behind it is its own (and
+            // the job's directory a tmpfs mounted in the node's namespace: seen through
+            // its slurmd's root).
+            let pid = node.slurmd_pid().expect("the node's slurmd");
+            let seen = PathBuf::from(format!("/proc/{pid}/root")).join(d.trim_start_matches('/'));
+            assert!(seen.is_dir(), "{name}: {} missing", seen.display());
             let mine: Vec<u32> = processes_of_pipe_dir(d)
                 .into_iter()
                 .filter(|&p| node.owns_pid(p))

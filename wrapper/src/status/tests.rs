@@ -24,6 +24,7 @@ fn record(build: &str, jobs: Vec<JobEntry>) -> String {
         jobs,
         unreadable: 0,
         cut: 0,
+        run_dir: None,
     }
     .encode()
 }

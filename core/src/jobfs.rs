@@ -1,0 +1,383 @@
+//! Each MPS job's directory `run_dir/job-<id>` is a tmpfs of its own, `job_dir_size_mib`
+//! and `job_dir_inodes` large (issue 35). Whatever the job's user can hold there — files,
+//! files unlinked but kept open, a bind mount of a leaf in a user namespace of their own,
+//! descriptors in flight over a socket — is held in that file system, never in
+//! `run_dir`'s. The epilog kills the user's processes that the kernel says use it (by
+//! device: working or root directory, open files, mounts in other namespaces), then
+//! detaches it (`MNT_DETACH`): what a holder it could not find keeps is its own capped,
+//! detached tmpfs, which no longer touches `run_dir` or the next job.
+//!
+//! The tmpfs is made detached (`fsopen`, `fsmount`) and attached on the root-owned
+//! `job-<id>` that root just made (`move_mount` onto its descriptor), so no name a user
+//! can change is resolved. Where the job's mount namespace was copied before the prolog
+//! mounted it (`job_container/tmpfs`), the extern step attaches a clone of the same mount
+//! there too ([`graft`]), so the job's daemons and tasks, the epilog and `colloc status`
+//! all see one file system.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use rustix::mount::{
+    FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags,
+};
+
+use crate::config::Config;
+use crate::fs::{Dir, FsError};
+
+/// `statfs` type of tmpfs (`TMPFS_MAGIC`).
+pub const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// Free and total space and inodes of a file system (`statfs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Space {
+    /// Bytes free.
+    pub free_bytes: u64,
+    /// Bytes in all.
+    pub total_bytes: u64,
+    /// Inodes free.
+    pub free_inodes: u64,
+    /// Inodes in all.
+    pub total_inodes: u64,
+}
+
+impl Space {
+    /// `statfs` of an open directory.
+    ///
+    /// # Errors
+    /// What `fstatfs` says.
+    pub fn of(fd: impl AsFd) -> std::io::Result<Space> {
+        let s = rustix::fs::fstatfs(fd)?;
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        let bsize = u64::try_from(s.f_bsize).unwrap_or(0);
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        Ok(Space {
+            free_bytes: (s.f_bavail as u64).saturating_mul(bsize),
+            total_bytes: (s.f_blocks as u64).saturating_mul(bsize),
+            free_inodes: s.f_ffree as u64,
+            total_inodes: s.f_files as u64,
+        })
+    }
+
+    /// "0 of 65,536 inodes and 255.9 MiB of 256.0 MiB free".
+    pub fn describe(&self) -> String {
+        format!(
+            "{} of {} inodes and {:.1} MiB of {:.1} MiB free",
+            self.free_inodes,
+            self.total_inodes,
+            mib(self.free_bytes),
+            mib(self.total_bytes)
+        )
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn mib(b: u64) -> f64 {
+    b as f64 / 1_048_576.0
+}
+
+fn io_err(what: &'static str, path: &std::path::Path, e: impl Into<std::io::Error>) -> FsError {
+    FsError::Io {
+        what,
+        path: path.to_path_buf(),
+        source: e.into(),
+    }
+}
+
+/// Is `dir` a tmpfs on a device other than `run`'s (a job's own mount)?
+fn is_own_mount(run: &Dir, dir: &Dir) -> Result<bool, FsError> {
+    let (a, b) = (run.stat()?, dir.stat()?);
+    if a.st_dev == b.st_dev {
+        return Ok(false);
+    }
+    let fs = rustix::fs::fstatfs(dir.as_fd()).map_err(|e| io_err("inspect", dir.path(), e))?;
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let tmpfs = i64::from(fs.f_type) == TMPFS_MAGIC;
+    Ok(tmpfs)
+}
+
+/// Make `run/name` (root's, 0755) and, as root, mount a fresh tmpfs of the job's caps on
+/// it; returns the mounted directory (its root, root's 0755). Not root (unit tests, a
+/// user's own `colloc`): the plain directory, nothing mounted.
+///
+/// # Errors
+/// [`FsError`]: the directory cannot be made, or the tmpfs not mounted (no
+/// `CAP_SYS_ADMIN`, out of memory); the caller removes the directory ([`detach`] then
+/// `rmdir`).
+pub fn make(cfg: &Config, run: &Dir, name: &str) -> Result<Dir, FsError> {
+    let dir = run.make_dir(name, 0o755)?;
+    if crate::sys::euid() != 0 {
+        return Ok(dir);
+    }
+    let path = dir.path().to_path_buf();
+    let fsfd = rustix::mount::fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC)
+        .map_err(|e| io_err("mount a tmpfs on", &path, e))?;
+    let size = format!("{}m", cfg.job_dir_size_mib);
+    let inodes = cfg.job_dir_inodes.to_string();
+    let source = format!("colloc-{name}");
+    for (key, value) in [
+        ("source", source.as_str()),
+        ("size", size.as_str()),
+        ("nr_inodes", inodes.as_str()),
+        ("mode", "0755"),
+    ] {
+        rustix::mount::fsconfig_set_string(&fsfd, key, value)
+            .map_err(|e| io_err("configure the tmpfs for", &path, e))?;
+    }
+    rustix::mount::fsconfig_create(&fsfd).map_err(|e| io_err("make the tmpfs for", &path, e))?;
+    let mnt = rustix::mount::fsmount(
+        &fsfd,
+        FsMountFlags::FSMOUNT_CLOEXEC,
+        MountAttrFlags::MOUNT_ATTR_NOSUID
+            | MountAttrFlags::MOUNT_ATTR_NODEV
+            | MountAttrFlags::MOUNT_ATTR_NOEXEC,
+    )
+    .map_err(|e| io_err("mount a tmpfs on", &path, e))?;
+    rustix::mount::move_mount(
+        &mnt,
+        "",
+        dir.as_fd(),
+        "",
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+    .map_err(|e| io_err("mount a tmpfs on", &path, e))?;
+    // Only root writes in run_dir: the name is the directory just made, now covered.
+    let mounted = run.open_dir(name)?.ok_or_else(|| {
+        io_err(
+            "open",
+            &path,
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        )
+    })?;
+    if !is_own_mount(run, &mounted)? {
+        return Err(FsError::Unsafe {
+            path,
+            why: "not the tmpfs colloc just mounted there".into(),
+        });
+    }
+    mounted.check_private()?;
+    Ok(mounted)
+}
+
+/// What [`detach`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Detached {
+    /// The file system's device (`major:minor`), where it was a job's own mount.
+    pub device: Option<(u32, u32)>,
+    /// Processes of the job's user that used it, killed.
+    pub killed: Vec<u32>,
+    /// Other processes that used it (pid, uid): reported, not killed.
+    pub others: Vec<(u32, u32)>,
+}
+
+/// Where `run/name` is a job's own tmpfs: kill the processes of `uids` that the kernel
+/// says use it ([`crate::dirholders::fs_users`]), then detach it (repeatedly, should
+/// several be stacked). Nothing is done where it is a plain directory.
+///
+/// # Errors
+/// [`FsError`]: it cannot be opened or detached.
+pub fn detach(run: &Dir, name: &str, uids: &[u32], deadline: Instant) -> Result<Detached, FsError> {
+    let mut done = Detached::default();
+    for _ in 0..8 {
+        let Some(dir) = run.open_dir(name)? else {
+            return Ok(done);
+        };
+        if !is_own_mount(run, &dir)? {
+            return Ok(done);
+        }
+        let dev = dir.stat()?.st_dev;
+        done.device = Some((rustix::fs::major(dev), rustix::fs::minor(dev)));
+        let users = crate::dirholders::fs_users(dev, deadline);
+        let (kill, others): (Vec<_>, Vec<_>) = users.into_iter().partition(|u| {
+            uids.contains(&u.uid) && crate::mps::runs_wholly_as(u.handle.pid(), u.uid)
+        });
+        for u in &kill {
+            log::warn!(
+                "killing process {} of the job's user: it uses {} ({})",
+                u.handle.pid(),
+                dir.path().display(),
+                u.how
+            );
+            u.handle.signal(libc::SIGKILL);
+        }
+        while Instant::now() < deadline && kill.iter().any(|u| !u.handle.gone()) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        done.killed.extend(kill.iter().map(|u| u.handle.pid()));
+        done.others
+            .extend(others.iter().map(|u| (u.handle.pid(), u.uid)));
+        // The descriptor's magic link is the mount's root: no name is resolved again.
+        let link = PathBuf::from(format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd()));
+        rustix::mount::unmount(&link, UnmountFlags::DETACH)
+            .map_err(|e| io_err("detach the tmpfs at", dir.path(), e))?;
+    }
+    Ok(done)
+}
+
+/// From the job's extern step: where the job's mount namespace `ns` (its container's)
+/// does not see the job's tmpfs at `run_dir/<name>` (`job-<id>`) (it was copied before the prolog
+/// mounted it), attach a clone of that mount there. Nothing where there is no such mount
+/// (not root) or the namespace already sees it.
+///
+/// # Errors
+/// One line: what failed (the job is refused).
+pub fn graft(cfg: &Config, job: u32, name: &str, ns: BorrowedFd<'_>) -> Result<(), String> {
+    let name = name.to_string();
+    let run = Dir::open_trusted(&cfg.run_dir).map_err(|e| e.to_string())?;
+    let Some(dir) = run.open_dir(&name).map_err(|e| e.to_string())? else {
+        return Err(format!("{} is missing", run.path().join(&name).display()));
+    };
+    if !is_own_mount(&run, &dir).map_err(|e| e.to_string())? {
+        return Ok(());
+    }
+    let dev = dir.stat().map_err(|e| e.to_string())?.st_dev;
+    let clone = rustix::mount::open_tree(
+        dir.as_fd(),
+        "",
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_EMPTY_PATH,
+    )
+    .map_err(|e| format!("cannot clone the mount at {}: {e}", dir.path().display()))?;
+    let run_dir = cfg.run_dir.clone();
+    // A thread of its own, with its own file-system context, enters the namespace: the
+    // rest of the process stays where it is.
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<(), String> {
+            crate::sys::unshare_fs()
+                .map_err(|e| format!("cannot unshare the file-system context: {e}"))?;
+            rustix::thread::move_into_link_name_space(
+                ns,
+                Some(rustix::thread::LinkNameSpaceType::Mount),
+            )
+            .map_err(|e| format!("cannot enter the job's mount namespace: {e}"))?;
+            let run = Dir::open_trusted(&run_dir).map_err(|e| e.to_string())?;
+            let target = run
+                .open_dir(&name)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| {
+                    format!(
+                        "{} is missing in the job's namespace",
+                        run_dir.join(&name).display()
+                    )
+                })?;
+            let st = target.stat().map_err(|e| e.to_string())?;
+            if st.st_dev == dev {
+                log::info!("job {job}: its namespace sees its tmpfs already");
+                return Ok(());
+            }
+            if st.st_dev != run.stat().map_err(|e| e.to_string())?.st_dev {
+                return Err(format!(
+                    "{} is another file system in the job's namespace",
+                    target.path().display()
+                ));
+            }
+            target.check_private().map_err(|e| e.to_string())?;
+            rustix::mount::move_mount(
+                &clone,
+                "",
+                target.as_fd(),
+                "",
+                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+            )
+            .map_err(|e| {
+                format!(
+                    "cannot mount the job's tmpfs at {} in its namespace: {e}",
+                    target.path().display()
+                )
+            })?;
+            log::info!(
+                "job {job}: its tmpfs mounted at {} in its namespace too",
+                target.path().display()
+            );
+            Ok(())
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread entering the job's namespace failed".into()))
+    })
+}
+
+/// Check that the job's directory can be made: `run_dir` has an inode and a block free,
+/// and `job_dir_inodes` holds the `daemons` daemon directories and their leaves. The
+/// reason names the figures.
+///
+/// # Errors
+/// Why not, in one line.
+pub fn check_room(cfg: &Config, run: &Dir, daemons: usize) -> Result<(), String> {
+    let need = 1 + 3 * u64::try_from(daemons).unwrap_or(u64::MAX);
+    if crate::sys::euid() == 0 && cfg.job_dir_inodes < need + 16 {
+        return Err(format!(
+            "job_dir_inodes = {} in colloc.toml is too small for {daemons} MPS daemon \
+             directories (they need {need}, and the daemons' files some more)",
+            cfg.job_dir_inodes
+        ));
+    }
+    match Space::of(run.as_fd()) {
+        Ok(s) if s.free_inodes < 2 || s.free_bytes < 8192 => Err(format!(
+            "no space left in run_dir {}: {}",
+            run.path().display(),
+            s.describe()
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// A mount namespace copied before the prolog mounted the job's tmpfs (as a job
+    /// container made early would be) gets the same tmpfs from [`graft`]: one file
+    /// system, seen from both.
+    #[test]
+    fn a_namespace_copied_before_the_mount_is_given_the_same_tmpfs() {
+        if crate::sys::euid() != 0 {
+            return; // mounting is root's
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cfg = Config {
+            state_dir: tmp.path().join("state"),
+            run_dir: tmp.path().join("run"),
+            ..Config::default()
+        };
+        let run = Dir::create_trusted(&cfg.run_dir, 0o755).unwrap();
+        // The "job container": a process in a private copy of this namespace.
+        let mut holder = std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sleep", "60"])
+            .spawn()
+            .unwrap();
+        let ns_path = format!("/proc/{}/ns/mnt", holder.id());
+        let own = std::fs::metadata("/proc/self/ns/mnt").unwrap().ino();
+        for _ in 0..500 {
+            if std::fs::metadata(&ns_path).is_ok_and(|m| m.ino() != own) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let job = make(&cfg, &run, "job-3").unwrap();
+        let dev = job.stat().unwrap().st_dev;
+        let inside = PathBuf::from(format!("/proc/{}/root", holder.id()))
+            .join(cfg.run_dir.strip_prefix("/").unwrap())
+            .join("job-3");
+        let seen = || std::fs::metadata(&inside).unwrap().dev();
+        assert_ne!(seen(), dev, "copied before the mount: not seen there");
+        let ns = std::fs::File::open(&ns_path).unwrap();
+        graft(&cfg, 3, "job-3", ns.as_fd()).unwrap();
+        assert_eq!(seen(), dev, "the same tmpfs in the job's namespace");
+        // Once more changes nothing (it sees it already).
+        graft(&cfg, 3, "job-3", ns.as_fd()).unwrap();
+        let _ = holder.kill();
+        let _ = holder.wait();
+        let done = detach(
+            &run,
+            "job-3",
+            &[],
+            Instant::now() + std::time::Duration::from_secs(5),
+        )
+        .unwrap();
+        assert!(done.device.is_some());
+        run.rmdir("job-3").unwrap();
+    }
+}
