@@ -40,6 +40,7 @@ use colloc_core::reconfig::{self, ExternStart, JobSpec, Outcome};
 use colloc_core::slurmconf::SlurmFacts;
 
 mod args;
+mod node_state;
 
 use args::test_panic;
 pub use args::{parse_args, usage, PluginArgs, TestPanic};
@@ -348,7 +349,28 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             .clone()
             .unwrap_or_else(|| cfg.default_mode.clone()),
     };
+    let gpus = job_gpus(
+        host.env("SLURM_JOB_GPUS").as_deref(),
+        host.env("CUDA_VISIBLE_DEVICES").as_deref(),
+    );
+    // Any job's prolog, plain jobs included: what an interrupted epilog left on this
+    // job's GPUs is restored first (or the node drains naming the GPU).
+    if let Some(refusal) =
+        node_state::finish_interrupted(&cfg, job, gpus.as_deref().unwrap_or_default())?
+    {
+        let spec = JobSpec {
+            job,
+            uid: env_u32(host, "SLURM_JOB_UID").unwrap_or(0),
+            gid: env_u32(host, "SLURM_JOB_GID").unwrap_or(NOGROUP),
+            gpus: gpus.clone().unwrap_or_default(),
+            mode,
+        };
+        reconfig::record_refusal(&cfg, &spec, refusal);
+        publish(&cfg, job);
+        return Ok(());
+    }
     if mode == Mode::Off {
+        node_state::note_plain_job(&cfg, job, gpus.as_deref().unwrap_or_default());
         return Ok(());
     }
     if !cfg.enabled {
@@ -373,10 +395,7 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             );
             NOGROUP
         });
-    let gpus = job_gpus(
-        host.env("SLURM_JOB_GPUS").as_deref(),
-        host.env("CUDA_VISIBLE_DEVICES").as_deref(),
-    )?;
+    let gpus = gpus?;
     let spec = JobSpec {
         job,
         uid,
@@ -601,6 +620,10 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
     let journal = reconfig::job_state(&cfg, job).map_err(|e| refuse_task(job, &e.to_string()))?;
     let Some(j) = journal else {
         if mode == Mode::Off {
+            // A plain job on GPUs in MIG mode is told, on its stderr; it runs.
+            if let Some(n) = reconfig::mig_fit::read_notice(&cfg, job) {
+                eprintln!("{n}");
+            }
             return Ok(());
         }
         if !cfg.enabled {
@@ -654,6 +677,9 @@ pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         Err(e) => return Err(format!("node configuration: {e}")),
     };
     let job = job_id(host)?;
+    if let Err(e) = reconfig::mig_fit::write_notice(&cfg, job, None) {
+        log::debug!("job {job}: {e}");
+    }
     match reconfig::job_state(&cfg, job) {
         Ok(Some(_)) => {}
         Ok(None) => return Ok(()),
