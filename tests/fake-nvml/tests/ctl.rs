@@ -293,8 +293,8 @@ fn cuda_sees_no_whole_gpu_in_mig_mode_only_its_instances() {
         .assert()
         .success();
     // MIG on: the whole GPU is no CUDA device, by index or by UUID.
-    assert_eq!(seen("0"), (Some(1), String::new()));
-    assert_eq!(seen(&a100), (Some(1), String::new()));
+    assert_eq!(seen("0"), (Some(0), String::new()));
+    assert_eq!(seen(&a100), (Some(0), String::new()));
     assert_eq!(seen("1"), (Some(0), h200.clone()));
     ctl(&st)
         .args(["create-foreign", "--gpu", "0", "--profile", "7g.40gb"])

@@ -81,6 +81,8 @@ enum Cmd {
     },
     /// Remove every fault not yet fired.
     ClearFaults,
+    /// Let a call held by a `stall` fault go on.
+    Go,
     /// Ask for MIG mode on or off, as nvmlDeviceSetMigMode does; prints the activation
     /// status (Hopper: at once; A100: at once when idle, else pending).
     SetMig {
@@ -101,7 +103,7 @@ enum Cmd {
     /// `CUDA_VISIBLE_DEVICES` would find, one `GPU-…`/`MIG-…` UUID a line. With MIG
     /// enabled CUDA sees only MIG devices: a GPU in MIG mode given by index or `GPU-…`
     /// UUID yields none. As CUDA does, the list stops at the first entry that names no
-    /// device. Exits 1 when it finds none.
+    /// device. Prints nothing when it finds none.
     CudaDevices {
         /// The value (default: $CUDA_VISIBLE_DEVICES; unset is refused, exit 2).
         #[arg(long)]
@@ -242,6 +244,11 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             profile,
             start,
         } => create_foreign(path, gpu, &profile, start),
+        Cmd::Go => ctl_change(path, |st| {
+            st.stalled = false;
+            Ok(String::new())
+        })
+        .map_err(refused),
         Cmd::ClearFaults => ctl_change(path, |st| {
             st.faults.clear();
             Ok(String::new())
@@ -336,13 +343,7 @@ fn cuda_devices(path: &std::path::Path, visible: Option<String>) -> Result<Strin
     };
     let locked = Locked::open(path).map_err(|e| refused(e.0))?;
     let (state, _) = locked.read().map_err(|e| refused(e.0))?;
-    let found = cuda_visible(&state, &visible);
-    if found.is_empty() {
-        return Err(refused(format!(
-            "no CUDA device for CUDA_VISIBLE_DEVICES={visible}"
-        )));
-    }
-    Ok(found.join("\n"))
+    Ok(cuda_visible(&state, &visible).join("\n"))
 }
 
 /// The CUDA devices of `visible` on `state` (see `cuda-devices`).
