@@ -353,24 +353,8 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         host.env("SLURM_JOB_GPUS").as_deref(),
         host.env("CUDA_VISIBLE_DEVICES").as_deref(),
     );
-    // Any job's prolog, plain jobs included: what an interrupted epilog left on this
-    // job's GPUs is restored first (or the node drains naming the GPU).
-    if let Some(refusal) =
-        node_state::finish_interrupted(&cfg, job, gpus.as_deref().unwrap_or_default())?
-    {
-        let spec = JobSpec {
-            job,
-            uid: env_u32(host, "SLURM_JOB_UID").unwrap_or(0),
-            gid: env_u32(host, "SLURM_JOB_GID").unwrap_or(NOGROUP),
-            gpus: gpus.clone().unwrap_or_default(),
-            mode,
-        };
-        reconfig::record_refusal(&cfg, &spec, refusal);
-        publish(&cfg, job);
-        return Ok(());
-    }
-    if mode == Mode::Off {
-        node_state::note_plain_job(&cfg, job, gpus.as_deref().unwrap_or_default());
+    // Every job's (plain ones too): an interrupted epilog's leftovers on its GPUs first.
+    if node_state::before_job(host, &cfg, job, &mode, gpus.as_deref().unwrap_or_default())? {
         return Ok(());
     }
     if !cfg.enabled {

@@ -6,10 +6,43 @@ use colloc_core::config::Config;
 use colloc_core::drain;
 use colloc_core::gpu::GpuControl;
 use colloc_core::journal;
+use colloc_core::mode::Mode;
 use colloc_core::nvml::NvmlGpus;
-use colloc_core::reconfig;
+use colloc_core::reconfig::{self, JobSpec};
 
-use super::{drain_node, publish};
+use super::{drain_node, env_u32, publish, Host, NOGROUP};
+
+/// What every job's prolog does first: finish the restores an interrupted epilog left on
+/// its GPUs (refusing the job where that fails), and for a plain job record the notice
+/// its tasks print on GPUs in MIG mode. `Ok(true)`: the prolog is done.
+///
+/// # Errors
+/// Where the node could not be drained.
+pub(super) fn before_job(
+    host: &dyn Host,
+    cfg: &Config,
+    job: u32,
+    mode: &Mode,
+    gpus: &[u32],
+) -> Result<bool, String> {
+    if let Some(refusal) = finish_interrupted(cfg, job, gpus)? {
+        let spec = JobSpec {
+            job,
+            uid: env_u32(host, "SLURM_JOB_UID").unwrap_or(0),
+            gid: env_u32(host, "SLURM_JOB_GID").unwrap_or(NOGROUP),
+            gpus: gpus.to_vec(),
+            mode: mode.clone(),
+        };
+        reconfig::record_refusal(cfg, &spec, refusal);
+        publish(cfg, job);
+        return Ok(true);
+    }
+    if *mode == Mode::Off {
+        note_plain_job(cfg, job, gpus);
+        return Ok(true);
+    }
+    Ok(false)
+}
 
 /// Finish the restores an interrupted epilog left on `gpus` (journals of ended jobs that
 /// claim them, [`reconfig::leftover`]). `Some(line)` refuses this job: a restore failed
@@ -18,11 +51,7 @@ use super::{drain_node, publish};
 ///
 /// # Errors
 /// Where the node could not be drained (the prolog then fails, which drains it).
-pub(super) fn finish_interrupted(
-    cfg: &Config,
-    job: u32,
-    gpus: &[u32],
-) -> Result<Option<String>, String> {
+fn finish_interrupted(cfg: &Config, job: u32, gpus: &[u32]) -> Result<Option<String>, String> {
     use reconfig::leftover;
     if journal::check_state_dir(cfg).is_err() {
         // Reported where it matters (colloc jobs are refused, the epilog says why).
@@ -99,7 +128,7 @@ pub(super) fn finish_interrupted(
 
 /// A plain job (no `--colloc`) on GPUs in MIG mode: record the line its tasks print at
 /// start ([`reconfig::mig_fit`]). Best effort: never fails the job or the node.
-pub(super) fn note_plain_job(cfg: &Config, job: u32, gpus: &[u32]) {
+fn note_plain_job(cfg: &Config, job: u32, gpus: &[u32]) {
     use reconfig::mig_fit;
     // A notice of an earlier job with this id goes.
     if let Err(e) = mig_fit::write_notice(cfg, job, None) {

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use colloc_slurm_tests::{repo_root, run_suite_on, Cluster, ClusterSpec, Node, Test};
+use colloc_slurm_tests::{repo_root, run_suite_on, Cluster, ClusterSpec, Node, Profile, Test};
 use serde_json::Value;
 
 fn main() {
@@ -203,6 +203,7 @@ fn non_mig_jobs_on_mig_gpus(c: &Cluster) {
 fn held_nvml_named(c: &Cluster) {
     let n1 = c.node("n1");
     set_mig(&n1, 0, true);
+    set_mig(&n1, 1, false);
     let _cfg = Config::mode_change(c, "retry_s = 1");
     n1.fake_ctl(&[
         "fault",
@@ -218,12 +219,19 @@ fn held_nvml_named(c: &Cluster) {
     assert_eq!(end.state, "FAILED", "{end:?}");
     let err = c.job_err(id);
     assert!(err.contains("NVML is held"), "{err}");
-    // The production profile gathers job accounting (JobAcctGatherType=jobacct_gather/cgroup):
-    // named with its slurm.conf; elsewhere the setting to look for.
+    // The production profile gathers job accounting (JobAcctGatherType=jobacct_gather/cgroup
+    // with no DisableGPUAcct): named, with its slurm.conf; elsewhere the setting to look for.
     assert!(
         err.contains("JobAcctGatherParams=DisableGPUAcct"),
         "the setting is not named: {err}"
     );
+    if c.profile() == Profile::Production {
+        assert!(
+            err.contains("Slurm's GPU accounting in each job's slurmstepd")
+                && err.contains("slurm.conf has a JobAcctGatherType"),
+            "not read from slurm.conf: {err}"
+        );
+    }
     assert_whole(&n1, [true, false]);
     set_mig(&n1, 0, false);
 }
