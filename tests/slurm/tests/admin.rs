@@ -190,6 +190,7 @@ fn running_jobs(c: &Cluster) {
 }
 
 fn leftover(c: &Cluster) {
+    let _whole = c.whole_gpus();
     // A journal of a job Slurm does not know, as a crashed epilog would leave: made by
     // hand, which publishes the node's record as the prolog does.
     let job = "3999999";
@@ -315,6 +316,7 @@ fn job_submit_lua(c: &Cluster) {
 }
 
 fn no_colloc_toml(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let cfg = c.colloc_config();
     let kept = std::fs::read_to_string(&cfg).unwrap();
     let _back = Restore {
