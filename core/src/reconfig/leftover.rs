@@ -114,7 +114,7 @@ pub struct LeftoverFault {
     /// Its GPUs.
     pub gpus: Vec<u32>,
     /// What went wrong.
-    pub fault: NodeFault,
+    pub fault: Box<NodeFault>,
 }
 
 /// Finish the restores `leftovers` found, asking `alive` (Slurm, in the plugin) about each
@@ -154,7 +154,7 @@ pub fn finish(
                 return Err(LeftoverFault {
                     job: j.job,
                     gpus: j.gpu_indexes(),
-                    fault,
+                    fault: Box::new(fault),
                 })
             }
         }

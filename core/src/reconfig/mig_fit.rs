@@ -295,8 +295,10 @@ mod tests {
     #[test]
     fn a_non_mig_job_on_a_mig_gpu_switches_only_where_allowed_and_live() {
         let mps: Mode = "mps:4".parse().unwrap();
-        let mut cfg = Config::default();
-        cfg.allow_mig_mode_change = true;
+        let mut cfg = Config {
+            allow_mig_mode_change: true,
+            ..Config::default()
+        };
         assert_eq!(
             non_mig_job(&cfg, &gpu("NVIDIA H100 80GB HBM3", Some(true)), &mps),
             Ok(true)

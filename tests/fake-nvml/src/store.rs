@@ -208,7 +208,7 @@ fn wait_for_go() {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let stalled = Locked::open(&state_path())
             .and_then(|l| l.read())
-            .map_or(false, |(st, _)| st.stalled);
+            .is_ok_and(|(st, _)| st.stalled);
         if !stalled {
             return;
         }

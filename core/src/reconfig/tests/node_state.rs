@@ -130,3 +130,24 @@ fn an_interrupted_restore_of_an_ended_job_is_finished_before_its_gpu_is_used_aga
     assert_eq!((e.job, e.gpus.clone()), (91, vec![1]));
     assert!(e.to_string().contains("GPU(s) [1]"), "{e}");
 }
+
+#[test]
+fn what_holds_nvml_is_named_from_slurm_conf_and_running_programs() {
+    let (pairs, _) = crate::slurmconf::parse_pairs(
+        "JobAcctGatherType=jobacct_gather/cgroup\nAcctGatherEnergyType=acct_gather_energy/gpu\n",
+    );
+    let mut facts = SlurmFacts::from_pairs(&pairs);
+    facts.slurm_conf = "/etc/slurm/slurm.conf".into();
+    let named = crate::reconfig::create::nvml_holders(Some(&facts), &["nv-hostengine".into()]);
+    assert_eq!(named.len(), 3, "{named:?}");
+    assert!(named[0].contains("/etc/slurm/slurm.conf") && named[0].contains("DisableGPUAcct"));
+    assert!(named[1].contains("acct_gather_energy/gpu"));
+    assert!(named[2].starts_with("nv-hostengine"));
+    let (pairs, _) = crate::slurmconf::parse_pairs(
+        "JobAcctGatherType=jobacct_gather/cgroup\nJobAcctGatherParams=DisableGPUAcct\n",
+    );
+    assert!(
+        crate::reconfig::create::nvml_holders(Some(&SlurmFacts::from_pairs(&pairs)), &[])
+            .is_empty()
+    );
+}
