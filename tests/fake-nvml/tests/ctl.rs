@@ -305,7 +305,7 @@ fn cuda_sees_no_whole_gpu_in_mig_mode_only_its_instances() {
     // CUDA stops at the first entry that names no device.
     assert_eq!(
         seen(&format!("MIG-nonesuch,{mig}")),
-        (Some(1), String::new())
+        (Some(0), String::new())
     );
     // Unset: bad input.
     let out = ctl(&st)
