@@ -391,7 +391,7 @@ pub fn scontrol_update(
 
 /// Run `scontrol ARGS` (about `node`, for messages), killed after `timeout`; its
 /// standard output on success.
-fn run_scontrol(
+pub(crate) fn run_scontrol(
     program: &std::path::Path,
     node: &str,
     args: &[&str],

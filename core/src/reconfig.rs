@@ -30,6 +30,8 @@ use crate::rundir;
 mod apply;
 mod create;
 mod destroy;
+pub mod leftover;
+pub mod mig_fit;
 mod mps_setup;
 mod restore;
 #[cfg(test)]
@@ -135,9 +137,10 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// Run the post-hook; its failure is logged, never more (the GPUs are set or undone).
+/// End this job's part of the node-wide hook pause (the post-hook runs if it was the last);
+/// its failure is logged, never more (the GPUs are set or undone).
 fn run_post_hook(cfg: &Config, change: &hooks::Change, ok: bool) {
-    if let Err(e) = hooks::run(cfg, hooks::Phase::Post, change, ok) {
+    if let Err(e) = hooks::resume(cfg, change, ok) {
         log::warn!("job {}: {e}", change.job);
     }
 }

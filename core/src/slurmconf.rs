@@ -49,6 +49,12 @@ pub struct SlurmFacts {
     pub base_paths: Vec<PathBuf>,
     /// `SlurmdPidFile` as written (`%n`, `%h` not filled in); `None` for Slurm's default.
     pub slurmd_pid_file: Option<String>,
+    /// Slurm's GPU accounting may keep NVML open in each job's slurmstepd: a
+    /// `JobAcctGatherType` other than `jobacct_gather/none` without
+    /// `JobAcctGatherParams=DisableGPUAcct` (Slurm's gres documentation).
+    pub gpu_acct: bool,
+    /// `AcctGatherEnergyType=acct_gather_energy/gpu`: keeps NVML loaded in slurmd.
+    pub energy_gpu: bool,
 }
 
 /// Why the Slurm configuration could not be read.
@@ -116,6 +122,19 @@ impl SlurmFacts {
     /// The facts of `key=value` pairs (keys in any case), as [`parse_pairs`] gives them.
     pub fn from_pairs(pairs: &[(String, String)]) -> SlurmFacts {
         let mut facts = SlurmFacts::default();
+        let (mut gather, mut no_gpu_acct) = (false, false);
+        for (k, v) in pairs {
+            let lc = v.trim().to_ascii_lowercase();
+            match k.to_ascii_lowercase().as_str() {
+                "jobacctgathertype" => gather = !lc.is_empty() && lc != "jobacct_gather/none",
+                "jobacctgatherparams" => {
+                    no_gpu_acct = lc.split(',').any(|p| p.trim() == "disablegpuacct");
+                }
+                "acctgatherenergytype" => facts.energy_gpu = lc == "acct_gather_energy/gpu",
+                _ => {}
+            }
+        }
+        facts.gpu_acct = gather && !no_gpu_acct;
         for (k, v) in pairs {
             match k.to_ascii_lowercase().as_str() {
                 "prologflags" => {
@@ -397,6 +416,18 @@ mod tests {
             f.slurmd_pid_file("n1", "h"),
             PathBuf::from("/run/slurmd-n1-h.pid")
         );
+    }
+
+    #[test]
+    fn gpu_accounting_that_holds_nvml() {
+        let facts = |text: &str| SlurmFacts::from_pairs(&parse_pairs(text).0);
+        assert!(facts("JobAcctGatherType=jobacct_gather/cgroup\n").gpu_acct);
+        assert!(
+            !facts("JobAcctGatherType=jobacct_gather/cgroup\nJobAcctGatherParams=NoShared,DisableGPUAcct\n")
+                .gpu_acct
+        );
+        assert!(!facts("JobAcctGatherType=jobacct_gather/none\n").gpu_acct);
+        assert!(facts("AcctGatherEnergyType=acct_gather_energy/gpu\n").energy_gpu);
     }
 
     #[test]

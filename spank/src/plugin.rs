@@ -41,6 +41,7 @@ use colloc_core::slurmconf::SlurmFacts;
 
 mod args;
 mod slurmd;
+mod node_state;
 
 use args::test_panic;
 pub use args::{parse_args, usage, PluginArgs, TestPanic};
@@ -356,7 +357,12 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             .clone()
             .unwrap_or_else(|| cfg.default_mode.clone()),
     };
-    if mode == Mode::Off {
+    let gpus = job_gpus(
+        host.env("SLURM_JOB_GPUS").as_deref(),
+        host.env("CUDA_VISIBLE_DEVICES").as_deref(),
+    );
+    // Every job's (plain ones too): an interrupted epilog's leftovers on its GPUs first.
+    if node_state::before_job(host, &cfg, job, &mode, gpus.as_deref().unwrap_or_default())? {
         return Ok(());
     }
     if !cfg.enabled {
@@ -381,10 +387,7 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             );
             NOGROUP
         });
-    let gpus = job_gpus(
-        host.env("SLURM_JOB_GPUS").as_deref(),
-        host.env("CUDA_VISIBLE_DEVICES").as_deref(),
-    )?;
+    let gpus = gpus?;
     let spec = JobSpec {
         job,
         uid,
@@ -609,6 +612,10 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
     let journal = reconfig::job_state(&cfg, job).map_err(|e| refuse_task(job, &e.to_string()))?;
     let Some(j) = journal else {
         if mode == Mode::Off {
+            // A plain job on GPUs in MIG mode is told, on its stderr; it runs.
+            if let Some(n) = reconfig::mig_fit::read_notice(&cfg, job) {
+                eprintln!("{n}");
+            }
             return Ok(());
         }
         if !cfg.enabled {
@@ -663,6 +670,9 @@ pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         Err(e) => return Err(format!("node configuration: {e}")),
     };
     let job = job_id(host)?;
+    if let Err(e) = reconfig::mig_fit::write_notice(&cfg, job, None) {
+        log::debug!("job {job}: {e}");
+    }
     match reconfig::job_state(&cfg, job) {
         Ok(Some(_)) => {}
         Ok(None) => return Ok(()),

@@ -389,6 +389,7 @@ fn gpu_lines(
             if pending { " (change pending)" } else { "" },
             processes
         );
+        let fit = serves_line(cfg, gi, text);
         let (instances_json, error_json, devices_json) = match &view {
             InstanceView::Listed(list) => {
                 for i in list {
@@ -447,6 +448,7 @@ fn gpu_lines(
             "instances": instances_json,
             "processes": processes,
             "marked_by": marked_by,
+            "serves": fit.serves, "serves_note": fit.note,
         });
         if let Some(e) = error_json {
             v["instances_error"] = json!(e);
@@ -457,6 +459,22 @@ fn gpu_lines(
         gpus_json.push(v);
     }
     gpus_json
+}
+
+/// Which job kinds GPU `gi`'s MIG mode serves (issue 34), as a line of `text`.
+fn serves_line(
+    cfg: &Config,
+    gi: &colloc_core::gpu::GpuInfo,
+    text: &mut String,
+) -> colloc_core::reconfig::mig_fit::GpuFit {
+    let fit = colloc_core::reconfig::mig_fit::fit(cfg, gi);
+    let note = if fit.note.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", fit.note)
+    };
+    let _ = writeln!(text, "  serves: {}{note}", fit.serves.join(", "));
+    fit
 }
 
 /// One row of the cluster table: a job on one GPU of one node.

@@ -429,6 +429,8 @@ fn status_without_nvml_is_an_error_never_no_gpus() {
 #[test]
 fn status_names_each_journals_user_and_whether_slurm_still_runs_it() {
     let n = Node::new("A100-40GB");
+    // naive needs a whole GPU: with MIG on, CUDA sees none (and colloc refuses).
+    n.ctl(&["set-mig", "--gpu", "0", "off"]);
     let out = n.colloc(&["apply", "naive", "--gpu", "0", "--job", "71"]);
     assert!(out.status.success(), "{}", text(&out));
     // No Slurm here: said so, never taken for "not running".
@@ -1207,7 +1209,8 @@ fn check_config_fix_makes_lock_files_and_a_capped_run_dir() {
     );
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!err.contains("run_dir"), "{err}");
-    // Jobs work on it.
+    // Jobs work on it (naive on a whole GPU: MIG off).
+    n.ctl(&["set-mig", "--gpu", "0", "off"]);
     let out = n.colloc(&["apply", "naive", "--gpu", "0", "--job", "70"]);
     assert!(out.status.success(), "{}", text(&out));
     let out = n.colloc(&["restore", "--job", "70"]);

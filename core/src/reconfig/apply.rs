@@ -7,8 +7,8 @@ use std::time::Instant;
 use super::mps_setup::start_mps;
 use super::restore::{keep_marked, restore_job, restore_locked};
 use super::{
-    create, refuse, restore::restore, run_post_hook, Failure, JobSpec, NodeFault, Outcome, Refusal,
-    MARKED_RETRY_BUDGET, MIG_RESTORE_BUDGET,
+    create, mig_fit, refuse, restore::restore, run_post_hook, Failure, JobSpec, NodeFault, Outcome,
+    Refusal, MARKED_RETRY_BUDGET, MIG_RESTORE_BUDGET,
 };
 use crate::config::Config;
 use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, Instance};
@@ -374,6 +374,10 @@ fn preflight(
             planned: Vec::new(),
             created: Vec::new(),
         };
+        if migmps::layout(&spec.mode).is_none() {
+            // CUDA sees no whole GPU in MIG mode: MIG off for the job, or refused.
+            record.mig_mode_changed = non_mig_on_mig(cfg, g, &spec.mode, &existing)?;
+        }
         if let Some(req) = migmps::layout(&spec.mode) {
             let (plan, catalog) = plan_mig(cfg, ctl, g, req, &existing, &mut record)?;
             migmps::check(cfg, &spec.mode, &catalog, Some(&plan))
@@ -384,6 +388,29 @@ fn preflight(
         checked.records.push(record);
     }
     Ok(checked)
+}
+
+/// A `naive`/`mps` job on GPU `g`: whether colloc turns MIG off for it
+/// ([`mig_fit::non_mig_job`]); instances it does not own keep MIG on (refused).
+fn non_mig_on_mig(
+    cfg: &Config,
+    g: &GpuInfo,
+    mode: &Mode,
+    existing: &[Instance],
+) -> Result<bool, Stop> {
+    let off = mig_fit::non_mig_job(cfg, g, mode).map_err(|m| stop(m, false))?;
+    if off && !existing.is_empty() {
+        return Err(stop(
+            format!(
+                "GPU {} is in MIG mode with {} MIG instance(s) colloc does not own, so MIG \
+                 cannot be turned off for --colloc={mode}; use a mig mode, or ask the admin",
+                g.index,
+                existing.len()
+            ),
+            false,
+        ));
+    }
+    Ok(off)
 }
 
 /// No other job's journal claims GPU `g` (a restore that did not finish, a marked GPU).
@@ -547,7 +574,7 @@ fn execute(
 ) -> Result<(), Failure> {
     match &spec.mode {
         Mode::Mig(_) | Mode::MigMps { .. } => {
-            hooks::run(cfg, hooks::Phase::Pre, setup.hook_change, true)
+            hooks::pause(cfg, setup.hook_change)
                 .map_err(|e| Failure::Refuse(format!("{e}; nothing was changed, ask the admin")))
                 .and_then(|()| create::make_instances(cfg, ctl, j))
                 // MPS inside the instances: one daemon each, undone with them.
@@ -559,6 +586,7 @@ fn execute(
                 })
         }
         Mode::Mps { .. } => {
+            mig_fit::switch_off(cfg, ctl, j)?;
             let d = j
                 .gpus
                 .iter()
@@ -572,7 +600,8 @@ fn execute(
                 .collect();
             start_mps(cfg, j, setup.mps_start, d)
         }
-        Mode::Naive | Mode::Off => Ok(()),
+        Mode::Naive => mig_fit::switch_off(cfg, ctl, j),
+        Mode::Off => Ok(()),
     }?;
     j.env = match &spec.mode {
         Mode::MigMps { clients, .. } => {

@@ -33,11 +33,100 @@ pub(super) fn driver_refusal(cfg: &Config, gpu: u32, doing: &str, e: &GpuError) 
             devfiles::no_permission_hint(cfg)
         ));
     }
-    Failure::Refuse(format!(
-        "GPU {gpu}: {doing}: the driver answered {answer} ({e}); the GPU was left as it \
-         was; {}",
-        admin_hint(gpu)
+    Failure::Refuse(held_hint(
+        format!(
+            "GPU {gpu}: {doing}: the driver answered {answer} ({e}); the GPU was left as it \
+             was; {}",
+            admin_hint(gpu)
+        ),
+        e.is_in_use(),
     ))
+}
+
+/// `message`, where the driver answered IN_USE (`in_use`) with no process of the job's
+/// listed, followed by what on this node likely holds NVML open: Slurm's GPU accounting
+/// and GPU energy plugin (read from the node's slurm.conf) and DCGM processes (from
+/// /proc). Slurm's gres documentation: while slurmstepd keeps NVML open for GPU
+/// accounting, "any other process can not configure the GPU".
+pub(super) fn held_hint(message: String, in_use: bool) -> String {
+    if !in_use {
+        return message;
+    }
+    let facts = crate::slurmconf::SlurmFacts::of_node().ok().flatten();
+    let likely = nvml_holders(facts.as_ref(), &running_programs(HOLDER_PROGRAMS));
+    if likely.is_empty() {
+        return format!(
+            "{message}; NVML is held with no process listed: look for Slurm's GPU accounting \
+             (set JobAcctGatherParams=DisableGPUAcct), AcctGatherEnergyType=acct_gather_energy/gpu \
+             or DCGM"
+        );
+    }
+    format!(
+        "{message}; NVML is held with no process listed, likely by {}",
+        likely.join(", ")
+    )
+}
+
+/// Programs that keep NVML or MIG handles open.
+const HOLDER_PROGRAMS: &[&str] = &["nv-hostengine", "dcgm-exporter", "nvsm"];
+
+/// What of `facts` and `running` holds NVML, one phrase each with its fix.
+pub(super) fn nvml_holders(
+    facts: Option<&crate::slurmconf::SlurmFacts>,
+    running: &[String],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(f) = facts {
+        let conf = f.slurm_conf.display();
+        if f.gpu_acct {
+            out.push(format!(
+                "Slurm's GPU accounting in each job's slurmstepd ({conf} has a \
+                 JobAcctGatherType without JobAcctGatherParams=DisableGPUAcct: add it)"
+            ));
+        }
+        if f.energy_gpu {
+            out.push(format!(
+                "slurmd's GPU energy plugin ({conf}: AcctGatherEnergyType=acct_gather_energy/gpu; \
+                 use another or none on colloc's MIG nodes)"
+            ));
+        }
+    }
+    for p in running {
+        out.push(format!(
+            "{p}, which runs on this node (pause it with [mig] pre_hook/post_hook, see \
+             slurm-conf/examples/colloc-dcgm-hook)"
+        ));
+    }
+    out
+}
+
+/// Which of `names` run on this node (by `/proc/PID/comm`).
+fn running_programs(names: &[&str]) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in dir.flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) else {
+            continue;
+        };
+        let comm = comm.trim();
+        // comm is cut to 15 bytes: compare that much.
+        if let Some(n) = names.iter().find(|n| n.get(..15).unwrap_or(n) == comm) {
+            if !found.iter().any(|f| f == n) {
+                found.push((*n).to_string());
+            }
+        }
+    }
+    found
 }
 
 /// What the driver answered, as nvml.h names it.
@@ -74,7 +163,10 @@ pub(super) fn make_instances(
             )
             .map_err(|e| driver_refusal(cfg, index, "switching MIG mode on", &e))?;
             if !change.took_effect(true) {
-                return Err(Failure::Refuse(change.why_pending(index, true)));
+                return Err(Failure::Refuse(held_hint(
+                    change.why_pending(index, true),
+                    change.activation == retry::IN_USE,
+                )));
             }
         }
         for k in 0..j.gpus[gi].planned.len() {

@@ -45,7 +45,8 @@ pub(super) fn restore_mig(
             holders,
             // Plain jobs expected a whole GPU here: one left in MIG mode is broken for
             // them.
-            breaks_plain_jobs: g.mig_mode_changed,
+            // (One that was in MIG mode before and stays out of it serves them.)
+            breaks_plain_jobs: g.mig_mode_changed && !g.mig_before.is_some_and(|m| m.current),
         });
     }
     Ok(())

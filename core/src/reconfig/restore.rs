@@ -235,6 +235,13 @@ pub fn restore_all(cfg: &Config, ctl: Option<&dyn GpuControl>) -> Result<Restore
         }
     }
     total.leftovers = rundir::clear_leftovers(cfg, Instant::now() + rundir::CLEANUP_TIME);
+    // A pause of the hooks that no journal holds any more (its holder's journal was
+    // removed by hand) is resumed.
+    match hooks::settle(cfg) {
+        Ok(true) => log::info!("resumed what the [mig] hooks had paused"),
+        Ok(false) => {}
+        Err(e) => total.warnings.push(e),
+    }
     match first_err {
         Some(e) => Err(e),
         None => Ok(total),
@@ -279,7 +286,7 @@ pub(super) fn restore_locked(
     };
     if with_hooks {
         // The restore must try anyway: a failed pre-hook is a warning.
-        if let Err(e) = hooks::run(cfg, hooks::Phase::Pre, &change, true) {
+        if let Err(e) = hooks::pause(cfg, &change) {
             log::warn!("job {}: {e}", j.job);
         }
     }

@@ -62,6 +62,16 @@ impl MemGpus {
         }
         m
     }
+    /// These GPUs with MIG off (whole GPUs, as naive/mps jobs need them).
+    fn with_mig_off(self, gpus: &[usize]) -> MemGpus {
+        for &i in gpus {
+            self.gpus.borrow_mut()[i].mig = Some(MigMode {
+                current: false,
+                pending: false,
+            });
+        }
+        self
+    }
     fn count(&self, gpu: usize) -> usize {
         self.gpus.borrow()[gpu].instances.len()
     }
@@ -292,4 +302,5 @@ fn daemons_of(j: &Journal) -> Vec<crate::sys::PidHandle> {
 mod mig;
 mod mig_mps;
 mod mps_jobs;
+mod node_state;
 mod state;

@@ -124,6 +124,9 @@ pub struct State {
     /// Faults that have fired, oldest first.
     #[serde(default)]
     pub fired: Vec<Fired>,
+    /// A `stall` fault fired and is not yet let go (`fake-nvml-ctl go`): its caller waits.
+    #[serde(default)]
+    pub stalled: bool,
     /// Reboots so far (`fake-nvml-ctl reboot`).
     #[serde(default)]
     pub boots: u32,
@@ -344,12 +347,18 @@ pub enum FaultAction {
     Fail(Ret),
     /// Kill the calling process.
     Crash,
+    /// Block the calling process (state lock released) until `fake-nvml-ctl go`, then
+    /// answer as the driver would: a caller stuck in the driver, for tests that kill it
+    /// (or its parent) at a known step.
+    Stall,
 }
 
 /// Check a fault code as written in the state file or on the command line.
 pub fn parse_fault_code(s: &str) -> Option<FaultAction> {
     if s.trim().eq_ignore_ascii_case("crash") {
         Some(FaultAction::Crash)
+    } else if s.trim().eq_ignore_ascii_case("stall") {
+        Some(FaultAction::Stall)
     } else {
         code::parse(s)
             .filter(|c| *c != code::SUCCESS)
@@ -481,6 +490,7 @@ impl State {
             quirks: Quirks::default(),
             faults: BTreeMap::new(),
             fired: Vec::new(),
+            stalled: false,
             boots: 0,
             created_unix_ms: now_ms,
         })

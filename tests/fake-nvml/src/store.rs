@@ -149,21 +149,33 @@ pub fn nvml_call<T>(
     function: &str,
     op: impl FnOnce(&mut State) -> Result<T, Ret>,
 ) -> Result<T, Ret> {
+    let mut stall = false;
+    let mut op = Some(op);
     let result = (|| {
         let locked = Locked::open(&state_path())?;
         let (mut state, new) = locked.read()?;
         let (counted, fault) = state.count_call(function, std::process::id());
         if let Some(action) = fault {
+            if action == FaultAction::Stall {
+                state.stalled = true;
+            }
             locked.write(&state)?;
             return Ok(match action {
                 FaultAction::Crash => {
                     drop(locked);
                     sys::kill_self()
                 }
+                FaultAction::Stall => {
+                    stall = true;
+                    Err(code::UNKNOWN)
+                }
                 FaultAction::Fail(c) => Err(c),
             });
         }
         let before = state.clone();
+        let Some(op) = op.take() else {
+            return Ok(Err(code::UNKNOWN));
+        };
         let out = op(&mut state);
         // A refusal can change the driver too (a holder counting down, a GPU instance
         // busy one call less): keep what changed either way. Operations change nothing
@@ -173,11 +185,32 @@ pub fn nvml_call<T>(
         }
         Ok(out)
     })();
+    if let (true, Some(op)) = (stall, op) {
+        wait_for_go();
+        return nvml_call(function, op);
+    }
     match result {
         Ok(out) => out,
         Err(StoreError(msg)) => {
             eprintln!("fake-nvml: {function}: {msg}");
             Err(code::UNKNOWN)
+        }
+    }
+}
+
+/// The longest a `stall` fault holds its caller.
+const STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Wait (lock released) until the stall is let go, or [`STALL_LIMIT`].
+fn wait_for_go() {
+    let until = std::time::Instant::now() + STALL_LIMIT;
+    while std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let stalled = Locked::open(&state_path())
+            .and_then(|l| l.read())
+            .is_ok_and(|(st, _)| st.stalled);
+        if !stalled {
+            return;
         }
     }
 }

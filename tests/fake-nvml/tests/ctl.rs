@@ -266,3 +266,52 @@ fn holders_quirks_privilege_and_reboot() {
     assert!(!s.gpus[0].mig_current);
     assert_eq!(s.boots, 1);
 }
+
+#[test]
+fn cuda_sees_no_whole_gpu_in_mig_mode_only_its_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("state.json");
+    ctl(&st)
+        .args(["init", "--gpus", "A100-40GB,H200", "--mig", "off"])
+        .assert()
+        .success();
+    let s = json(&st);
+    let (a100, h200) = (s.gpus[0].uuid.clone(), s.gpus[1].uuid.clone());
+    let seen = |visible: &str| {
+        let out = ctl(&st)
+            .args(["cuda-devices", "--visible", visible])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        )
+    };
+    assert_eq!(seen("0,1"), (Some(0), format!("{a100}\n{h200}")));
+    ctl(&st)
+        .args(["set-mig", "--gpu", "0", "on"])
+        .assert()
+        .success();
+    // MIG on: the whole GPU is no CUDA device, by index or by UUID.
+    assert_eq!(seen("0"), (Some(0), String::new()));
+    assert_eq!(seen(&a100), (Some(0), String::new()));
+    assert_eq!(seen("1"), (Some(0), h200.clone()));
+    ctl(&st)
+        .args(["create-foreign", "--gpu", "0", "--profile", "7g.40gb"])
+        .assert()
+        .success();
+    let mig = json(&st).gpus[0].gis[0].cis[0].uuid.clone();
+    assert_eq!(seen(&mig), (Some(0), mig.clone()));
+    // CUDA stops at the first entry that names no device.
+    assert_eq!(
+        seen(&format!("MIG-nonesuch,{mig}")),
+        (Some(0), String::new())
+    );
+    // Unset: bad input.
+    let out = ctl(&st)
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .arg("cuda-devices")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -226,6 +226,32 @@ impl Cluster {
         self.first().gpu_layout()
     }
 
+    /// Every GPU of every node out of MIG mode (whole GPUs, as `naive`/`mps` jobs need
+    /// them: with MIG on, CUDA sees no whole GPU and colloc refuses those jobs where it may
+    /// not switch), until the guard is dropped, which puts MIG back on (the clusters start
+    /// with it on, as `mig` jobs on a node with `allow_mig_mode_change = false` need it).
+    ///
+    /// # Panics
+    /// When the fake driver refuses (a GPU with instances).
+    pub fn whole_gpus(&self) -> WholeGpus<'_> {
+        self.set_mig_everywhere(false);
+        WholeGpus(self)
+    }
+
+    fn set_mig_everywhere(&self, on: bool) {
+        for n in self.nodes() {
+            for g in 0..self.gpus() {
+                let out = n.fake_ctl(&[
+                    "set-mig",
+                    "--gpu",
+                    &g.to_string(),
+                    if on { "on" } else { "off" },
+                ]);
+                assert!(out.status.success(), "set-mig on {}", n.name());
+            }
+        }
+    }
+
     /// Put every node's fake GPUs back to a fresh state (between tests that leave things
     /// behind on purpose).
     ///
@@ -338,5 +364,17 @@ impl Drop for Cluster {
             );
             eprintln!("kept the cluster folder {}", kept.keep().display());
         }
+    }
+}
+
+/// MIG off on every GPU while it lives ([`Cluster::whole_gpus`]).
+pub struct WholeGpus<'a>(&'a Cluster);
+
+impl Drop for WholeGpus<'_> {
+    fn drop(&mut self) {
+        // A failed test may leave a GPU with instances: its own cleanup resets the GPUs.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.0.set_mig_everywhere(true);
+        }));
     }
 }

@@ -34,7 +34,7 @@ pub use artifacts::{
     artifact, build_spank_probe, colloc_bin, fake_ctl, fixture, plugin_path, repo_root,
     test_seams_plugin, visible_to_jobs, ARTIFACT_COPIES,
 };
-pub use cluster::Cluster;
+pub use cluster::{Cluster, WholeGpus};
 pub use jobs::{parse_kv, JobEnd, Step, HANG_GUARD};
 pub use node::{Node, NodeLoss};
 pub use processes::{pid_alive, pid_mount_ns, pids, pids_by_cmdline, processes_of_pipe_dir};

@@ -85,6 +85,8 @@ fn running_jobs(c: &Cluster) {
     let ready_a = c.jobs_dir().join("status-ready-a");
     let ready_b = c.jobs_dir().join("status-ready-b");
     let go = c.jobs_dir().join("status-go");
+    // A mig job on GPU 0 (in MIG mode), a naive one on GPU 1 (a whole GPU).
+    c.fake_ctl(&["set-mig", "--gpu", "1", "off"]);
     let a = c.submit(
         &[
             "--colloc=mig:3g",
@@ -187,9 +189,11 @@ fn running_jobs(c: &Cluster) {
         .unwrap()
         .starts_with("plugin/"));
     assert_idle_and_clean(c);
+    c.fake_ctl(&["set-mig", "--gpu", "1", "on"]);
 }
 
 fn leftover(c: &Cluster) {
+    let _whole = c.whole_gpus();
     // A journal of a job Slurm does not know, as a crashed epilog would leave: made by
     // hand, which publishes the node's record as the prolog does.
     let job = "3999999";
@@ -296,6 +300,7 @@ fn job_submit_lua(c: &Cluster) {
         text(&out.stderr)
     );
     // GPUs asked for in any of Slurm's ways, --colloc=off, or no --colloc: accepted.
+    let _whole = c.whole_gpus();
     for (args, id) in [
         &["--colloc=naive", "--gres=gpu:1"][..],
         &["--colloc=naive", "--gpus=1"],
@@ -315,6 +320,7 @@ fn job_submit_lua(c: &Cluster) {
 }
 
 fn no_colloc_toml(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let cfg = c.colloc_config();
     let kept = std::fs::read_to_string(&cfg).unwrap();
     let _back = Restore {

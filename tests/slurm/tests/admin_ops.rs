@@ -110,6 +110,7 @@ fn gated(ready: &Path, go: &Path) -> String {
 }
 
 fn admin_comment(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let admin = "rack 4, fan replaced";
     set_comment(c, admin);
     let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], "echo RAN");
@@ -139,6 +140,7 @@ fn admin_comment(c: &Cluster) {
 }
 
 fn broken_config(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let cfg = c.colloc_config();
     let restore = keep_config(c);
     let ready = c.jobs_dir().join("broken-ready");
@@ -224,6 +226,7 @@ fn broken_config(c: &Cluster) {
 }
 
 fn switch_off_and_on(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let cfg = c.colloc_config();
     let restore = keep_config(c);
     let ready = c.jobs_dir().join("off-ready");

@@ -242,6 +242,7 @@ fn three_nodes_mig(c: &Cluster) {
 /// `--colloc=mps:2` on three nodes: each node runs one MPS daemon per GPU of its own, in
 /// its own run folder; all are gone after the job.
 fn three_nodes_mps(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let (script, ready, go) = hold(
         c,
         "mps3",
@@ -310,6 +311,7 @@ fn three_nodes_mps(c: &Cluster) {
 /// which starts them inside the job container (issue 17); they are then also in the
 /// job's cgroups.
 fn mps_daemon_shares_the_jobs_namespace(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let (script, ready, go) = hold(
         c,
         "ns",
@@ -412,6 +414,7 @@ fn mps_daemon_shares_the_jobs_namespace(c: &Cluster) {
 /// own GPU's device file, not the other job's, and a character device that is no GRES file
 /// (as the MIG capability files /dev/nvidia-caps/* are) stays reachable.
 fn devices_and_gpu_numbering(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let node = c.node("n1");
     // A character device that no driver serves and gres.conf does not list: open gives
     // ENXIO where the devices cgroup allows it, EPERM where it denies it.

@@ -152,6 +152,7 @@ fn two_gres2_jobs(c: &Cluster) {
 }
 
 fn gres4_mps(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let ready = c.jobs_dir().join("mps4-ready");
     let go = c.jobs_dir().join("mps4-go");
     let id = c.submit(

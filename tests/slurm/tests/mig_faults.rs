@@ -234,8 +234,11 @@ fn no_permission(c: &Cluster) {
     let before = c.gpu_layout();
     let id = c.submit(&["--colloc=mig:1g", "--gres=gpu:1"], "echo RAN");
     let end = c.wait_done(id);
+    // naive needs a whole GPU (MIG off).
+    let whole = c.whole_gpus();
     let naive = c.submit(&["--colloc=naive", "--gres=gpu:1"], "echo RAN");
     let naive_end = c.wait_done(naive);
+    drop(whole);
     let check = c.colloc(&["check-config"]);
     let status = c.colloc(&["status"]);
     c.fake_ctl(&["unprivileged", "off"]);

@@ -357,6 +357,7 @@ fn mig_sweep_over_three_nodes(c: &Cluster) {
 }
 
 fn mps_sweep_over_three_nodes(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let dir = c.jobs_dir().join("mps-sweep");
     sweep(&dir, 24, 1.5, None);
     let (script, ready, go) = job(c, &dir, "");

@@ -208,6 +208,7 @@ fn mig_3g_job(c: &Cluster) {
 }
 
 fn mps_job(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let ready = c.jobs_dir().join("mps-ready");
     let go = c.jobs_dir().join("mps-go");
     let script = format!(
@@ -278,6 +279,7 @@ fn mps_job(c: &Cluster) {
 }
 
 fn naive_job(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], SHOW_ENV);
     let end = c.wait_done(id);
     assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
@@ -325,6 +327,7 @@ impl Drop for RestoreFile {
 /// with no core dump of sbatch or slurmstepd. The plugin under test (the packaged one in
 /// CI) refuses the argument.
 fn plugin_panic_contained(c: &Cluster) {
+    let _whole = c.whole_gpus();
     use std::os::unix::process::ExitStatusExt;
     let etc = c.dir().join("etc");
     let plugstack = etc.join("plugstack.conf");

@@ -178,6 +178,7 @@ fn open_in_devices_cgroup(devices: &str, dev: &Path) -> String {
 /// simple profile the daemon runs in slurmd's namespace, where the tasks are too, and the
 /// epilog stops it after the cancel.
 fn daemons_where_tasks_run(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let production = c.profile() == Profile::Production;
     let ready = c.jobs_dir().join("where-ready");
     let script = format!(
@@ -292,6 +293,7 @@ fn daemons_where_tasks_run(c: &Cluster) {
 /// service. colloc.toml itself under /tmp: the task says it is hidden, not missing. Under
 /// the simple profile (no job container) both work.
 fn private_paths(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let production = c.profile() == Profile::Production;
     let cfg = c.colloc_config();
     let _back = Restore::keep(&cfg);
@@ -373,6 +375,7 @@ fn private_paths(c: &Cluster) {
 /// (mode 0700): check-config says so (exit 2) and an MPS job is refused with the reason on
 /// its stderr, the node stays in service and nothing is made there.
 fn unreachable_run_dir(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let cfg = c.colloc_config();
     let _back = Restore::keep(&cfg);
     let closed = c.dir().join("closed");
@@ -421,6 +424,7 @@ fn unreachable_run_dir(c: &Cluster) {
 /// task is refused with a message naming the setting, the node stays in service, nothing
 /// is left. Under the simple profile the job runs.
 fn unreadable_slurm_conf(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let conf = c.dir().join("etc/slurm.conf");
     let _back = Restore::keep(&conf);
     std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o666)).unwrap();
@@ -457,6 +461,7 @@ fn unreadable_slurm_conf(c: &Cluster) {
 /// one in the prolog. Either way the job fails with the program's own words on its stderr,
 /// the node stays in service, no daemon runs and the epilog leaves nothing.
 fn failed_start(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let cfg = c.colloc_config();
     let _back = Restore::keep(&cfg);
     let prog = c.dir().join("failing-mps-control");
@@ -505,6 +510,7 @@ fn failed_start(c: &Cluster) {
 /// nothing is left. (Slurm 22.05 gives a job re-allocated within about a second of its
 /// epilog no prolog and no extern step; the test lets 2 s pass first.)
 fn requeued(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let production = c.profile() == Profile::Production;
     let ready = c.jobs_dir().join("requeue-ready");
     let script = format!(
@@ -600,6 +606,7 @@ fn pids_named(prefix: &str) -> Vec<u32> {
 /// test checks only the end): the job still ends, the epilog stops the daemon the
 /// extern step started and removes its files, and the node stays in service.
 fn killed_extern_step(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let ready = c.jobs_dir().join("killed-ready");
     let go = c.jobs_dir().join("killed-go");
     let script = format!(
@@ -727,6 +734,7 @@ fn killed_extern_step(c: &Cluster) {
 /// other flags: two MPS jobs on the node's two GPUs run side by side, each with its own
 /// daemon where its tasks are, and both end clean.
 fn serial(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let flags = std::fs::read_to_string(c.dir().join("etc/slurm.conf"))
         .unwrap()
         .lines()

@@ -347,7 +347,7 @@ fn naive_and_mps_environments() {
         mps_control: prog.display().to_string(),
         ..cfg(tmp.path())
     };
-    let g = MemGpus::a100s(2);
+    let g = MemGpus::a100s(2).with_mig_off(&[0, 1]);
     let env = env_of(&prolog(&c, &g, &spec(20, &[0, 1], "naive")).unwrap());
     assert_eq!(env["COLLOC_DEVICES"], "GPU-00000000,GPU-00000001");
     assert!(!env.contains_key("COLLOC_SLOTS"));

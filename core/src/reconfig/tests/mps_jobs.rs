@@ -24,7 +24,7 @@ fn the_user_owns_only_the_leaves_of_the_mps_tree() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let tmp = tempfile::tempdir().unwrap();
     let c = quiet_control(tmp.path());
-    let g = MemGpus::a100s(2);
+    let g = MemGpus::a100s(2).with_mig_off(&[0, 1]);
     let s = user_spec(40, &[0, 1], "mps");
     env_of(&prolog(&c, &g, &s).unwrap());
     let me = crate::sys::euid();
@@ -52,7 +52,7 @@ fn a_link_swapped_in_before_the_restore_is_not_followed() {
     let tmp = tempfile::tempdir().unwrap();
     let c = quiet_control(tmp.path());
     let v = victim(tmp.path());
-    let g = MemGpus::a100s(1);
+    let g = MemGpus::a100s(1).with_mig_off(&[0]);
     env_of(&prolog(&c, &g, &user_spec(41, &[0], "mps")).unwrap());
     let gpu0 = tmp.path().join("run/job-41/gpu0");
     std::fs::rename(&gpu0, tmp.path().join("run/job-41/gpu0.old")).unwrap();
@@ -68,7 +68,7 @@ fn a_job_dir_of_the_old_layout_owned_by_the_user_is_removed_as_the_user() {
     let tmp = tempfile::tempdir().unwrap();
     let c = quiet_control(tmp.path());
     let v = victim(tmp.path());
-    let g = MemGpus::a100s(1);
+    let g = MemGpus::a100s(1).with_mig_off(&[0]);
     let s = user_spec(42, &[0], "mps");
     env_of(&prolog(&c, &g, &s).unwrap());
     // An earlier colloc gave the user job-N and gpuK as well.
@@ -92,7 +92,7 @@ fn an_mps_failure_refuses_the_job_and_leaves_nothing() {
         mps_control: prog.display().to_string(),
         ..cfg(tmp.path())
     };
-    let g = MemGpus::a100s(1);
+    let g = MemGpus::a100s(1).with_mig_off(&[0]);
     let out = prolog(&c, &g, &user_spec(43, &[0], "mps")).unwrap();
     let r = refusal(&out);
     assert!(!r.bad_request);
@@ -127,7 +127,7 @@ fn a_run_dir_others_can_write_refuses_the_job_not_the_node() {
         std::os::unix::fs::PermissionsExt::from_mode(0o1777),
     )
     .unwrap();
-    let g = MemGpus::a100s(1);
+    let g = MemGpus::a100s(1).with_mig_off(&[0]);
     let out = prolog(&c, &g, &user_spec(45, &[0], "mps")).unwrap();
     let r = refusal(&out);
     assert!(
@@ -211,7 +211,7 @@ fn restore_all_goes_by_file_and_moves_unusable_journals_aside() {
 fn under_contain_the_extern_step_starts_the_daemons_where_it_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let c = fake_mps(tmp.path());
-    let g = MemGpus::a100s(2);
+    let g = MemGpus::a100s(2).with_mig_off(&[0, 1]);
     let out = prolog_with(&c, &g, &user_spec(50, &[0, 1], "mps"), MpsStart::ExternStep).unwrap();
     let env = env_of(&out);
     let pipe = std::path::PathBuf::from(&env["CUDA_MPS_PIPE_DIRECTORY"]);
@@ -295,7 +295,7 @@ fn a_failed_start_in_the_extern_step_refuses_the_job_never_the_node() {
         mps_control: prog.display().to_string(),
         ..cfg(tmp.path())
     };
-    let g = MemGpus::a100s(1);
+    let g = MemGpus::a100s(1).with_mig_off(&[0]);
     env_of(&prolog_with(&c, &g, &user_spec(52, &[0], "mps"), MpsStart::ExternStep).unwrap());
     let ExternStart::Refused(why) = start_mps_in_extern_step(&c, 52, SlurmFacts::default).unwrap()
     else {
@@ -341,7 +341,7 @@ fn the_epilog_stops_daemons_an_extern_step_started_but_never_recorded() {
     // The extern step killed after the daemons started, before it wrote the journal.
     let tmp = tempfile::tempdir().unwrap();
     let c = fake_mps(tmp.path());
-    let g = MemGpus::a100s(1);
+    let g = MemGpus::a100s(1).with_mig_off(&[0]);
     env_of(&prolog_with(&c, &g, &user_spec(54, &[0], "mps"), MpsStart::ExternStep).unwrap());
     let j = journal::load(&c, 54).unwrap().unwrap();
     let prog = PathBuf::from(&c.mps_control);

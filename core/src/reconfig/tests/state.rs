@@ -57,7 +57,7 @@ fn a_full_state_dir_does_not_stop_the_undo_and_refuses_later_jobs_not_the_node()
     let Some(fs) = SmallFs::mount(&c.state_dir, 64) else {
         return;
     };
-    let g = MemGpus::a100s(3);
+    let g = MemGpus::a100s(3).with_mig_off(&[1]);
     env_of(&prolog(&c, &g, &spec(50, &[0], "mig:3g")).unwrap());
     env_of(&prolog(&c, &g, &user_spec(51, &[1], "mps")).unwrap());
     assert_eq!(g.count(0), 2);
@@ -119,7 +119,7 @@ fn every_prolog_retries_the_leftovers() {
     ] {
         std::os::unix::fs::chown(&p, Some(s.uid), Some(s.gid)).unwrap();
     }
-    let g = MemGpus::a100s(1);
+    let g = MemGpus::a100s(1).with_mig_off(&[0]);
     env_of(&prolog(&c, &g, &s).unwrap());
     assert!(!c.run_dir.join(".leftovers").exists());
     restore(&c, None, 60).unwrap();

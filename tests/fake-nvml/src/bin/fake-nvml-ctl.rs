@@ -81,6 +81,8 @@ enum Cmd {
     },
     /// Remove every fault not yet fired.
     ClearFaults,
+    /// Let a call held by a `stall` fault go on.
+    Go,
     /// Ask for MIG mode on or off, as nvmlDeviceSetMigMode does; prints the activation
     /// status (Hopper: at once; A100: at once when idle, else pending).
     SetMig {
@@ -97,6 +99,16 @@ enum Cmd {
     /// Reboot the node: no instances, processes or holders; Hopper comes up with MIG off,
     /// an A100 in its pending mode.
     Reboot,
+    /// A stand-in CUDA probe: the devices a CUDA program given this
+    /// `CUDA_VISIBLE_DEVICES` would find, one `GPU-…`/`MIG-…` UUID a line. With MIG
+    /// enabled CUDA sees only MIG devices: a GPU in MIG mode given by index or `GPU-…`
+    /// UUID yields none. As CUDA does, the list stops at the first entry that names no
+    /// device. Prints nothing when it finds none.
+    CudaDevices {
+        /// The value (default: $CUDA_VISIBLE_DEVICES; unset is refused, exit 2).
+        #[arg(long)]
+        visible: Option<String>,
+    },
     /// Hold a GPU instance (or the whole GPU) as DCGM, dcgm-exporter or a leaked NVML
     /// handle would: no process is listed, yet destroys (and resets) answer IN_USE.
     Hold {
@@ -232,6 +244,11 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             profile,
             start,
         } => create_foreign(path, gpu, &profile, start),
+        Cmd::Go => ctl_change(path, |st| {
+            st.stalled = false;
+            Ok(String::new())
+        })
+        .map_err(refused),
         Cmd::ClearFaults => ctl_change(path, |st| {
             st.faults.clear();
             Ok(String::new())
@@ -250,6 +267,7 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
                 .map_err(|c| nvml_refusal("resetting the GPU", c))
         })
         .map_err(refused),
+        Cmd::CudaDevices { visible } => cuda_devices(path, visible),
         Cmd::Reboot => ctl_change(path, |st| {
             st.reboot();
             Ok(String::new())
@@ -312,6 +330,51 @@ fn show_state(path: &std::path::Path, json: bool) -> Result<String, (String, u8)
     } else {
         Ok(show(&state))
     }
+}
+
+/// `cuda-devices`: what CUDA would enumerate for `visible`.
+fn cuda_devices(path: &std::path::Path, visible: Option<String>) -> Result<String, (String, u8)> {
+    let Some(visible) = visible.or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok()) else {
+        return Err((
+            "CUDA_VISIBLE_DEVICES is unset: give --visible LIST (indexes, GPU-… or MIG-… UUIDs)"
+                .into(),
+            2,
+        ));
+    };
+    let locked = Locked::open(path).map_err(|e| refused(e.0))?;
+    let (state, _) = locked.read().map_err(|e| refused(e.0))?;
+    Ok(cuda_visible(&state, &visible).join("\n"))
+}
+
+/// The CUDA devices of `visible` on `state` (see `cuda-devices`).
+fn cuda_visible(state: &State, visible: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in visible.split(',').map(str::trim) {
+        let gpu = entry
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| state.gpus.get(i))
+            .or_else(|| state.gpus.iter().find(|g| g.uuid == entry));
+        if let Some(g) = gpu {
+            // A whole GPU in MIG mode is no CUDA device.
+            if !g.mig_current {
+                out.push(g.uuid.clone());
+            }
+            continue;
+        }
+        let mig = state
+            .gpus
+            .iter()
+            .filter(|g| g.mig_current)
+            .flat_map(|g| g.gis.iter().flat_map(|gi| gi.cis.iter()))
+            .find(|ci| ci.uuid == entry);
+        match mig {
+            Some(ci) => out.push(ci.uuid.clone()),
+            // CUDA ignores the entries after one that names no device.
+            None => break,
+        }
+    }
+    out
 }
 
 /// `attach`: a fake process on a GPU or GPU instance, with its MPS role if any.

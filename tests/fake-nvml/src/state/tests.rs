@@ -398,6 +398,7 @@ fn faults_fire_once_on_the_nth_call() {
     assert_eq!(s.count_call("nvmlX", 1), (false, None));
     assert_eq!(s.fired.len(), 1);
     assert_eq!(parse_fault_code("crash"), Some(FaultAction::Crash));
+    assert_eq!(parse_fault_code("stall"), Some(FaultAction::Stall));
     assert_eq!(parse_fault_code("IN_USE"), Some(FaultAction::Fail(19)));
     assert_eq!(parse_fault_code("NVML_SUCCESS"), None);
     assert_eq!(parse_fault_code("bogus"), None);
