@@ -40,8 +40,8 @@ use colloc_core::reconfig::{self, ExternStart, JobSpec, Outcome};
 use colloc_core::slurmconf::SlurmFacts;
 
 mod args;
-mod slurmd;
 mod node_state;
+mod slurmd;
 
 use args::test_panic;
 pub use args::{parse_args, usage, PluginArgs, TestPanic};

@@ -234,13 +234,23 @@ impl Cluster {
     /// # Panics
     /// When the fake driver refuses (a GPU with instances).
     pub fn whole_gpus(&self) -> WholeGpus<'_> {
-        self.set_mig_everywhere(false);
-        WholeGpus(self)
+        self.whole_gpus_but(&[])
     }
 
-    fn set_mig_everywhere(&self, on: bool) {
+    /// As [`Cluster::whole_gpus`], but the GPUs of `keep` (indexes on every node) stay in
+    /// MIG mode: for a test that runs a `mig` job beside `naive`/`mps` ones (Slurm gives
+    /// the first job the lowest free GPU).
+    ///
+    /// # Panics
+    /// When the fake driver refuses (a GPU with instances).
+    pub fn whole_gpus_but(&self, keep: &[u32]) -> WholeGpus<'_> {
+        self.set_mig_everywhere(false, keep);
+        WholeGpus(self, keep.to_vec())
+    }
+
+    fn set_mig_everywhere(&self, on: bool, keep: &[u32]) {
         for n in self.nodes() {
-            for g in 0..self.gpus() {
+            for g in (0..self.gpus()).filter(|g| !keep.contains(g)) {
                 let out = n.fake_ctl(&[
                     "set-mig",
                     "--gpu",
@@ -368,13 +378,13 @@ impl Drop for Cluster {
 }
 
 /// MIG off on every GPU while it lives ([`Cluster::whole_gpus`]).
-pub struct WholeGpus<'a>(&'a Cluster);
+pub struct WholeGpus<'a>(&'a Cluster, Vec<u32>);
 
 impl Drop for WholeGpus<'_> {
     fn drop(&mut self) {
         // A failed test may leave a GPU with instances: its own cleanup resets the GPUs.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.0.set_mig_everywhere(true);
+            self.0.set_mig_everywhere(true, &self.1);
         }));
     }
 }

@@ -32,6 +32,7 @@ fn assert_clean(c: &Cluster) {
 /// Component 0 asks for `mps` on one GPU, component 1 for `mps:2` on another; the batch
 /// script (component 0) and a step of component 1 each say what they got.
 fn het_components(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let id = c.submit(
         &[
             "--colloc=mps",
@@ -61,6 +62,7 @@ fn het_components(c: &Cluster) {
 
 /// `--array=0-2`, each task `mps` on one GPU: each runs with a daemon of its own.
 fn array_tasks(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let id = c.submit(
         &["--array=0-2", "--colloc=mps", "--gres=gpu:1"],
         "echo MODE=$COLLOC_MODE\necho PIPES=$COLLOC_MPS_PIPES\nsleep 1\n",

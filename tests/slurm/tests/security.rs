@@ -381,6 +381,7 @@ fn check_swap_job(c: &Cluster, id: u32) -> u32 {
 
 /// Finding 1, through a job: the swap before the epilog.
 fn swap_via_job(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let victim = Victim::new(c, "swap-job");
     let before = c.gpu_layout();
     let user = as_user(ATTACKER);
@@ -405,6 +406,7 @@ fn swap_via_job(c: &Cluster) {
 
 /// Finding 1, through `colloc restore --job N` while the job still runs.
 fn swap_via_restore(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let victim = Victim::new(c, "swap-restore");
     let before = c.gpu_layout();
     let ready = c.jobs_dir().join("swap-restore-ready");
@@ -438,6 +440,7 @@ fn swap_via_restore(c: &Cluster) {
 /// On the old layout it won on the first two-GPU job (the second GPU's directory is made
 /// long after the job's directory became the user's).
 fn spinner(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let victim = Victim::new(c, "spinner");
     let before = c.gpu_layout();
     let (uid, gid) = ensure_user(ATTACKER);
@@ -508,6 +511,7 @@ fn spinner(c: &Cluster) {
 /// `job_dir_inodes` (4,096) allows, and the epilog detaches it whole, nothing moved aside.
 /// (A deep `.leftovers` tree, from before: `fs::tests`.)
 fn deep_tree(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let before = c.gpu_layout();
     let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=256m,mode=0755");
     let user = as_user(ATTACKER);
@@ -530,6 +534,8 @@ fn deep_tree(c: &Cluster) {
 /// node stays in service; the next job's prolog cannot write its journal and refuses it
 /// (its tasks fail with why), not the node; once there is room, jobs run again.
 fn full_state_dir(c: &Cluster) {
+    // GPU 0 keeps MIG on for the mig job (Slurm gives it the lowest free GPU).
+    let _whole = c.whole_gpus_but(&[0]);
     let before = c.gpu_layout();
     let state = c.dir().join("state");
     let _fs = NodeMount::tmpfs(c, &state, "size=4m,nr_inodes=64,mode=0755");
@@ -626,6 +632,7 @@ touch {filled}
 /// without proctrack/cgroup). The epilog kills it (a process of the job's user holding
 /// the directory) and removes the tree; nothing is moved aside for it to fill.
 fn setsid_writer(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let before = c.gpu_layout();
     let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=64m,nr_inodes=100000,mode=0755");
     let user = as_user(ATTACKER);
@@ -649,6 +656,7 @@ sleep 1
 /// `job_dir_inodes`), inside a run_dir of 48 inodes that the attacker filled before each
 /// job had one; another user's MPS job runs beside it.
 fn full_run_dir(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let before = c.gpu_layout();
     let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=256k,nr_inodes=48,mode=0755");
     let ready = c.jobs_dir().join("full-ready");
@@ -698,6 +706,7 @@ while [ ! -e {go} ]; do sleep 0.1; done
 /// there any more): the job is refused with the figures, on its stderr and in slurmd's
 /// log, and the node stays in service.
 fn no_room_in_run_dir(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let before = c.gpu_layout();
     {
         // 1 inode for the mount's root, 1 free: less than a job's directory needs.
@@ -756,6 +765,7 @@ fn no_room_in_run_dir(c: &Cluster) {
 /// Finding 5: the job stops (SIGSTOP) its daemons on four GPUs; the epilog still ends
 /// within one budget, and no daemon is left.
 fn stopped_daemons(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let before = c.gpu_layout();
     let stopped = c.jobs_dir().join("stopped");
     let go = c.jobs_dir().join("stopped-go");
@@ -817,6 +827,7 @@ impl Drop for StateDirBack<'_> {
 /// journal the attacker forges there for another user's next job (LD_LIBRARY_PATH in its
 /// tasks, a victim as its job directory) reaches nothing, and does not drain the node.
 fn open_state_dir(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let victim = Victim::new(c, "state");
     let before = c.gpu_layout();
     let (auid, agid) = ensure_user(ATTACKER);
@@ -882,6 +893,7 @@ fn open_state_dir(c: &Cluster) {
 /// Finding 7: journals that cannot be used are named, moved aside by `restore --all` (exit
 /// 1, pointing at `colloc status`), never renamed by `restore --job`; then the node works.
 fn bad_journals(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let victim = Victim::new(c, "journals");
     let before = c.gpu_layout();
     let jobs = c.journal_dir();
@@ -1765,6 +1777,7 @@ while [ ! -e {go} ]; do sleep 0.1; done
 /// under Contain (production), the epilog runs no control program at all (it kills what
 /// Slurm left of the daemons); elsewhere what the taken-over `quit` starts ends with it.
 fn quit_taken_over(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let contain = c.profile() == colloc_slurm_tests::Profile::Production;
     let before = c.gpu_layout();
     let account = profile_account(c, "tracer");

@@ -203,6 +203,7 @@ fn end_holder(mut holder: Child, pid: u32) {
 /// mount). It is found by the device of its working directory and of its namespace's
 /// mount, and killed; the job's tmpfs goes.
 pub fn bind_mounted_writer(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let before = c.gpu_layout();
     let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=1m,nr_inodes=64,mode=0755");
     let free = run_dir_free_inodes(c);
@@ -223,6 +224,7 @@ pub fn bind_mounted_writer(c: &Cluster) {
 /// device of its open descriptors (and its namespace's mount), killed; run_dir never gave
 /// an inode.
 pub fn unlinked_open_files(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let before = c.gpu_layout();
     let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=1m,nr_inodes=64,mode=0755");
     let free = run_dir_free_inodes(c);
@@ -244,6 +246,7 @@ pub fn unlinked_open_files(c: &Cluster) {
 /// (SECURITY.md, Known limits), but what it keeps is its own detached tmpfs: run_dir has
 /// all its inodes and the next job runs.
 pub fn descriptors_in_flight(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let before = c.gpu_layout();
     let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=1m,nr_inodes=64,mode=0755");
     let free = run_dir_free_inodes(c);
