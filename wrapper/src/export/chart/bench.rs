@@ -20,13 +20,26 @@ pub struct BenchPoint {
     pub hi: f64,
 }
 
+/// The configuration the recommendation names, as `bench.png` marks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchMark {
+    /// Its copies.
+    pub n: f64,
+    /// Its mean aggregate.
+    pub mean: f64,
+    /// What the mark says (`run 7 copies under mps`).
+    pub label: String,
+}
+
 /// `bench.png`: aggregate throughput against copies at once, one line per mode with
 /// each point's interval as an error bar; solo dashed with its interval shaded, the
-/// reference command dotted.
+/// reference command dotted; the recommended configuration ringed and labelled.
+#[allow(clippy::too_many_arguments)]
 pub fn bench(
     lines: &[(String, Vec<BenchPoint>)],
     solo: Option<BenchPoint>,
     reference: Option<f64>,
+    marked: Option<&BenchMark>,
     max_n: usize,
     title: &str,
     unit: &str,
@@ -37,6 +50,7 @@ pub fn bench(
         lines,
         solo,
         reference,
+        marked,
         max_n,
         title,
         unit,
@@ -51,6 +65,7 @@ fn bench_into(
     lines: &[(String, Vec<BenchPoint>)],
     solo: Option<BenchPoint>,
     reference: Option<f64>,
+    marked: Option<&BenchMark>,
     max_n: usize,
     title: &str,
     unit: &str,
@@ -153,6 +168,31 @@ fn bench_into(
             }
         }
         entries.push((mode.clone(), color, false));
+    }
+    if let Some(m) = marked {
+        let black = RGBColor(0, 0, 0);
+        chart
+            .draw_series(std::iter::once(Circle::new(
+                (m.n, m.mean),
+                12,
+                black.stroke_width(3),
+            )))
+            .map_err(|x| e(&x))?;
+        // Above the point, or below it where the top of the plot is near.
+        let y = if m.mean > 0.8 * top {
+            m.mean - 0.08 * top
+        } else {
+            m.mean + 0.05 * top
+        };
+        let x = (m.n - 0.3).max(0.6);
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("recommended: {}", m.label),
+                (x, y),
+                font(14),
+            )))
+            .map_err(|x| e(&x))?;
+        entries.push(("recommended (ringed)".to_string(), black, false));
     }
     legend(&side, "mode", &entries)?;
     root.present().map_err(|x| e(&x))?;
