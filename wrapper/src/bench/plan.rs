@@ -1,22 +1,23 @@
 //! What `colloc bench` measures, in which order, and what fits its time budget. No I/O
 //! here: every rule is unit-tested.
 //!
-//! - **Counts.** `--counts auto` grows the number of copies along [`AUTO_STEPS`] (2, 4,
-//!   7, 10, 14, …, then the mode's limit) while each step raises the aggregate by more
-//!   than the noise and by at least [`MIN_RISE`] ([`step_rises`]); one copy is the
-//!   solo run. MIG takes the counts of the GPU's largest equal layouts instead.
-//! - **Order.** Round 1 finds the configurations; rounds 2 to R measure the same ones
-//!   again, every other round in reverse, so a drift that runs through the benchmark
-//!   falls on every configuration alike ([`in_round_order`]). The solo run opens every
-//!   round and closes the benchmark.
-//! - **Budget.** With `--budget`, a configuration is started only when it and its
-//!   repeats still fit, with the closing solo run and the repeats already owed kept in
-//!   reserve ([`Budget`]). Costs are estimated from what was measured so far. A
-//!   repeat round that no longer fits in whole (a configuration ran longer than its
-//!   estimate) is run in part, each measurement started only if it fits, and is the
-//!   last. Under MPS, once a count was measured, the search keeps room for `mps:N`
-//!   at the chosen N ([`kept_for_limit`]); wide cells are measured again with what is
-//!   left after the rounds ([`super::answer`]).
+//! - **Counts.** `--counts auto` walks [`AUTO_STEPS`] (2, 4, 7, 10, 14, …, then the
+//!   mode's limit, or what the GPU's memory holds over the solo run's peak), starting
+//!   where the solo run puts the answer ([`auto_plan`]: a workload keeping a seventh of
+//!   the SMs busy starts at 7); up while each step raises the aggregate by more than the
+//!   noise and by at least [`MIN_RISE`] ([`step_rises`]), then down while fewer copies
+//!   stay as good. One copy is the solo run. MIG takes the counts of the GPU's largest
+//!   equal layouts instead.
+//! - **Order.** The search measures each count once; rounds 2 to R then measure again
+//!   what could still change the answer ([`super::answer::could_matter`]), every other
+//!   round in reverse, so a drift that runs through the benchmark falls on every
+//!   configuration alike ([`in_round_order`]); under MPS `mps:N` at the chosen N
+//!   follows. The solo run opens the search and closes the benchmark.
+//! - **Budget.** With `--budget`, a count is tried only when one measurement of it fits
+//!   with the closing solo run kept (and, under MPS, one `mps:N`: [`kept_for_limit`]);
+//!   repeats get what is left, each started only if it fits. Costs are estimated from
+//!   what was measured so far, start-up included ([`Budget`]). Wide cells are measured
+//!   again with what is left after that ([`super::answer`]).
 
 use super::stats::{Obs, COVERAGE};
 
@@ -246,7 +247,8 @@ impl Budget {
 /// Seconds kept for `mps:N` (its measurement `key`, `n` copies, `repeat` times) while
 /// `--counts auto` searches on under MPS: the configuration a user runs under
 /// `--colloc=mps:N` is measured at the chosen N, so a further count is tried only where
-/// it and `mps:N` both fit (the count about to be tried is the largest N it could be).
+/// it and `mps:N` both fit (the count about to be tried is the largest N it could be;
+/// the search keeps one measurement's worth).
 pub fn kept_for_limit(budget: &Budget, key: &str, n: usize, repeat: u32) -> f64 {
     budget.estimate(key, n) * f64::from(repeat)
 }

@@ -207,21 +207,26 @@ impl Ctx<'_> {
     ) -> anyhow::Result<()> {
         let name = mode.as_str();
         for &n in down {
+            let obs = |c: &Cell| Some((c.n, self.report.row(&c.mode(), c.n)?.in_round(1)?));
             let best = block
                 .cells
                 .iter()
-                .filter_map(|c| Some((c.n, self.report.row(&c.mode(), c.n)?.in_round(1)?)))
+                .filter_map(obs)
                 .max_by(|a, b| a.1.value.total_cmp(&b.1.value));
-            let Some((bn, b)) = best else { return Ok(()) };
+            let lowest = block.cells.iter().filter_map(obs).min_by_key(|x| x.0);
+            let (Some((bn, b)), Some((_, low))) = (best, lowest) else {
+                return Ok(());
+            };
+            // Fewer copies than a count already well below the best give no more.
+            if low.value < (1.0 - answer::AS_GOOD) * b.value {
+                return Ok(());
+            }
             let tried =
                 format!("below where the search started: do {n} copies do as well as {bn}?");
             match self.try_count(under, mode, n, block, true)? {
-                Tried::Measured(o) => {
+                Tried::Measured(_) => {
                     block.cells.push(Cell::of(mode, n));
                     self.report.row_mut(name, n).tried = Some(tried);
-                    if o.value < (1.0 - answer::AS_GOOD) * b.value {
-                        return Ok(());
-                    }
                 }
                 Tried::Stop(_) | Tried::Budget(_) => return Ok(()),
             }
