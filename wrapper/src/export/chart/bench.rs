@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::{err, font, legend, tick, Canvas, E, PALETTE};
@@ -170,31 +171,81 @@ fn bench_into(
         entries.push((mode.clone(), color, false));
     }
     if let Some(m) = marked {
-        let black = RGBColor(0, 0, 0);
-        chart
-            .draw_series(std::iter::once(Circle::new(
-                (m.n, m.mean),
-                12,
-                black.stroke_width(3),
-            )))
-            .map_err(|x| e(&x))?;
-        // Above the point, or below it where the top of the plot is near.
-        let y = if m.mean > 0.8 * top {
-            m.mean - 0.08 * top
-        } else {
-            m.mean + 0.05 * top
-        };
-        let x = (m.n - 0.3).max(0.6);
-        chart
-            .draw_series(std::iter::once(Text::new(
-                format!("recommended: {}", m.label),
-                (x, y),
-                font(14),
-            )))
-            .map_err(|x| e(&x))?;
-        entries.push(("recommended (ringed)".to_string(), black, false));
+        draw_mark(&mut chart, m, top).map_err(|x| e(&x))?;
+        entries.push(("recommended (ringed)".to_string(), RGBColor(0, 0, 0), false));
     }
     legend(&side, "mode", &entries)?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
+}
+
+/// The recommended configuration: a ring around its point and what it is, above the
+/// point (below it where the top of the plot is near).
+fn draw_mark<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    m: &BenchMark,
+    top: f64,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let black = RGBColor(0, 0, 0);
+    chart.draw_series(std::iter::once(Circle::new(
+        (m.n, m.mean),
+        12,
+        black.stroke_width(3),
+    )))?;
+    let y = if m.mean > 0.8 * top {
+        m.mean - 0.08 * top
+    } else {
+        m.mean + 0.05 * top
+    };
+    chart.draw_series(std::iter::once(Text::new(
+        format!("recommended: {}", m.label),
+        ((m.n - 0.3).max(0.6), y),
+        font(14),
+    )))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ring and label change the picture only where a configuration is marked.
+    #[test]
+    fn the_recommended_configuration_is_ringed() {
+        let pts = |k: f64| {
+            [2.0, 4.0, 7.0, 10.0].map(|n| BenchPoint {
+                n,
+                mean: k * n.min(7.0),
+                lo: k * n.min(7.0) - 1.0,
+                hi: k * n.min(7.0) + 1.0,
+            })
+        };
+        let lines = vec![("mps".to_string(), pts(100.0).to_vec())];
+        let draw = |m: Option<&BenchMark>| {
+            bench(
+                &lines,
+                None,
+                Some(1000.0),
+                m,
+                10,
+                "t",
+                "img/s",
+                Path::new("x.png"),
+            )
+        };
+        let (Ok(plain), Ok(again)) = (draw(None), draw(None)) else {
+            // No chart font on this machine: nothing is drawn at all.
+            assert!(!ready());
+            return;
+        };
+        assert_eq!(plain, again, "drawing is deterministic");
+        let mark = BenchMark {
+            n: 7.0,
+            mean: 700.0,
+            label: "7 x mps".into(),
+        };
+        let marked = draw(Some(&mark)).unwrap();
+        assert_eq!(&marked[1..4], b"PNG");
+        assert_ne!(plain, marked);
+    }
 }
