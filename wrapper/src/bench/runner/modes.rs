@@ -181,7 +181,7 @@ impl Ctx<'_> {
                 let rise = self.report.row(name, pn);
                 match rise.and_then(|r| r.rise) {
                     Some(r) => format!(
-                        "{pn} copies raised the aggregate {:+.0} %: more may give more",
+                        "the aggregate rose {:+.0} % at {pn} copies (over the count before): more may give more",
                         r * 100.0
                     ),
                     None => format!("the step after {pn}"),
