@@ -305,6 +305,37 @@ pub fn recommend(solo: &Spread, measured: &[Candidate], min_gain: f64) -> Option
     })
 }
 
+/// Least spread assumed between two runs of one configuration where only one was
+/// measured (its window's own noise is far narrower): on the H100 two runs of mps 4
+/// came 0.46 ± 0.07 of the reference apart.
+pub const RUN_NOISE: f64 = 0.05;
+
+/// The collocated cells that could still change the answer, as (mode, copies): the
+/// best, and those whose high end reaches within [`AS_GOOD`] of the best's low end
+/// (each interval at least ± [`RUN_NOISE`] of its mean). The reference and solo are
+/// not among them.
+pub fn could_matter(cells: &[Candidate]) -> Vec<(String, usize)> {
+    let coll: Vec<&Candidate> = cells
+        .iter()
+        .filter(|c| c.n > 1 && c.mode != "reference" && c.mode != "solo")
+        .filter(|c| c.aggregate.mean.is_finite())
+        .collect();
+    let half = |c: &Candidate| {
+        c.aggregate
+            .u
+            .unwrap_or(0.0)
+            .max(RUN_NOISE * c.aggregate.mean.abs())
+    };
+    let Some(best) = coll.iter().max_by(|a, b| a.figure().total_cmp(&b.figure())) else {
+        return Vec::new();
+    };
+    let line = (1.0 - AS_GOOD) * (best.figure() - half(best));
+    coll.iter()
+        .filter(|c| c.same(best) || c.aggregate.mean + half(c) >= line)
+        .map(|c| (c.mode.clone(), c.n))
+        .collect()
+}
+
 /// The wide cells worth measuring again, most telling first: those that could still
 /// be as good as the best (their high end reaches [`AS_GOOD`] below it) and the
 /// reference, by high end; then the rest. Indexes into `cells`.
@@ -594,6 +625,29 @@ mod tests {
         assert!(recommend(&solo.aggregate, &only, 1.1).is_none());
         let zero = c("solo", 1, &[0.0], 0.0);
         assert!(recommend(&zero.aggregate, &tight, 1.1).is_none());
+    }
+
+    /// The H100 search, each cell once (fractions of the reference): mps 2 at
+    /// 0.24 and 4 at 0.46 cannot reach mps 7's 0.72 and are not repeated; mps 10 at 0.68
+    /// (within its run noise of 7) is; so is the best. Two equal cells both matter.
+    #[test]
+    fn only_cells_that_could_change_the_answer_are_repeated() {
+        let all = [
+            c("reference", 1, &[1.0], 0.001),
+            c("mps", 2, &[0.24], 0.002),
+            c("mps", 4, &[0.46], 0.004),
+            c("mps", 7, &[0.72], 0.005),
+            c("mps", 10, &[0.68], 0.005),
+        ];
+        let m = could_matter(&all);
+        assert_eq!(m, [("mps".to_string(), 7), ("mps".to_string(), 10)]);
+        // 0.60 is out of reach of 0.72 even with 5 % run noise on each.
+        let far = [c("mps", 7, &[0.72], 0.0), c("mps", 10, &[0.60], 0.0)];
+        assert_eq!(could_matter(&far), [("mps".to_string(), 7)]);
+        // A cell whose own window noise is wide reaches further.
+        let noisy = [c("mps", 7, &[0.72], 0.0), c("mps", 4, &[0.55], 0.06)];
+        assert_eq!(could_matter(&noisy).len(), 2, "{noisy:?}");
+        assert!(could_matter(&[c("reference", 1, &[1.0], 0.0)]).is_empty());
     }
 
     #[test]

@@ -33,9 +33,10 @@ The workload prints its throughput at intervals, e.g. `img/s=1234.5`, `100.0it/s
 `Rate: N/s` (the same built-in patterns as colloc run; or --metric).
 colloc runs it once to warm up (discarded), then alone (solo), then N copies at once under
 each mode, and compares aggregate throughput over a window in which all copies run past
---warmup. The solo run opens every round and closes the benchmark; --repeat R measures
-every configuration R times, every other round in reverse order, and each figure comes
-with its spread (mean ± 2 standard errors). Each copy gets COLLOC_RUN_INDEX,
+--warmup. The search measures each count once first; --repeat R then measures R times
+what could still change the answer (every other round in reverse order, opened by the
+reference, or by solo without one), and each figure comes with its spread (mean ± 2
+standard errors). The solo run opens the search and closes the benchmark. Each copy gets COLLOC_RUN_INDEX,
 COLLOC_RUN_NAME and CUDA_VISIBLE_DEVICES.
 
 Examples:
@@ -46,13 +47,14 @@ pub struct BenchArgs {
     /// Modes to try, comma-separated: naive, mps, mig.
     #[arg(long, default_value = "naive,mps,mig", value_name = "LIST")]
     modes: String,
-    /// Numbers of copies to run at once: `auto` (grow 2, 4, 7, 10, 14, ... while the
-    /// aggregate rises by more than the noise and the copies fit), or a comma-separated
-    /// list.
+    /// Numbers of copies to run at once: `auto` (along 2, 4, 7, 10, 14, ... from where
+    /// the solo run's SM activity puts the answer, up while the aggregate rises by more
+    /// than the noise, down while fewer copies do as well, as many as fit in memory), or
+    /// a comma-separated list.
     #[arg(long, default_value = "auto", value_name = "auto|LIST")]
     counts: String,
-    /// Measure every configuration this many times (round-robin, every other round in
-    /// reverse order).
+    /// Measure each configuration that could still change the answer this many times
+    /// (round-robin, every other round in reverse order); the others once.
     #[arg(long, default_value = "1", value_name = "R")]
     repeat: String,
     /// A command that saturates the GPU in one process (e.g. the same training at 7x the
@@ -61,8 +63,9 @@ pub struct BenchArgs {
     /// a shell would.
     #[arg(long, value_name = "CMD")]
     reference: Option<String>,
-    /// Plan the configurations to fit this much wall time (e.g. 20m); what does not fit
-    /// is skipped and named.
+    /// Plan the configurations to fit this much wall time (e.g. 20m): the search first,
+    /// then repeats of what could change the answer; what does not fit is skipped and
+    /// named, and an answer the budget cut short says it is a lower bound.
     #[arg(long, value_name = "TIME")]
     budget: Option<String>,
     /// Compare with an earlier bench.json (after measuring), or two reports with each

@@ -1,22 +1,23 @@
 //! What `colloc bench` measures, in which order, and what fits its time budget. No I/O
 //! here: every rule is unit-tested.
 //!
-//! - **Counts.** `--counts auto` grows the number of copies along [`AUTO_STEPS`] (2, 4,
-//!   7, 10, 14, …, then the mode's limit) while each step raises the aggregate by more
-//!   than the noise and by at least [`MIN_RISE`] ([`step_rises`]); one copy is the
-//!   solo run. MIG takes the counts of the GPU's largest equal layouts instead.
-//! - **Order.** Round 1 finds the configurations; rounds 2 to R measure the same ones
-//!   again, every other round in reverse, so a drift that runs through the benchmark
-//!   falls on every configuration alike ([`in_round_order`]). The solo run opens every
-//!   round and closes the benchmark.
-//! - **Budget.** With `--budget`, a configuration is started only when it and its
-//!   repeats still fit, with the closing solo run and the repeats already owed kept in
-//!   reserve ([`Budget`]). Costs are estimated from what was measured so far. A
-//!   repeat round that no longer fits in whole (a configuration ran longer than its
-//!   estimate) is run in part, each measurement started only if it fits, and is the
-//!   last. Under MPS, once a count was measured, the search keeps room for `mps:N`
-//!   at the chosen N ([`kept_for_limit`]); wide cells are measured again with what is
-//!   left after the rounds ([`super::answer`]).
+//! - **Counts.** `--counts auto` walks [`AUTO_STEPS`] (2, 4, 7, 10, 14, …, then the
+//!   mode's limit, or what the GPU's memory holds over the solo run's peak), starting
+//!   where the solo run puts the answer ([`auto_plan`]: a workload keeping a seventh of
+//!   the SMs busy starts at 7); up while each step raises the aggregate by more than the
+//!   noise and by at least [`MIN_RISE`] ([`step_rises`]), then down while fewer copies
+//!   stay as good. One copy is the solo run. MIG takes the counts of the GPU's largest
+//!   equal layouts instead.
+//! - **Order.** The search measures each count once; rounds 2 to R then measure again
+//!   what could still change the answer ([`super::answer::could_matter`]), every other
+//!   round in reverse, so a drift that runs through the benchmark falls on every
+//!   configuration alike ([`in_round_order`]); under MPS `mps:N` at the chosen N
+//!   follows. The solo run opens the search and closes the benchmark.
+//! - **Budget.** With `--budget`, a count is tried only when one measurement of it fits
+//!   with the closing solo run kept (and, under MPS, one `mps:N`: [`kept_for_limit`]);
+//!   repeats get what is left, each started only if it fits. Costs are estimated from
+//!   what was measured so far, start-up included ([`Budget`]). Wide cells are measured
+//!   again with what is left after that ([`super::answer`]).
 
 use super::stats::{Obs, COVERAGE};
 
@@ -57,6 +58,81 @@ pub fn mig_auto_counts(layouts: &[(u32, usize)]) -> Vec<usize> {
     out.sort_unstable();
     out
 }
+
+/// Where `--counts auto` starts and how far it may go ([`auto_plan`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoPlan {
+    /// Counts tried upwards from the start while the aggregate rises.
+    pub up: Vec<usize>,
+    /// Counts below the start, tried downwards while they stay as good as the best.
+    pub down: Vec<usize>,
+    /// Why the search starts where it does, for the report.
+    pub why_start: String,
+    /// Why the largest count is what it is, where memory bounds it.
+    pub why_top: Option<String>,
+}
+
+/// `--counts auto` from what the solo run showed of the GPU: `busy`, the share of the
+/// GPU one copy kept busy (SM activity, 0-1), puts the first count near `1 / busy` (a
+/// workload using a seventh of the GPU starts at 7); memory (`per_copy` bytes of
+/// `total`) bounds the largest count; `limit` is the mode's own. Without readings the
+/// search starts at the first step.
+pub fn auto_plan(
+    limit: usize,
+    busy: Option<f64>,
+    per_copy: Option<u64>,
+    total: Option<u64>,
+) -> AutoPlan {
+    let mem_cap = match (per_copy, total) {
+        (Some(p), Some(t)) if p > 0 => Some(usize::try_from(t / p).unwrap_or(usize::MAX)),
+        _ => None,
+    };
+    let top = mem_cap.map_or(limit, |m| m.min(limit));
+    let why_top = mem_cap.filter(|&m| m < limit).map(|m| {
+        format!(
+            "the GPU's memory holds about {m} copies ({:.1} GiB each of {:.1} GiB)",
+            per_copy.unwrap_or(0) as f64 / GIB,
+            total.unwrap_or(0) as f64 / GIB
+        )
+    });
+    let ladder = auto_counts(top);
+    let target = busy
+        .filter(|b| b.is_finite() && *b > 0.0)
+        .map(|b| 1.0 / b.min(1.0));
+    let start = match target {
+        Some(t) if !ladder.is_empty() => ladder
+            .iter()
+            .enumerate()
+            .min_by(|a, b| {
+                let d = |n: usize| ((n as f64) / t).ln().abs();
+                d(*a.1).total_cmp(&d(*b.1))
+            })
+            .map_or(0, |(i, _)| i),
+        _ => 0,
+    };
+    let why_start = match (busy, ladder.get(start)) {
+        (Some(b), Some(&n)) if b > 0.0 && b.is_finite() => format!(
+            "the solo run kept the GPU's SMs {:.0} % busy: about {:.0} cop{} would fill it, so the search starts at {n}",
+            b * 100.0,
+            (1.0 / b.min(1.0)).max(1.0),
+            if (1.0 / b.min(1.0)).round() as usize == 1 { "y" } else { "ies" }
+        ),
+        (_, Some(&n)) => format!(
+            "no reading of how busy the solo run kept the GPU: the search starts at {n}"
+        ),
+        _ => String::new(),
+    };
+    let mut down: Vec<usize> = ladder[..start].to_vec();
+    down.reverse();
+    AutoPlan {
+        up: ladder[start..].to_vec(),
+        down,
+        why_start,
+        why_top,
+    }
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// One step of `--counts auto`: how much the aggregate rose and whether to go on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -171,7 +247,8 @@ impl Budget {
 /// Seconds kept for `mps:N` (its measurement `key`, `n` copies, `repeat` times) while
 /// `--counts auto` searches on under MPS: the configuration a user runs under
 /// `--colloc=mps:N` is measured at the chosen N, so a further count is tried only where
-/// it and `mps:N` both fit (the count about to be tried is the largest N it could be).
+/// it and `mps:N` both fit (the count about to be tried is the largest N it could be;
+/// the search keeps one measurement's worth).
 pub fn kept_for_limit(budget: &Budget, key: &str, n: usize, repeat: u32) -> f64 {
     budget.estimate(key, n) * f64::from(repeat)
 }
@@ -190,6 +267,45 @@ mod tests {
         assert_eq!(auto_counts(7), [2, 4, 7]);
         assert_eq!(auto_counts(3), [2, 3]);
         assert!(auto_counts(1).is_empty());
+    }
+
+    /// A workload that keeps a seventh of the SMs busy starts at 7, goes up from there
+    /// and down below it; one that fills the GPU starts at the first step; memory for 12
+    /// copies makes 12 the largest count, and the report says why each.
+    #[test]
+    fn the_search_starts_where_the_solo_run_puts_the_answer() {
+        let p = auto_plan(MPS_MAX_CLIENTS, Some(1.0 / 7.0), None, None);
+        assert_eq!(p.up, [7, 10, 14, 20, 28, 40, 48]);
+        assert_eq!(p.down, [4, 2]);
+        assert!(
+            p.why_start.contains("14 % busy") && p.why_start.ends_with("starts at 7"),
+            "{}",
+            p.why_start
+        );
+        let full = auto_plan(MPS_MAX_CLIENTS, Some(0.97), None, None);
+        assert_eq!(full.up[0], 2);
+        assert!(full.down.is_empty());
+        let unknown = auto_plan(MPS_MAX_CLIENTS, None, None, None);
+        assert_eq!(unknown.up, auto_counts(MPS_MAX_CLIENTS));
+        assert!(
+            unknown.why_start.starts_with("no reading"),
+            "{}",
+            unknown.why_start
+        );
+        // 6 GiB a copy on 80 GiB: 13 copies fit; a third busy: starts at 4 (nearest 3).
+        let g = 1u64 << 30;
+        let mem = auto_plan(MPS_MAX_CLIENTS, Some(0.33), Some(6 * g), Some(80 * g));
+        assert_eq!(
+            (mem.up.clone(), mem.down.clone()),
+            (vec![4, 7, 10, 13], vec![2])
+        );
+        let top = mem.why_top.unwrap();
+        assert!(
+            top.contains("about 13 copies (6.0 GiB each of 80.0 GiB)"),
+            "{top}"
+        );
+        // Memory above the mode's limit: the mode's limit, no memory note.
+        assert!(auto_plan(7, None, Some(g), Some(80 * g)).why_top.is_none());
     }
 
     #[test]

@@ -111,6 +111,11 @@ pub struct Measurement {
     pub mps_server_bytes: Option<u64>,
     /// Energy of the whole GPU in the window, joules.
     pub energy_j: Option<f64>,
+    /// How busy the copies kept the GPU's SMs, percent (their own processes where NVML
+    /// reports them per process, else the whole GPU's utilization); what `--counts
+    /// auto` starts from after the solo run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_busy_percent: Option<f64>,
 }
 
 impl Measurement {
@@ -168,6 +173,12 @@ pub struct ConfigResult {
     pub baseline_problem: bool,
     /// `--counts auto`: how much the aggregate rose from the previous count (round 1).
     pub rise: Option<f64>,
+    /// Why this count was tried (`--counts auto` chooses them from what it measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tried: Option<String>,
+    /// The configuration the recommendation names.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recommended: bool,
     /// Peak GPU memory of any measurement (its copies' own processes, summed), bytes.
     pub peak_memory_bytes: Option<u64>,
     /// Mean GPU energy in the window, joules.
@@ -217,6 +228,8 @@ impl ConfigResult {
             slowdown_max: None,
             baseline_problem: false,
             rise: None,
+            tried: None,
+            recommended: false,
             peak_memory_bytes: None,
             energy_j: None,
             energy_per_sample_j: None,
@@ -357,6 +370,13 @@ pub struct RecommendationOut {
     /// For each configuration whose repeats stayed wide: which, and why the answer
     /// does not rest on it (printed after the recommendation).
     pub wide: Vec<String>,
+    /// The budget ended the search while the aggregate still rose: the answer is a
+    /// lower bound, and this says so (printed first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower_bound: Option<String>,
+    /// The budget (seconds) that would let the search settle where it is a lower bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_budget_s: Option<f64>,
     /// The sentence printed.
     pub text: String,
 }

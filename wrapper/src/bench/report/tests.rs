@@ -18,6 +18,7 @@ pub(crate) fn measurement(round: u32, seq: u32, aggregate: f64) -> Measurement {
         copy_peak_memory_bytes: vec![Some(1 << 30)],
         mps_server_bytes: None,
         energy_j: Some(aggregate * 5.0 * 0.01),
+        sm_busy_percent: None,
     }
 }
 

@@ -358,6 +358,15 @@ fn lines_below(report: &Report, out: &mut String) {
     if let Some(m) = &report.mps_limit {
         line(out, &m.text);
     }
+    for r in report
+        .results
+        .iter()
+        .filter(|r| r.status == Status::Measured)
+    {
+        if let Some(why) = &r.tried {
+            line(out, &format!("tried {}: {why}", cell_name(&r.mode, r.n)));
+        }
+    }
     for n in &report.notes {
         line(out, &format!("note: {n}"));
     }

@@ -1,99 +1,57 @@
-//! What the budget (`--budget`) lets run: the seconds owed to measurements already
-//! planned (the repeats, the closing solo run), whether a new configuration or one more
-//! repeat fits, and what is said and recorded when one does not.
+//! What the budget (`--budget`) lets run: whether a new configuration (one
+//! measurement, the closing solo run kept) or one more repeat fits, and what is said
+//! and recorded when one does not.
 
 use super::{Block, Cell, Ctx};
 use crate::bench::report::{cell_name, secs, ConfigResult};
 
 impl Ctx<'_> {
-    /// Seconds still owed to measurements already planned: the closing solo run, and
-    /// the repeats of what round 1 has measured (solo, reference, each block's cells).
-    fn owed(&self, found: &[Block], with_ref: bool) -> f64 {
-        let closing = self.budget.estimate(&Cell::SOLO.key(), 1);
-        let repeats = f64::from(self.spec.repeat.saturating_sub(1));
-        closing + repeats * self.round_cost(found, with_ref)
+    /// Estimated seconds of one repeat round: the reference (solo where there is
+    /// none: the figure the answer is led by), and every cell to repeat.
+    fn round_cost(&self, repeat: &[Block], with_ref: bool) -> f64 {
+        let base = if with_ref {
+            Cell::REFERENCE
+        } else {
+            Cell::SOLO
+        };
+        self.budget.estimate(&base.key(), 1)
+            + repeat
+                .iter()
+                .flat_map(|b| &b.cells)
+                .map(|c| self.budget.estimate(&c.key(), c.n))
+                .sum::<f64>()
     }
 
-    /// Estimated seconds of one repeat round: solo, the reference, every cell found.
-    fn round_cost(&self, found: &[Block], with_ref: bool) -> f64 {
-        let mut cost = self.budget.estimate(&Cell::SOLO.key(), 1);
-        if with_ref {
-            cost += self.budget.estimate(&Cell::REFERENCE.key(), 1);
-        }
-        cost + found
-            .iter()
-            .flat_map(|b| &b.cells)
-            .map(|c| self.budget.estimate(&c.key(), c.n))
-            .sum::<f64>()
-    }
-
-    /// Does a new configuration of round 1 fit, with all its repeats, and with what is
-    /// owed? `found` holds the finished blocks; the block being explored is added by the
-    /// caller through `extra`, its cells already measured. `Err`: why not, for the report.
+    /// Does one measurement of a configuration not measured yet fit, with the closing
+    /// solo run kept (and, in the search under MPS, one `mps:N` at the count about to
+    /// be tried: `keep`)? The search spends the budget before any repeat: repeats go
+    /// only to what could change the answer, with what is left. `Err`: why not, for
+    /// the report.
     pub(super) fn new_cell_fits(
         &self,
         cell: Cell,
-        found: &[Block],
-        with_ref: bool,
-        extra: &[Cell],
         keep: Option<(Cell, f64)>,
     ) -> Result<(), String> {
-        let repeat = self.spec.repeat;
-        let cost = self.budget.estimate(&cell.key(), cell.n) * f64::from(repeat);
-        let repeats = f64::from(repeat.saturating_sub(1));
-        let extra: f64 = extra
-            .iter()
-            .map(|c| self.budget.estimate(&c.key(), c.n))
-            .sum::<f64>()
-            * repeats;
+        let cost = self.budget.estimate(&cell.key(), cell.n);
+        let closing = self.budget.estimate(&Cell::SOLO.key(), 1);
         let kept = keep.map_or(0.0, |(_, s)| s);
-        let owed = self.owed(found, with_ref) + extra + kept;
+        let owed = closing + kept;
         if self.budget.fits(self.now(), cost, owed) {
             return Ok(());
         }
         Err(format!(
-            "not run: the budget ({}) had {} left; this needs about {}{}, and about {} is owed to {}the closing solo run{}",
+            "not run: the budget ({}) had {} left; this needs about {}, and about {} is kept for the closing solo run{}",
             secs(self.budget.limit.unwrap_or(0.0)),
             secs(self.budget.left(self.now()).unwrap_or(0.0)),
             secs(cost),
-            if repeat > 1 {
-                format!(" with its {} repeat(s)", repeat - 1)
-            } else {
-                String::new()
-            },
             secs(owed),
-            if repeat > 1 {
-                "the repeats of what was measured and "
-            } else {
-                ""
-            },
             keep.map_or_else(String::new, |(c, s)| format!(
-                ", {} of it kept for {} (what --colloc={} runs)",
+                " and {} for {} (what --colloc={} runs)",
                 secs(s),
                 c.mode(),
                 c.mode()
             ))
         ))
-    }
-
-    /// Does one measurement of `cell` fit now, with what is owed (the block's measured
-    /// `extra` cells' repeats among it)?
-    pub(super) fn fits_once(
-        &self,
-        cell: Cell,
-        found: &[Block],
-        with_ref: bool,
-        extra: &[Cell],
-    ) -> bool {
-        let repeats = f64::from(self.spec.repeat.saturating_sub(1));
-        let owed = self.owed(found, with_ref)
-            + extra
-                .iter()
-                .map(|c| self.budget.estimate(&c.key(), c.n))
-                .sum::<f64>()
-                * repeats;
-        let cost = self.budget.estimate(&cell.key(), cell.n);
-        self.budget.fits(self.now(), cost, owed)
     }
 
     pub(super) fn skip_for_budget(&mut self, cell: Cell, why: String) {
@@ -109,8 +67,8 @@ impl Ctx<'_> {
     }
 
     /// Does round `round` fit in whole? Says so when it will run in part.
-    pub(super) fn round_fits(&self, round: u32, found: &[Block], with_ref: bool) -> bool {
-        let cost = self.round_cost(found, with_ref);
+    pub(super) fn round_fits(&self, round: u32, repeat: &[Block], with_ref: bool) -> bool {
+        let cost = self.round_cost(repeat, with_ref);
         let closing = self.budget.estimate(&Cell::SOLO.key(), 1);
         if self.budget.fits(self.now(), cost, closing) {
             return true;

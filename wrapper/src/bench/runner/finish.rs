@@ -24,6 +24,31 @@ impl Ctx<'_> {
         if let Some(s) = solo {
             report.recommendation = recommendation(report, &s, min_gain);
         }
+        if let Some(rec) = &mut report.recommendation {
+            if let Some(cut) = self
+                .rising_cut
+                .as_ref()
+                .filter(|c| base_mode(&rec.mode) == c.mode)
+            {
+                let lb = format!(
+                    "lower bound: the budget ended the search at {} copies of {} while the aggregate still rose; {} or more copies may give more; a --budget of about {} would settle it.",
+                    cut.at,
+                    cut.mode,
+                    cut.next,
+                    report::secs(cut.settle_s.ceil())
+                );
+                rec.text = match rec.text.strip_prefix("recommendation: ") {
+                    Some(rest) => format!("recommendation: {lb} So far: {rest}"),
+                    None => format!("{lb} {}", rec.text),
+                };
+                rec.lower_bound = Some(lb);
+                rec.settle_budget_s = Some(cut.settle_s.ceil());
+            }
+            let (mode, n) = (rec.mode.clone(), rec.n);
+            if rec.pays {
+                report.row_mut(&mode, n).recommended = true;
+            }
+        }
         report.wall_s = self.clock.now();
         if let (Some(old), Some(path)) = (&self.old, &self.spec.compare) {
             let c = compare::compare(&path.display().to_string(), old, report);
@@ -68,10 +93,20 @@ impl Ctx<'_> {
                 hi: mean + u,
             })
         });
+        let marked = report
+            .recommendation
+            .as_ref()
+            .filter(|r| r.pays)
+            .map(|r| chart::BenchMark {
+                n: r.n as f64,
+                mean: r.aggregate,
+                label: format!("{} x {}", r.n, r.mode),
+            });
         let drawn = chart::bench(
             &lines(report),
             solo_point,
             report.reference,
+            marked.as_ref(),
             max_n,
             &title,
             &report.unit,
@@ -177,7 +212,18 @@ fn recommendation(report: &Report, solo: &Spread, min_gain: f64) -> Option<Recom
             .map(|c| report::wide_text(c, &rec, &report.unit))
             .collect(),
         text: report::recommendation_text(&rec, min_gain, &report.unit, vs_ref, solo_moves),
+        lower_bound: None,
+        settle_budget_s: None,
     })
+}
+
+/// The mode a configuration's search ran under: `mps` for `mps:N`.
+fn base_mode(mode: &str) -> &str {
+    if mode.starts_with("mps:") {
+        "mps"
+    } else {
+        mode
+    }
 }
 
 /// Lines of the plot: each mode's measured (N, aggregate ± u) points, naive with solo as

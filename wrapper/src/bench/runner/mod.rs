@@ -28,11 +28,12 @@ use colloc_core::config::Config;
 use colloc_core::gpu::GpuControl;
 use colloc_core::nvml::NvmlGpus;
 
+use super::answer;
 use super::args::{BenchMode, GpuSel, Spec};
 use super::compare;
 use super::host::Host;
 use super::plan::{self, Budget};
-use super::report::{secs, BenchGpu, Measurement, Report, Status, SCHEMA};
+use super::report::{cell_name, secs, BenchGpu, Measurement, Report, Status, SCHEMA};
 use crate::engine::launch::LocalLauncher;
 use crate::engine::scan::Scanner;
 use crate::engine::signals::{Signals, STOP};
@@ -129,6 +130,16 @@ struct Block {
     cells: Vec<Cell>,
 }
 
+/// The budget ended the search of `mode` before `next` copies while the aggregate
+/// still rose at `at`: an answer there is a lower bound, settled by about `settle_s`.
+#[derive(Debug, Clone)]
+struct RisingCut {
+    mode: String,
+    at: usize,
+    next: usize,
+    settle_s: f64,
+}
+
 /// How one measurement went.
 struct Taken {
     result: Result<Measurement, String>,
@@ -161,6 +172,8 @@ struct Ctx<'a> {
     old: Option<Report>,
     /// The first round that only measures wide cells again (after the repeats).
     extra_from: Option<u32>,
+    /// Where the budget ended a search while the aggregate still rose.
+    rising_cut: Option<RisingCut>,
     report: Report,
 }
 
@@ -325,6 +338,7 @@ pub fn run(
         solo_peak: None,
         old,
         extra_from: None,
+        rising_cut: None,
         report,
     };
 
@@ -388,79 +402,141 @@ impl Ctx<'_> {
         }
         if let Some(limit) = self.spec.budget {
             errln!(
-                "colloc bench: budget {}: the warm-up run took {}; a configuration starts only if it{} fits, with the closing solo run kept in reserve",
+                "colloc bench: budget {}: the warm-up run took {}; the search measures each count once first (the closing solo run kept in reserve), then repeats what could change the answer",
                 secs(limit.as_secs_f64()),
                 secs(self.now()),
-                match self.spec.repeat {
-                    1 => String::new(),
-                    r => format!(" and its {} repeat(s)", r - 1),
-                }
             );
         }
+        self.report.rounds = 1;
+        if self.measure(Cell::SOLO, 1, &[], None)?.is_none() {
+            return Ok(());
+        }
+        let peak = self.report.row("solo", 1).and_then(|r| {
+            r.measurements
+                .iter()
+                .filter_map(|m| m.peak_memory_bytes)
+                .max()
+        });
+        self.solo_peak = self.solo_peak.max(peak);
+        let mut with_ref = false;
+        if self.spec.reference.is_some() {
+            match self.new_cell_fits(Cell::REFERENCE, None) {
+                Ok(()) => with_ref = self.measure(Cell::REFERENCE, 1, &[], None)?.is_some(),
+                Err(why) => self.skip_for_budget(Cell::REFERENCE, why),
+            }
+        }
         let mut found: Vec<Block> = Vec::new();
-        let mut measured_ref = false;
-        for round in 1..=self.spec.repeat {
-            // A round that does not fit in whole is run in part (each measurement
-            // started only if it fits, the closing solo run kept), and is the last.
-            let part = round > 1 && !self.round_fits(round, &found, measured_ref);
-            if part && !self.repeat_fits(Cell::SOLO, round) {
-                self.skip_rounds(round, "no time left for its solo run");
+        for &mode in &self.spec.modes.clone() {
+            if let Some(b) = self.explore(mode)? {
+                found.push(b);
+            }
+        }
+        self.repeat_what_matters(&found, with_ref)?;
+        self.measure_limited(&mut found)?;
+        self.remeasure_wide(&found, with_ref)?;
+        // The closing solo run, after the last round.
+        let last = self.report.rounds + 1;
+        self.measure(Cell::SOLO, last, &[], None)?;
+        Ok(())
+    }
+
+    /// Rounds 2 to `--repeat`: the reference (solo where there is none) and the cells
+    /// that could still change the answer ([`answer::could_matter`], judged afresh each
+    /// round), every other round in reverse; one round more where a cell came to matter
+    /// late (a repeat pulled the best down) and has fewer than `--repeat` runs. The
+    /// others are not repeated, and a note says which. A round that does not fit in
+    /// whole is run in part (each measurement started only if it fits, the closing solo
+    /// run kept), and is the last.
+    fn repeat_what_matters(&mut self, found: &[Block], with_ref: bool) -> anyhow::Result<()> {
+        let want = self.spec.repeat;
+        if want < 2 {
+            return Ok(());
+        }
+        let base = if with_ref {
+            Cell::REFERENCE
+        } else {
+            Cell::SOLO
+        };
+        for round in 2..=want + 1 {
+            let repeat = self.to_repeat(found);
+            if repeat.is_empty() && round > want {
+                break;
+            }
+            let part = !self.round_fits(round, &repeat, with_ref);
+            if part && !self.repeat_fits(base, round) {
+                self.skip_rounds(
+                    round.min(want),
+                    &format!("no time left for its {} run", base.mode()),
+                );
                 break;
             }
             self.report.rounds = round;
-            let solo = self.measure(Cell::SOLO, round, &[], None)?;
-            if round == 1 {
-                if solo.is_none() {
-                    return Ok(());
-                }
-                let peak = self.report.row("solo", 1).and_then(|r| {
-                    r.measurements
-                        .iter()
-                        .filter_map(|m| m.peak_memory_bytes)
-                        .max()
-                });
-                self.solo_peak = self.solo_peak.max(peak);
-            }
-            if self.spec.reference.is_some() && (round == 1 || measured_ref) {
-                let fits = if round > 1 {
-                    !part || self.repeat_fits(Cell::REFERENCE, round)
-                } else {
-                    match self.new_cell_fits(Cell::REFERENCE, &found, measured_ref, &[], None) {
-                        Ok(()) => true,
-                        Err(why) => {
-                            self.skip_for_budget(Cell::REFERENCE, why);
-                            false
-                        }
-                    }
-                };
-                if fits {
-                    let o = self.measure(Cell::REFERENCE, round, &[], None)?;
-                    measured_ref |= o.is_some();
-                }
-            }
-            if round == 1 {
-                for &mode in &self.spec.modes.clone() {
-                    if let Some(b) = self.explore(mode, &found, measured_ref)? {
-                        found.push(b);
-                    }
-                }
-            } else {
-                for block in plan::in_round_order(&found, round) {
-                    self.repeat_block(&block, round)?;
-                }
+            self.measure(base, round, &[], None)?;
+            for block in plan::in_round_order(&repeat, round) {
+                self.repeat_block(&block, round)?;
             }
             if part {
-                if round < self.spec.repeat {
+                if round < want {
                     self.skip_rounds(round + 1, "the budget was spent");
                 }
                 break;
             }
         }
-        self.remeasure_wide(&found, measured_ref)?;
-        // The closing solo run, after the last round.
-        let last = self.report.rounds + 1;
-        self.measure(Cell::SOLO, last, &[], None)?;
+        let once: Vec<String> = found
+            .iter()
+            .flat_map(|b| &b.cells)
+            .filter(|c| {
+                self.report
+                    .row(&c.mode(), c.n)
+                    .is_some_and(|r| r.measurements.len() == 1)
+            })
+            .map(|c| cell_name(&c.mode(), c.n))
+            .collect();
+        let matter = answer::could_matter(&finish::judged_candidates(&self.report));
+        let (kept_out, cut): (Vec<String>, Vec<String>) = once
+            .into_iter()
+            .partition(|name| !matter.iter().any(|(m, n)| cell_name(m, *n) == *name));
+        if !kept_out.is_empty() {
+            self.report.notes.push(format!(
+                "measured once, as they could not change the answer (even their high end stays more than {:.0} % below the best's low end): {}",
+                answer::AS_GOOD * 100.0,
+                kept_out.join(", ")
+            ));
+        }
+        if !cut.is_empty() {
+            self.report.notes.push(format!(
+                "measured once, as the budget held no repeat: {}",
+                cut.join(", ")
+            ));
+        }
         Ok(())
+    }
+
+    /// The cells of `found` that could still change the answer and have fewer than
+    /// `--repeat` runs, by mode.
+    fn to_repeat(&self, found: &[Block]) -> Vec<Block> {
+        let matter = answer::could_matter(&finish::judged_candidates(&self.report));
+        let runs = |c: &Cell| {
+            self.report
+                .row(&c.mode(), c.n)
+                .map_or(0, |r| r.measurements.len())
+        };
+        found
+            .iter()
+            .filter_map(|b| {
+                let cells: Vec<Cell> = b
+                    .cells
+                    .iter()
+                    .filter(|c| matter.iter().any(|k| k.0 == c.mode() && k.1 == c.n))
+                    .filter(|c| runs(c) < self.spec.repeat as usize)
+                    .copied()
+                    .collect();
+                (!cells.is_empty()).then_some(Block {
+                    mode: b.mode,
+                    cells,
+                })
+            })
+            .collect()
     }
 
     fn learn_unit(&mut self, unit: Option<&str>) {

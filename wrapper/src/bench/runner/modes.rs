@@ -9,13 +9,13 @@ use colloc_core::nvml::NvmlGpus;
 
 use super::finish::judged_candidates;
 use super::mig::{mig_auto_counts, mig_unavailable};
-use super::{Block, Cell, Ctx, Kind};
+use super::{Block, Cell, Ctx, Kind, RisingCut};
 use crate::bench::analysis;
 use crate::bench::answer::{self, Candidate};
 use crate::bench::args::{BenchMode, Counts, MAX_COUNT};
 use crate::bench::plan::{self, MPS_MAX_CLIENTS};
 use crate::bench::report::{cell_name, ConfigResult};
-use crate::bench::stats::{Obs, Spread};
+use crate::bench::stats::Obs;
 
 impl Ctx<'_> {
     /// The counts to try for `mode`.
@@ -42,14 +42,10 @@ impl Ctx<'_> {
         }
     }
 
-    /// Round 1 of a mode: its counts (growing them under `--counts auto` while the
-    /// aggregate rises), then under MPS `mps:N` at the chosen N. The block measured.
-    pub(super) fn explore(
-        &mut self,
-        mode: BenchMode,
-        found: &[Block],
-        with_ref: bool,
-    ) -> anyhow::Result<Option<Block>> {
+    /// Round 1 of a mode, one measurement per count: under `--counts auto` from where
+    /// the solo run puts the answer, up while the aggregate rises, then down while fewer
+    /// copies stay as good; a `--counts` list as given. The block measured.
+    pub(super) fn explore(&mut self, mode: BenchMode) -> anyhow::Result<Option<Block>> {
         let name = mode.as_str();
         let counts = self.counts_for(mode);
         if counts.is_empty() {
@@ -82,6 +78,7 @@ impl Ctx<'_> {
             }
         };
         let auto = self.spec.counts == Counts::Auto;
+        let search = self.search_for(mode, counts);
         let mut prev: Option<(usize, Obs)> = self
             .report
             .row("solo", 1)
@@ -92,8 +89,8 @@ impl Ctx<'_> {
             mode,
             cells: Vec::new(),
         };
-        for n in counts {
-            let cell = Cell::of(mode, n);
+        let mut rose = false;
+        for (i, &n) in search.up.iter().enumerate() {
             if let Some(why) = &stopped {
                 if !auto {
                     self.report
@@ -102,64 +99,204 @@ impl Ctx<'_> {
                 }
                 continue;
             }
-            if let Some(why) = self.cannot_hold(mode, n, auto) {
-                stopped = Some(why);
-                continue;
-            }
-            // Under MPS, once a count was measured, room stays for `mps:N` at the chosen N:
-            // a count further is tried only where both fit.
-            let measured_mps = block.cells.iter().any(|c| c.kind == Kind::Mps && c.n > 1);
-            let keep =
-                (mode == BenchMode::Mps && under.daemon.is_some() && measured_mps).then(|| {
-                    let limited = Cell {
-                        kind: Kind::MpsLimited,
-                        n,
-                    };
-                    let s = plan::kept_for_limit(&self.budget, &limited.key(), n, self.spec.repeat);
-                    (limited, s)
-                });
-            if let Err(why) = self.new_cell_fits(cell, found, with_ref, &block.cells, keep) {
-                self.skip_for_budget(cell, why.clone());
-                if auto {
-                    if let Some((pn, _)) = prev.filter(|(pn, _)| *pn > 1) {
-                        self.report.notes.push(format!(
-                            "{name}: --counts auto was cut by the budget before {n} copies while the aggregate still rose at {pn}: more copies may give more; a larger --budget (or a shorter --duration) lets the search go on"
-                        ));
+            let tried = self.why_tried(name, &search, i, n, prev, auto);
+            match self.try_count(&under, mode, n, &block, auto)? {
+                Tried::Measured(o) => {
+                    let cell = Cell::of(mode, n);
+                    block.cells.push(cell);
+                    self.report.row_mut(name, n).tried = Some(tried);
+                    if let Some(p) = prev.filter(|p| p.0 > 1 || auto) {
+                        rose = plan::step_rises(p.1, o).go_on;
+                        if auto {
+                            stopped = self.judge_step(name, n, p, o);
+                        }
                     }
+                    prev = Some((n, o));
                 }
-                stopped = Some(format!("budget: {why}"));
-                continue;
-            }
-            let obs = match &under.mig {
-                Some(ctl) => match self.measure_mig(ctl, n, 1)? {
-                    Ok(o) => o,
-                    Err(why) => {
-                        self.report
-                            .results
-                            .push(ConfigResult::skipped(name, n, why.clone()));
-                        stopped = Some(why);
-                        continue;
+                Tried::Stop(why) => stopped = Some(why),
+                Tried::Budget(why) => {
+                    if let Some((pn, _)) = prev.filter(|(pn, _)| *pn > 1 && rose) {
+                        self.budget_cut_rising(mode, pn, n);
                     }
-                },
-                None => self.measure(cell, 1, &under.env, None)?,
-            };
-            let Some(o) = obs else {
-                stopped = Some(format!("not tried: {name} with {n} copies failed"));
-                continue;
-            };
-            block.cells.push(cell);
-            if auto {
-                if let Some(p) = prev {
-                    stopped = self.judge_step(name, n, p, o);
+                    stopped = Some(format!("budget: {why}"));
                 }
             }
-            prev = Some((n, o));
         }
-        if mode == BenchMode::Mps && under.daemon.is_some() {
-            self.explore_limited(&mut block, &under.env, found, with_ref)?;
+        if auto && stopped.as_deref().is_none_or(|w| !w.starts_with("budget")) {
+            self.search_down(&under, mode, &search.down, &mut block)?;
         }
+        block.cells.sort_by_key(|c| c.n);
         drop(under);
         Ok((!block.cells.is_empty()).then_some(block))
+    }
+
+    /// The counts of `mode` in the order tried: under `--counts auto` from what the
+    /// solo run showed of the GPU ([`plan::auto_plan`]); a `--counts` list as given.
+    fn search_for(&self, mode: BenchMode, counts: Vec<usize>) -> plan::AutoPlan {
+        let listed = plan::AutoPlan {
+            up: counts,
+            down: Vec::new(),
+            why_start: String::new(),
+            why_top: None,
+        };
+        if self.spec.counts != Counts::Auto {
+            return plan::AutoPlan {
+                why_start: "given in --counts".into(),
+                ..listed
+            };
+        }
+        let limit = match mode {
+            BenchMode::Naive => MAX_COUNT,
+            BenchMode::Mps => MPS_MAX_CLIENTS,
+            BenchMode::Mig => {
+                return plan::AutoPlan {
+                    why_start: "the GPU's largest equal MIG layouts".into(),
+                    ..listed
+                }
+            }
+        };
+        let solo = self.report.row("solo", 1);
+        let busy = solo
+            .and_then(|r| r.measurements.iter().find_map(|m| m.sm_busy_percent))
+            .or_else(|| self.report.warmup_run.as_ref()?.sm_busy_percent)
+            .map(|p| p / 100.0);
+        let total = self.gpu.as_ref().map(|g| g.info.memory_total);
+        plan::auto_plan(limit, busy, self.solo_peak, total)
+    }
+
+    /// Why count `n`, the `i`-th going up, is tried, for its row.
+    fn why_tried(
+        &self,
+        name: &str,
+        search: &plan::AutoPlan,
+        i: usize,
+        n: usize,
+        prev: Option<(usize, Obs)>,
+        auto: bool,
+    ) -> String {
+        let mut why = match (i, prev) {
+            (0, _) | (_, None) => search.why_start.clone(),
+            (_, _) if !auto => "given in --counts".into(),
+            (_, Some((pn, _))) => {
+                let rise = self.report.row(name, pn);
+                match rise.and_then(|r| r.rise) {
+                    Some(r) => format!(
+                        "the aggregate rose {:+.0} % at {pn} copies (over the count before): more may give more",
+                        r * 100.0
+                    ),
+                    None => format!("the step after {pn}"),
+                }
+            }
+        };
+        if search.up.last() == Some(&n) {
+            if let Some(top) = &search.why_top {
+                why = format!("{why}; the largest count: {top}");
+            }
+        }
+        why
+    }
+
+    /// Below where the search started: each count down, while it stays as good as the
+    /// best so far (fewer copies as good are the answer).
+    fn search_down(
+        &mut self,
+        under: &Under,
+        mode: BenchMode,
+        down: &[usize],
+        block: &mut Block,
+    ) -> anyhow::Result<()> {
+        let name = mode.as_str();
+        for &n in down {
+            let obs = |c: &Cell| Some((c.n, self.report.row(&c.mode(), c.n)?.in_round(1)?));
+            let best = block
+                .cells
+                .iter()
+                .filter_map(obs)
+                .max_by(|a, b| a.1.value.total_cmp(&b.1.value));
+            let lowest = block.cells.iter().filter_map(obs).min_by_key(|x| x.0);
+            let (Some((bn, b)), Some((_, low))) = (best, lowest) else {
+                return Ok(());
+            };
+            // Fewer copies than a count already well below the best give no more.
+            if low.value < (1.0 - answer::AS_GOOD) * b.value {
+                return Ok(());
+            }
+            let tried =
+                format!("below where the search started: do {n} copies do as well as {bn}?");
+            match self.try_count(under, mode, n, block, true)? {
+                Tried::Measured(_) => {
+                    block.cells.push(Cell::of(mode, n));
+                    self.report.row_mut(name, n).tried = Some(tried);
+                }
+                Tried::Stop(_) | Tried::Budget(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// One measurement of `n` copies of `mode` in the search, where they can run and
+    /// fit the budget (room kept for the closing solo run and, under MPS once a count
+    /// was measured, one `mps:N` at the chosen N).
+    fn try_count(
+        &mut self,
+        under: &Under,
+        mode: BenchMode,
+        n: usize,
+        block: &Block,
+        auto: bool,
+    ) -> anyhow::Result<Tried> {
+        let name = mode.as_str();
+        let cell = Cell::of(mode, n);
+        if let Some(why) = self.cannot_hold(mode, n, auto) {
+            return Ok(Tried::Stop(why));
+        }
+        let measured_mps = block.cells.iter().any(|c| c.kind == Kind::Mps && c.n > 1);
+        let keep = (mode == BenchMode::Mps && under.daemon.is_some() && measured_mps).then(|| {
+            let limited = Cell {
+                kind: Kind::MpsLimited,
+                n,
+            };
+            let s = plan::kept_for_limit(&self.budget, &limited.key(), n, 1);
+            (limited, s)
+        });
+        if let Err(why) = self.new_cell_fits(cell, keep) {
+            self.skip_for_budget(cell, why.clone());
+            return Ok(Tried::Budget(why));
+        }
+        let obs = match &under.mig {
+            Some(ctl) => match self.measure_mig(ctl, n, 1)? {
+                Ok(o) => o,
+                Err(why) => {
+                    self.report
+                        .results
+                        .push(ConfigResult::skipped(name, n, why.clone()));
+                    return Ok(Tried::Stop(why));
+                }
+            },
+            None => self.measure(cell, 1, &under.env, None)?,
+        };
+        Ok(match obs {
+            Some(o) => Tried::Measured(o),
+            None => Tried::Stop(format!("not tried: {name} with {n} copies failed")),
+        })
+    }
+
+    /// The budget ended the search of `name` before `next` copies while the aggregate
+    /// still rose at `at`: noted, and the answer will say it is a lower bound.
+    fn budget_cut_rising(&mut self, mode: BenchMode, at: usize, next: usize) {
+        let name = mode.as_str();
+        self.report.notes.push(format!(
+            "{name}: --counts auto was cut by the budget before {next} copies while the aggregate still rose at {at}: more copies may give more; a larger --budget (or a shorter --duration) lets the search go on"
+        ));
+        let cost = self.budget.estimate(&Cell::of(mode, next).key(), next);
+        let settle =
+            self.budget.limit.unwrap_or(0.0) + 2.0 * cost * f64::from(self.spec.repeat.max(1));
+        self.rising_cut = Some(RisingCut {
+            mode: name.to_string(),
+            at,
+            next,
+            settle_s: settle,
+        });
     }
 
     /// Why `n` copies of `mode` cannot run, said in their row (and, under `--counts auto`,
@@ -215,16 +352,14 @@ impl Ctx<'_> {
         Some("the aggregate stopped rising".into())
     }
 
-    /// After the MPS counts of round 1: `mps:N` at the chosen N, measured where the
-    /// budget holds it (once, at least, if its repeats no longer fit); where it does
-    /// not, a note says so first.
-    fn explore_limited(
-        &mut self,
-        block: &mut Block,
-        daemon_env: &[(String, String)],
-        found: &[Block],
-        with_ref: bool,
-    ) -> anyhow::Result<()> {
+    /// After the repeats: `mps:N` at the chosen N (the configuration `--colloc=mps:N`
+    /// runs), measured up to `--repeat` times while the budget holds it (the closing
+    /// solo run kept), each time a round of its own; added to the MPS block. Where not
+    /// even once fits, a note says so first.
+    pub(super) fn measure_limited(&mut self, found: &mut [Block]) -> anyhow::Result<()> {
+        let Some(block) = found.iter_mut().find(|b| b.mode == BenchMode::Mps) else {
+            return Ok(());
+        };
         let Some(n) = self.chosen_n(block) else {
             return Ok(());
         };
@@ -232,19 +367,7 @@ impl Ctx<'_> {
             kind: Kind::MpsLimited,
             n,
         };
-        let fits = self
-            .new_cell_fits(cell, found, with_ref, &block.cells, None)
-            // Its repeat no longer fits (a count ran longer than its estimate):
-            // measured once all the same where that fits; round 2 repeats it
-            // first if it can.
-            .or_else(|why| {
-                if self.fits_once(cell, found, with_ref, &block.cells) {
-                    Ok(())
-                } else {
-                    Err(why)
-                }
-            });
-        if let Err(why) = fits {
+        if let Err(why) = self.new_cell_fits(cell, None) {
             self.skip_for_budget(cell, why.clone());
             // Said first: the question "does mps:N cost anything here" stays open.
             self.report.notes.insert(
@@ -254,28 +377,50 @@ impl Ctx<'_> {
                     m = cell.mode()
                 ),
             );
-        } else {
-            let limited = self.limited_env(daemon_env, n);
-            if self.measure(cell, 1, &limited, None)?.is_some() {
+            return Ok(());
+        }
+        let under = match self.open_mode(BenchMode::Mps) {
+            Ok(u) => u,
+            Err(why) => {
+                self.skip_for_budget(cell, why);
+                return Ok(());
+            }
+        };
+        let limited = self.limited_env(&under.env, n);
+        self.report.row_mut(&cell.mode(), n).tried = Some(format!(
+            "what --colloc={} runs, at the N the rule chose among unlimited mps",
+            cell.mode()
+        ));
+        for k in 0..self.spec.repeat.max(1) {
+            let round = self.report.rounds + 1;
+            if k > 0 && !self.repeat_fits(cell, round) {
+                break;
+            }
+            self.report.rounds = round;
+            let ok = self.measure(cell, round, &limited, None)?.is_some();
+            if k == 0 && ok {
                 block.cells.push(cell);
             }
+            if !ok {
+                break;
+            }
         }
+        drop(under);
         Ok(())
     }
 
     /// The N at which `mps:N` is tried: the plateau rule over the block's unlimited MPS
-    /// configurations of round 1; none below two copies.
+    /// configurations, as measured so far; none below two copies.
     fn chosen_n(&self, block: &Block) -> Option<usize> {
         let cands: Vec<Candidate> = block
             .cells
             .iter()
             .filter(|c| c.kind == Kind::Mps)
             .filter_map(|c| {
-                let o = self.report.row(&c.mode(), c.n)?.in_round(1)?;
                 Some(Candidate {
                     mode: c.mode(),
                     n: c.n,
-                    aggregate: Spread::of(&[o])?,
+                    aggregate: self.report.row(&c.mode(), c.n)?.spread()?,
                     wide: None,
                 })
             })
@@ -458,4 +603,14 @@ struct Under {
     env: Vec<(String, String)>,
     /// NVML, to make and undo MIG layouts through.
     mig: Option<NvmlGpus>,
+}
+
+/// How one count of the search went ([`Ctx::try_count`]).
+enum Tried {
+    /// Measured, with its observation.
+    Measured(Obs),
+    /// Could not run (memory, MPS's client limit, a failure): the search stops.
+    Stop(String),
+    /// Did not fit the budget: the search stops, and why is recorded.
+    Budget(String),
 }

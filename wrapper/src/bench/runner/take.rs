@@ -143,6 +143,7 @@ impl Ctx<'_> {
             copy_peak_memory_bytes: fig.copy_peaks,
             mps_server_bytes: fig.mps_server,
             energy_j: fig.energy,
+            sm_busy_percent: fig.busy,
         };
         let vs_solo = cell.kind != Kind::Solo && round > 0;
         self.say_measured(&what, vs_solo, unit.as_deref(), &m, se, wall);
@@ -305,6 +306,9 @@ struct GpuFigures {
     mps_server: Option<u64>,
     /// The GPU's energy over the window.
     energy: Option<f64>,
+    /// How busy the copies kept the SMs, percent: their own processes' mean where NVML
+    /// reports it, else the GPU's mean utilization while they ran.
+    busy: Option<f64>,
 }
 
 fn gpu_figures(
@@ -323,6 +327,7 @@ fn gpu_figures(
             copy_peaks: Vec::new(),
             mps_server: None,
             energy: None,
+            busy: None,
         };
     };
     let readings = history.first().map(Vec::as_slice).unwrap_or_default();
@@ -333,6 +338,22 @@ fn gpu_figures(
             .then(|| copy_peaks.iter().flatten().sum::<u64>()),
         energy: colloc_core::energy::energy_in(readings, m.window.start, m.window.end),
         mps_server: totals.iter().filter_map(|g| g.mps_server_peak_bytes).max(),
+        busy: busy_of(&out.gpu),
         copy_peaks,
     }
+}
+
+/// How busy the copies kept the SMs, percent: their own processes' utilization summed
+/// where NVML gives it per process, else the GPU's mean utilization while they ran.
+fn busy_of(gpu: &[Option<colloc_core::telemetry::AttemptGpu>]) -> Option<f64> {
+    let own: Vec<f64> = gpu
+        .iter()
+        .filter_map(|g| g.as_ref()?.mean_util_percent)
+        .collect();
+    if !own.is_empty() && own.len() == gpu.len() {
+        return Some(own.iter().sum::<f64>().min(100.0));
+    }
+    gpu.iter()
+        .filter_map(|g| g.as_ref()?.mean_gpu_util_percent)
+        .reduce(f64::max)
 }

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::{err, font, legend, tick, Canvas, E, PALETTE};
@@ -20,13 +21,26 @@ pub struct BenchPoint {
     pub hi: f64,
 }
 
+/// The configuration the recommendation names, as `bench.png` marks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchMark {
+    /// Its copies.
+    pub n: f64,
+    /// Its mean aggregate.
+    pub mean: f64,
+    /// What the mark says (`run 7 copies under mps`).
+    pub label: String,
+}
+
 /// `bench.png`: aggregate throughput against copies at once, one line per mode with
 /// each point's interval as an error bar; solo dashed with its interval shaded, the
-/// reference command dotted.
+/// reference command dotted; the recommended configuration ringed and labelled.
+#[allow(clippy::too_many_arguments)]
 pub fn bench(
     lines: &[(String, Vec<BenchPoint>)],
     solo: Option<BenchPoint>,
     reference: Option<f64>,
+    marked: Option<&BenchMark>,
     max_n: usize,
     title: &str,
     unit: &str,
@@ -37,6 +51,7 @@ pub fn bench(
         lines,
         solo,
         reference,
+        marked,
         max_n,
         title,
         unit,
@@ -51,6 +66,7 @@ fn bench_into(
     lines: &[(String, Vec<BenchPoint>)],
     solo: Option<BenchPoint>,
     reference: Option<f64>,
+    marked: Option<&BenchMark>,
     max_n: usize,
     title: &str,
     unit: &str,
@@ -154,7 +170,82 @@ fn bench_into(
         }
         entries.push((mode.clone(), color, false));
     }
+    if let Some(m) = marked {
+        draw_mark(&mut chart, m, top).map_err(|x| e(&x))?;
+        entries.push(("recommended (ringed)".to_string(), RGBColor(0, 0, 0), false));
+    }
     legend(&side, "mode", &entries)?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
+}
+
+/// The recommended configuration: a ring around its point and what it is, above the
+/// point (below it where the top of the plot is near).
+fn draw_mark<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    m: &BenchMark,
+    top: f64,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let black = RGBColor(0, 0, 0);
+    chart.draw_series(std::iter::once(Circle::new(
+        (m.n, m.mean),
+        12,
+        black.stroke_width(3),
+    )))?;
+    let y = if m.mean > 0.8 * top {
+        m.mean - 0.08 * top
+    } else {
+        m.mean + 0.05 * top
+    };
+    chart.draw_series(std::iter::once(Text::new(
+        format!("recommended: {}", m.label),
+        ((m.n - 0.3).max(0.6), y),
+        font(14),
+    )))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ring and label change the picture only where a configuration is marked.
+    #[test]
+    fn the_recommended_configuration_is_ringed() {
+        let pts = |k: f64| {
+            [2.0, 4.0, 7.0, 10.0].map(|n| BenchPoint {
+                n,
+                mean: k * n.min(7.0),
+                lo: k * n.min(7.0) - 1.0,
+                hi: k * n.min(7.0) + 1.0,
+            })
+        };
+        let lines = vec![("mps".to_string(), pts(100.0).to_vec())];
+        let draw = |m: Option<&BenchMark>| {
+            bench(
+                &lines,
+                None,
+                Some(1000.0),
+                m,
+                10,
+                "t",
+                "img/s",
+                Path::new("x.png"),
+            )
+        };
+        let (Ok(plain), Ok(again)) = (draw(None), draw(None)) else {
+            // No chart font on this machine: nothing is drawn at all.
+            assert!(!ready());
+            return;
+        };
+        assert_eq!(plain, again, "drawing is deterministic");
+        let mark = BenchMark {
+            n: 7.0,
+            mean: 700.0,
+            label: "7 x mps".into(),
+        };
+        let marked = draw(Some(&mark)).unwrap();
+        assert_eq!(&marked[1..4], b"PNG");
+        assert_ne!(plain, marked);
+    }
 }

@@ -280,7 +280,7 @@ mod runs;
 mod throughput;
 mod timeline;
 
-pub use bench::{bench, BenchPoint};
+pub use bench::{bench, BenchMark, BenchPoint};
 use runs::runs_into;
 use throughput::throughput_into;
 use timeline::timeline_into;
