@@ -7,8 +7,9 @@
 //! repository (first and last micro release of each), and [`FACTS`] the values colloc
 //! relies on. They were the same in every one of them. A header of another release fails
 //! the build with a message that says so; a header whose values differ from [`FACTS`]
-//! fails it at compile time (assertions generated into `bindings.rs`). Only 22.05 is also
-//! run here, on a real Slurm; the others are supported by these header facts.
+//! fails it at compile time (assertions generated into `bindings.rs`). 22.05 and 24.11 are
+//! also run here, on a real Slurm (24.11 in tests/slurm/slurm-root.sh's Debian 13 root);
+//! the others are supported by these header facts.
 //!
 //! Environment: `SLURM_INCLUDE_DIR` (default `/usr/include`) is where `slurm/spank.h`
 //! lies; only its `slurm/` folder is used (the C library's headers stay the host's).
