@@ -60,18 +60,26 @@ stamp_text() { printf '%s\n' "$SUITE ${PACKAGES[*]}"; }
 make_root() {
   local root=$1
   [[ $(id -u) == 0 ]] || die "needs root (debootstrap, chroot)"
+  mkdir -p "$(dirname "$root")"
+  # One maker at a time (tests of two profiles may start at once); the others wait and
+  # then find the root ready.
+  exec 9>"$root.lock"
+  flock 9
   if [[ -f $root/$STAMP && $(cat "$root/$STAMP") == "$(stamp_text)" ]]; then
     echo "slurm-root.sh: $root is ready ($(chroot "$root" dpkg-query -W -f '${Version}' slurmd))"
+    exec 9>&-
     return
   fi
   command -v debootstrap >/dev/null || die "debootstrap is missing (apt-get install debootstrap)"
-  # Never a root that a half-made run left: start over, but only in a folder this script
-  # made (the stamp's folder) or an empty one.
+  # A root made for another package list (another stamp) is made again; an interrupted
+  # make left only ROOT.new.PID, removed here; a folder without the stamp that is not
+  # empty is not this script's and is left alone.
   if [[ -e $root ]]; then
-    mountpoint -q "$root/proc" 2>/dev/null && die "$root/proc is mounted: is an exec still running?"
+    [[ -f $root/$STAMP || -z $(ls -A "$root") ]] ||
+      die "$root is not a root this script made: not removing it (set COLLOC_SLURM_ROOT)"
     rm -rf --one-file-system "${root:?}"
   fi
-  mkdir -p "$(dirname "$root")"
+  rm -rf --one-file-system "${root:?}".new.*
   local new=$root.new.$$
   rm -rf --one-file-system "$new"
   echo "slurm-root.sh: debootstrap $SUITE into $root"
@@ -94,6 +102,7 @@ make_root() {
   stamp_text >"$new/$STAMP"
   mv "$new" "$root"
   echo "slurm-root.sh: $root made ($(chroot "$root" dpkg-query -W -f '${Version}' slurmd))"
+  exec 9>&-
 }
 
 # Append to the root's account file $2 the host's lines of $1 whose name the root lacks:
