@@ -223,22 +223,27 @@ run_tests() {
   return "$rc"
 }
 
-cmd=${1:-}
-[[ -n $cmd ]] || usage
-shift
-case $cmd in
-  make)
-    (($# <= 1)) || usage
-    make_root "$(realpath -m "${1:-${COLLOC_SLURM_ROOT:-$DEFAULT_ROOT}}")"
-    ;;
-  exec)
-    (($# >= 3)) && [[ $2 == -- ]] || usage
-    r=$1
-    shift 2
-    exec_in "$r" "$@"
-    ;;
-  prepare) (($# == 0)) || usage; prepare ;;
-  test) run_tests "$@" ;;
-  path) (($# == 0)) || usage; echo "${COLLOC_SLURM_ROOT:-$DEFAULT_ROOT}" ;;
-  *) usage ;;
-esac
+# The whole file is read before anything runs (main's last line is on the line that calls
+# it): a run whose script is edited meanwhile goes on with what it read.
+main() {
+  cmd=${1:-}
+  [[ -n $cmd ]] || usage
+  shift
+  case $cmd in
+    make)
+      (($# <= 1)) || usage
+      make_root "$(realpath -m "${1:-${COLLOC_SLURM_ROOT:-$DEFAULT_ROOT}}")"
+      ;;
+    exec)
+      (($# >= 3)) && [[ $2 == -- ]] || usage
+      r=$1
+      shift 2
+      exec_in "$r" "$@"
+      ;;
+    prepare) (($# == 0)) || usage; prepare ;;
+    test) run_tests "$@" ;;
+    path) (($# == 0)) || usage; echo "${COLLOC_SLURM_ROOT:-$DEFAULT_ROOT}" ;;
+    *) usage ;;
+  esac
+}
+main "$@"; exit
