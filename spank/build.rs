@@ -7,12 +7,14 @@
 //! repository (first and last micro release of each), and [`FACTS`] the values colloc
 //! relies on. They were the same in every one of them. A header of another release fails
 //! the build with a message that says so; a header whose values differ from [`FACTS`]
-//! fails it at compile time (assertions generated into `bindings.rs`). Only 22.05 is also
-//! run here, on a real Slurm; the others are supported by these header facts.
+//! fails it at compile time (assertions generated into `bindings.rs`). 22.05 and 24.11 are
+//! also run here, on a real Slurm (24.11 in tests/slurm/slurm-root.sh's Debian 13 root);
+//! the others are supported by these header facts.
 //!
 //! Environment: `SLURM_INCLUDE_DIR` (default `/usr/include`) is where `slurm/spank.h`
-//! lies. Under cargo-zigbuild, whose clang uses zig's own C library headers, it is added
-//! after them (`-idirafter`), so only Slurm's headers come from there.
+//! lies; only its `slurm/` folder is used (the C library's headers stay the host's).
+//! Under cargo-zigbuild, whose clang uses zig's own C library headers, it is added after
+//! them (`-idirafter`), so only Slurm's headers come from there.
 
 use std::env;
 use std::fmt::Write as _;
@@ -51,6 +53,17 @@ const FACTS: &[(&str, i64)] = &[
     ("S_CTX_ALLOCATOR", 3),
     ("S_CTX_SLURMD", 4),
     ("S_CTX_JOB_SCRIPT", 5),
+];
+
+/// Values that only later releases' headers define: (name, value, first release). Where
+/// the header is of that release or later, it must define the name with that value
+/// (checked like [`FACTS`]); older headers lack it and the plugin uses the value as is.
+/// `ESPANK_JOB_FAILURE` (slurm_errno.h, slurm-25-05-0-1 … slurm-25-11-7-1: the
+/// `spank_err_t` after `ESPANK_NODE_FAILURE` 3011) is what the plugin's
+/// `slurm_spank_init_failure_mode` holds.
+const LATER_FACTS: &[(&str, i64, (u32, u32))] = &[
+    ("ESPANK_NODE_FAILURE", 3011, (25, 5)),
+    ("ESPANK_JOB_FAILURE", 3012, (25, 5)),
 ];
 
 /// `struct spank_option` as every supported release declares it: `char *name, *arginfo,
@@ -223,7 +236,17 @@ fn main() {
     if zig {
         builder = builder.clang_arg(format!("-idirafter{}", include.display()));
     } else if include != std::path::Path::new("/usr/include") {
-        builder = builder.clang_arg(format!("-I{}", include.display()));
+        // Only Slurm's headers from there: a folder with just a `slurm` link to them, so
+        // that another system's root (a Debian 13 root with its own libc headers, for the
+        // Slurm 24.11 tests) does not give this build its C library headers.
+        let only =
+            PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("slurm-only");
+        let link = only.join("slurm");
+        let _ = std::fs::remove_file(&link);
+        std::fs::create_dir_all(&only)
+            .and_then(|()| std::os::unix::fs::symlink(include.join("slurm"), &link))
+            .unwrap_or_else(|e| fail(&format!("cannot link {}: {e}", link.display())));
+        builder = builder.clang_arg(format!("-I{}", only.display()));
     }
     let bindings = match builder.generate() {
         Ok(b) => b,
@@ -245,6 +268,22 @@ fn main() {
             code,
             "const _: () = assert!({name} as i64 == {value}, \"spank.h of Slurm {release}: \
              {name} is not {value}, the value colloc was written for (spank/build.rs FACTS)\");"
+        );
+    }
+    for (name, value, since) in LATER_FACTS {
+        if (major, minor) >= *since {
+            let _ = writeln!(
+                code,
+                "const _: () = assert!({name} as i64 == {value}, \"spank.h of Slurm {release}: \
+                 {name} is not {value}, the value colloc was written for (spank/build.rs \
+                 LATER_FACTS)\");"
+            );
+        }
+        let _ = writeln!(
+            code,
+            "/// `{name}` ({value}), defined by Slurm {}.{:02} and later.\npub const \
+             COLLOC_{name}: i32 = {value};",
+            since.0, since.1
         );
     }
     for (field, offset) in OPTION_LAYOUT {
