@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use colloc_slurm_tests::{
-    colloc_bin, pids_by_cmdline, run_suite_on, Cluster, ClusterSpec, Node, Profile, Test,
+    colloc_bin, pids_by_cmdline, run_suite_on, Cluster, ClusterSpec, Node, Test,
 };
 use serde_json::Value;
 
@@ -457,7 +457,7 @@ fn node_lost_mid_sweep(c: &Cluster) {
     // (Not Cluster::wait_for_file: it gives up on a cluster with a node down.)
     c.wait_until("the sweep to end", || ready.exists().then_some(()));
     let out = c.job_out(id);
-    if c.profile() == Profile::Production {
+    if c.profile().production() {
         production_loses_every_node(c, id, &dir, &out, &go);
         n3.start_again();
         assert!(n3.colloc(&["restore", "--all"]).status.success());
