@@ -11,8 +11,9 @@
 //! run here, on a real Slurm; the others are supported by these header facts.
 //!
 //! Environment: `SLURM_INCLUDE_DIR` (default `/usr/include`) is where `slurm/spank.h`
-//! lies. Under cargo-zigbuild, whose clang uses zig's own C library headers, it is added
-//! after them (`-idirafter`), so only Slurm's headers come from there.
+//! lies; only its `slurm/` folder is used (the C library's headers stay the host's).
+//! Under cargo-zigbuild, whose clang uses zig's own C library headers, it is added after
+//! them (`-idirafter`), so only Slurm's headers come from there.
 
 use std::env;
 use std::fmt::Write as _;
@@ -223,7 +224,17 @@ fn main() {
     if zig {
         builder = builder.clang_arg(format!("-idirafter{}", include.display()));
     } else if include != std::path::Path::new("/usr/include") {
-        builder = builder.clang_arg(format!("-I{}", include.display()));
+        // Only Slurm's headers from there: a folder with just a `slurm` link to them, so
+        // that another system's root (a Debian 13 root with its own libc headers, for the
+        // Slurm 24.11 tests) does not give this build its C library headers.
+        let only =
+            PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("slurm-only");
+        let link = only.join("slurm");
+        let _ = std::fs::remove_file(&link);
+        std::fs::create_dir_all(&only)
+            .and_then(|()| std::os::unix::fs::symlink(include.join("slurm"), &link))
+            .unwrap_or_else(|e| fail(&format!("cannot link {}: {e}", link.display())));
+        builder = builder.clang_arg(format!("-I{}", only.display()));
     }
     let bindings = match builder.generate() {
         Ok(b) => b,
