@@ -5,6 +5,7 @@
 //! hierarchy, from that root, at `/sys/fs/cgroup`.
 
 use std::path::Path;
+use std::process::Command;
 
 use crate::Node;
 
@@ -35,9 +36,34 @@ impl Node<'_> {
         format!("/system.slice/{}_slurmstepd.scope/job_{id}", self.name())
     }
 
+    /// `program` in the node's mount namespace and under its slurmd's root directory: the
+    /// cgroup2 mount is in that namespace, and under a chroot (tests/slurm/slurm-root.sh)
+    /// entering a mount namespace alone would leave the process at the namespace's own
+    /// root, where `/sys/fs/cgroup` is another mount.
+    fn in_node_root(&self, program: &str) -> Command {
+        let pid = self
+            .slurmd_pid()
+            .unwrap_or_else(|| panic!("node {}'s slurmd does not run", self.name()));
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--target={pid}"))
+            .args(["--mount", "--root", "--"])
+            .arg(program);
+        c
+    }
+
     /// Does the node have cgroup `path` (as it names it)?
     pub fn has_cgroup2(&self, path: &str) -> bool {
-        self.command("test")
+        let st = self
+            .in_node_root("test")
+            .arg("-e")
+            .arg("/sys/fs/cgroup/cgroup.controllers")
+            .status();
+        assert!(
+            st.is_ok_and(|s| s.success()),
+            "node {}: no cgroup2 at /sys/fs/cgroup",
+            self.name()
+        );
+        self.in_node_root("test")
             .arg("-d")
             .arg(format!("/sys/fs/cgroup{path}"))
             .status()
@@ -49,10 +75,10 @@ impl Node<'_> {
     /// fake GPU), "Operation not permitted" where it denies it.
     pub fn open_in_cgroup2(&self, path: &str, dev: &Path) -> String {
         let out = self
-            .command("sh")
+            .in_node_root("sh")
             .arg("-c")
             .arg(format!(
-                "echo $$ > /sys/fs/cgroup{path}/cgroup.procs && {{ exec 3<>{} ; }} 2>&1; true",
+                "echo $$ > /sys/fs/cgroup{path}/cgroup.procs 2>&1 && {{ exec 3<>{} ; }} 2>&1; true",
                 dev.display()
             ))
             .output()
