@@ -136,8 +136,18 @@ in_namespace() {
   merge_accounts /etc/gshadow "$m/etc/gshadow" 0 "$(cut -d: -f1 "$m/etc/group" | paste -sd' ')"
   cp /etc/hosts "$m/etc/hosts"
   export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+  # The overlay becomes the namespace's root (pivot_root, not chroot): a process that
+  # enters a mount namespace made in here (setns: the job container's tasks, nsenter
+  # --mount) is put at that namespace's root, which under a chroot would be the host's
+  # tree, without the root's Slurm and without the per-node mounts under it (seen: jobs'
+  # tasks found no journal of their node, and their /tmp was the host's).
+  mkdir -p "$m/.host-root"
+  cd "$m"
+  pivot_root . .host-root
+  umount -l /.host-root
+  rmdir /.host-root 2>/dev/null || true
   # shellcheck disable=SC2016 # expanded by that sh
-  exec chroot "$m" /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
+  exec /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
 }
 
 exec_in() {
