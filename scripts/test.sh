@@ -122,6 +122,15 @@ else
   ((slurm_rc == 0)) || counted_steps+=("real Slurm tests")
 fi
 
+# Slurm's cgroup/v2 (ConstrainDevices through its eBPF program, PrologFlags=Contain,
+# job_container/tmpfs) on Slurm 24.11, in the Debian 13 root of tests/slurm/slurm-root.sh:
+# the production-v2 profile of tests/slurm/cluster.sh (docs/admin.md, "cgroup v2"). Only
+# the suites whose paths depend on the cgroup version, to keep CI's time: production
+# (where the MPS daemons land, what they may open, a cancel ends them and their cgroup)
+# and cluster_profiles (three nodes: namespaces, /dev/shm, the devices a job reaches).
+tally "real Slurm 24.11 under cgroup v2 (production-v2: production, cluster_profiles)" \
+  env COLLOC_CLUSTER_PROFILE=production-v2 tests/slurm/slurm-root.sh test production cluster_profiles
+
 # Nothing of the test clusters may stay mounted (each cluster's stop unmounts its own).
 step "no test cluster mount left"
 left=$(awk '$2 ~ /\/colloc-slurm-|\/colloc-pkgtest\./ { print $2 }' /proc/self/mounts)
