@@ -7,6 +7,7 @@ pkgs=(
   dpkg-dev rpm man-db groff-base binutils cpio       # packages, man pages, objdump
   python3-pip                                        # zig and cargo-zigbuild (install-zig.sh)
   parallel fonts-dejavu-core python3                 # benchmarks, report charts
+  debootstrap                                        # the Slurm 24.11 root (tests/slurm/slurm-root.sh)
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -3,7 +3,8 @@
 # under /tmp): installs the Debian packages it needs, checks formatting and lints, runs
 # the unit and CLI tests, builds and checks the .deb/.rpm, installs the .deb and runs the
 # real-Slurm tests against the installed plugin, under a simple and a production-like
-# Slurm configuration. Needs root (Slurm daemons, dpkg).
+# Slurm configuration, then the same suites on Debian 13's Slurm 24.11 in a cached
+# debootstrap root (tests/slurm/slurm-root.sh). Needs root (Slurm daemons, dpkg, chroot).
 #
 # Every step runs, whatever failed before it; the last line is always
 # "total: N passed, N failed" (a step that fails without test counts of its own, such as
@@ -122,14 +123,47 @@ else
   ((slurm_rc == 0)) || counted_steps+=("real Slurm tests")
 fi
 
+step "real Slurm cluster tests on Slurm 24.11 (a Debian 13 root), under two Slurm configurations"
+# The same suites on Debian 13's Slurm 24.11, in a root made by debootstrap from Debian's
+# archive and cached (tests/slurm/slurm-root.sh; /var/cache/colloc-test/slurm-24.11,
+# kept between runs): the plugin built against its headers, the workspace's colloc, each
+# suite in a mount namespace chrooted into an overlay of the root (accounts the suites
+# make there go with it). Both profiles at once, after the 22.05 runs, as those run.
+slurm_root=tests/slurm/slurm-root.sh
+if ! "$slurm_root" prepare; then
+  failed_steps+=("Slurm 24.11: the root or its builds")
+else
+  root_suites() {
+    COLLOC_CLUSTER_PROFILE=$1 "$slurm_root" test >"$log.2411-$1" 2>&1
+  }
+  root_rc=0
+  started=$SECONDS
+  root_suites simple &
+  simple_pid=$!
+  root_suites production &
+  production_pid=$!
+  wait "$simple_pid" || root_rc=1
+  wait "$production_pid" || root_rc=1
+  for profile in simple production; do
+    printf '\n-- Slurm 24.11, %s configuration --\n' "$profile"
+    tee -a "$log" <"$log.2411-$profile"
+    rm -f "$log.2411-$profile"
+  done
+  echo "Slurm 24.11 suites: $((SECONDS - started)) s"
+  ((root_rc == 0)) || counted_steps+=("real Slurm tests on 24.11")
+fi
+
 # Slurm's cgroup/v2 (ConstrainDevices through its eBPF program, PrologFlags=Contain,
 # job_container/tmpfs) on Slurm 24.11, in the Debian 13 root of tests/slurm/slurm-root.sh:
 # the production-v2 profile of tests/slurm/cluster.sh (docs/admin.md, "cgroup v2"). Only
 # the suites whose paths depend on the cgroup version, to keep CI's time: production
 # (where the MPS daemons land, what they may open, a cancel ends them and their cgroup)
 # and cluster_profiles (three nodes: namespaces, /dev/shm, the devices a job reaches).
-tally "real Slurm 24.11 under cgroup v2 (production-v2: production, cluster_profiles)" \
-  env COLLOC_CLUSTER_PROFILE=production-v2 tests/slurm/slurm-root.sh test production cluster_profiles
+# After the 24.11 runs above, whose builds it reuses (none where those could not be made).
+if [[ -n ${root_rc:-} ]]; then
+  tally "real Slurm 24.11 under cgroup v2 (production-v2: production, cluster_profiles)" \
+    env COLLOC_CLUSTER_PROFILE=production-v2 "$slurm_root" test production cluster_profiles
+fi
 
 # Nothing of the test clusters may stay mounted (each cluster's stop unmounts its own).
 step "no test cluster mount left"

@@ -54,6 +54,17 @@ const FACTS: &[(&str, i64)] = &[
     ("S_CTX_JOB_SCRIPT", 5),
 ];
 
+/// Values that only later releases' headers define: (name, value, first release). Where
+/// the header is of that release or later, it must define the name with that value
+/// (checked like [`FACTS`]); older headers lack it and the plugin uses the value as is.
+/// `ESPANK_JOB_FAILURE` (slurm_errno.h, slurm-25-05-0-1 … slurm-25-11-7-1: the
+/// `spank_err_t` after `ESPANK_NODE_FAILURE` 3011) is what the plugin's
+/// `slurm_spank_init_failure_mode` holds.
+const LATER_FACTS: &[(&str, i64, (u32, u32))] = &[
+    ("ESPANK_NODE_FAILURE", 3011, (25, 5)),
+    ("ESPANK_JOB_FAILURE", 3012, (25, 5)),
+];
+
 /// `struct spank_option` as every supported release declares it: `char *name, *arginfo,
 /// *usage; int has_arg, val; spank_opt_cb_f cb;` (x86_64/aarch64 LP64 offsets).
 const OPTION_LAYOUT: &[(&str, usize)] = &[
@@ -256,6 +267,22 @@ fn main() {
             code,
             "const _: () = assert!({name} as i64 == {value}, \"spank.h of Slurm {release}: \
              {name} is not {value}, the value colloc was written for (spank/build.rs FACTS)\");"
+        );
+    }
+    for (name, value, since) in LATER_FACTS {
+        if (major, minor) >= *since {
+            let _ = writeln!(
+                code,
+                "const _: () = assert!({name} as i64 == {value}, \"spank.h of Slurm {release}: \
+                 {name} is not {value}, the value colloc was written for (spank/build.rs \
+                 LATER_FACTS)\");"
+            );
+        }
+        let _ = writeln!(
+            code,
+            "/// `{name}` ({value}), defined by Slurm {}.{:02} and later.\npub const \
+             COLLOC_{name}: i32 = {value};",
+            since.0, since.1
         );
     }
     for (field, offset) in OPTION_LAYOUT {

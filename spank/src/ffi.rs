@@ -29,6 +29,16 @@ pub static plugin_type: [u8; 6] = *b"spank\0";
 #[no_mangle]
 pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
 
+/// How Slurm 25.05 and later treat a failed `slurm_spank_init` of this (required) plugin:
+/// `ESPANK_JOB_FAILURE` fails the job (not requeued) and leaves the node in service,
+/// instead of the default `ESPANK_NODE_FAILURE`, which drains it. Slurm looks the symbol up
+/// when it loads the plugin and, when `init` returns non-zero, returns this value instead;
+/// releases before 25.05 never look it up. `init` fails only for the plugin's own setup (a
+/// Slurm release it was not built for, a bad plugstack.conf argument, the option not
+/// registered, a contained panic): nothing of the node's GPUs, so no node fault.
+#[no_mangle]
+pub static slurm_spank_init_failure_mode: c_int = sys::JOB_FAILURE;
+
 pub use crate::sys::{BUILT_FOR, SUPPORTED_SLURM};
 
 const SLURM_SUCCESS: c_int = 0;
@@ -388,6 +398,8 @@ mod tests {
         assert_eq!(CStr::from_bytes_with_nul(&plugin_type).unwrap(), c"spank");
         // Built against 22.05 or later: major.minor in the top two bytes.
         assert!(plugin_version >> 16 >= 22, "{plugin_version:#x}");
+        // Slurm 25.05+'s ESPANK_JOB_FAILURE: fail the job, keep the node in service.
+        assert_eq!(slurm_spank_init_failure_mode, 3012);
     }
 }
 

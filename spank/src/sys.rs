@@ -16,3 +16,6 @@ include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 pub const BUILT_FOR: u32 = SLURM_VERSION_NUMBER;
 /// The Slurm releases (major, minor) whose header facts spank/build.rs checked.
 pub const SUPPORTED_SLURM: &[(u32, u32)] = COLLOC_SUPPORTED_SLURM;
+/// `ESPANK_JOB_FAILURE` (Slurm 25.05+'s slurm_errno.h; spank/build.rs checks the value
+/// against a header that has it).
+pub const JOB_FAILURE: i32 = COLLOC_ESPANK_JOB_FAILURE;

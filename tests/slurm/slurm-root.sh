@@ -10,6 +10,8 @@
 #                                     every one when none is named) inside the default
 #                                     ROOT, made first if needed, under the profile of
 #                                     $COLLOC_CLUSTER_PROFILE (default simple)
+#   slurm-root.sh prepare             make the root and build what `test` runs (so that
+#                                     tests of two profiles started at once build nothing)
 #   slurm-root.sh path                print the default ROOT
 #
 # ROOT defaults to $COLLOC_SLURM_ROOT, else /var/cache/colloc-test/slurm-24.11. Only
@@ -23,7 +25,7 @@
 # workspace's target/debug/colloc. Output is each suite's own ("test result: …" lines);
 # the exit status is 0 when every suite passed.
 #
-# exec: CMD runs in a mount namespace of its own, chrooted into an overlay of ROOT (the
+# exec: CMD runs in a mount namespace of its own whose root is an overlay of ROOT (the
 # cached root stays as made: what CMD writes into the root's own folders, test accounts
 # included, goes with the namespace). Inside it, at the same absolute paths as on the
 # host: /proc (fresh), /sys with its cgroup mounts, /dev with /dev/pts and /dev/shm, /tmp,
@@ -49,7 +51,7 @@ STAMP=.colloc-slurm-root
 
 die() { echo "slurm-root.sh: $*" >&2; exit 1; }
 usage() {
-  echo "usage: slurm-root.sh make [ROOT] | exec ROOT -- CMD [ARGS...] | test [TEST...] | path" >&2
+  echo "usage: slurm-root.sh make [ROOT] | exec ROOT -- CMD [ARGS...] | prepare | test [TEST...] | path" >&2
   exit 2
 }
 
@@ -136,16 +138,13 @@ in_namespace() {
   merge_accounts /etc/gshadow "$m/etc/gshadow" 0 "$(cut -d: -f1 "$m/etc/group" | paste -sd' ')"
   cp /etc/hosts "$m/etc/hosts"
   export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-  # The overlay becomes the namespace's root (pivot_root, not chroot): a process that
-  # enters a mount namespace made in here (setns: the job container's tasks, nsenter
-  # --mount) is put at that namespace's root, which under a chroot would be the host's
-  # tree, without the root's Slurm and without the per-node mounts under it (seen: jobs'
-  # tasks found no journal of their node, and their /tmp was the host's).
-  mkdir -p "$m/.host-root"
+  # The overlay becomes this namespace's root mount (pivot_root, the old root detached),
+  # not a chroot: a process that enters a mount namespace made from this one (nsenter
+  # into a node's, slurmstepd into a job container's) gets that namespace's root, which
+  # for a chroot would be the host's tree (seen: the host's 22.05 srun inside 24.11 jobs).
   cd "$m"
-  pivot_root . .host-root
-  umount -l /.host-root
-  rmdir /.host-root 2>/dev/null || true
+  pivot_root . .
+  umount -l .
   # shellcheck disable=SC2016 # expanded by that sh
   exec /bin/sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
 }
@@ -153,7 +152,7 @@ in_namespace() {
 exec_in() {
   local root=$1
   shift
-  [[ $(id -u) == 0 ]] || die "needs root (mounts, chroot)"
+  [[ $(id -u) == 0 ]] || die "needs root (mounts, pivot_root)"
   [[ -f $root/$STAMP ]] || die "$root is not a complete root (slurm-root.sh make $root)"
   root=$(realpath "$root")
   local top
@@ -169,11 +168,13 @@ exec_in() {
 # The release (major.minor) of the root's Slurm, e.g. 24.11.
 root_release() { chroot "$1" dpkg-query -W -f '${Version}' slurmd | sed -E 's/^([0-9]+\.[0-9]+).*/\1/'; }
 
-run_tests() {
-  local root top target release tdir
+# Set root, top, target, release and tdir for the default ROOT (made if needed), and build
+# what the suites load there: the plugin against the root's headers, the workspace, the
+# suites' binaries (listed in $exes: "name path" lines).
+prepare() {
   root=$(realpath -m "${COLLOC_SLURM_ROOT:-$DEFAULT_ROOT}")
   make_root "$root"
-  top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  top=$(cd "$(dirname "$SELF")/../.." && pwd)
   cd "$top"
   target=$(realpath -m "${CARGO_TARGET_DIR:-$top/target}")
   release=$(root_release "$root")
@@ -184,13 +185,17 @@ run_tests() {
       -p colloc-spank --features test-seams --profile test-seams ||
     die "the plugin did not build against Slurm $release's headers"
   cargo build --locked -q --workspace || die "the workspace did not build"
-  local exes
   exes=$(cargo test --locked -q -p colloc-slurm-tests --tests --no-run --message-format=json |
     python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
         print(m["target"]["name"], m["executable"])') || die "the suites did not build"
+}
+
+run_tests() {
+  local root top target release tdir exes
+  prepare
   local name exe rc=0 ran=0
   while read -r name exe; do
     if (($#)); then
@@ -223,6 +228,7 @@ case $cmd in
     shift 2
     exec_in "$r" "$@"
     ;;
+  prepare) (($# == 0)) || usage; prepare ;;
   test) run_tests "$@" ;;
   path) (($# == 0)) || usage; echo "${COLLOC_SLURM_ROOT:-$DEFAULT_ROOT}" ;;
   *) usage ;;

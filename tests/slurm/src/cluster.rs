@@ -188,6 +188,24 @@ impl Cluster {
         self.gpus
     }
 
+    /// The running Slurm's release (major, minor), from `scontrol --version` ("slurm
+    /// 24.11.5"): the host's 22.05, or 24.11 in the root of tests/slurm/slurm-root.sh.
+    /// Where the releases behave differently, a test says which it saw.
+    ///
+    /// # Panics
+    /// When scontrol does not say its version.
+    pub fn slurm_release(&self) -> (u32, u32) {
+        let out = run(self.slurm("scontrol").arg("--version"));
+        let said = text(&out.stdout);
+        said.split_whitespace()
+            .nth(1)
+            .and_then(|v| {
+                let mut n = v.split('.').map(|p| p.parse::<u32>().ok());
+                Some((n.next()??, n.next()??))
+            })
+            .unwrap_or_else(|| panic!("scontrol --version said {said:?}"))
+    }
+
     /// A Slurm client command aimed at this cluster. Jobs it submits get
     /// `COLLOC_FAKE_NVML_STATE` naming the path behind which each node has its own fake
     /// GPU state, outside `/tmp` (which the job container hides).
