@@ -153,6 +153,18 @@ else
   ((root_rc == 0)) || counted_steps+=("real Slurm tests on 24.11")
 fi
 
+# Slurm's cgroup/v2 (ConstrainDevices through its eBPF program, PrologFlags=Contain,
+# job_container/tmpfs) on Slurm 24.11, in the Debian 13 root of tests/slurm/slurm-root.sh:
+# the production-v2 profile of tests/slurm/cluster.sh (docs/admin.md, "cgroup v2"). Only
+# the suites whose paths depend on the cgroup version, to keep CI's time: production
+# (where the MPS daemons land, what they may open, a cancel ends them and their cgroup)
+# and cluster_profiles (three nodes: namespaces, /dev/shm, the devices a job reaches).
+# After the 24.11 runs above, whose builds it reuses (none where those could not be made).
+if [[ -n ${root_rc:-} ]]; then
+  tally "real Slurm 24.11 under cgroup v2 (production-v2: production, cluster_profiles)" \
+    env COLLOC_CLUSTER_PROFILE=production-v2 "$slurm_root" test production cluster_profiles
+fi
+
 # Nothing of the test clusters may stay mounted (each cluster's stop unmounts its own).
 step "no test cluster mount left"
 left=$(awk '$2 ~ /\/colloc-slurm-|\/colloc-pkgtest\./ { print $2 }' /proc/self/mounts)

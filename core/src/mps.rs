@@ -232,9 +232,7 @@ fn control(
         // reaped.
         contained: as_user.is_some() && args != ["-d"],
         ns: entry.and_then(|e| e.ns.as_ref()).map(AsFd::as_fd),
-        procs: entry
-            .and_then(|e| e.freezer_procs.as_ref())
-            .map(AsFd::as_fd),
+        procs: entry.and_then(|e| e.step_procs.as_ref()).map(AsFd::as_fd),
         ids,
     };
     let started = Instant::now();

@@ -49,7 +49,7 @@ fn a_child_held_before_its_exec_does_not_hold_root_past_the_deadline() {
         ns: None,
         ns_id: 0,
         holder: None,
-        freezer_procs: Some(full_fifo(tmp.path())),
+        step_procs: Some(full_fifo(tmp.path())),
     };
     let t = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel();

@@ -5,7 +5,7 @@
 # namespaces, cgroups).
 #
 #   cluster.sh deps                     install the Debian packages that are missing
-#   cluster.sh start DIR [--nodes N] [--gpus G] [--profile simple|production]
+#   cluster.sh start DIR [--nodes N] [--gpus G] [--profile simple|production|production-v2]
 #                                       write configs under DIR and start munged, slurmctld
 #                                       and one slurmd per node
 #   cluster.sh stop DIR                 wait for jobs and every node's epilogs, stop the
@@ -30,7 +30,7 @@
 #                          own mount namespace with its own fake GPUs (see below).
 #   COLLOC_CLUSTER_GPUS    fake GPUs per node (default 1): device files (char 195:N) in
 #                          gres.conf, Gres=gpu:N on each node
-#   COLLOC_CLUSTER_PROFILE simple (default) or production:
+#   COLLOC_CLUSTER_PROFILE simple (default), production or production-v2:
 #     simple      proctrack/linuxproc, task/none, no cgroup.conf, no job container,
 #                 PrologFlags=Alloc.
 #     production  what university clusters run: proctrack/cgroup, task/cgroup,task/affinity,
@@ -43,6 +43,26 @@
 #                 (`taskset -c 0`): on this kind of VM the job container's namespace
 #                 cannot be pinned ("ns base mount failed: Invalid argument") when its
 #                 parent namespace was made on another CPU.
+#     production-v2  production on Slurm's cgroup/v2 (needs Slurm 23.02 or later: the
+#                 24.11 root of tests/slurm): cgroup.conf CgroupPlugin=cgroup/v2,
+#                 IgnoreSystemd, ConstrainDevices=yes (Slurm's eBPF device program),
+#                 jobacct_gather/linux, ConstrainCores/RAMSpace=no: a host that mounts v1
+#                 hierarchies keeps cpuset, memory and cpu there, and v2 offers them to no
+#                 one (jobacct_gather/cgroup needs memory and cpu; Slurm stops without
+#                 them). Each node's slurmd runs in a cgroup of its own,
+#                 /colloc-v2-<tag>-<node> right under the cgroup2 root, and in a cgroup
+#                 namespace rooted there, with cgroup2 mounted at /sys/fs/cgroup in its
+#                 mount namespace: Slurm makes its system.slice/<node>_slurmstepd.scope/
+#                 job_<id>/… there, apart from other clusters. stop kills what is left in
+#                 it (cgroup.kill) and removes it. One level deep, because Slurm finds the
+#                 cgroup root from /proc/1/cgroup (PID 1 lies outside the namespace: its
+#                 path reads /.., whose parent is the mount). Where /proc/self/cgroup lists
+#                 v1 hierarchies too (this kind of host), Slurm refuses to run ("Hybrid
+#                 mode is not supported") however the namespace mounts them: slurmd then
+#                 runs with the preload tests/slurm/cgroup2/unified_only.c (built here
+#                 with $CC, else gcc; COLLOC_CGROUP2_PRELOAD gives a built one), which
+#                 shows Slurm only the unified line of /proc/PID/cgroup, as such a node
+#                 has it. Everything else is the kernel's.
 #   COLLOC_CLUSTER_PROLOG_FLAGS  PrologFlags instead of the profile's (e.g. Alloc,Contain,Serial)
 #   COLLOC_FAKE_NVML_GPUS  models of one node's GPUs for the fake NVML (default A100-40GB
 #                          for each)
@@ -75,7 +95,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 DEFAULT_FAKE_DIR=/run/colloc-fake-nvml
 PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev libclang1-14 libclang-common-14-dev)
-USAGE="usage: cluster.sh deps | start DIR [--nodes N] [--gpus G] [--profile simple|production]
+USAGE="usage: cluster.sh deps | start DIR [--nodes N] [--gpus G] [--profile simple|production|production-v2]
        | stop DIR | env DIR [--node NODE] | exec DIR --node NODE -- CMD... | nodes DIR
        | node-crash DIR NODE | node-start DIR NODE | reset-gpus DIR"
 
@@ -189,24 +209,34 @@ MessageTimeout=5"
   fi
 
   local plugins
-  if [[ $profile == production ]]; then
+  if [[ $profile == production* ]]; then
     # Concurrent clusters on this host share the cgroup tree /slurm_<node>/uid_*/job_<id>:
     # job ids from a random start keep their jobs apart.
     plugins="ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup,task/affinity
-JobAcctGatherType=jobacct_gather/cgroup
+JobAcctGatherType=$([[ $profile == production-v2 ]] && echo jobacct_gather/linux || echo jobacct_gather/cgroup)
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$((mem / cpus))
 PrologFlags=${COLLOC_CLUSTER_PROLOG_FLAGS:-Alloc,Contain}
 JobContainerType=job_container/tmpfs
 FirstJobId=$((1000 + (RANDOM * 32768 + RANDOM) % 50000000))"
-    cat >"$dir/etc/cgroup.conf" <<EOF
+    if [[ $profile == production-v2 ]]; then
+      cat >"$dir/etc/cgroup.conf" <<EOF
+CgroupPlugin=cgroup/v2
+IgnoreSystemd=yes
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainDevices=yes
+EOF
+    else
+      cat >"$dir/etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v1
 IgnoreSystemd=yes
 ConstrainCores=yes
 ConstrainRAMSpace=yes
 ConstrainDevices=yes
 EOF
+    fi
     # Slurm built with --enable-multiple-slurmd (Debian's is) adds /<node name> to BasePath.
     cat >"$dir/etc/job_container.conf" <<EOF
 AutoBasePath=true
@@ -306,6 +336,49 @@ reset_gpus() {
   init_fake_gpus "$dir" "${COLLOC_FAKE_NVML_CTL:-$root/target/debug/fake-nvml-ctl}"
 }
 
+# production-v2: check that this Slurm has cgroup/v2 and that cgroup2 mounts here, pick
+# the cluster's cgroup tag, and make the preload where /proc/self/cgroup lists v1
+# hierarchies (see the top of this file). Sets CGROUP_TAG and CGROUP2_PRELOAD.
+cgroup2_setup() {
+  local dir=$1 version
+  version=$(slurmd -V | awk '{print $2}')
+  [[ ${version%%.*} -ge 23 ]] ||
+    bad "--profile production-v2 needs Slurm 23.02 or later (cgroup/v2 refuses this host's hybrid hierarchy before; slurmd here is $version): run it in the Slurm 24.11 root of tests/slurm"
+  unshare -m --propagation private sh -c 'mount -t cgroup2 none /sys/fs/cgroup' ||
+    die "--profile production-v2: cgroup2 does not mount here (mount -t cgroup2)"
+  CGROUP_TAG=$(printf '%04x%04x' "$RANDOM" "$RANDOM")
+  if grep -qv '^0::' /proc/self/cgroup; then
+    CGROUP2_PRELOAD=${COLLOC_CGROUP2_PRELOAD:-}
+    if [[ -z $CGROUP2_PRELOAD ]]; then
+      CGROUP2_PRELOAD=$dir/bin/unified_only.so
+      mkdir -p "$dir/bin"
+      "${CC:-gcc}" -O2 -Wall -shared -fPIC -o "$CGROUP2_PRELOAD" "$here/cgroup2/unified_only.c" -ldl ||
+        die "--profile production-v2: cannot build $here/cgroup2/unified_only.c (set CC, or COLLOC_CGROUP2_PRELOAD to a built one)"
+    fi
+    [[ -f $CGROUP2_PRELOAD ]] || die "no preload at $CGROUP2_PRELOAD (COLLOC_CGROUP2_PRELOAD)"
+  fi
+}
+
+# production-v2: kill what is left in the nodes' cgroups ($2: one node, else all) and
+# remove them, deepest first.
+cgroup2_remove() {
+  local dir=$1 only=${2:-}
+  [[ -n ${CGROUP_TAG:-} ]] || return 0
+  unshare -m --propagation private sh -c '
+    mount -t cgroup2 none /sys/fs/cgroup || exit 0
+    for cg in /sys/fs/cgroup/colloc-v2-$0-${1:-*}; do
+      [ -d "$cg" ] || continue
+      echo 1 >"$cg/cgroup.kill" 2>/dev/null
+      for _ in $(seq 50); do
+        find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+        [ -d "$cg" ] || break
+        sleep 0.1
+      done
+      [ -d "$cg" ] && echo "cluster.sh: $cg stays" >&2
+    done
+    exit 0' "$CGROUP_TAG" "$only"
+}
+
 # Start node $2's slurmd in a mount namespace of its own (see the top of this file).
 start_slurmd() {
   local dir=$1 n=$2 binds
@@ -316,7 +389,18 @@ start_slurmd() {
     binds="mount --bind '$own/fake-nvml' '$DEFAULT_FAKE_DIR' && mount --bind '$own/fake-nvml' '$dir/fake-nvml' \
 && mount --bind '$own/state' '$dir/state' && mount --bind '$own/run' '$dir/run'"
   fi
-  if [[ $PROFILE == production ]]; then
+  if [[ $PROFILE == production-v2 ]]; then
+    local cpus cg preload=
+    cpus=$(taskset -pc $$ | sed 's/.*: //')
+    cg=/sys/fs/cgroup/colloc-v2-$CGROUP_TAG-$n
+    [[ -n ${CGROUP2_PRELOAD:-} ]] && preload="LD_PRELOAD='$CGROUP2_PRELOAD'"
+    # Into the node's own cgroup (made on the cgroup2 root, mounted here only), then a
+    # cgroup namespace rooted there whose own cgroup2 mount is what Slurm sees.
+    taskset -c 0 unshare -m --propagation private sh -c \
+      "$binds && mount -t cgroup2 none /sys/fs/cgroup && mkdir -p '$cg' && echo \$\$ >'$cg/cgroup.procs' \
+&& exec unshare -C sh -c \"umount /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup \
+&& exec env $preload taskset -c '$cpus' slurmd -N '$n'\""
+  elif [[ $PROFILE == production ]]; then
     # The namespace is made on CPU 0; slurmd itself then runs where it would have.
     local cpus
     cpus=$(taskset -pc $$ | sed 's/.*: //')
@@ -338,8 +422,8 @@ start() {
   local profile=${opt_profile:-${COLLOC_CLUSTER_PROFILE:-simple}}
   [[ $nodes =~ ^([1-9]|1[0-6])$ ]] || bad "--nodes $nodes (COLLOC_CLUSTER_NODES): give 1 to 16"
   [[ $gpus =~ ^[1-8]$ ]] || bad "--gpus $gpus (COLLOC_CLUSTER_GPUS): give 1 to 8"
-  [[ $profile == simple || $profile == production ]] ||
-    bad "--profile $profile (COLLOC_CLUSTER_PROFILE): valid: simple, production"
+  [[ $profile == simple || $profile == production || $profile == production-v2 ]] ||
+    bad "--profile $profile (COLLOC_CLUSTER_PROFILE): valid: simple, production, production-v2"
   local models=${COLLOC_FAKE_NVML_GPUS:-}
   if [[ -z $models ]]; then
     models=A100-40GB
@@ -356,8 +440,8 @@ start() {
   [[ -x $fake_ctl ]] || die "no fake-nvml-ctl at $fake_ctl (cargo build -p fake-nvml)"
 
   dir=$(realpath -m "$dir")
-  if [[ $profile == production && ($dir == /tmp || $dir == /tmp/* || $dir == /dev/shm || $dir == /dev/shm/*) ]]; then
-    bad "--profile production: $dir is inside /tmp, which job_container/tmpfs makes private to each job; give a folder outside /tmp and /dev/shm (e.g. under /var/tmp)"
+  if [[ $profile == production* && ($dir == /tmp || $dir == /tmp/* || $dir == /dev/shm || $dir == /dev/shm/*) ]]; then
+    bad "--profile $profile: $dir is inside /tmp, which job_container/tmpfs makes private to each job; give a folder outside /tmp and /dev/shm (e.g. under /var/tmp)"
   fi
   local namespaces=1
   if [[ -n ${COLLOC_CLUSTER_NO_NAMESPACE:-} ]] || ! unshare -m --propagation private true 2>/dev/null; then
@@ -369,7 +453,7 @@ start() {
   compgen -G "$dir/slurm/slurmd*.pid" >/dev/null && die "$dir already has a running cluster (cluster.sh stop $dir)"
   rm -rf "${dir:?}/etc" "${dir:?}/slurm" "${dir:?}/dev" "${dir:?}/state" "${dir:?}/run" \
     "${dir:?}/fake-nvml" "${dir:?}/nodes" "${dir:?}/cluster.info" "${dir:?}/bin"
-  if [[ $profile == production ]]; then
+  if [[ $profile == production* ]]; then
     # The job container hides /tmp and /dev/shm, and colloc refuses jobs on a node whose
     # colloc.toml names files there: a checkout under /tmp (a clone there) must not be
     # where colloc.toml points. The stand-ins are copied into the cluster's folder.
@@ -405,12 +489,16 @@ start() {
     mkdir -p "$dir/nodes/$n/dev" "$dir/nodes/$n/fake-nvml" "$dir/nodes/$n/state" "$dir/nodes/$n/run" \
       "$dir/slurm/spool-$n"
   done
+  CGROUP_TAG= CGROUP2_PRELOAD=
+  [[ $profile == production-v2 ]] && cgroup2_setup "$dir"
   cat >"$dir/cluster.info" <<EOF
 NODES=$nodes
 NODE_NAMES="$NODE_NAMES"
 GPUS=$gpus
 PROFILE=$profile
 MODELS=$models
+CGROUP_TAG=$CGROUP_TAG
+CGROUP2_PRELOAD=$CGROUP2_PRELOAD
 EOF
   write_configs "$dir" "$host" "$gpus" "$profile" "$plugin" "$fake_lib" "$mps"
 
@@ -483,6 +571,7 @@ stop() {
   wait
   stop_daemon "$dir/slurm/slurmctld.pid"
   stop_daemon "$dir/munge/munged.pid"
+  [[ ${PROFILE:-} == production-v2 ]] && cgroup2_remove "$dir"
   if [[ -f $dir/fake-nvml/shared-default ]]; then
     rm -f "$dir/fake-nvml/state.json" "$dir/fake-nvml/shared-default"
     mv "$DEFAULT_FAKE_DIR/state.json" "$dir/fake-nvml/state.json" 2>/dev/null || true
@@ -555,6 +644,8 @@ node_crash() {
     sleep 0.2
   done
   rm -f "$(pid_file "$dir" "$n")"
+  # cgroup v2: everything the node ran is in its own cgroup, which goes as a reboot's would.
+  [[ $PROFILE == production-v2 ]] && cgroup2_remove "$dir" "$n"
   # A reboot would take the jobs' cgroups with it; nobody else removes them now.
   for id in $jobs; do
     find /sys/fs/cgroup/*/"slurm_$n"/uid_*/"job_$id" -depth -type d -exec rmdir {} + 2>/dev/null || true

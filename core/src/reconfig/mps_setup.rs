@@ -86,8 +86,8 @@ pub enum ExternStart {
         mount_ns: u64,
         /// The job container's namespace file they entered through.
         holder: Option<PathBuf>,
-        /// They were put in the extern step's freezer cgroup (Slurm kills them when the
-        /// job ends).
+        /// They were put in the extern step's cgroup (v1: its freezer cgroup; v2:
+        /// `step_extern/user/task_special`), which Slurm kills when the job ends.
         in_step_cgroup: bool,
     },
     /// They could not be started: the job is refused with this reason (recorded in its
@@ -98,7 +98,7 @@ pub enum ExternStart {
 /// Start the job's MPS daemons from its extern step (root, in slurmd's namespace, in the
 /// job's cgroups, after the prolog and before the first task), where its prolog left
 /// them to it ([`MpsStart::ExternStep`]): each control program (and the daemon it forks)
-/// enters the job's container and the extern step's freezer cgroup, then becomes the
+/// enters the job's container and the extern step's cgroup, then becomes the
 /// job's user ([`crate::container`]). All daemons share one [`mps::START_TIME`]
 /// deadline. A failure kills what was started and refuses the job (recorded in its
 /// journal, its tasks report it); it is never a node fault.
@@ -199,7 +199,7 @@ pub fn start_mps_in_extern_step(
         daemons: j.mps.len(),
         mount_ns: entry.ns_id,
         holder: entry.holder.clone(),
-        in_step_cgroup: entry.freezer_procs.is_some(),
+        in_step_cgroup: entry.step_procs.is_some(),
     })
 }
 

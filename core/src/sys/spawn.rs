@@ -183,7 +183,7 @@ fn child(
             return ("sigprocmask", errno());
         }
         if let Some(fd) = place.procs {
-            // "0": the writing process itself (cgroup v1).
+            // "0": the writing process itself (cgroup v1 and v2).
             if libc::write(fd.as_raw_fd(), b"0\n".as_ptr().cast(), 2) != 2 {
                 return ("joining the cgroup", errno());
             }

@@ -57,7 +57,7 @@ impl Cluster {
         // fake GPU state must lie elsewhere under the production profile.
         let base = match spec.profile {
             Profile::Simple => std::env::temp_dir(),
-            Profile::Production => PathBuf::from("/var/tmp"),
+            Profile::Production | Profile::ProductionV2 => PathBuf::from("/var/tmp"),
         };
         let dir = tempfile::Builder::new()
             .prefix("colloc-slurm-")

@@ -8,7 +8,7 @@
 //! [`Node`]), under the simple Slurm configuration or the production one that university
 //! clusters run (cgroups, `ConstrainDevices`, `job_container/tmpfs`: see [`Profile`]).
 //! `COLLOC_CLUSTER_PROFILE=production` runs a suite written for the simple one under the
-//! production configuration.
+//! production configuration, `production-v2` under it on Slurm's `cgroup/v2` (`cgroups`).
 //!
 //! Paths under test: the plugin from `COLLOC_SPANK_PLUGIN` and the `colloc` binary from
 //! `COLLOC_BIN` when set (CI points them at the installed .deb), else `target/debug`.
@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod artifacts;
+mod cgroups;
 mod cluster;
 mod jobs;
 mod node;
@@ -34,6 +35,7 @@ pub use artifacts::{
     artifact, build_spank_probe, colloc_bin, fake_ctl, fixture, plugin_path, repo_root,
     test_seams_plugin, visible_to_jobs, ARTIFACT_COPIES,
 };
+pub use cgroups::unified_cgroup;
 pub use cluster::{Cluster, WholeGpus};
 pub use jobs::{parse_kv, JobEnd, Step, HANG_GUARD};
 pub use node::{Node, NodeLoss};

@@ -199,8 +199,9 @@ impl Node<'_> {
     }
 
     /// Does process `pid` belong to this node: in its slurmd's mount namespace, or in its
-    /// cgroups (`/slurm_<node>/…`, where the production profile's job tasks are, in their
-    /// job's own namespace)? Another cluster on this host may have a node of the same
+    /// cgroups (`/slurm_<node>/…` under cgroup v1, the node's own `/colloc-v2-…-<node>`
+    /// under v2: where the production profiles' job tasks are, in their job's own
+    /// namespace)? Another cluster on this host may have a node of the same
     /// name: pick the candidates by something of this cluster first (e.g.
     /// [`processes_of_pipe_dir`](crate::processes_of_pipe_dir) with this cluster's run
     /// folder).
@@ -212,6 +213,7 @@ impl Node<'_> {
         in_ns
             || std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
                 .is_ok_and(|cg| cg.contains(&marker))
+            || self.cgroup2_of(pid).is_some()
     }
 
     /// `program` to run inside the node's mount namespace (through `nsenter`), with the

@@ -13,6 +13,12 @@ pub enum Profile {
     /// `job_container/tmpfs` (each job has a private `/tmp` and `/dev/shm`). The cluster's
     /// folder is under `/var/tmp`, since the job container hides `/tmp` from jobs.
     Production,
+    /// [`Profile::Production`] on Slurm's `cgroup/v2` (Slurm 23.02 or later: the 24.11
+    /// root): `ConstrainDevices=yes` through Slurm's eBPF device program,
+    /// `jobacct_gather/linux`, `ConstrainCores/RAMSpace=no` (this host keeps cpuset,
+    /// memory and cpu in its v1 hierarchies), each node's slurmd in a cgroup and cgroup
+    /// namespace of its own with cgroup2 at `/sys/fs/cgroup` (tests/slurm/cluster.sh).
+    ProductionV2,
 }
 
 impl Profile {
@@ -21,7 +27,14 @@ impl Profile {
         match self {
             Profile::Simple => "simple",
             Profile::Production => "production",
+            Profile::ProductionV2 => "production-v2",
         }
+    }
+
+    /// A production profile (`PrologFlags=Contain`, cgroups, `job_container/tmpfs`),
+    /// on either cgroup version.
+    pub fn production(self) -> bool {
+        matches!(self, Profile::Production | Profile::ProductionV2)
     }
 
     /// `COLLOC_CLUSTER_PROFILE` (`simple` when unset or empty).
@@ -32,7 +45,10 @@ impl Profile {
         match std::env::var("COLLOC_CLUSTER_PROFILE").as_deref() {
             Err(_) | Ok("" | "simple") => Profile::Simple,
             Ok("production") => Profile::Production,
-            Ok(other) => panic!("COLLOC_CLUSTER_PROFILE={other:?}: valid: simple, production"),
+            Ok("production-v2") => Profile::ProductionV2,
+            Ok(other) => {
+                panic!("COLLOC_CLUSTER_PROFILE={other:?}: valid: simple, production, production-v2")
+            }
         }
     }
 }

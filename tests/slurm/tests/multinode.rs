@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use colloc_slurm_tests::{
-    colloc_bin, pids_by_cmdline, run_suite_on, Cluster, ClusterSpec, Node, Profile, Test,
+    colloc_bin, pids_by_cmdline, run_suite_on, Cluster, ClusterSpec, Node, Test,
 };
 use serde_json::Value;
 
@@ -463,14 +463,14 @@ fn node_lost_mid_sweep(c: &Cluster) {
     c.wait_until("the sweep to end, or the job to be requeued", || {
         (ready.exists() || requeued()).then_some(())
     });
-    if !ready.exists() && c.profile() == Profile::Production && c.slurm_release() >= (24, 11) {
+    if !ready.exists() && c.profile().production() && c.slurm_release() >= (24, 11) {
         production_requeues_the_job(c, id, &n3);
         return;
     }
     let out = c.job_out(id);
     // Slurm 24.11 under the job container starts new steps on the remaining nodes (as
     // without it): the sweep goes on as under the simple profile.
-    if c.profile() == Profile::Production && c.slurm_release() < (24, 11) {
+    if c.profile().production() && c.slurm_release() < (24, 11) {
         production_loses_every_node(c, id, &dir, &out, &go);
         n3.start_again();
         assert!(n3.colloc(&["restore", "--all"]).status.success());

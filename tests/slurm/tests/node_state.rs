@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use colloc_slurm_tests::{repo_root, run_suite_on, Cluster, ClusterSpec, Node, Profile, Test};
+use colloc_slurm_tests::{repo_root, run_suite_on, Cluster, ClusterSpec, Node, Test};
 use serde_json::Value;
 
 fn main() {
@@ -225,7 +225,7 @@ fn held_nvml_named(c: &Cluster) {
         err.contains("JobAcctGatherParams=DisableGPUAcct"),
         "the setting is not named: {err}"
     );
-    if c.profile() == Profile::Production {
+    if c.profile().production() {
         assert!(
             err.contains("Slurm's GPU accounting in each job's slurmstepd")
                 && err.contains("slurm.conf has a JobAcctGatherType"),

@@ -59,7 +59,7 @@ fn main() {
     // The profile's PrologFlags with Serial, on a cluster of its own.
     let flags = match spec.profile_of() {
         Profile::Simple => "Alloc,Serial",
-        Profile::Production => "Alloc,Contain,Serial",
+        Profile::Production | Profile::ProductionV2 => "Alloc,Contain,Serial",
     };
     run_suite_on(
         &ClusterSpec::new(1, 2).prolog_flags(flags),
@@ -179,7 +179,7 @@ fn open_in_devices_cgroup(devices: &str, dev: &Path) -> String {
 /// epilog stops it after the cancel.
 fn daemons_where_tasks_run(c: &Cluster) {
     let _whole = c.whole_gpus();
-    let production = c.profile() == Profile::Production;
+    let production = c.profile().production();
     let ready = c.jobs_dir().join("where-ready");
     let script = format!(
         "f=/dev/shm/colloc-prod-$SLURM_JOB_ID; touch $f\n\
@@ -241,14 +241,29 @@ fn daemons_where_tasks_run(c: &Cluster) {
     .trim()
     .to_string();
     let job_cg = format!("/slurm_{me}/uid_{nobody}/job_{id}");
-    if production {
+    let dev = |i: &str| c.dir().join(format!("dev/fakegpu{i}"));
+    let other = if gpu == "0" { "1" } else { "0" };
+    if c.profile() == Profile::ProductionV2 {
+        // cgroup v2: the extern step's leaf that Slurm kills with the step, and Slurm's
+        // eBPF device program on the job's and the step's cgroups.
+        assert_ne!(task_ns, slurmd_ns, "no job container");
+        let cg = node.cgroup2_of(daemon).unwrap_or_default();
+        assert_eq!(
+            cg,
+            format!("{}/step_extern/user/task_special", node.job_cgroup2(id)),
+            "the daemon's cgroup"
+        );
+        let mine = node.open_in_cgroup2(&cg, &dev(gpu));
+        let theirs = node.open_in_cgroup2(&cg, &dev(other));
+        println!("  in the daemon's cgroup {cg}: its GPU {gpu}: {mine}; GPU {other}: {theirs}");
+        assert_eq!(mine, "No such device or address", "the job's GPU");
+        assert_eq!(theirs, "Operation not permitted", "another job's GPU");
+    } else if production {
         assert_ne!(task_ns, slurmd_ns, "no job container");
         assert_eq!(freezer, format!("{job_cg}/step_extern"), "freezer cgroup");
         assert_eq!(memory, format!("{job_cg}/step_extern"), "memory cgroup");
         // What the daemon (and the MPS server it forks) may open: the job's GPU, not the
         // node's other one.
-        let dev = |i: &str| c.dir().join(format!("dev/fakegpu{i}"));
-        let other = if gpu == "0" { "1" } else { "0" };
         let mine = open_in_devices_cgroup(&devices, &dev(gpu));
         let theirs = open_in_devices_cgroup(&devices, &dev(other));
         println!("  in the daemon's devices cgroup: its GPU {gpu}: {mine}; GPU {other}: {theirs}");
@@ -273,7 +288,10 @@ fn daemons_where_tasks_run(c: &Cluster) {
     assert!(took < EPILOG_BOUND, "epilog took {took:?}");
     assert!(!pid_alive(daemon), "daemon {daemon} outlived the job");
     assert!(processes_of_pipe_dir(pipe).is_empty());
-    if production {
+    if c.profile() == Profile::ProductionV2 {
+        let job = node.job_cgroup2(id);
+        assert!(!node.has_cgroup2(&job), "the job's cgroup {job} stays");
+    } else if production {
         let left: Vec<String> = std::fs::read_dir("/sys/fs/cgroup")
             .into_iter()
             .flatten()
@@ -294,7 +312,7 @@ fn daemons_where_tasks_run(c: &Cluster) {
 /// the simple profile (no job container) both work.
 fn private_paths(c: &Cluster) {
     let _whole = c.whole_gpus();
-    let production = c.profile() == Profile::Production;
+    let production = c.profile().production();
     let cfg = c.colloc_config();
     let _back = Restore::keep(&cfg);
     let base = c.dir().join("slurm/job-containers");
@@ -439,7 +457,7 @@ fn unreadable_slurm_conf(c: &Cluster) {
     );
     let end = c.wait_done(id);
     drop(_back);
-    if c.profile() == Profile::Production {
+    if c.profile().production() {
         assert_eq!(end.state, "FAILED", "{end:?}");
         let err = c.job_err(id);
         for want in [
@@ -494,7 +512,7 @@ fn failed_start(c: &Cluster) {
     }
     assert!(!c.job_out(id).contains("RAN"));
     let log = c.slurmd_log_tail(400);
-    if c.profile() == Profile::Production {
+    if c.profile().production() {
         assert!(
             log.contains(&format!("job {id}: refused: the MPS daemon did not start")),
             "slurmd log: {log}"
@@ -511,7 +529,7 @@ fn failed_start(c: &Cluster) {
 /// epilog no prolog and no extern step; the test lets 2 s pass first.)
 fn requeued(c: &Cluster) {
     let _whole = c.whole_gpus();
-    let production = c.profile() == Profile::Production;
+    let production = c.profile().production();
     let ready = c.jobs_dir().join("requeue-ready");
     let script = format!(
         "echo \"TASK ${{SLURM_RESTART_COUNT:-0}} $(readlink /proc/self/ns/mnt) \
@@ -634,7 +652,7 @@ fn killed_extern_step(c: &Cluster) {
     let daemons = processes_of_pipe_dir(&pipe);
     assert_eq!(daemons.len(), 1, "{daemons:?}");
     let stepds = pids_named(&format!("slurmstepd: [{id}.extern]"));
-    if c.profile() == Profile::Production {
+    if c.profile().production() {
         assert_eq!(stepds.len(), 1, "the extern step: {stepds:?}");
         let st = Command::new("kill")
             .args(["-KILL", &stepds[0].to_string()])

@@ -85,7 +85,7 @@ fn requeued_job_resumes(c: &Cluster) {
             .all(|s| !s.contains("comp") && !s.contains("alloc") && !s.contains("mix"))
             .then_some(())
     });
-    if c.profile() == colloc_slurm_tests::Profile::Production {
+    if c.profile().production() {
         std::thread::sleep(std::time::Duration::from_secs(10));
     }
     std::fs::write(dir.join("go"), "").unwrap();

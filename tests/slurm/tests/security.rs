@@ -1461,7 +1461,7 @@ impl Drop for ConfigBack<'_> {
 /// both instances and removes the journal and the job's directories. Simple profile only
 /// (the production profile starts the daemons in the job's extern step, not the prolog).
 fn mig_mps_prolog_killed(c: &Cluster) {
-    if c.profile() == colloc_slurm_tests::Profile::Production {
+    if c.profile().production() {
         colloc_slurm_tests::skip("the daemons start in the extern step there, not the prolog");
     }
     let before = c.gpu_layout();
@@ -1778,7 +1778,7 @@ while [ ! -e {go} ]; do sleep 0.1; done
 /// Slurm left of the daemons); elsewhere what the taken-over `quit` starts ends with it.
 fn quit_taken_over(c: &Cluster) {
     let _whole = c.whole_gpus();
-    let contain = c.profile() == colloc_slurm_tests::Profile::Production;
+    let contain = c.profile().production();
     let before = c.gpu_layout();
     let account = profile_account(c, "tracer");
     let (uid, gid) = ensure_user(&account);

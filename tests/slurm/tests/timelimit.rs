@@ -160,7 +160,7 @@ fn follow(c: &Cluster, id: u32, dir: &Path) -> (colloc_slurm_tests::JobEnd, u32)
         // launch batch job": the job FAILS). Under PrologFlags=Contain a job allocated
         // again within a second of its epilog gets no extern step (see run_requeue.rs).
         std::thread::sleep(Duration::from_secs(match c.profile() {
-            Profile::Production => 10,
+            Profile::Production | Profile::ProductionV2 => 10,
             _ => 2,
         }));
         let _ = c
