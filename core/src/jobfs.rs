@@ -96,6 +96,124 @@ fn is_own_mount(run: &Dir, dir: &Dir) -> Result<bool, FsError> {
     Ok(tmpfs)
 }
 
+/// Keep the job mounts colloc makes under `run_dir` in this mount namespace: make
+/// `run_dir` a private mount, bound on itself first where it is no mount's root; returns
+/// `run_dir` opened anew where it was bound. Not root: `run` as it is.
+///
+/// Where `run_dir`'s mount is shared (systemd makes `/`, and so `/run`, shared), each
+/// job's tmpfs would be copied into every mount namespace that receives from it, a
+/// user's own too (`unshare -Urm --propagation unchanged` from a login shell), and the
+/// kernel refuses the job's mount (`ENOSPC`) when one such namespace holds
+/// `fs.mount-max` mounts: one user with 100,000 bind mounts of their own would refuse
+/// every later MPS job of every user. A private `run_dir` sends its mounts nowhere.
+///
+/// The bind is made only while no job's tmpfs is mounted in `run_dir` (it would hide
+/// them); until then, and where it fails, the job goes on as before (logged).
+pub fn keep_mounts_private(run: Dir) -> Dir {
+    if crate::sys::euid() != 0 {
+        return run;
+    }
+    let link = |d: &Dir| PathBuf::from(format!("/proc/self/fd/{}", d.as_fd().as_raw_fd()));
+    let private = |d: &Dir| {
+        rustix::mount::mount_change(link(d), rustix::mount::MountPropagationFlags::PRIVATE)
+    };
+    match private(&run) {
+        Ok(()) => return run,
+        // EINVAL: not a mount's root.
+        Err(e) if e == rustix::io::Errno::INVAL => {}
+        Err(e) => {
+            log::warn!(
+                "cannot make {} a private mount (its jobs' mounts may be copied into other \
+                 mount namespaces): {e}",
+                run.path().display()
+            );
+            return run;
+        }
+    }
+    match parent_is_shared(&run) {
+        Ok(true) => {}
+        Ok(false) => return run, // nothing made under it is sent anywhere
+        Err(e) => {
+            log::warn!("cannot tell how {} propagates: {e}", run.path().display());
+            return run;
+        }
+    }
+    match has_mounts(&run) {
+        Ok(false) => {}
+        Ok(true) => return run, // a job's tmpfs is there: the next prolog without one
+        Err(e) => {
+            log::warn!("cannot look for mounts in {}: {e}", run.path().display());
+            return run;
+        }
+    }
+    if let Err(e) = rustix::mount::mount_bind(link(&run), link(&run)) {
+        log::warn!(
+            "cannot bind {} on itself to make it a private mount: {e}",
+            run.path().display()
+        );
+        return run;
+    }
+    // The bind covers the directory `run` holds: open the path again (root's, as before).
+    let bound = match Dir::open_trusted(run.path()) {
+        Ok(d) => d,
+        Err(e) => {
+            log::warn!("cannot open {} again: {e}", run.path().display());
+            return run;
+        }
+    };
+    if let Err(e) = private(&bound) {
+        log::warn!(
+            "cannot make {} a private mount: {e}",
+            bound.path().display()
+        );
+    } else {
+        log::info!(
+            "{} is now a private mount: the jobs' tmpfs mounts are not copied into other \
+             mount namespaces",
+            bound.path().display()
+        );
+    }
+    bound
+}
+
+/// Is the mount `run` lies on shared (`shared:N` in `/proc/self/mountinfo`), so that a
+/// mount made under it is copied to its peers and slaves?
+fn parent_is_shared(run: &Dir) -> std::io::Result<bool> {
+    let st = rustix::fs::statx(
+        run.as_fd(),
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::MNT_ID,
+    )?;
+    let id = st.stx_mnt_id.to_string();
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // "ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL…] - TYPE …".
+    Ok(info.lines().any(|l| {
+        let mut f = l.split(' ');
+        f.next() == Some(id.as_str())
+            && f.skip(5)
+                .take_while(|w| *w != "-")
+                .any(|w| w.starts_with("shared:"))
+    }))
+}
+
+/// Is any directory in `run` on another device (a mount, such as a job's tmpfs)?
+fn has_mounts(run: &Dir) -> Result<bool, FsError> {
+    let dev = run.stat()?.st_dev;
+    for (name, kind) in run.entries()? {
+        let Some(name) = name.to_str() else { continue };
+        if !kind.is_dir() {
+            continue;
+        }
+        if let Some(d) = run.open_dir(name)? {
+            if d.stat()?.st_dev != dev {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
 /// Make `run/name` (root's, 0755) and, as root, mount a fresh tmpfs of the job's caps on
 /// it; returns the mounted directory (its root, root's 0755). Not root (unit tests, a
 /// user's own `colloc`): the plain directory, nothing mounted.

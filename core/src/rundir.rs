@@ -87,7 +87,7 @@ pub fn create_named(
             source: std::io::Error::other(problem),
         });
     }
-    let run = Dir::create_trusted(&cfg.run_dir, 0o755)?;
+    let run = crate::jobfs::keep_mounts_private(Dir::create_trusted(&cfg.run_dir, 0o755)?);
     let name = job_dir_name(job);
     if run.lstat(&name)?.is_some() {
         log::warn!(

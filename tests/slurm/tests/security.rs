@@ -128,6 +128,14 @@ fn main() {
             "descriptors_in_flight_keep_only_the_jobs_detached_tmpfs",
             holders::descriptors_in_flight,
         ),
+        (
+            "a_user_namespace_full_of_mounts_never_refuses_another_users_job",
+            holders::full_mount_namespace,
+        ),
+        (
+            "a_user_namespace_full_of_mounts_never_refuses_a_job_under_a_shared_root",
+            holders::full_mount_namespace_plain_run_dir,
+        ),
     ];
     run_suite(4, None, tests, &[]);
 }

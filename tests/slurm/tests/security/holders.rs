@@ -6,9 +6,10 @@
 //! here (64 inodes): before, one attacker filled it and every later MPS job was refused.
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::{Child, Stdio};
 
-use colloc_slurm_tests::{ensure_user, pid_alive, Cluster};
+use colloc_slurm_tests::{ensure_user, pid_alive, Cluster, Profile};
 
 use super::{args, as_user, assert_node_clean, profile_account, run_dir_entries, wait_job_end};
 use super::{NodeMount, VICTIM};
@@ -258,6 +259,164 @@ pub fn descriptors_in_flight(c: &Cluster) {
         next_job_is_served(c, free);
     }));
     end_holder(holder, pid);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    assert_node_clean(c, &before);
+}
+
+/// The attacker's program for [`full_mount_namespace`]: in a user and mount namespace of
+/// its own whose mounts still receive from the node's (`--propagation unchanged`), mount
+/// a tmpfs on `base` and fill the namespace with bind mounts up to `fs.mount-max`
+/// (recursive binds double the count; about 20 calls), write "PID MOUNTS" to `out`, stay.
+const MOUNT_FILLER: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+MS_BIND, MS_REC = 4096, 16384
+base, out = sys.argv[1:3]
+def tmpfs(at):
+    os.makedirs(at, exist_ok=True)
+    assert libc.mount(b"none", at.encode(), b"tmpfs", 0, None) == 0, os.strerror(ctypes.get_errno())
+def rbind(src, dst):
+    return libc.mount(src.encode(), dst.encode(), None, MS_BIND | MS_REC, None) == 0
+tmpfs(base)
+tmpfs(base + "/t")
+for i in range(40):
+    os.mkdir("%s/t/s%d" % (base, i))
+os.mkdir(base + "/x")
+i = 0
+while rbind(base + "/t", "%s/t/s%d" % (base, i)):
+    i += 1
+n = 0
+for k in range(i - 1, -1, -1):
+    while True:
+        d = "%s/x/%d" % (base, n)
+        os.mkdir(d)
+        n += 1
+        if not rbind("%s/t/s%d" % (base, k), d):
+            break
+while True:
+    d = "%s/x/%d" % (base, n)
+    os.mkdir(d)
+    n += 1
+    if libc.mount(d.encode(), d.encode(), None, MS_BIND, None) != 0:
+        break
+with open(out + ".tmp", "w") as f:
+    f.write("%d %d\n" % (os.getpid(), sum(1 for _ in open("/proc/self/mountinfo"))))
+os.rename(out + ".tmp", out)
+while True:
+    time.sleep(1)
+"#;
+
+/// Red team 4: run_dir's mount is shared, as under systemd (`/`, and so `/run` and a
+/// tmpfs `check-config --fix` mounts there, are shared). A user from a login shell makes a
+/// user and mount namespace that still receives from it (`unshare -Urm --propagation
+/// unchanged`) and fills it with bind mounts up to `fs.mount-max`. The kernel then refuses
+/// every mount that would be copied there: before, each later MPS job of every user was
+/// refused ("cannot mount a tmpfs on run_dir/job-N: No space left on device"). run_dir is
+/// made a private mount by the prolog, so another user's job runs.
+pub fn full_mount_namespace(c: &Cluster) {
+    let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=1m,nr_inodes=64,mode=0755");
+    make_shared(c, &c.run_dir());
+    fill_mounts_then_serve_a_job(c);
+}
+
+/// As [`full_mount_namespace`], with run_dir a plain directory on a shared `/` (the
+/// default `/run/colloc` under systemd): the first MPS prolog binds run_dir on itself and
+/// makes that mount private, before the user fills their namespace.
+/// Simple profile only: job_container/tmpfs cannot join its jobs' namespaces once the
+/// node's `/` is made shared after it started (its BasePath mounts were made private).
+pub fn full_mount_namespace_plain_run_dir(c: &Cluster) {
+    if c.profile() != Profile::Simple {
+        println!("skipped: the node's / cannot be made shared under job_container/tmpfs here");
+        return;
+    }
+    make_shared(c, Path::new("/"));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let first = c.submit(
+            &args(&["--colloc=mps", "--gres=gpu:1"], &as_user(VICTIM)),
+            "echo RAN",
+        );
+        let end = wait_job_end(c, first);
+        assert_eq!(
+            end.state,
+            "COMPLETED",
+            "{end:?}; stderr: {}",
+            c.job_err(first)
+        );
+        fill_mounts_then_serve_a_job(c);
+    }));
+    // The node's namespace as it was: `/` private, run_dir no mount of its own.
+    let _ = c
+        .node_command("mount")
+        .args(["--make-private", "/"])
+        .status();
+    let _ = c.node_command("umount").arg("-l").arg(c.run_dir()).status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn make_shared(c: &Cluster, at: &Path) {
+    let shared = c
+        .node_command("mount")
+        .arg("--make-shared")
+        .arg(at)
+        .status()
+        .unwrap();
+    assert!(shared.success(), "mount --make-shared {}", at.display());
+}
+
+/// A user fills a mount namespace of their own that receives from the node's; another
+/// user's MPS job is served, and the node is as before.
+fn fill_mounts_then_serve_a_job(c: &Cluster) {
+    let before = c.gpu_layout();
+    let account = profile_account(c, "holder");
+    let ids = ensure_user(&account);
+    let out = c.jobs_dir().join("mount-filler-out");
+    let base = c.jobs_dir().join("mount-filler-base");
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::create_dir(&base);
+    std::os::unix::fs::chown(&base, Some(ids.0), Some(ids.1)).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let program = c.jobs_dir().join("mount-filler.py");
+    std::fs::write(&program, MOUNT_FILLER).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let script = format!(
+        "cd / && exec unshare -Urm --propagation unchanged python3 {} {} {}",
+        program.display(),
+        base.display(),
+        out.display()
+    );
+    let mut filler = login_shell(c, ids, &script);
+    let (pid, mounts) = c.wait_until("the namespace to be full of mounts", || {
+        if let Ok(Some(status)) = filler.try_wait() {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(filler.stderr.as_mut().unwrap(), &mut err);
+            panic!("the mount filler ended ({status}): {err}");
+        }
+        let text = std::fs::read_to_string(&out).ok()?;
+        let mut f = text.split_whitespace().map(|w| w.parse::<u64>().unwrap());
+        Some((u32::try_from(f.next()?).unwrap(), f.next()?))
+    });
+    let max: u64 = std::fs::read_to_string("/proc/sys/fs/mount-max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    println!("the filler's namespace holds {mounts} mounts (fs.mount-max = {max})");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert!(mounts + 2 >= max, "{mounts} of {max} mounts: not full");
+        let victim = as_user(VICTIM);
+        let v = c.submit(
+            &args(&["--colloc=mps", "--gres=gpu:1"], &victim),
+            "echo RAN",
+        );
+        let end = wait_job_end(c, v);
+        assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(v));
+        assert!(c.job_out(v).contains("RAN"));
+    }));
+    end_holder(filler, pid);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
