@@ -316,6 +316,7 @@ while True:
 /// refused ("cannot mount a tmpfs on run_dir/job-N: No space left on device"). run_dir is
 /// made a private mount by the prolog, so another user's job runs.
 pub fn full_mount_namespace(c: &Cluster) {
+    let _whole = c.whole_gpus();
     let _run = NodeMount::tmpfs(c, &c.run_dir(), "size=1m,nr_inodes=64,mode=0755");
     make_shared(c, &c.run_dir());
     fill_mounts_then_serve_a_job(c);
@@ -327,6 +328,7 @@ pub fn full_mount_namespace(c: &Cluster) {
 /// Simple profile only: job_container/tmpfs cannot join its jobs' namespaces once the
 /// node's `/` is made shared after it started (its BasePath mounts were made private).
 pub fn full_mount_namespace_plain_run_dir(c: &Cluster) {
+    let _whole = c.whole_gpus();
     if c.profile() != Profile::Simple {
         println!("skipped: the node's / cannot be made shared under job_container/tmpfs here");
         return;
