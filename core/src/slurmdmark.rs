@@ -116,8 +116,10 @@ pub fn slurmd_loaded(state_dir: &Path, pid: u32) -> SlurmdLoaded {
             Ok(None) => SlurmdLoaded::No { pid },
             Err(_) => SlurmdLoaded::Unknown,
         },
-        // No marker directory at all: no slurmd since colloc's install loaded it.
-        Ok(None) => SlurmdLoaded::No { pid },
+        // No marker directory at all: state_dir was made anew since (an admin's tmpfs, a
+        // wiped disk) or by no install step (`check-config --fix` makes it): no marker
+        // says nothing then.
+        Ok(None) => SlurmdLoaded::Unknown,
         Err(_) => SlurmdLoaded::Unknown,
     }
 }
@@ -162,8 +164,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let state = tmp.path().join("state");
         let me = std::process::id();
-        // No marker directory yet: this "slurmd" did not load colloc.
-        assert_eq!(slurmd_loaded(&state, me), SlurmdLoaded::No { pid: me });
+        // No marker directory at all (a state_dir made anew, e.g. a tmpfs mounted over
+        // it since slurmd started): no marker proves nothing.
+        assert_eq!(slurmd_loaded(&state, me), SlurmdLoaded::Unknown);
         // A marker of a process that is gone, and one of another boot.
         std::fs::create_dir_all(state.join(SLURMD_DIR)).unwrap();
         let dead = state.join(SLURMD_DIR).join(format!("{}.999999.1", boot()));

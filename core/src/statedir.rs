@@ -12,7 +12,7 @@ use crate::fs::{Dir, FsError};
 pub const CORRUPT_DIR: &str = "corrupt";
 
 /// The directories colloc keeps in `state_dir`.
-pub const SUB_DIRS: [&str; 3] = ["jobs", "locks", CORRUPT_DIR];
+pub const SUB_DIRS: [&str; 4] = ["jobs", "locks", CORRUPT_DIR, crate::slurmdmark::SLURMD_DIR];
 
 /// `state_dir`, opened and checked (made, mode 0700, when `create`); `None` when it does
 /// not exist.

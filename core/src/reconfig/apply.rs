@@ -167,7 +167,12 @@ pub(super) fn refused(
 /// written (the job's tasks report it); where it cannot (a full or unsafe `state_dir`),
 /// the refusal is only logged and the tasks fail for want of a record. Never a fault.
 pub fn record_refusal(cfg: &Config, spec: &JobSpec, message: String) -> Outcome {
-    match refused(cfg, spec, message.clone(), false) {
+    record_refusal_of(cfg, spec, message, false)
+}
+
+/// [`record_refusal`], keeping whether the request itself was at fault.
+fn record_refusal_of(cfg: &Config, spec: &JobSpec, message: String, bad_request: bool) -> Outcome {
+    match refused(cfg, spec, message.clone(), bad_request) {
         Ok(o) => o,
         Err(e) => {
             log::error!(
@@ -177,7 +182,7 @@ pub fn record_refusal(cfg: &Config, spec: &JobSpec, message: String) -> Outcome 
             if let Err(e) = journal::remove(cfg, spec.job) {
                 log::error!("job {}: {e}", spec.job);
             }
-            refuse(message, false)
+            refuse(message, bad_request)
         }
     }
 }
@@ -221,7 +226,7 @@ pub(super) fn apply_fresh(
 ) -> Result<Outcome, NodeFault> {
     let gpus = match check_request(cfg, ctl, spec) {
         Ok(g) => g,
-        Err(Stop::Refuse(r)) => return refused(cfg, spec, r.message, r.bad_request),
+        Err(Stop::Refuse(r)) => return Ok(record_refusal_of(cfg, spec, r.message, r.bad_request)),
         Err(Stop::Fault(e)) => return Err(e),
     };
     // A lock that cannot be taken (its file cannot be made in a full state_dir, or
@@ -238,7 +243,7 @@ pub(super) fn apply_fresh(
     };
     let checked = match preflight(cfg, ctl, spec, &gpus) {
         Ok(c) => c,
-        Err(Stop::Refuse(r)) => return refused(cfg, spec, r.message, r.bad_request),
+        Err(Stop::Refuse(r)) => return Ok(record_refusal_of(cfg, spec, r.message, r.bad_request)),
         Err(Stop::Fault(e)) => return Err(e),
     };
     // From here on the GPUs change: journal first.

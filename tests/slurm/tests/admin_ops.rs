@@ -299,6 +299,7 @@ fn top_key(text: &str, line: &str) -> String {
 /// On its own two-node cluster: n1's slurmd starts with no plugstack line, n2's with it.
 fn enable_needs_restart(_shared: &Cluster) {
     let c = Cluster::start_with(&ClusterSpec::new(2, 1));
+    let _whole = c.whole_gpus();
     let plugstack = c.dir().join("etc/plugstack.conf");
     let line = std::fs::read_to_string(&plugstack).unwrap();
     let n1 = c.node("n1");

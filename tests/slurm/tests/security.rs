@@ -543,7 +543,7 @@ fn deep_tree(c: &Cluster) {
 /// (its tasks fail with why), not the node; once there is room, jobs run again.
 fn full_state_dir(c: &Cluster) {
     // GPU 0 keeps MIG on for the mig job (Slurm gives it the lowest free GPU).
-    let _whole = c.whole_gpus_but(&[0]);
+    let whole = c.whole_gpus_but(&[0]);
     let before = c.gpu_layout();
     let state = c.dir().join("state");
     let _fs = NodeMount::tmpfs(c, &state, "size=4m,nr_inodes=64,mode=0755");
@@ -600,6 +600,9 @@ touch {filled}
         "the MIG instances were not destroyed"
     );
     assert_eq!(c.node_state(), "idle", "{}", c.node_reason());
+    // The later mps jobs get GPU 0 too: whole GPUs everywhere from here on.
+    drop(whole);
+    let _whole = c.whole_gpus();
     // Still full (the journals' inodes went to the filler's neighbours? fill again).
     let refill = Command::new("sh")
         .arg("-c")

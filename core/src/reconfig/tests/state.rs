@@ -85,6 +85,13 @@ fn a_full_state_dir_does_not_stop_the_undo_and_refuses_later_jobs_not_the_node()
     let why = &refusal(&out).message;
     assert!(why.contains("cannot lock the job's GPUs"), "{why}");
     assert_eq!(g.count(2), 0);
+    // A job its checks refuse (a layout that does not fit the GPU) cannot record that
+    // either: refused with the reason, unrecorded, never a fault (a fault drains the node).
+    let out = prolog(&c, &g, &spec(55, &[0], "mig:4gx2")).unwrap();
+    let why = &refusal(&out).message;
+    assert!(why.contains("4g"), "{why}");
+    assert!(journal::load(&c, 55).unwrap().is_none());
+    assert_eq!(g.count(0), 0);
 
     // Once there is room again, jobs run.
     std::fs::remove_dir_all(&fill).unwrap();
