@@ -113,24 +113,8 @@ pub fn holders(uid: u32, top: DirId, top_path: &Path, deadline: Instant) -> Vec<
     if uid == 0 {
         return Vec::new();
     }
-    let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let mut found = Vec::new();
-    for e in entries.flatten() {
-        if Instant::now() >= deadline {
-            break;
-        }
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Some(handle) = PidHandle::open(pid) else {
-            continue;
-        };
+    for (pid, handle) in other_processes(deadline) {
         if !crate::mps::runs_wholly_as(pid, uid) || !holds(pid, top, top_path, deadline) {
             continue;
         }
@@ -139,6 +123,20 @@ pub fn holders(uid: u32, top: DirId, top_path: &Path, deadline: Instant) -> Vec<
         }
     }
     found
+}
+
+/// Every process but this one, each pinned (a pidfd) before the caller inspects it, as
+/// /proc lists them, until `deadline`: the one walk both holder searches make.
+fn other_processes(deadline: Instant) -> impl Iterator<Item = (u32, PidHandle)> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take_while(move |_| Instant::now() < deadline)
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(move |&pid| pid != me)
+        .filter_map(|pid| PidHandle::open(pid).map(|h| (pid, h)))
 }
 
 /// SIGKILL the processes of each of `uids` that hold something inside `top`, and wait
@@ -182,29 +180,13 @@ pub struct FsUser {
 /// namespace). Descriptors in flight in a socket (`SCM_RIGHTS`) and mounts in
 /// namespaces no process is in any more are out of reach. Until `deadline`.
 pub fn fs_users(dev: u64, deadline: Instant) -> Vec<FsUser> {
-    let me = std::process::id();
     let own_ns = std::fs::metadata("/proc/self/ns/mnt")
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .ok();
     let want = format!(" {}:{} ", rustix::fs::major(dev), rustix::fs::minor(dev));
     let mut ns_seen: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let mut found = Vec::new();
-    for e in entries.flatten() {
-        if Instant::now() >= deadline {
-            break;
-        }
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Some(handle) = PidHandle::open(pid) else {
-            continue;
-        };
+    for (pid, handle) in other_processes(deadline) {
         let base = Path::new("/proc").join(pid.to_string());
         let on_dev = |p: &Path| rustix::fs::stat(p).is_ok_and(|st| st.st_dev == dev);
         let mut how = None;
