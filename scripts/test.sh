@@ -190,9 +190,18 @@ summary=$(awk -v steps="${#failed_steps[@]}" -v counted="${#counted_steps[@]}" '
   }
 ' "$log")
 rc=$?
+# Why each failed test failed, gathered here: the log of a long run is cut before it
+# reaches a reader (CI keeps its end), and a failure's message is far above this line.
+# The first lines of each panic's message, at most 12 panics.
+why=$(awk '
+  / panicked at / { n++; if (n > 12) exit; left = 4; print "--"; print; next }
+  left > 0 && !/^stack backtrace:/ { print substr($0, 1, 400); left--; next }
+  { left = 0 }
+' "$log")
 trap - EXIT
 cleanup
 printf '\n'
+[[ -z $why ]] || printf 'why tests failed (first lines of each panic):\n%s\n\n' "$why"
 ((${#failed_steps[@]} == 0)) || printf 'failed step: %s\n' "${failed_steps[@]}"
 ((${#counted_steps[@]} == 0)) || printf 'step with failures (counted above): %s\n' "${counted_steps[@]}"
 echo "$summary"

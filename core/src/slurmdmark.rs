@@ -16,7 +16,7 @@ use crate::fs::FsError;
 use crate::statedir;
 
 /// The directory in `state_dir` that holds one marker per slurmd that loaded colloc.
-pub const SLURMD_DIR: &str = "slurmd";
+pub use crate::statedir::SLURMD_DIR;
 
 /// A process as a marker names it: pid and start time (clock ticks after boot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,8 +11,11 @@ use crate::fs::{Dir, FsError};
 /// Where unreadable journals are moved, inside `state_dir`.
 pub const CORRUPT_DIR: &str = "corrupt";
 
+/// Where each slurmd that loaded colloc leaves its start marker (see `slurmdmark`).
+pub const SLURMD_DIR: &str = "slurmd";
+
 /// The directories colloc keeps in `state_dir`.
-pub const SUB_DIRS: [&str; 4] = ["jobs", "locks", CORRUPT_DIR, crate::slurmdmark::SLURMD_DIR];
+pub const SUB_DIRS: [&str; 4] = ["jobs", "locks", CORRUPT_DIR, SLURMD_DIR];
 
 /// `state_dir`, opened and checked (made, mode 0700, when `create`); `None` when it does
 /// not exist.
