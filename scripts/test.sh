@@ -16,7 +16,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step's name and, when the next begins, its time: listed at the end (CI's time).
+step_times=()
+step_name=
+step_start=$SECONDS
+step() {
+  [[ -z $step_name ]] || step_times+=("$(printf '%5d s  %s' "$((SECONDS - step_start))" "$step_name")")
+  step_name=$*
+  step_start=$SECONDS
+  printf '\n== %s\n' "$*"
+}
 # Every test runner's output also goes to a log, so the closing line can add them all up.
 log=$(mktemp /tmp/colloc-test-log.XXXXXX)
 # The accounts the real-Slurm tests make (tests/slurm ensure_user), to remove at the end.
@@ -201,6 +210,9 @@ why=$(awk '
 trap - EXIT
 cleanup
 printf '\n'
+step "end"
+printf 'time of each step:\n'
+printf '  %s\n' "${step_times[@]}"
 [[ -z $why ]] || printf 'why tests failed (first lines of each panic):\n%s\n\n' "$why"
 ((${#failed_steps[@]} == 0)) || printf 'failed step: %s\n' "${failed_steps[@]}"
 ((${#counted_steps[@]} == 0)) || printf 'step with failures (counted above): %s\n' "${counted_steps[@]}"
