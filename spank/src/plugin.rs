@@ -41,10 +41,14 @@ use colloc_core::slurmconf::SlurmFacts;
 
 mod args;
 mod node_state;
+mod request;
 mod slurmd;
 
 use args::test_panic;
 pub use args::{parse_args, usage, PluginArgs, TestPanic};
+#[cfg(test)]
+use request::option_value;
+pub use request::Request;
 
 /// What the plugin needs from Slurm in a callback; [`crate::ffi::Spank`] implements it
 /// over the SPANK API, tests with a fake.
@@ -225,17 +229,6 @@ pub fn job_gpus(
     Ok(gpus)
 }
 
-/// The raw option value: SPANK's getopt, else the environment Slurm gives the prolog.
-fn option_value(host: &dyn Host) -> Option<Vec<u8>> {
-    match host.getopt() {
-        Ok(v) => v,
-        Err(e) => {
-            log::debug!("{e}; reading {OPTION_ENV}");
-            host.env(OPTION_ENV).map(String::into_bytes)
-        }
-    }
-}
-
 /// The node config for a job callback. `Ok(None)`: nothing to do here — there is no
 /// config and `missing_ok` (the prolog and epilog: colloc is not offered on this node, or
 /// nothing can have been applied), or the job asked for nothing (no `--colloc` other than
@@ -304,10 +297,12 @@ fn switched_off(mode: &Mode, config: &Path) -> String {
 /// Group of the job's MPS directories when the job's own cannot be found.
 const NOGROUP: u32 = 65534;
 
-/// Did the job ask for a mode? `--colloc=off` and values the grammar rejects (the tasks
-/// fail for those) do not count.
-fn asked_for_mode(raw: Option<&[u8]>) -> bool {
-    raw.is_some_and(|r| Mode::parse_bytes(r).is_ok_and(|m| m != Mode::Off))
+/// The mode of a job that gave no `--colloc`: the plugstack's `default=`, else the node's
+/// `default_mode`.
+fn default_mode(args: &PluginArgs, cfg: &Config) -> Mode {
+    args.default
+        .clone()
+        .unwrap_or_else(|| cfg.default_mode.clone())
 }
 
 fn env_u32(host: &dyn Host, name: &str) -> Option<u32> {
@@ -325,8 +320,8 @@ fn job_id(host: &dyn Host) -> Result<u32, String> {
 /// Real node faults only.
 pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let args = parse_args(args)?;
-    let raw = option_value(host);
-    let cfg = match job_config(&args, asked_for_mode(raw.as_deref()), true) {
+    let request = Request::read(host);
+    let cfg = match job_config(&args, request.asked(), true) {
         Ok(Some(c)) => c,
         Ok(None) => return Ok(()),
         // The file's own fault is not the node's: nothing is changed, the job's tasks
@@ -342,20 +337,14 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
         Err(e) => return Err(format!("node configuration: {e}")),
     };
     let job = job_id(host)?;
-    let mode = match raw {
-        Some(raw) => match Mode::parse_bytes(&raw) {
-            Ok(m) => m,
-            Err(e) => {
-                // Only a client that skipped the submission check gets here; the tasks
-                // fail with this message (task_init_privileged parses again).
-                log::info!("job {job}: --colloc: {e}");
-                return Ok(());
-            }
-        },
-        None => args
-            .default
-            .clone()
-            .unwrap_or_else(|| cfg.default_mode.clone()),
+    let mode = match &request {
+        Request::Invalid(e) => {
+            // Only a client that skipped the submission check gets here; the tasks fail
+            // with this message (task_init_privileged reads the same request).
+            log::info!("job {job}: --colloc: {e}");
+            return Ok(());
+        }
+        r => r.mode_or(|| default_mode(&args, &cfg)).unwrap_or(Mode::Off),
     };
     let gpus = job_gpus(
         host.env("SLURM_JOB_GPUS").as_deref(),
@@ -540,13 +529,11 @@ fn refuse_task(job: u32, reason: &str) -> String {
 pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let args = parse_args(args)?;
     test_panic(&args, TestPanic::Task);
-    let raw = option_value(host);
-    let asked = asked_for_mode(raw.as_deref());
+    let request = Request::read(host);
+    let asked = request.asked();
     let job = job_id(host)?;
-    if let Some(raw) = &raw {
-        if let Err(e) = Mode::parse_bytes(raw) {
-            return Err(refuse_task(job, &format!("--colloc: {e}")));
-        }
+    if let Request::Invalid(e) = &request {
+        return Err(refuse_task(job, &format!("--colloc: {e}")));
     }
     if asked && !args.config.exists() {
         if let Some(dir) = slurm_facts().and_then(|f| {
@@ -570,10 +557,7 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
         let node = host
             .env("SLURMD_NODENAME")
             .map_or_else(|| "this node".to_string(), |n| format!("node {n}"));
-        let mode = raw
-            .as_deref()
-            .and_then(|r| Mode::parse_bytes(r).ok())
-            .unwrap_or(Mode::Off);
+        let mode = request.named().cloned().unwrap_or(Mode::Off);
         return Err(refuse_task(
             job,
             &format!(
@@ -587,21 +571,16 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
         Ok(Some(c)) => c,
         Ok(None) => return Ok(()),
         Err(e) if Config::is_broken(&e) => {
-            let mode = raw
-                .as_deref()
-                .and_then(|r| Mode::parse_bytes(r).ok())
+            let mode = request
+                .named()
                 .map_or_else(String::new, |m| format!("={m}"));
             return Err(refuse_task(job, &broken_config(&mode, &e, &args.config)));
         }
         Err(e) => return Err(format!("node configuration: {e}")),
     };
-    let mode = match &raw {
-        Some(raw) => Mode::parse_bytes(raw).unwrap_or(Mode::Off),
-        None => args
-            .default
-            .clone()
-            .unwrap_or_else(|| cfg.default_mode.clone()),
-    };
+    let mode = request
+        .mode_or(|| default_mode(&args, &cfg))
+        .unwrap_or(Mode::Off);
     if mode != Mode::Off {
         if let Some(problem) =
             slurm_facts().and_then(|f| cfg.private_path_problem(&args.config, &f.private_dirs()))
@@ -656,7 +635,7 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
 /// A GPU could not be brought back, or the journal cannot be read (the node drains).
 pub fn job_epilog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     let args = parse_args(args)?;
-    let asked = asked_for_mode(option_value(host).as_deref());
+    let asked = Request::read(host).asked();
     let cfg = match job_config(&args, asked, true) {
         Ok(Some(c)) => c,
         Ok(None) => return Ok(()),
