@@ -729,7 +729,10 @@ impl GpmSampler {
         }
         let prev = self.last.replace((next, taken));
         let (i, _) = prev?;
-        match self.gpus.gpm_metrics(self.gpu, self.bufs[i], self.bufs[next]) {
+        match self
+            .gpus
+            .gpm_metrics(self.gpu, self.bufs[i], self.bufs[next])
+        {
             Ok(r) if r.sm_activity.is_some() || r.sm_occupancy.is_some() => Some(r),
             Ok(_) => None,
             Err(e) => {
@@ -741,7 +744,10 @@ impl GpmSampler {
 
     fn note(&mut self, e: &GpuError) {
         if !std::mem::replace(&mut self.logged, true) {
-            log::debug!("GPU {}: no GPM reading ({e}); further failures are not logged", self.gpu);
+            log::debug!(
+                "GPU {}: no GPM reading ({e}); further failures are not logged",
+                self.gpu
+            );
         }
     }
 }

@@ -572,7 +572,11 @@ impl Fold {
             (Some(e), Some(first)) => Some(e.saturating_sub(first) as f64 / 1000.0),
             _ => None,
         };
-        if energy_j.is_none() && g.used_bytes.is_none() {
+        if energy_j.is_none()
+            && g.used_bytes.is_none()
+            && g.sm_activity.is_none()
+            && g.sm_occupancy.is_none()
+        {
             return;
         }
         acc.seen += 1;
@@ -583,6 +587,8 @@ impl Fold {
             t,
             energy_j,
             used_bytes: g.used_bytes,
+            sm_activity: g.sm_activity,
+            sm_occupancy: g.sm_occupancy,
         });
         if acc.history.len() >= MAX_HISTORY {
             let mut i = 0;

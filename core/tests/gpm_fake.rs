@@ -86,7 +86,10 @@ fn an_a100_has_no_gpm_sampler() {
     let gpus = fake.open();
     assert!(gpus.gpm_sampler(0).is_none());
     assert!(gpus.gpm_sampler(1).is_some());
-    assert!(gpus.gpm_sampler(7).is_none(), "no such GPU: none, not a panic");
+    assert!(
+        gpus.gpm_sampler(7).is_none(),
+        "no such GPU: none, not a panic"
+    );
 }
 
 /// A failing metrics call or sample gives `None`, and the sampler goes on afterwards.

@@ -96,7 +96,12 @@ impl NvmlProbe {
         if energy {
             g.energy_mj = d.total_energy_consumption().ok();
             // Every energy tick, busy or not, so each reading spans one interval.
-            if let Some(r) = self.gpm.get_mut(gi).and_then(Option::as_mut).and_then(GpmSampler::read) {
+            if let Some(r) = self
+                .gpm
+                .get_mut(gi)
+                .and_then(Option::as_mut)
+                .and_then(GpmSampler::read)
+            {
                 g.sm_activity = r.sm_activity;
                 g.sm_occupancy = r.sm_occupancy;
             }
