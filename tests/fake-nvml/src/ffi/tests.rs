@@ -386,7 +386,8 @@ fn a_new_mig_device_is_listed_after_the_delay() {
 fn gpm_sample() -> nvmlGpmSample_t {
     let mut s: nvmlGpmSample_t = null_mut();
     // SAFETY: valid out-pointer.
-    assert_eq!(unsafe { nvmlGpmSampleAlloc(&mut s) }, code::SUCCESS);
+    let r = unsafe { nvmlGpmSampleAlloc(&mut s) };
+    assert_eq!(r, code::SUCCESS);
     s
 }
 
@@ -432,7 +433,8 @@ fn gpm_on_hopper_reads_what_the_sms_were_set_to() {
     assert_eq!(nvmlGpmSampleGet(d, s2), code::SUCCESS);
     let mut m = gpm_request(s1, s2);
     // SAFETY: a whole request struct.
-    assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *m) }, code::SUCCESS);
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::SUCCESS);
     assert_eq!(m.metrics[0].nvmlReturn, code::SUCCESS);
     assert!(
         (m.metrics[0].value - 14.0).abs() < 1e-6,
@@ -456,7 +458,8 @@ fn gpm_on_hopper_reads_what_the_sms_were_set_to() {
     assert_eq!(nvmlGpmSampleGet(d, s3), code::SUCCESS);
     let mut m = gpm_request(s2, s3);
     // SAFETY: as above.
-    assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *m) }, code::SUCCESS);
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::SUCCESS);
     let v = m.metrics[0].value;
     assert!(
         (v - 28.0).abs() < 3.0,
@@ -496,62 +499,47 @@ fn gpm_refuses_bad_versions_pointers_and_samples() {
     );
     assert_eq!(gpm_support(d0, 2).0, code::ARGUMENT_VERSION_MISMATCH);
     // SAFETY: NULL is refused before any use.
-    assert_eq!(
-        unsafe { nvmlGpmQueryDeviceSupport(d0, null_mut()) },
-        code::INVALID_ARGUMENT
-    );
+    let r = unsafe { nvmlGpmQueryDeviceSupport(d0, null_mut()) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { nvmlGpmSampleAlloc(null_mut()) },
-        code::INVALID_ARGUMENT
-    );
+    let r = unsafe { nvmlGpmSampleAlloc(null_mut()) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { nvmlGpmMetricsGet(null_mut()) },
-        code::INVALID_ARGUMENT
-    );
+    let r = unsafe { nvmlGpmMetricsGet(null_mut()) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
     let (a, b) = (gpm_sample(), gpm_sample());
     // An unfilled sample.
     assert_eq!(nvmlGpmSampleGet(d0, a), code::SUCCESS);
     let mut m = gpm_request(a, b);
     // SAFETY: a whole request struct.
-    assert_eq!(
-        unsafe { nvmlGpmMetricsGet(&mut *m) },
-        code::INVALID_ARGUMENT
-    );
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
     // Two GPUs.
     assert_eq!(nvmlGpmSampleGet(d1, b), code::SUCCESS);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { nvmlGpmMetricsGet(&mut *m) },
-        code::INVALID_ARGUMENT
-    );
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
     assert_eq!(nvmlGpmSampleGet(d0, b), code::SUCCESS);
     m.version = 2;
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { nvmlGpmMetricsGet(&mut *m) },
-        code::ARGUMENT_VERSION_MISMATCH
-    );
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::ARGUMENT_VERSION_MISMATCH);
     m.version = NVML_GPM_METRICS_GET_VERSION;
     m.numMetrics = METRIC_MAX + 1;
     // SAFETY: refused before the entries are read.
-    assert_eq!(
-        unsafe { nvmlGpmMetricsGet(&mut *m) },
-        code::INVALID_ARGUMENT
-    );
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
     m.numMetrics = 2;
     // SAFETY: as above.
-    assert_eq!(unsafe { nvmlGpmMetricsGet(&mut *m) }, code::SUCCESS);
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::SUCCESS);
     // Freed, then used: refused; freed twice: refused.
     assert_eq!(nvmlGpmSampleFree(b), code::SUCCESS);
     assert_eq!(nvmlGpmSampleFree(b), code::INVALID_ARGUMENT);
     assert_eq!(nvmlGpmSampleGet(d0, b), code::INVALID_ARGUMENT);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { nvmlGpmMetricsGet(&mut *m) },
-        code::INVALID_ARGUMENT
-    );
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
     // A handle the fake never made, and a device handle where a sample goes.
     assert_eq!(
         nvmlGpmSampleFree(0x1234 as nvmlGpmSample_t),

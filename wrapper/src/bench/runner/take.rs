@@ -148,7 +148,7 @@ impl Ctx<'_> {
             sm_occupancy_percent: fig.occupancy,
         };
         let vs_solo = cell.kind != Kind::Solo && round > 0;
-        self.say_measured(&what, vs_solo, unit.as_deref(), &m, se, wall, &measurement);
+        self.say_measured(&what, vs_solo, unit.as_deref(), &m, &measurement);
         Ok(Taken {
             result: Ok(measurement),
             wall,
@@ -238,16 +238,14 @@ impl Ctx<'_> {
         c
     }
 
-    /// The progress line of a measurement: aggregate ± its noise, window, and (`vs_solo`)
-    /// its ratio to solo.
+    /// The progress line of a measurement (`taken`, over the window `m`): aggregate ±
+    /// its noise, window, (`vs_solo`) its ratio to solo, and what GPM read.
     fn say_measured(
         &self,
         what: &str,
         vs_solo: bool,
         unit: Option<&str>,
         m: &Measured,
-        se: Option<f64>,
-        wall: f64,
         taken: &Measurement,
     ) {
         let u = unit
@@ -264,9 +262,9 @@ impl Ctx<'_> {
             });
         errln!(
             "colloc bench: {what}: {} {u} over {:.1} s{vs}, {}{}",
-            pm(m.aggregate(), se.map(|s| s * stats::COVERAGE), 1),
+            pm(m.aggregate(), taken.se.map(|s| s * stats::COVERAGE), 1),
             m.window.len(),
-            secs(wall),
+            secs(taken.wall_s),
             gpm_note(taken)
         );
     }
