@@ -248,25 +248,7 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             gpu,
             sm_activity,
             occupancy,
-        } => {
-            if ![sm_activity, occupancy]
-                .iter()
-                .all(|v| (0.0..=100.0).contains(v))
-            {
-                return Err((
-                    format!(
-                        "--sm-activity {sm_activity} --occupancy {occupancy}: give percentages from 0 to 100"
-                    ),
-                    2,
-                ));
-            }
-            let now_us = store::now_us();
-            ctl_change(path, |st| {
-                st.set_gpm(gpu, sm_activity, occupancy, now_us)
-                    .map(|()| String::new())
-            })
-            .map_err(refused)
-        }
+        } => set_gpm(path, gpu, sm_activity, occupancy),
         Cmd::Detach { pid } => ctl_change(path, |st| {
             if st.detach(pid) {
                 Ok(String::new())
@@ -411,6 +393,32 @@ fn cuda_visible(state: &State, visible: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// `gpm`: what GPM reads of a GPU's SMs from now on.
+fn set_gpm(
+    path: &std::path::Path,
+    gpu: u32,
+    sm_activity: f64,
+    occupancy: f64,
+) -> Result<String, (String, u8)> {
+    if ![sm_activity, occupancy]
+        .iter()
+        .all(|v| (0.0..=100.0).contains(v))
+    {
+        return Err((
+            format!(
+                "--sm-activity {sm_activity} --occupancy {occupancy}: give percentages from 0 to 100"
+            ),
+            2,
+        ));
+    }
+    let now_us = store::now_us();
+    ctl_change(path, |st| {
+        st.set_gpm(gpu, sm_activity, occupancy, now_us)
+            .map(|()| String::new())
+    })
+    .map_err(refused)
 }
 
 /// `attach`: a fake process on a GPU or GPU instance, with its MPS role if any.
