@@ -5,6 +5,12 @@
 //! fake keeps them in the process too (a registry by handle), not in the state file;
 //! what a sample captures comes from the state ([`crate::state::GpmLoad`]).
 //!
+//! Measured on the lent H200 (driver 580.159.04, pynvml): support 1; an encoded or
+//! other version ARGUMENT_VERSION_MISMATCH; metric ids 1-3 SUCCESS and 999
+//! INVALID_ARGUMENT in their own `nvmlReturn` (the call SUCCESS); one sample given twice
+//! or an unfilled one INVALID_ARGUMENT; samples in reverse order SUCCESS with every
+//! metric 100.0; an unprivileged caller samples too.
+//!
 //! Versions are nvml.h's plain `NVML_GPM_SUPPORT_VERSION` and
 //! `NVML_GPM_METRICS_GET_VERSION` (1, not `NVML_STRUCT_VERSION`-encoded: go-nvml
 //! encoded the support version and the driver answered ARGUMENT_VERSION_MISMATCH,
@@ -153,13 +159,14 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(metrics_get: *mut nvmlGpmMetricsGet_t
         if n > METRIC_MAX {
             return Err(code::INVALID_ARGUMENT);
         }
-        let (a, b) = (sample_id(s1)?, sample_id(s2)?);
-        let (a, b) = samples(|m| (m.get(&a).copied().flatten(), m.get(&b).copied().flatten()));
-        // Both filled, from one GPU, in order.
+        let (ia, ib) = (sample_id(s1)?, sample_id(s2)?);
+        let (a, b) = samples(|m| (m.get(&ia).copied().flatten(), m.get(&ib).copied().flatten()));
+        // Both filled, two samples (the H200 on driver 580.159.04 refused one given twice
+        // and an unfilled one with INVALID_ARGUMENT), of one GPU.
         let (Some(a), Some(b)) = (a, b) else {
             return Err(code::INVALID_ARGUMENT);
         };
-        if a.gpu != b.gpu || b.t_us < a.t_us {
+        if ia == ib || a.t_us == b.t_us || a.gpu != b.gpu {
             return Err(code::INVALID_ARGUMENT);
         }
         nvml_call("nvmlGpmMetricsGet", |_| Ok(()))?;

@@ -508,8 +508,12 @@ fn gpm_refuses_bad_versions_pointers_and_samples() {
     let r = unsafe { nvmlGpmMetricsGet(null_mut()) };
     assert_eq!(r, code::INVALID_ARGUMENT);
     let (a, b) = (gpm_sample(), gpm_sample());
-    // An unfilled sample.
+    // An unfilled sample; one sample given twice.
     assert_eq!(nvmlGpmSampleGet(d0, a), code::SUCCESS);
+    let mut same = gpm_request(a, a);
+    // SAFETY: a whole request struct.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *same) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
     let mut m = gpm_request(a, b);
     // SAFETY: a whole request struct.
     let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
@@ -533,6 +537,15 @@ fn gpm_refuses_bad_versions_pointers_and_samples() {
     // SAFETY: as above.
     let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
     assert_eq!(r, code::SUCCESS);
+    // In reverse order: answered, every metric 100 (as the H200 on driver 580 did).
+    let mut rev = gpm_request(b, a);
+    // SAFETY: a whole request struct.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *rev) };
+    assert_eq!(r, code::SUCCESS);
+    assert_eq!(
+        (rev.metrics[0].nvmlReturn, rev.metrics[0].value),
+        (0, 100.0)
+    );
     // Freed, then used: refused; freed twice: refused.
     assert_eq!(nvmlGpmSampleFree(b), code::SUCCESS);
     assert_eq!(nvmlGpmSampleFree(b), code::INVALID_ARGUMENT);

@@ -122,7 +122,9 @@ impl State {
     }
 }
 
-/// One metric between two samples of the same GPU, `s1` the earlier.
+/// One metric between two samples of the same GPU, `s1` the earlier. Given in reverse
+/// order the H200 on driver 580.159.04 answered every metric 100.0 (SUCCESS), so does
+/// the fake.
 ///
 /// # Errors
 /// Per metric, as the driver writes `nvmlReturn`: INVALID_ARGUMENT for an id outside
@@ -137,7 +139,7 @@ pub fn gpm_metric(id: u32, s1: &GpmCounters, s2: &GpmCounters) -> R<f64> {
         if dt > 0.0 {
             ((b - a) / dt).clamp(0.0, 100.0)
         } else {
-            0.0
+            100.0
         }
     };
     match id {
@@ -187,6 +189,8 @@ mod tests {
         assert_eq!(gpm_metric(0, &a, &c), Err(code::INVALID_ARGUMENT));
         assert_eq!(gpm_metric(METRIC_MAX, &a, &c), Err(code::INVALID_ARGUMENT));
         assert_eq!(gpm_metric(5, &a, &c), Err(code::NOT_SUPPORTED));
+        // Reversed, as the H200 answered: every metric 100.
+        assert_eq!(gpm_metric(METRIC_SM_UTIL, &c, &a), Ok(100.0));
     }
 
     #[test]
