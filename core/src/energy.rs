@@ -23,6 +23,10 @@ pub struct Reading {
     pub energy_j: Option<f64>,
     /// Memory in use on the whole GPU, bytes.
     pub used_bytes: Option<u64>,
+    /// GPM's SM activity over the interval this reading ends, percent (Hopper and later).
+    pub sm_activity: Option<f64>,
+    /// GPM's SM occupancy over that interval, percent.
+    pub sm_occupancy: Option<f64>,
 }
 
 /// One interval's energy `de` (joules) over `span_s` seconds, of which `busy_s` had at
@@ -149,6 +153,23 @@ pub fn energy_at(readings: &[(f64, f64)], t: f64) -> Option<f64> {
     Some(e0 + (e1 - e0) * (t - t0) / (t1 - t0))
 }
 
+/// The mean of a figure of the readings taken in the window from `start` to `end` (each
+/// ends the interval it describes, so those at `start` or before are left out); `None`
+/// where none in it has the figure.
+pub fn mean_in(
+    readings: &[Reading],
+    start: f64,
+    end: f64,
+    figure: impl Fn(&Reading) -> Option<f64>,
+) -> Option<f64> {
+    let (sum, n) = readings
+        .iter()
+        .filter(|r| r.t > start && r.t <= end)
+        .filter_map(|r| figure(r).filter(|v| v.is_finite()))
+        .fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / f64::from(n))
+}
+
 /// Joules the whole GPU used from `start` to `end` (seconds on the readings' clock),
 /// interpolated between its readings.
 pub fn energy_in(readings: &[Reading], start: f64, end: f64) -> Option<f64> {
@@ -247,6 +268,23 @@ mod tests {
         assert!(close(s.shares[0], 2.0));
     }
 
+    /// GPM readings at 1, 2, 3 and 4 s: a window from 1 to 3 s holds those ending at 2
+    /// and 3 s; one without any reading in it has no mean.
+    #[test]
+    fn a_mean_in_a_window_takes_the_readings_ending_in_it() {
+        let r: Vec<Reading> = [(1.0, 5.0), (2.0, 14.0), (3.0, 16.0), (4.0, 90.0)]
+            .iter()
+            .map(|&(t, a)| Reading {
+                t,
+                sm_activity: Some(a),
+                ..Reading::default()
+            })
+            .collect();
+        assert_eq!(mean_in(&r, 1.0, 3.0, |r| r.sm_activity), Some(15.0));
+        assert_eq!(mean_in(&r, 1.0, 3.0, |r| r.sm_occupancy), None);
+        assert_eq!(mean_in(&r, 4.0, 9.0, |r| r.sm_activity), None);
+    }
+
     #[test]
     fn energy_in_a_window_interpolates_between_readings() {
         let pts = vec![(0.0, 0.0), (1.0, 1.0), (3.0, 5.0)];
@@ -257,7 +295,7 @@ mod tests {
             .map(|&(t, e)| Reading {
                 t,
                 energy_j: Some(e),
-                used_bytes: None,
+                ..Reading::default()
             })
             .collect();
         let j = energy_in(&r, 0.5, 3.0).unwrap();

@@ -7,6 +7,9 @@
 //! lookup go through its raw `nvml-wrapper-sys` symbols, each checked for presence first
 //! (the generated methods panic on a missing symbol).
 //!
+//! GPM (Hopper and later: the share of SMs busy and of warps active) is read through raw
+//! symbols too, by a [`GpmSampler`] per physical GPU that owns its sample buffers.
+//!
 //! The NVML layer's `unsafe` lives in this module only; each block says why it is sound.
 //! That is also why it is one file past 800 lines: every raw call of the library stays
 //! in one place to review, beside the safe face built on it.
@@ -14,16 +17,20 @@
 use std::collections::HashMap;
 use std::ffi::{c_uint, CStr, OsStr};
 use std::fmt::Display;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
     nvmlComputeInstanceInfo_t, nvmlComputeInstanceProfileInfo_t, nvmlComputeInstance_t,
-    nvmlDevice_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
+    nvmlDevice_t, nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY,
+    nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL, nvmlGpmMetricsGet_t, nvmlGpmSample_t,
+    nvmlGpmSupport_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
     nvmlGpuInstanceProfileInfo_v2_t, nvmlGpuInstance_t, nvmlReturn_t,
-    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, NVML_GPM_METRICS_GET_VERSION,
+    NVML_GPM_SUPPORT_VERSION,
 };
 
 use crate::gpu::{
@@ -656,6 +663,221 @@ impl NvmlGpus {
         // SAFETY: `gi` came from NVML.
         let ret = unsafe { destroy_gi(gi) };
         self.check("nvmlGpuInstanceDestroy", gpu, ret)
+    }
+}
+
+/// What GPM read of one physical GPU over the interval between two samples.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpmReading {
+    /// Share of the SMs busy, percent (`NVML_GPM_METRIC_SM_UTIL`, "SM activity"): how
+    /// much of the GPU the work in flight fills, where utilization says only how much of
+    /// the time any of it ran.
+    pub sm_activity: Option<f64>,
+    /// Active warps against the SMs' maximum, percent (`NVML_GPM_METRIC_SM_OCCUPANCY`).
+    pub sm_occupancy: Option<f64>,
+}
+
+/// nvml.h: two GPM samples should be more than 100 ms apart ("the internal sample
+/// refresh rate"); a read sooner after the last one is skipped.
+pub const GPM_MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// GPM readings of one physical GPU: each [`GpmSampler::read`] takes a sample and gives
+/// the metrics over the interval since the one before. It owns two sample buffers
+/// (freed on drop) and holds the library alive while it has them. Nothing it meets is an
+/// error that stops a measurement: an unsupported GPU gives no sampler, a failed sample
+/// or metric a `None`, each logged once at debug level.
+pub struct GpmSampler {
+    gpus: Arc<NvmlGpus>,
+    gpu: u32,
+    bufs: [nvmlGpmSample_t; 2],
+    /// Which buffer holds the last good sample, and when it was taken.
+    last: Option<(usize, Instant)>,
+    logged: bool,
+}
+
+impl std::fmt::Debug for GpmSampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpmSampler")
+            .field("gpu", &self.gpu)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the buffers are memory NVML allocated for this process, not tied to a thread;
+// they are only touched through `&mut self` (one thread at a time) while `gpus` keeps the
+// library loaded, and NVML's calls are thread-safe.
+unsafe impl Send for GpmSampler {}
+
+impl GpmSampler {
+    /// Sample now; SM activity and occupancy since the previous sample. `None` for the
+    /// first sample, within [`GPM_MIN_INTERVAL`] of the last one, and where NVML fails.
+    #[doc(alias = "nvmlGpmSampleGet")]
+    #[doc(alias = "nvmlGpmMetricsGet")]
+    pub fn read(&mut self) -> Option<GpmReading> {
+        if self
+            .last
+            .is_some_and(|(_, t)| t.elapsed() < GPM_MIN_INTERVAL)
+        {
+            return None;
+        }
+        let next = self.last.map_or(0, |(i, _)| 1 - i);
+        let taken = Instant::now();
+        if let Err(e) = self.gpus.gpm_get(self.gpu, self.bufs[next]) {
+            self.note(&e);
+            self.last = None;
+            return None;
+        }
+        let prev = self.last.replace((next, taken));
+        let (i, _) = prev?;
+        match self
+            .gpus
+            .gpm_metrics(self.gpu, self.bufs[i], self.bufs[next])
+        {
+            Ok(r) if r.sm_activity.is_some() || r.sm_occupancy.is_some() => Some(r),
+            Ok(_) => None,
+            Err(e) => {
+                self.note(&e);
+                None
+            }
+        }
+    }
+
+    fn note(&mut self, e: &GpuError) {
+        if !std::mem::replace(&mut self.logged, true) {
+            log::debug!(
+                "GPU {}: no GPM reading ({e}); further failures are not logged",
+                self.gpu
+            );
+        }
+    }
+}
+
+impl Drop for GpmSampler {
+    fn drop(&mut self) {
+        for b in self.bufs {
+            self.gpus.gpm_free(b);
+        }
+    }
+}
+
+impl NvmlGpus {
+    /// A GPM sampler of physical GPU `gpu`, where the GPU and driver have GPM (Hopper and
+    /// later); `None` elsewhere (an A100, an older driver without the symbols), said once
+    /// at debug level.
+    #[doc(alias = "nvmlGpmQueryDeviceSupport")]
+    #[doc(alias = "nvmlGpmSampleAlloc")]
+    pub fn gpm_sampler(self: &Arc<Self>, gpu: u32) -> Option<GpmSampler> {
+        match self.gpm_supported(gpu) {
+            Ok(true) => {}
+            Ok(false) => {
+                log::debug!("GPU {gpu}: no GPM (before Hopper): SM activity from utilization");
+                return None;
+            }
+            Err(e) => {
+                log::debug!("GPU {gpu}: GPM unavailable ({e}): SM activity from utilization");
+                return None;
+            }
+        }
+        let first = self.gpm_alloc();
+        let second = self.gpm_alloc();
+        match (first, second) {
+            (Ok(a), Ok(b)) => Some(GpmSampler {
+                gpus: Arc::clone(self),
+                gpu,
+                bufs: [a, b],
+                last: None,
+                logged: false,
+            }),
+            (a, b) => {
+                for buf in [&a, &b].into_iter().flatten() {
+                    self.gpm_free(*buf);
+                }
+                if let Some(e) = [a, b].into_iter().find_map(Result::err) {
+                    log::debug!("GPU {gpu}: no GPM sample buffers ({e})");
+                }
+                None
+            }
+        }
+    }
+
+    fn gpm_supported(&self, gpu: u32) -> GpuResult<bool> {
+        let f = sym!(self, nvmlGpmQueryDeviceSupport);
+        let dev = self.device(gpu)?;
+        // nvml.h's plain version number, not NVML_STRUCT_VERSION-encoded.
+        let mut support = nvmlGpmSupport_t {
+            version: NVML_GPM_SUPPORT_VERSION,
+            isSupportedDevice: 0,
+        };
+        // SAFETY: valid device handle; `support` is a live struct of the version it says.
+        let ret = unsafe { f(raw(&dev), &mut support) };
+        self.check("nvmlGpmQueryDeviceSupport", gpu, ret)?;
+        Ok(support.isSupportedDevice != 0)
+    }
+
+    fn gpm_alloc(&self) -> GpuResult<nvmlGpmSample_t> {
+        let f = sym!(self, nvmlGpmSampleAlloc);
+        let mut s: nvmlGpmSample_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the buffer it returns is freed by `gpm_free`.
+        let ret = unsafe { f(&mut s) };
+        self.check("nvmlGpmSampleAlloc", 0, ret)?;
+        Ok(s)
+    }
+
+    fn gpm_free(&self, s: nvmlGpmSample_t) {
+        let Ok(f) = self.nvml.lib().nvmlGpmSampleFree.as_ref() else {
+            return;
+        };
+        // SAFETY: `s` came from nvmlGpmSampleAlloc of this library and is freed once:
+        // only a dropped `GpmSampler` (or a failed construction) frees its buffers.
+        let ret = unsafe { f(s) };
+        if ret != SUCCESS {
+            log::debug!("nvmlGpmSampleFree: {}", self.error_string(ret));
+        }
+    }
+
+    fn gpm_get(&self, gpu: u32, s: nvmlGpmSample_t) -> GpuResult<()> {
+        let f = sym!(self, nvmlGpmSampleGet);
+        let dev = self.device(gpu)?;
+        // SAFETY: valid device handle; `s` is a live buffer from nvmlGpmSampleAlloc.
+        let ret = unsafe { f(raw(&dev), s) };
+        self.check("nvmlGpmSampleGet", gpu, ret)
+    }
+
+    /// SM activity and occupancy between two filled samples, `s1` the earlier; a metric
+    /// the driver answers with an error of its own is `None`.
+    fn gpm_metrics(
+        &self,
+        gpu: u32,
+        s1: nvmlGpmSample_t,
+        s2: nvmlGpmSample_t,
+    ) -> GpuResult<GpmReading> {
+        let f = sym!(self, nvmlGpmMetricsGet);
+        // SAFETY: integers, a double, sample handles and C string pointers: all zero
+        // bytes (NULL pointers) are valid.
+        let mut req: Box<nvmlGpmMetricsGet_t> = Box::new(unsafe { std::mem::zeroed() });
+        req.version = NVML_GPM_METRICS_GET_VERSION;
+        req.sample1 = s1;
+        req.sample2 = s2;
+        let ids = [
+            nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL,
+            nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY,
+        ];
+        req.numMetrics = ids.len() as u32;
+        for (slot, id) in req.metrics.iter_mut().zip(ids) {
+            slot.metricId = id;
+        }
+        // SAFETY: `req` is a whole request of the version it says, with `numMetrics`
+        // entries filled in; both samples are live buffers NVML filled.
+        let ret = unsafe { f(&mut *req) };
+        self.check("nvmlGpmMetricsGet", gpu, ret)?;
+        let value = |i: usize| {
+            let m = &req.metrics[i];
+            (m.nvmlReturn == SUCCESS && m.value.is_finite()).then_some(m.value)
+        };
+        Ok(GpmReading {
+            sm_activity: value(0),
+            sm_occupancy: value(1),
+        })
     }
 }
 

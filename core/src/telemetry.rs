@@ -15,7 +15,9 @@
 //! - **Utilization**: per-process SM utilization where NVML reports it per process (a
 //!   whole GPU without MPS); `None` where it cannot (MPS accounts every client to the MPS
 //!   server, MIG has none), never a made-up 0. The GPU-wide utilization while an attempt
-//!   ran is kept as well.
+//!   ran is kept as well, and on Hopper and later GPM's SM activity (the share of SMs
+//!   busy) and occupancy (of warps active) of the whole GPU, read at the energy cadence
+//!   (`None` where the GPU has no GPM).
 //! - **Energy**: each GPU's energy counter is read at most every [`ENERGY_EVERY`] and at
 //!   every attempt's end, and each interval between two readings is shared out by the one
 //!   rule of [`crate::energy`] (time share of the busy part; the rest idle), so the
@@ -59,6 +61,10 @@ pub struct GpuTick {
     pub mps_clients: Option<Vec<(u32, Option<u64>)>>,
     /// Per-process SM utilization since the last reading: (pid, percent).
     pub proc_util: Option<Vec<(u32, u32)>>,
+    /// GPM's SM activity since its last reading, percent of SMs busy (Hopper and later).
+    pub sm_activity: Option<f64>,
+    /// GPM's SM occupancy since its last reading, percent of warps active.
+    pub sm_occupancy: Option<f64>,
 }
 
 /// Readings of one tick.
@@ -123,6 +129,13 @@ pub struct AttemptGpu {
     pub mean_util_percent: Option<f64>,
     /// Mean utilization of its whole GPU while it ran, percent (shared with co-runners).
     pub mean_gpu_util_percent: Option<f64>,
+    /// Mean GPM SM activity of its whole GPU while it ran, percent of SMs busy (shared
+    /// with co-runners); `None` without GPM (before Hopper).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_sm_activity_percent: Option<f64>,
+    /// Mean GPM SM occupancy of its whole GPU while it ran, percent of warps active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_sm_occupancy_percent: Option<f64>,
     /// Its time share of its GPU's measured energy, joules.
     pub energy_j: Option<f64>,
 }
@@ -255,6 +268,8 @@ struct AttemptAcc {
     fig: AttemptGpu,
     util: (f64, u64),
     gpu_util: (f64, u64),
+    sm_activity: (f64, u64),
+    sm_occupancy: (f64, u64),
 }
 
 #[derive(Debug, Default, Clone)]
@@ -384,6 +399,19 @@ impl Fold {
                 .collect();
             if on_gpu.is_empty() {
                 continue;
+            }
+            for k in &on_gpu {
+                if let Some(a) = self.attempts.get_mut(k) {
+                    for (v, acc) in [
+                        (g.sm_activity, &mut a.sm_activity),
+                        (g.sm_occupancy, &mut a.sm_occupancy),
+                    ] {
+                        if let Some(v) = v.filter(|v| v.is_finite()) {
+                            acc.0 += v;
+                            acc.1 += 1;
+                        }
+                    }
+                }
             }
             if let Some(u) = g.util {
                 let acc = &mut self.gpus[gi].util;
@@ -544,7 +572,11 @@ impl Fold {
             (Some(e), Some(first)) => Some(e.saturating_sub(first) as f64 / 1000.0),
             _ => None,
         };
-        if energy_j.is_none() && g.used_bytes.is_none() {
+        if energy_j.is_none()
+            && g.used_bytes.is_none()
+            && g.sm_activity.is_none()
+            && g.sm_occupancy.is_none()
+        {
             return;
         }
         acc.seen += 1;
@@ -555,6 +587,8 @@ impl Fold {
             t,
             energy_j,
             used_bytes: g.used_bytes,
+            sm_activity: g.sm_activity,
+            sm_occupancy: g.sm_occupancy,
         });
         if acc.history.len() >= MAX_HISTORY {
             let mut i = 0;
@@ -584,6 +618,8 @@ impl Fold {
                 None
             },
             mean_gpu_util_percent: mean(a.gpu_util),
+            mean_sm_activity_percent: mean(a.sm_activity),
+            mean_sm_occupancy_percent: mean(a.sm_occupancy),
             ..a.fig
         })
     }

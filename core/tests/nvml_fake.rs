@@ -793,6 +793,12 @@ fn the_fake_exports_every_function_the_layer_and_colloc_run_call() {
         nvmlDeviceGetUtilizationRates,
         nvmlDeviceGetTotalEnergyConsumption,
         nvmlDeviceGetProcessUtilization,
+        // GPM (Hopper and later), through NvmlGpus::gpm_sampler
+        nvmlGpmQueryDeviceSupport,
+        nvmlGpmSampleAlloc,
+        nvmlGpmSampleFree,
+        nvmlGpmSampleGet,
+        nvmlGpmMetricsGet,
         // the rest of the fake's surface
         nvmlInitWithFlags,
         nvmlDeviceGetHandleByUUID,

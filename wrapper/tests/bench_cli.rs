@@ -1569,3 +1569,151 @@ fn a_noisy_low_cell_is_not_repeated_and_does_not_move_the_answer() {
         500.0
     ));
 }
+
+/// A fake GPU of `model` with MIG off and its SMs `sm_activity` % busy by GPM (9 %
+/// occupancy), and a thread that attaches each stand-in copy as soon as it starts with
+/// 1000 MiB and `util` % SM utilization of its own: stop it with the flag, then join.
+fn gpm_gpu(
+    b: &Bench,
+    model: &str,
+    sm_activity: f64,
+    util: u32,
+) -> (
+    std::path::PathBuf,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+) {
+    use fake_nvml::state::State;
+    use fake_nvml::store::{ctl_change, now_ms, now_us, Locked};
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let state = b.tmp.path().join("fake-nvml.json");
+    let mut fresh = State::fresh_from_list(model, now_ms()).unwrap();
+    fresh.gpus[0].mig_current = false;
+    fresh.set_gpm(0, sm_activity, 9.0, now_us()).unwrap();
+    Locked::open(&state).unwrap().write(&fresh).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let attacher = {
+        let (done, shared, state) = (Arc::clone(&done), b.shared.clone(), state.clone());
+        std::thread::spawn(move || {
+            let mut seen: HashSet<u32> = HashSet::new();
+            while !done.load(Ordering::Relaxed) {
+                for e in std::fs::read_dir(&shared).unwrap().flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let Some(pid) = name.strip_prefix("env-").and_then(|p| p.parse().ok()) else {
+                        continue;
+                    };
+                    if seen.insert(pid) {
+                        ctl_change(&state, |s| s.attach(0, None, pid, 1000, util)).unwrap();
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    (state, done, attacher)
+}
+
+/// On an H100, GPM says the solo run kept 14 % of the SMs busy while NVML's utilization
+/// of its process says 30 % (a share of time, as a small ResNet read 28-35 % on the lent
+/// H100 where 7 copies were best): `--counts auto` starts at 7, from GPM, and says so in
+/// the row's reason, the progress line and bench.json, with the occupancy.
+#[test]
+fn on_hopper_the_search_starts_from_gpm_sm_activity_not_utilization() {
+    let b = Bench::new();
+    let (state, done, attacher) = gpm_gpu(&b, "H100-80GB", 14.0, 30);
+    let out = b
+        .standin(PEAK_AT_7)
+        .modes("naive")
+        .counts("auto")
+        .times("1s", "0s")
+        .with_fake_nvml(b.tmp.path())
+        .env("COLLOC_FAKE_NVML_STATE", &state)
+        .env("STANDIN_PERIOD", "0.05")
+        .output()
+        .unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    attacher.join().unwrap();
+    let (stdout, stderr) = succeeded(&out);
+    let j = b.json();
+    assert_eq!(tried_order(&j, "naive"), [7, 10, 4], "{stdout}");
+    assert_eq!(rec_cell(&j), ("naive".to_string(), 7), "{stdout}");
+    let solo = &row(&j, "solo", 1)["measurements"][0];
+    assert_eq!(solo["sm_busy_source"], "gpm", "{solo}");
+    let busy = solo["sm_busy_percent"].as_f64().unwrap();
+    assert!((busy - 14.0).abs() < 0.5, "{busy}");
+    let occ = solo["sm_occupancy_percent"].as_f64().unwrap();
+    assert!((occ - 9.0).abs() < 0.5, "{occ}");
+    let seven = row(&j, "naive", 7)["tried"].as_str().unwrap();
+    assert!(
+        seven.starts_with(
+            "the solo run kept the GPU's SMs 14 % busy (SM activity (GPM), occupancy 9 %): \
+             about 7 copies would fill it, so the search starts at 7"
+        ),
+        "{seven}"
+    );
+    assert!(
+        stderr.contains("SMs 14 % busy (SM activity (GPM), occupancy 9 %)"),
+        "{stderr}"
+    );
+}
+
+/// The same workload on an A100, which has no GPM (its SMs are set 14 % busy all the
+/// same): the search starts from the process's utilization (30 %, less the readings
+/// taken before the test attached the copy, which count as idle), at the count nearest
+/// one over it, and bench.json and the reason read as they did before GPM was read.
+#[test]
+fn without_gpm_the_search_starts_from_utilization_as_before() {
+    let b = Bench::new();
+    let (state, done, attacher) = gpm_gpu(&b, "A100-80GB", 14.0, 30);
+    let out = b
+        .standin(PEAK_AT_7)
+        .modes("naive")
+        .counts("auto")
+        .times("1s", "0s")
+        .with_fake_nvml(b.tmp.path())
+        .env("COLLOC_FAKE_NVML_STATE", &state)
+        .env("STANDIN_PERIOD", "0.05")
+        .output()
+        .unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    attacher.join().unwrap();
+    let (stdout, stderr) = succeeded(&out);
+    let j = b.json();
+    let solo = &row(&j, "solo", 1)["measurements"][0];
+    assert!(solo.get("sm_busy_source").is_none(), "{solo}");
+    assert!(solo.get("sm_occupancy_percent").is_none(), "{solo}");
+    let busy = solo["sm_busy_percent"].as_f64().unwrap();
+    assert!(
+        busy > 14.9 && busy <= 30.5,
+        "utilization, not GPM's 14 %: {busy}"
+    );
+    // The count nearest 1 / busy (by ratio) is where the search started.
+    let want = [2u64, 4, 7, 10, 14]
+        .into_iter()
+        .min_by(|a, b| {
+            let d = |n: u64| (n as f64 * busy / 100.0).ln().abs();
+            d(*a).total_cmp(&d(*b))
+        })
+        .unwrap();
+    let order = tried_order(&j, "naive");
+    assert_eq!(order[0], want, "{busy} % {stdout}");
+    let first = row(&j, "naive", want)["tried"].as_str().unwrap();
+    assert!(
+        first.starts_with(&format!(
+            "the solo run kept the GPU's SMs {busy:.0} % busy: about "
+        )),
+        "{first}"
+    );
+    assert!(
+        first.ends_with(&format!("so the search starts at {want}")),
+        "{first}"
+    );
+    assert_eq!(rec_cell(&j), ("naive".to_string(), 7), "{stdout}");
+    assert!(
+        !stderr.contains("GPM") && !stdout.contains("GPM"),
+        "{stderr}"
+    );
+}

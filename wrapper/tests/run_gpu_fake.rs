@@ -22,6 +22,10 @@ fn two_runs_on_one_gpu(mode_env: &[(&str, String)]) -> (serde_json::Value, Strin
     let mut fresh = State::fresh_from_list("H200", now_ms()).unwrap();
     // The fake's GPUs start in MIG mode, where NVML has no utilization figures.
     fresh.gpus[0].mig_current = false;
+    // GPM (Hopper): 40 % of the SMs busy, 25 % of warps active, whatever runs.
+    fresh
+        .set_gpm(0, 40.0, 25.0, fake_nvml::store::now_us())
+        .unwrap();
     let uuid = fresh.gpus[0].uuid.clone();
     Locked::open(&state).unwrap().write(&fresh).unwrap();
     let config = env.path().join("colloc.toml");
@@ -138,6 +142,13 @@ fn gpu_memory_utilization_and_energy_come_from_nvml() {
         let u = g["mean_util_percent"].as_f64().unwrap();
         assert!(u > 0.0 && u <= util, "{name}: {g}");
         assert!(g["mean_gpu_util_percent"].as_f64().is_some(), "{name}: {g}");
+        // GPM's figures are the whole GPU's, whoever runs: what the fake's SMs were set to.
+        let a = g["mean_sm_activity_percent"].as_f64().unwrap();
+        let o = g["mean_sm_occupancy_percent"].as_f64().unwrap();
+        assert!(
+            (a - 40.0).abs() < 0.5 && (o - 25.0).abs() < 0.5,
+            "{name}: {g}"
+        );
     }
     check_energy(&rep);
     assert!(

@@ -7,7 +7,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::{Device, Nvml};
 
 use super::{GpuId, GpuTick, Probe, SlotMap, Tick, Want};
-use crate::nvml::NvmlGpus;
+use crate::nvml::{GpmSampler, NvmlGpus};
 
 /// Map slot devices (`CUDA_VISIBLE_DEVICES` entries: index, GPU UUID or MIG UUID) to the
 /// GPUs behind them. Devices NVML does not know are warned about once and left unmapped.
@@ -66,6 +66,8 @@ pub struct NvmlProbe {
     gpu_index: Vec<u32>,
     slot_mig_uuid: Vec<Option<String>>,
     last_ts: Vec<Option<u64>>,
+    /// GPM of each GPU that has it (Hopper and later).
+    gpm: Vec<Option<GpmSampler>>,
 }
 
 impl NvmlProbe {
@@ -80,6 +82,7 @@ impl NvmlProbe {
                 .map(|(d, &mig)| d.clone().filter(|_| mig))
                 .collect(),
             last_ts: vec![None; map.gpus.len()],
+            gpm: map.gpus.iter().map(|g| nvml.gpm_sampler(g.index)).collect(),
             nvml,
         }
     }
@@ -92,6 +95,16 @@ impl NvmlProbe {
         let energy = want.energy.get(gi).copied().unwrap_or(false);
         if energy {
             g.energy_mj = d.total_energy_consumption().ok();
+            // Every energy tick, busy or not, so each reading spans one interval.
+            if let Some(r) = self
+                .gpm
+                .get_mut(gi)
+                .and_then(Option::as_mut)
+                .and_then(GpmSampler::read)
+            {
+                g.sm_activity = r.sm_activity;
+                g.sm_occupancy = r.sm_occupancy;
+            }
         }
         if !want.busy.get(gi).copied().unwrap_or(false) {
             return g;

@@ -310,3 +310,51 @@ fn the_sampler_thread_answers_and_stops() {
     assert_eq!(totals[0].peak_used_bytes, Some(7));
     assert!(!hist[0].is_empty());
 }
+
+fn gpm(activity: Option<f64>, occupancy: Option<f64>) -> Tick {
+    Tick {
+        gpus: vec![
+            GpuTick {
+                sm_activity: activity,
+                sm_occupancy: occupancy,
+                ..GpuTick::default()
+            },
+            GpuTick::default(),
+        ],
+        mig_used: vec![None, None],
+    }
+}
+
+/// GPM's SM activity and occupancy are the GPU's, like its utilization: each attempt on
+/// the GPU gets the mean of the readings taken while it ran (under MPS too), a reading
+/// before it began or one without GPM counts nothing, and a GPU without GPM (the second)
+/// gives `None`, which leaves the serialized figures as they were.
+#[test]
+fn gpm_readings_are_each_attempts_mean_of_its_gpu() {
+    for process_util in [true, false] {
+        let mut f = Fold::new(
+            map(vec![Some(0), Some(0), Some(1)], vec![false; 3], 2),
+            process_util,
+        );
+        f.begin(1, 0, 0.0);
+        f.apply(1.0, &gpm(Some(14.0), Some(9.0)), |_| None);
+        f.begin(2, 1, 1.5);
+        f.begin(3, 2, 1.5);
+        f.apply(2.0, &gpm(Some(28.0), None), |_| None);
+        f.apply(3.0, &gpm(None, None), |_| None);
+        f.apply(4.0, &gpm(Some(30.0), Some(f64::NAN)), |_| None);
+        let a = f.end(1).unwrap();
+        let b = f.end(2).unwrap();
+        let c = f.end(3).unwrap();
+        assert_eq!(a.mean_sm_activity_percent, Some((14.0 + 28.0 + 30.0) / 3.0));
+        assert_eq!(a.mean_sm_occupancy_percent, Some(9.0));
+        assert_eq!(b.mean_sm_activity_percent, Some(29.0));
+        assert_eq!(b.mean_sm_occupancy_percent, None);
+        assert_eq!(c.mean_sm_activity_percent, None);
+        assert_eq!(c.mean_sm_occupancy_percent, None);
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(!json.contains("sm_"), "{json}");
+        let back: AttemptGpu = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(back, a);
+    }
+}

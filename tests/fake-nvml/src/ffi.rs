@@ -7,7 +7,8 @@
 //! This file holds what the exports share (struct versions, handles, the guard, the
 //! out-pointer writers); the exports are in one module per NVML area, re-exported here:
 //! `system` (init, strings, versions), `device`, `gpu_instance`, `compute_instance`,
-//! `mig_device`, `processes` (processes, utilization, energy).
+//! `mig_device`, `processes` (processes, utilization, energy), `gpm` (SM activity and
+//! occupancy on Hopper and later).
 //!
 //! # Safety
 //! The contract of every export is nvml.h's: each pointer argument is NULL (answered
@@ -33,6 +34,7 @@ use crate::tables::{self, GiProfile};
 
 mod compute_instance;
 mod device;
+mod gpm;
 mod gpu_instance;
 mod mig_device;
 mod processes;
@@ -40,6 +42,7 @@ mod system;
 
 pub use compute_instance::*;
 pub use device::*;
+pub use gpm::*;
 pub use gpu_instance::*;
 pub use mig_device::*;
 pub use processes::*;

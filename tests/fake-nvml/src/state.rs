@@ -7,9 +7,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::tables::{self, Family, GiProfile, Media};
 
+mod gpm;
 mod gpu;
 mod instances;
 mod processes;
+
+pub use gpm::{gpm_metric, GpmCounters, GpmLoad, METRIC_MAX, METRIC_SM_OCCUPANCY, METRIC_SM_UTIL};
 
 /// An `nvmlReturn_t` error code.
 pub type Ret = u32;
@@ -193,6 +196,10 @@ pub struct Gpu {
     /// Constant power draw in W, for the energy counter.
     #[serde(default = "default_power")]
     pub power_w: u64,
+    /// What GPM (Hopper and later) reads of the SMs, as a test set it
+    /// (`fake-nvml-ctl gpm`); `None`: idle SMs (0 %).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpm: Option<GpmLoad>,
 }
 
 fn default_power() -> u64 {
@@ -477,6 +484,7 @@ impl State {
                 lingering: Vec::new(),
                 busy: Vec::new(),
                 power_w: default_power(),
+                gpm: None,
             });
         }
         if gpus.is_empty() {

@@ -315,3 +315,40 @@ fn cuda_sees_no_whole_gpu_in_mig_mode_only_its_instances() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `gpm` sets what GPM reads of a GPU's SMs; values that are no percentage exit 2 and
+/// change nothing; an unknown GPU is a refusal (1).
+#[test]
+fn gpm_sets_the_sm_activity_and_occupancy_a_gpu_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("state.json");
+    ctl(&st)
+        .args(["init", "--gpus", "H100-80GB", "--mig", "off"])
+        .assert()
+        .success();
+    ctl(&st)
+        .args([
+            "gpm",
+            "--gpu",
+            "0",
+            "--sm-activity",
+            "14",
+            "--occupancy",
+            "9",
+        ])
+        .assert()
+        .success();
+    let load = json(&st).gpus[0].gpm.clone().expect("a GPM load");
+    assert_eq!((load.sm_activity, load.sm_occupancy), (14.0, 9.0));
+    let out = ctl(&st)
+        .args(["gpm", "--gpu", "0", "--sm-activity", "140"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("percentages from 0 to 100"));
+    assert_eq!(json(&st).gpus[0].gpm.clone().unwrap().sm_activity, 14.0);
+    ctl(&st)
+        .args(["gpm", "--gpu", "3", "--sm-activity", "10"])
+        .assert()
+        .code(1);
+}

@@ -15,7 +15,8 @@
 //! - [`analysis`]: slowdown, whether copies fit in memory, how far solo can be trusted
 //!   (GPU figures are the engine's, as for `colloc run`: [`crate::engine::gpu`]).
 //! - [`answer`]: wide cells and the rule that names the configuration to run.
-//! - [`cell`]: how a configuration is named.
+//! - [`cell`]: how a configuration is named; [`busy`]: how busy one copy keeps the GPU
+//!   (GPM's SM activity, else utilization).
 //! - [`host`]: the host a report comes from; [`compare`]: two reports side by side, and
 //!   [`comparison`] what bench.json records of it.
 //! - [`report`]: the table, JSON and CSV.
@@ -23,6 +24,7 @@
 mod analysis;
 mod answer;
 mod args;
+mod busy;
 mod cell;
 mod compare;
 mod comparison;

@@ -4,7 +4,8 @@
 //! - **Counts.** `--counts auto` walks [`AUTO_STEPS`] (2, 4, 7, 10, 14, …, then the
 //!   mode's limit, or what the GPU's memory holds over the solo run's peak), starting
 //!   where the solo run puts the answer ([`auto_plan`]: a workload keeping a seventh of
-//!   the SMs busy starts at 7); up while each step raises the aggregate by more than the
+//!   the SMs busy starts at 7; read from GPM's SM activity on Hopper and later, else from
+//!   utilization, [`super::busy`]); up while each step raises the aggregate by more than the
 //!   noise and by at least [`MIN_RISE`] ([`step_rises`]), then down while fewer copies
 //!   stay as good. One copy is the solo run. MIG takes the counts of the GPU's largest
 //!   equal layouts instead.
@@ -19,6 +20,7 @@
 //!   what was measured so far, start-up included ([`Budget`]). Wide cells are measured
 //!   again with what is left after that ([`super::answer`]).
 
+use super::busy::{Busy, BusySource};
 use super::stats::{Obs, COVERAGE};
 
 /// The steps of `--counts auto` before a mode's limit.
@@ -73,16 +75,17 @@ pub struct AutoPlan {
 }
 
 /// `--counts auto` from what the solo run showed of the GPU: `busy`, the share of the
-/// GPU one copy kept busy (SM activity, 0-1), puts the first count near `1 / busy` (a
-/// workload using a seventh of the GPU starts at 7); memory (`per_copy` bytes of
-/// `total`) bounds the largest count; `limit` is the mode's own. Without readings the
-/// search starts at the first step.
+/// GPU one copy kept busy (SM activity, 0-1, and what it was read from), puts the first
+/// count near `1 / busy` (a workload using a seventh of the GPU starts at 7); memory
+/// (`per_copy` bytes of `total`) bounds the largest count; `limit` is the mode's own.
+/// Without readings the search starts at the first step.
 pub fn auto_plan(
     limit: usize,
-    busy: Option<f64>,
+    busy_read: Option<Busy>,
     per_copy: Option<u64>,
     total: Option<u64>,
 ) -> AutoPlan {
+    let busy = busy_read.map(|b| b.share);
     let mem_cap = match (per_copy, total) {
         (Some(p), Some(t)) if p > 0 => Some(usize::try_from(t / p).unwrap_or(usize::MAX)),
         _ => None,
@@ -110,9 +113,20 @@ pub fn auto_plan(
             .map_or(0, |(i, _)| i),
         _ => 0,
     };
+    // Named where GPM read it; utilization keeps the wording it always had.
+    let source = busy_read
+        .filter(|b| b.source == BusySource::Gpm)
+        .map_or(String::new(), |b| {
+            format!(
+                " ({}{})",
+                b.source.describe(),
+                b.occupancy
+                    .map_or(String::new(), |o| format!(", occupancy {o:.0} %"))
+            )
+        });
     let why_start = match (busy, ladder.get(start)) {
         (Some(b), Some(&n)) if b > 0.0 && b.is_finite() => format!(
-            "the solo run kept the GPU's SMs {:.0} % busy: about {:.0} cop{} would fill it, so the search starts at {n}",
+            "the solo run kept the GPU's SMs {:.0} % busy{source}: about {:.0} cop{} would fill it, so the search starts at {n}",
             b * 100.0,
             (1.0 / b.min(1.0)).max(1.0),
             if (1.0 / b.min(1.0)).round() as usize == 1 { "y" } else { "ies" }
@@ -272,9 +286,58 @@ mod tests {
     /// A workload that keeps a seventh of the SMs busy starts at 7, goes up from there
     /// and down below it; one that fills the GPU starts at the first step; memory for 12
     /// copies makes 12 the largest count, and the report says why each.
+    fn util(share: f64) -> Option<Busy> {
+        Some(Busy {
+            share,
+            source: BusySource::ProcessUtil,
+            occupancy: None,
+        })
+    }
+
+    /// Read from GPM the start is the same rule; the reason names GPM and the
+    /// occupancy, where utilization's reason stays as it was.
+    #[test]
+    fn a_start_read_from_gpm_says_so() {
+        let gpm = Busy {
+            share: 0.14,
+            source: BusySource::Gpm,
+            occupancy: Some(9.4),
+        };
+        let p = auto_plan(MPS_MAX_CLIENTS, Some(gpm), None, None);
+        assert_eq!(p.up[0], 7);
+        assert_eq!(
+            p.why_start,
+            "the solo run kept the GPU's SMs 14 % busy (SM activity (GPM), occupancy 9 %): \
+             about 7 copies would fill it, so the search starts at 7"
+        );
+        let no_occ = auto_plan(
+            MPS_MAX_CLIENTS,
+            Some(Busy {
+                occupancy: None,
+                ..gpm
+            }),
+            None,
+            None,
+        );
+        assert!(
+            no_occ
+                .why_start
+                .contains("busy (SM activity (GPM)): about 7"),
+            "{}",
+            no_occ.why_start
+        );
+        for source in [BusySource::ProcessUtil, BusySource::GpuUtil] {
+            let u = auto_plan(MPS_MAX_CLIENTS, Some(Busy { source, ..gpm }), None, None);
+            assert_eq!(
+                u.why_start,
+                "the solo run kept the GPU's SMs 14 % busy: about 7 copies would fill it, so the search starts at 7"
+            );
+        }
+    }
+
     #[test]
     fn the_search_starts_where_the_solo_run_puts_the_answer() {
-        let p = auto_plan(MPS_MAX_CLIENTS, Some(1.0 / 7.0), None, None);
+        let p = auto_plan(MPS_MAX_CLIENTS, util(1.0 / 7.0), None, None);
         assert_eq!(p.up, [7, 10, 14, 20, 28, 40, 48]);
         assert_eq!(p.down, [4, 2]);
         assert!(
@@ -282,7 +345,7 @@ mod tests {
             "{}",
             p.why_start
         );
-        let full = auto_plan(MPS_MAX_CLIENTS, Some(0.97), None, None);
+        let full = auto_plan(MPS_MAX_CLIENTS, util(0.97), None, None);
         assert_eq!(full.up[0], 2);
         assert!(full.down.is_empty());
         let unknown = auto_plan(MPS_MAX_CLIENTS, None, None, None);
@@ -294,7 +357,7 @@ mod tests {
         );
         // 6 GiB a copy on 80 GiB: 13 copies fit; a third busy: starts at 4 (nearest 3).
         let g = 1u64 << 30;
-        let mem = auto_plan(MPS_MAX_CLIENTS, Some(0.33), Some(6 * g), Some(80 * g));
+        let mem = auto_plan(MPS_MAX_CLIENTS, util(0.33), Some(6 * g), Some(80 * g));
         assert_eq!(
             (mem.up.clone(), mem.down.clone()),
             (vec![4, 7, 10, 13], vec![2])

@@ -20,6 +20,7 @@
 use colloc_core::gpu::GpuInfo;
 use serde::{Deserialize, Serialize};
 
+pub use super::busy::BusySource;
 use super::comparison::Comparison;
 use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
@@ -111,11 +112,20 @@ pub struct Measurement {
     pub mps_server_bytes: Option<u64>,
     /// Energy of the whole GPU in the window, joules.
     pub energy_j: Option<f64>,
-    /// How busy the copies kept the GPU's SMs, percent (their own processes where NVML
-    /// reports them per process, else the whole GPU's utilization); what `--counts
+    /// How busy the copies kept the GPU's SMs, percent (GPM's SM activity over the
+    /// window on Hopper and later, else their own processes' utilization where NVML
+    /// reports it per process, else the whole GPU's: [`BusySource`]); what `--counts
     /// auto` starts from after the solo run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sm_busy_percent: Option<f64>,
+    /// Where `sm_busy_percent` comes from; written where it is GPM (`"gpm"`), absent
+    /// where it is utilization, as before GPM was read.
+    #[serde(default, skip_serializing_if = "BusySource::unwritten")]
+    pub sm_busy_source: Option<BusySource>,
+    /// GPM's SM occupancy of the GPU over the window (active warps against the SMs'
+    /// maximum), percent; Hopper and later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_occupancy_percent: Option<f64>,
 }
 
 impl Measurement {

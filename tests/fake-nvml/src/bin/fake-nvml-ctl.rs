@@ -50,6 +50,19 @@ enum Cmd {
         #[arg(long)]
         mps: Option<String>,
     },
+    /// Set what GPM (Hopper and later) reads of a GPU's SMs from now on: the share of
+    /// SMs busy ("SM activity") and of warps active ("SM occupancy"), percent. An A100
+    /// keeps them but does not tell (it has no GPM).
+    Gpm {
+        #[arg(long)]
+        gpu: u32,
+        /// SM activity, percent (GPM's SM_UTIL).
+        #[arg(long)]
+        sm_activity: f64,
+        /// SM occupancy, percent (GPM's SM_OCCUPANCY).
+        #[arg(long, default_value_t = 0.0)]
+        occupancy: f64,
+    },
     /// Detach a fake process.
     Detach {
         #[arg(long)]
@@ -231,6 +244,11 @@ fn run(cmd: Cmd, path: &std::path::Path) -> Result<String, (String, u8)> {
             util,
             mps,
         } => attach(path, gpu, gi, pid, mem_mib, util, mps.as_deref()),
+        Cmd::Gpm {
+            gpu,
+            sm_activity,
+            occupancy,
+        } => set_gpm(path, gpu, sm_activity, occupancy),
         Cmd::Detach { pid } => ctl_change(path, |st| {
             if st.detach(pid) {
                 Ok(String::new())
@@ -375,6 +393,32 @@ fn cuda_visible(state: &State, visible: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// `gpm`: what GPM reads of a GPU's SMs from now on.
+fn set_gpm(
+    path: &std::path::Path,
+    gpu: u32,
+    sm_activity: f64,
+    occupancy: f64,
+) -> Result<String, (String, u8)> {
+    if ![sm_activity, occupancy]
+        .iter()
+        .all(|v| (0.0..=100.0).contains(v))
+    {
+        return Err((
+            format!(
+                "--sm-activity {sm_activity} --occupancy {occupancy}: give percentages from 0 to 100"
+            ),
+            2,
+        ));
+    }
+    let now_us = store::now_us();
+    ctl_change(path, |st| {
+        st.set_gpm(gpu, sm_activity, occupancy, now_us)
+            .map(|()| String::new())
+    })
+    .map_err(refused)
 }
 
 /// `attach`: a fake process on a GPU or GPU instance, with its MPS role if any.

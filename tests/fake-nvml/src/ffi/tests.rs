@@ -5,10 +5,12 @@ use std::ptr::null_mut;
 use std::sync::{Mutex, MutexGuard};
 
 use nvml_wrapper_sys::bindings::{
-    nvmlGpuInstancePlacement_t, nvmlProcessInfo_t, nvmlUtilization_t,
+    nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpmSupport_t, nvmlGpuInstancePlacement_t,
+    nvmlProcessInfo_t, nvmlUtilization_t, NVML_GPM_METRICS_GET_VERSION, NVML_GPM_SUPPORT_VERSION,
 };
 
 use super::*;
+use crate::state::METRIC_MAX;
 use crate::store::{self, nvml_call};
 
 static ENV: Mutex<()> = Mutex::new(());
@@ -379,4 +381,184 @@ fn a_new_mig_device_is_listed_after_the_delay() {
     // SAFETY: as above.
     let later = unsafe { nvmlDeviceGetMigDeviceHandleByIndex(device(0), 0, &mut mig) };
     assert_eq!(later, code::SUCCESS);
+}
+
+fn gpm_sample() -> nvmlGpmSample_t {
+    let mut s: nvmlGpmSample_t = null_mut();
+    // SAFETY: valid out-pointer.
+    let r = unsafe { nvmlGpmSampleAlloc(&mut s) };
+    assert_eq!(r, code::SUCCESS);
+    s
+}
+
+fn gpm_support(d: nvmlDevice_t, version: u32) -> (nvmlReturn_t, u32) {
+    let mut sup = nvmlGpmSupport_t {
+        version,
+        isSupportedDevice: 7,
+    };
+    // SAFETY: valid handle and struct.
+    let ret = unsafe { nvmlGpmQueryDeviceSupport(d, &mut sup) };
+    (ret, sup.isSupportedDevice)
+}
+
+/// A request for SM activity, occupancy, an unmodelled metric and an id past the enum.
+fn gpm_request(s1: nvmlGpmSample_t, s2: nvmlGpmSample_t) -> Box<nvmlGpmMetricsGet_t> {
+    // SAFETY: integers, handles and NULL-able pointers: all zero bytes are valid.
+    let mut m: Box<nvmlGpmMetricsGet_t> = Box::new(unsafe { std::mem::zeroed() });
+    m.version = NVML_GPM_METRICS_GET_VERSION;
+    m.numMetrics = 4;
+    m.sample1 = s1;
+    m.sample2 = s2;
+    for (slot, id) in m.metrics.iter_mut().zip([2, 3, 5, 999]) {
+        slot.metricId = id;
+        slot.nvmlReturn = 12345;
+    }
+    m
+}
+
+/// GPM on an H100 whose SMs are set 14 % busy (9 % occupancy): the metrics between two
+/// samples are those figures; SM activity set to 42 % halfway reads 28 % over both
+/// halves. Only the asked-for entries are written.
+#[test]
+fn gpm_on_hopper_reads_what_the_sms_were_set_to() {
+    use crate::state::GpmLoad;
+    let _s = Session::new("H100-80GB");
+    let d = device(0);
+    assert_eq!(gpm_support(d, NVML_GPM_SUPPORT_VERSION), (code::SUCCESS, 1));
+    let now = store::now_us();
+    change(|st| st.set_gpm(0, 14.0, 9.0, now).unwrap());
+    let (s1, s2, s3) = (gpm_sample(), gpm_sample(), gpm_sample());
+    assert_eq!(nvmlGpmSampleGet(d, s1), code::SUCCESS);
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert_eq!(nvmlGpmSampleGet(d, s2), code::SUCCESS);
+    let mut m = gpm_request(s1, s2);
+    // SAFETY: a whole request struct.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::SUCCESS);
+    assert_eq!(m.metrics[0].nvmlReturn, code::SUCCESS);
+    assert!(
+        (m.metrics[0].value - 14.0).abs() < 1e-6,
+        "{}",
+        m.metrics[0].value
+    );
+    assert_eq!(m.metrics[1].nvmlReturn, code::SUCCESS);
+    assert!(
+        (m.metrics[1].value - 9.0).abs() < 1e-6,
+        "{}",
+        m.metrics[1].value
+    );
+    assert_eq!(m.metrics[2].nvmlReturn, code::NOT_SUPPORTED);
+    assert_eq!(m.metrics[3].nvmlReturn, code::INVALID_ARGUMENT);
+    assert_eq!(m.metrics[4].nvmlReturn, 0, "past numMetrics untouched");
+    // Halfway through the next interval the SMs get busier.
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let mid = store::now_us();
+    change(|st| st.set_gpm(0, 42.0, 30.0, mid).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert_eq!(nvmlGpmSampleGet(d, s3), code::SUCCESS);
+    let mut m = gpm_request(s2, s3);
+    // SAFETY: as above.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::SUCCESS);
+    let v = m.metrics[0].value;
+    assert!(
+        (v - 28.0).abs() < 3.0,
+        "about half at 14 %, half at 42 %: {v}"
+    );
+    let load: Option<GpmLoad> = nvml_call("test", |st| Ok(st.gpus[0].gpm.clone())).unwrap();
+    assert_eq!(load.map(|l| l.sm_activity), Some(42.0));
+    for s in [s1, s2, s3] {
+        assert_eq!(nvmlGpmSampleFree(s), code::SUCCESS);
+    }
+}
+
+/// An A100 has no GPM: the support query says so and a sample answers NOT_SUPPORTED,
+/// whatever its SMs do.
+#[test]
+fn gpm_on_an_a100_is_not_supported() {
+    let _s = Session::new("A100-40GB");
+    change(|st| st.set_gpm(0, 14.0, 9.0, 0).unwrap());
+    let d = device(0);
+    assert_eq!(gpm_support(d, NVML_GPM_SUPPORT_VERSION), (code::SUCCESS, 0));
+    let s = gpm_sample();
+    assert_eq!(nvmlGpmSampleGet(d, s), code::NOT_SUPPORTED);
+    assert_eq!(nvmlGpmSampleFree(s), code::SUCCESS);
+}
+
+/// Wrong versions, NULLs, freed and unknown samples, unfilled ones and samples of two
+/// GPUs are refused as the driver refuses them.
+#[test]
+fn gpm_refuses_bad_versions_pointers_and_samples() {
+    let _s = Session::new("H100-80GB,H200");
+    let (d0, d1) = (device(0), device(1));
+    // The struct-version encoding is not what GPM takes (NVIDIA/go-nvml#168).
+    let encoded = std::mem::size_of::<nvmlGpmSupport_t>() as u32 | (1 << 24);
+    assert_eq!(
+        gpm_support(d0, encoded),
+        (code::ARGUMENT_VERSION_MISMATCH, 7)
+    );
+    assert_eq!(gpm_support(d0, 2).0, code::ARGUMENT_VERSION_MISMATCH);
+    // SAFETY: NULL is refused before any use.
+    let r = unsafe { nvmlGpmQueryDeviceSupport(d0, null_mut()) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
+    // SAFETY: as above.
+    let r = unsafe { nvmlGpmSampleAlloc(null_mut()) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
+    // SAFETY: as above.
+    let r = unsafe { nvmlGpmMetricsGet(null_mut()) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
+    let (a, b) = (gpm_sample(), gpm_sample());
+    // An unfilled sample; one sample given twice.
+    assert_eq!(nvmlGpmSampleGet(d0, a), code::SUCCESS);
+    let mut same = gpm_request(a, a);
+    // SAFETY: a whole request struct.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *same) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
+    let mut m = gpm_request(a, b);
+    // SAFETY: a whole request struct.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
+    // Two GPUs.
+    assert_eq!(nvmlGpmSampleGet(d1, b), code::SUCCESS);
+    // SAFETY: as above.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
+    assert_eq!(nvmlGpmSampleGet(d0, b), code::SUCCESS);
+    m.version = 2;
+    // SAFETY: as above.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::ARGUMENT_VERSION_MISMATCH);
+    m.version = NVML_GPM_METRICS_GET_VERSION;
+    m.numMetrics = METRIC_MAX + 1;
+    // SAFETY: refused before the entries are read.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
+    m.numMetrics = 2;
+    // SAFETY: as above.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::SUCCESS);
+    // In reverse order: answered, every metric 100 (as the H200 on driver 580 did).
+    let mut rev = gpm_request(b, a);
+    // SAFETY: a whole request struct.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *rev) };
+    assert_eq!(r, code::SUCCESS);
+    assert_eq!(
+        (rev.metrics[0].nvmlReturn, rev.metrics[0].value),
+        (0, 100.0)
+    );
+    // Freed, then used: refused; freed twice: refused.
+    assert_eq!(nvmlGpmSampleFree(b), code::SUCCESS);
+    assert_eq!(nvmlGpmSampleFree(b), code::INVALID_ARGUMENT);
+    assert_eq!(nvmlGpmSampleGet(d0, b), code::INVALID_ARGUMENT);
+    // SAFETY: as above.
+    let r = unsafe { nvmlGpmMetricsGet(&mut *m) };
+    assert_eq!(r, code::INVALID_ARGUMENT);
+    // A handle the fake never made, and a device handle where a sample goes.
+    assert_eq!(
+        nvmlGpmSampleFree(0x1234 as nvmlGpmSample_t),
+        code::INVALID_ARGUMENT
+    );
+    assert_eq!(nvmlGpmSampleGet(d0, d0.cast()), code::INVALID_ARGUMENT);
+    assert_eq!(nvmlGpmSampleGet(a.cast(), a), code::INVALID_ARGUMENT);
+    assert_eq!(nvmlGpmSampleFree(a), code::SUCCESS);
 }

@@ -19,6 +19,8 @@ pub(crate) fn measurement(round: u32, seq: u32, aggregate: f64) -> Measurement {
         mps_server_bytes: None,
         energy_j: Some(aggregate * 5.0 * 0.01),
         sm_busy_percent: None,
+        sm_busy_source: None,
+        sm_occupancy_percent: None,
     }
 }
 

@@ -13,8 +13,9 @@ use super::{Block, Cell, Ctx, Kind, RisingCut};
 use crate::bench::analysis;
 use crate::bench::answer::{self, Candidate};
 use crate::bench::args::{BenchMode, Counts, MAX_COUNT};
+use crate::bench::busy::{Busy, BusySource};
 use crate::bench::plan::{self, MPS_MAX_CLIENTS};
-use crate::bench::report::{cell_name, ConfigResult};
+use crate::bench::report::{cell_name, ConfigResult, Measurement};
 use crate::bench::stats::Obs;
 
 impl Ctx<'_> {
@@ -157,9 +158,8 @@ impl Ctx<'_> {
         };
         let solo = self.report.row("solo", 1);
         let busy = solo
-            .and_then(|r| r.measurements.iter().find_map(|m| m.sm_busy_percent))
-            .or_else(|| self.report.warmup_run.as_ref()?.sm_busy_percent)
-            .map(|p| p / 100.0);
+            .and_then(|r| r.measurements.iter().find_map(busy_of))
+            .or_else(|| busy_of(self.report.warmup_run.as_ref()?));
         let total = self.gpu.as_ref().map(|g| g.info.memory_total);
         plan::auto_plan(limit, busy, self.solo_peak, total)
     }
@@ -613,4 +613,14 @@ enum Tried {
     Stop(String),
     /// Did not fit the budget: the search stops, and why is recorded.
     Budget(String),
+}
+
+/// How busy a measurement says one copy kept the GPU, for [`plan::auto_plan`].
+fn busy_of(m: &Measurement) -> Option<Busy> {
+    Some(Busy {
+        share: m.sm_busy_percent? / 100.0,
+        // Recorded before the source was: the utilization's.
+        source: m.sm_busy_source.unwrap_or(BusySource::ProcessUtil),
+        occupancy: m.sm_occupancy_percent,
+    })
 }

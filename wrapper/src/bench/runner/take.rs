@@ -9,7 +9,7 @@ use colloc_core::telemetry::{GpuTotals, Reading, Sampler};
 use super::{
     Cell, Ctx, Interrupted, Kind, Taken, BLOCKS, SAMPLE_EVERY, STOP_GRACE, WARMUP_RUN_MAX,
 };
-use crate::bench::report::{pm, secs, ConfigResult, Measurement};
+use crate::bench::report::{pm, secs, BusySource, ConfigResult, Measurement};
 use crate::bench::stats::{self, Obs};
 use crate::engine::copies::{self, Window};
 use crate::engine::gpu;
@@ -143,10 +143,12 @@ impl Ctx<'_> {
             copy_peak_memory_bytes: fig.copy_peaks,
             mps_server_bytes: fig.mps_server,
             energy_j: fig.energy,
-            sm_busy_percent: fig.busy,
+            sm_busy_percent: fig.busy.map(|b| b.0),
+            sm_busy_source: fig.busy.map(|b| b.1),
+            sm_occupancy_percent: fig.occupancy,
         };
         let vs_solo = cell.kind != Kind::Solo && round > 0;
-        self.say_measured(&what, vs_solo, unit.as_deref(), &m, se, wall);
+        self.say_measured(&what, vs_solo, unit.as_deref(), &m, &measurement);
         Ok(Taken {
             result: Ok(measurement),
             wall,
@@ -236,16 +238,15 @@ impl Ctx<'_> {
         c
     }
 
-    /// The progress line of a measurement: aggregate ± its noise, window, and (`vs_solo`)
-    /// its ratio to solo.
+    /// The progress line of a measurement (`taken`, over the window `m`): aggregate ±
+    /// its noise, window, (`vs_solo`) its ratio to solo, and what GPM read.
     fn say_measured(
         &self,
         what: &str,
         vs_solo: bool,
         unit: Option<&str>,
         m: &Measured,
-        se: Option<f64>,
-        wall: f64,
+        taken: &Measurement,
     ) {
         let u = unit
             .or(Some(self.report.unit.as_str()).filter(|u| !u.is_empty()))
@@ -260,10 +261,11 @@ impl Ctx<'_> {
                 format!(" ({:.2}x solo)", m.aggregate() / s.mean)
             });
         errln!(
-            "colloc bench: {what}: {} {u} over {:.1} s{vs}, {}",
-            pm(m.aggregate(), se.map(|s| s * stats::COVERAGE), 1),
+            "colloc bench: {what}: {} {u} over {:.1} s{vs}, {}{}",
+            pm(m.aggregate(), taken.se.map(|s| s * stats::COVERAGE), 1),
             m.window.len(),
-            secs(wall)
+            secs(taken.wall_s),
+            gpm_note(taken)
         );
     }
 }
@@ -306,9 +308,10 @@ struct GpuFigures {
     mps_server: Option<u64>,
     /// The GPU's energy over the window.
     energy: Option<f64>,
-    /// How busy the copies kept the SMs, percent: their own processes' mean where NVML
-    /// reports it, else the GPU's mean utilization while they ran.
-    busy: Option<f64>,
+    /// How busy the copies kept the SMs, percent, and what says so ([`busy_of`]).
+    busy: Option<(f64, BusySource)>,
+    /// GPM's SM occupancy over the window, percent.
+    occupancy: Option<f64>,
 }
 
 fn gpu_figures(
@@ -328,9 +331,13 @@ fn gpu_figures(
             mps_server: None,
             energy: None,
             busy: None,
+            occupancy: None,
         };
     };
     let readings = history.first().map(Vec::as_slice).unwrap_or_default();
+    let (start, end) = (m.window.start, m.window.end);
+    let window_gpm =
+        |f: fn(&Reading) -> Option<f64>| colloc_core::energy::mean_in(readings, start, end, f);
     GpuFigures {
         peak: copy_peaks
             .iter()
@@ -338,22 +345,121 @@ fn gpu_figures(
             .then(|| copy_peaks.iter().flatten().sum::<u64>()),
         energy: colloc_core::energy::energy_in(readings, m.window.start, m.window.end),
         mps_server: totals.iter().filter_map(|g| g.mps_server_peak_bytes).max(),
-        busy: busy_of(&out.gpu),
+        busy: busy_of(&out.gpu, window_gpm(|r| r.sm_activity)),
+        occupancy: window_gpm(|r| r.sm_occupancy).or_else(|| {
+            out.gpu
+                .iter()
+                .filter_map(|g| g.as_ref()?.mean_sm_occupancy_percent)
+                .reduce(f64::max)
+        }),
         copy_peaks,
     }
 }
 
-/// How busy the copies kept the SMs, percent: their own processes' utilization summed
-/// where NVML gives it per process, else the GPU's mean utilization while they ran.
-fn busy_of(gpu: &[Option<colloc_core::telemetry::AttemptGpu>]) -> Option<f64> {
+/// How busy the copies kept the SMs, percent, best reading first: GPM's SM activity of
+/// the GPU over the window (`window_gpm`; else while the copies ran), the share of the SMs
+/// busy; else their own processes' utilization summed where NVML gives it per process;
+/// else the GPU's mean utilization while they ran. Both utilizations are shares of time
+/// (a ResNet at batch 128 that fills a seventh of an H100 read 28-35 %). A GPM reading
+/// of no SM busy at all, over copies that did work, says GPM saw none of it: the
+/// utilization is taken instead.
+fn busy_of(
+    gpu: &[Option<colloc_core::telemetry::AttemptGpu>],
+    window_gpm: Option<f64>,
+) -> Option<(f64, BusySource)> {
+    let gpm = window_gpm.or_else(|| {
+        gpu.iter()
+            .filter_map(|g| g.as_ref()?.mean_sm_activity_percent)
+            .reduce(f64::max)
+    });
+    if let Some(a) = gpm.filter(|a| *a > 0.0) {
+        return Some((a.min(100.0), BusySource::Gpm));
+    }
     let own: Vec<f64> = gpu
         .iter()
         .filter_map(|g| g.as_ref()?.mean_util_percent)
         .collect();
     if !own.is_empty() && own.len() == gpu.len() {
-        return Some(own.iter().sum::<f64>().min(100.0));
+        return Some((own.iter().sum::<f64>().min(100.0), BusySource::ProcessUtil));
     }
     gpu.iter()
         .filter_map(|g| g.as_ref()?.mean_gpu_util_percent)
         .reduce(f64::max)
+        .map(|u| (u, BusySource::GpuUtil))
+}
+
+/// What the progress line adds of GPM's readings, where it read them: nothing elsewhere,
+/// so the line stays as it was.
+fn gpm_note(m: &Measurement) -> String {
+    match (m.sm_busy_source, m.sm_busy_percent) {
+        (Some(BusySource::Gpm), Some(a)) => format!(
+            ", SMs {a:.0} % busy ({}{})",
+            BusySource::Gpm.describe(),
+            m.sm_occupancy_percent
+                .map_or(String::new(), |o| format!(", occupancy {o:.0} %"))
+        ),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colloc_core::telemetry::AttemptGpu;
+
+    fn copy(gpm: Option<f64>, own: Option<f64>, gpu: Option<f64>) -> Option<AttemptGpu> {
+        Some(AttemptGpu {
+            mean_sm_activity_percent: gpm,
+            mean_util_percent: own,
+            mean_gpu_util_percent: gpu,
+            ..AttemptGpu::default()
+        })
+    }
+
+    /// GPM over the window first, then GPM while the copies ran, then their own
+    /// utilization summed (only where every copy has it), then the GPU's; a GPM zero
+    /// counts as no reading.
+    #[test]
+    fn the_busy_share_prefers_gpm_then_own_then_gpu_utilization() {
+        let two = [
+            copy(Some(20.0), Some(30.0), Some(60.0)),
+            copy(Some(22.0), Some(25.0), Some(60.0)),
+        ];
+        assert_eq!(busy_of(&two, Some(14.0)), Some((14.0, BusySource::Gpm)));
+        assert_eq!(busy_of(&two, None), Some((22.0, BusySource::Gpm)));
+        let no_gpm = [
+            copy(None, Some(30.0), Some(60.0)),
+            copy(None, Some(25.0), Some(60.0)),
+        ];
+        assert_eq!(
+            busy_of(&no_gpm, None),
+            Some((55.0, BusySource::ProcessUtil))
+        );
+        assert_eq!(
+            busy_of(&no_gpm, Some(0.0)),
+            Some((55.0, BusySource::ProcessUtil))
+        );
+        let one_own = [
+            copy(None, Some(30.0), Some(60.0)),
+            copy(None, None, Some(70.0)),
+        ];
+        assert_eq!(busy_of(&one_own, None), Some((70.0, BusySource::GpuUtil)));
+        assert_eq!(busy_of(&[None], None), None);
+    }
+
+    #[test]
+    fn the_progress_line_names_gpm_only_where_it_read() {
+        let mut m = Measurement {
+            sm_busy_percent: Some(14.2),
+            sm_busy_source: Some(BusySource::Gpm),
+            sm_occupancy_percent: Some(9.0),
+            ..Measurement::default()
+        };
+        assert_eq!(
+            gpm_note(&m),
+            ", SMs 14 % busy (SM activity (GPM), occupancy 9 %)"
+        );
+        m.sm_busy_source = Some(BusySource::ProcessUtil);
+        assert_eq!(gpm_note(&m), "");
+    }
 }

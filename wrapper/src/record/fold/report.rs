@@ -566,6 +566,8 @@ fn combine_gpu(attempts: &[AttemptRecord]) -> Option<AttemptGpu> {
         peak_memory_bytes: with.iter().filter_map(|(g, _)| g.peak_memory_bytes).max(),
         mean_util_percent: wmean(|g| g.mean_util_percent),
         mean_gpu_util_percent: wmean(|g| g.mean_gpu_util_percent),
+        mean_sm_activity_percent: wmean(|g| g.mean_sm_activity_percent),
+        mean_sm_occupancy_percent: wmean(|g| g.mean_sm_occupancy_percent),
         energy_j: (!energies.is_empty()).then(|| energies.iter().sum()),
     })
 }
