@@ -7,6 +7,7 @@
 #     --startup-timeout 90s --reference 'train.py --workload small ... --batch 2048' \
 #     -- train.py --workload small ... --batch 128
 #
+# (WARMUP, DURATION and REPEAT override the 5s, 10s and 2 where device time is short)
 # run through bench/h200-answer.sh (bench/stability.sh) with COUNTS=4,7,10 NO_BUDGET=1;
 # CAP seconds (440) only bound colloc's wall time (SIGTERM: it still writes what it
 # measured). The solo run's GPM SM activity and occupancy (Hopper) are in bench.json and
@@ -24,7 +25,7 @@ mkdir -p "$OUTDIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,compute_mode \
   --format=csv >"$OUTDIR/gpu.txt" 2>&1 || true
 rc=0
-COUNTS=4,7,10 NO_BUDGET=1 BUDGET=$CAP WARMUP=5s DURATION=10s \
+COUNTS=4,7,10 NO_BUDGET=1 BUDGET=$CAP WARMUP=${WARMUP:-5s} DURATION=${DURATION:-10s} REPEAT=${REPEAT:-2} \
   bash "$HERE/h200-answer.sh" "$COLLOC" "$RUN" >"$OUTDIR/answer.txt" 2>&1 || rc=$?
 tar -C "$RUN" --exclude=logs -czf "$OUTDIR/call.tar.gz" .
 echo "issue36-unbudgeted.sh: exit $rc after $SECONDS s" >>"$OUTDIR/answer.txt"

@@ -35,7 +35,7 @@
 # medium model's at 512 held to 0.1 %.
 # Env: PYTHON (python3), WARMUP (2s), DURATION (4s), SMALL_BUDGET, MEDIUM_BUDGET (s),
 # SMALL_REF_BATCH (2048 = 16 x 128), MEDIUM_REF_BATCH (512 = 4 x 128), MODES (mps),
-# COUNTS (auto; a list such as 4,7,10 for a fixed search), NO_BUDGET (1: no --budget),
+# COUNTS (auto; a list such as 4,7,10 for a fixed search), REPEAT (2), NO_BUDGET (1: no --budget),
 # MPS_CONTROL (the control program; default: the driver's, found as in bench/study.sh),
 # TRAIN (the training script, bench/train.py; a stand-in to test this script's plumbing).
 #
@@ -57,6 +57,7 @@ SMALL_REF_BATCH=${SMALL_REF_BATCH:-2048}
 MEDIUM_REF_BATCH=${MEDIUM_REF_BATCH:-512}
 MODES=${MODES:-mps}
 COUNTS=${COUNTS:-auto}
+REPEAT=${REPEAT:-2}
 # NO_BUDGET=1: no --budget (the unbudgeted search issue 36 compares against); the
 # workload's budget then only caps colloc's wall time (timeout, as below).
 NO_BUDGET=${NO_BUDGET:-0}
@@ -181,7 +182,7 @@ run() {
   reference=$(printf '%q ' "${train[@]}" --batch "$refbatch")
   local budget_arg=(--budget "${budget}s")
   [[ $NO_BUDGET == 1 ]] && budget_arg=()
-  local cmd=("$COLLOC" --config "$CONF" bench --modes "$MODES" --counts "$COUNTS" --repeat 2
+  local cmd=("$COLLOC" --config "$CONF" bench --modes "$MODES" --counts "$COUNTS" --repeat "$REPEAT"
     "${budget_arg[@]}" --warmup "$WARMUP" --duration "$DURATION" --startup-timeout 90s
     --reference "$reference" --report-dir "$dir" -- "${train[@]}" --batch 128)
   printf '%q ' "${cmd[@]}" >"$dir/command.txt"
