@@ -292,7 +292,7 @@ fn mps_runs_copies_as_clients_of_a_private_daemon_that_is_stopped_after() {
 #[test]
 fn each_copy_gets_the_memory_of_its_own_processes() {
     use fake_nvml::state::State;
-    use fake_nvml::store::{ctl_change, now_ms, Locked};
+    use fake_nvml::store::{ctl_change, now_ms, now_us, Locked};
     use std::collections::HashSet;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -301,6 +301,7 @@ fn each_copy_gets_the_memory_of_its_own_processes() {
     let state = b.tmp.path().join("fake-nvml.json");
     let mut fresh = State::fresh_from_list("H200", now_ms()).unwrap();
     fresh.gpus[0].mig_current = false;
+    fresh.set_gpm(0, 14.0, 9.0, now_us()).unwrap();
     Locked::open(&state).unwrap().write(&fresh).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     // Attach each copy as soon as it has written its env-<pid> file.
@@ -1418,14 +1419,16 @@ fn a_peak_at_7_is_found_within_the_budget_and_only_what_matters_is_repeated() {
     assert_eq!(order(&j).pop().unwrap().0, "solo");
 }
 
-/// A workload that keeps a seventh of the SMs busy alone (the fake NVML reports 14 %
-/// for its process) is tried at 7 copies first; 10 are lower, so the search goes down:
-/// 4 are well below 7, so 2 are never tried. Each copy holds 13,000 MiB of the H200's
-/// 143,771: memory bounds the largest count at 11.
+/// A workload that keeps a seventh of the SMs busy alone (the fake H200's GPM reads 14 %
+/// SM activity) is tried at 7 copies first; 10 are lower, so the search goes down: 4 are
+/// well below 7, so 2 are never tried. Each copy holds 13,000 MiB of the H200's 143,771:
+/// memory bounds the largest count at 11. (The share is GPM's, set before the run: the
+/// process's own utilization, attached once the copy shows, counted the readings before
+/// the attach as idle, and on a loaded machine read 9 % instead of 14.)
 #[test]
 fn a_workload_using_a_seventh_of_the_gpu_is_tried_at_7_first() {
     use fake_nvml::state::State;
-    use fake_nvml::store::{ctl_change, now_ms, Locked};
+    use fake_nvml::store::{ctl_change, now_ms, now_us, Locked};
     use std::collections::HashSet;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -1434,6 +1437,7 @@ fn a_workload_using_a_seventh_of_the_gpu_is_tried_at_7_first() {
     let state = b.tmp.path().join("fake-nvml.json");
     let mut fresh = State::fresh_from_list("H200", now_ms()).unwrap();
     fresh.gpus[0].mig_current = false;
+    fresh.set_gpm(0, 14.0, 9.0, now_us()).unwrap();
     Locked::open(&state).unwrap().write(&fresh).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let attacher = {
@@ -1476,7 +1480,7 @@ fn a_workload_using_a_seventh_of_the_gpu_is_tried_at_7_first() {
     assert!((busy - 14.0).abs() < 0.5, "{busy}");
     let seven = row(&j, "naive", 7)["tried"].as_str().unwrap();
     assert!(
-        seven.starts_with("the solo run kept the GPU's SMs 14 % busy: about 7 copies would fill it, so the search starts at 7"),
+        seven.starts_with("the solo run kept the GPU's SMs 14 % busy (SM activity (GPM), occupancy 9 %): about 7 copies would fill it, so the search starts at 7"),
         "{seven}"
     );
     let four = row(&j, "naive", 4)["tried"].as_str().unwrap();
