@@ -117,6 +117,10 @@ else
     COLLOC_CLUSTER_PROFILE=$1 COLLOC_SPANK_PLUGIN=$plugin COLLOC_BIN=/usr/bin/colloc \
       cargo test --locked --no-fail-fast -p colloc-slurm-tests --tests -- --test-threads=1 >"$log.$1" 2>&1
   }
+  # Meanwhile the Slurm 24.11 root and the plugin built against its headers, for the
+  # step after this one (the suites mostly wait on Slurm: the processors are free).
+  tests/slurm/slurm-root.sh prepare >"$log.prepare" 2>&1 &
+  prepare_pid=$!
   slurm_rc=0
   slurm_suites simple &
   simple_pid=$!
@@ -139,7 +143,15 @@ step "real Slurm cluster tests on Slurm 24.11 (a Debian 13 root), under two Slur
 # suite in a mount namespace chrooted into an overlay of the root (accounts the suites
 # make there go with it). Both profiles at once, after the 22.05 runs, as those run.
 slurm_root=tests/slurm/slurm-root.sh
-if ! "$slurm_root" prepare; then
+prepared=1
+if [[ -n ${prepare_pid:-} ]]; then
+  # Made during the 22.05 runs (above).
+  wait "$prepare_pid" || prepared=0
+  cat "$log.prepare"
+else
+  "$slurm_root" prepare || prepared=0
+fi
+if ((prepared == 0)); then
   failed_steps+=("Slurm 24.11: the root or its builds")
 else
   root_suites() {
