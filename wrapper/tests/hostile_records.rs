@@ -31,6 +31,8 @@ fn colloc(cwd: &Path) -> Command {
 /// not wall time: on a loaded machine (CI's two cores shared with other tests) the wall
 /// time of a linear fold grows with the load, its processor time hardly. Its output is
 /// read meanwhile, so a large one never stalls it.
+// The child is reaped by `wait4` (for its rusage), which std's `Child` cannot see.
+#[allow(clippy::zombie_processes)]
 fn timed(c: &mut Command, limit: Duration) -> (Output, Duration) {
     let mut child = c.spawn().unwrap();
     let pid = child.id() as libc::pid_t;
