@@ -21,8 +21,9 @@ pub fn kill(pid: u32, sig: i32) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
-/// Send `sig` to the process group `pgid` (a child started with `process_group(0)`).
-/// Returns false if there is no such group; never signals group 0 or 1.
+/// Send `sig` to the process group `pgid` (a child started with `process_group(0)`, or a
+/// run leader in its own session). Returns false if there is no such group (no process is
+/// left in it); never signals group 0 or 1.
 pub fn kill_group(pgid: u32, sig: i32) -> bool {
     let Ok(pgid) = libc::pid_t::try_from(pgid) else {
         return false;
@@ -619,6 +620,20 @@ mod tests {
             assert_eq!(s.pop(), Some((i, i + 1)));
         }
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn no_signals_for_init_or_nonsense() {
+        assert!(!kill_group(0, 0));
+        assert!(!kill_group(1, 0));
+        assert!(!kill_group(u32::MAX, 0));
+        assert!(!kill(0, 0));
+        assert!(!kill(1, 0));
+        assert!(!kill(u32::MAX, 0));
+        assert!(kill(std::process::id(), 0));
+        // SAFETY: getpgrp(2) cannot fail and touches no memory.
+        let group = unsafe { libc::getpgrp() } as u32;
+        assert!(kill_group(group, 0), "our own group exists");
     }
 
     #[test]
