@@ -4,7 +4,9 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+mod proc_stat;
 mod spawn;
+pub use proc_stat::ProcStat;
 pub(crate) use spawn::{spawn, ExecPlan, Placement};
 
 /// Send `sig` to process `pid`. Returns false if the process does not exist (or is not
@@ -117,10 +119,7 @@ impl PidHandle {
             return true;
         }
         // A zombie still accepts signal 0; its state says it has ended.
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_none_or(|s| s == "Z" || s == "X")
+        ProcStat::of(self.pid).is_none_or(|s| s.ended())
     }
 }
 

@@ -108,21 +108,8 @@ pub fn isolate_run(cmd: &mut Command) {
     }
 }
 
-/// Fields of `/proc/<pid>/stat` after the command name: (state, ppid, pgrp, session).
-pub fn parse_stat(stat: &str) -> Option<(char, u32, u32, u32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let ppid = f.next()?.parse().ok()?;
-    let pgrp = f.next()?.parse().ok()?;
-    let sid = f.next()?.parse().ok()?;
-    Some((state, ppid, pgrp, sid))
-}
-
-/// State, parent, group and session of process `pid`.
-pub fn stat_of(pid: u32) -> Option<(char, u32, u32, u32)> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
+/// A process's `/proc/PID/stat`, read by core's one rule.
+pub use colloc_core::sys::ProcStat;
 
 /// The command name of process `pid` (`comm`).
 pub fn comm_of(pid: u32) -> String {
@@ -146,24 +133,13 @@ pub fn own_children() -> Vec<u32> {
     };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| stat_of(p).is_some_and(|(_, ppid, _, _)| ppid == me))
+        .filter(|&p| ProcStat::of(p).is_some_and(|s| s.ppid() == Some(me)))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_fields() {
-        assert_eq!(
-            parse_stat("1234 (python a) b) S 1 1234 1200 0 -1"),
-            Some(('S', 1, 1234, 1200))
-        );
-        assert_eq!(parse_stat("garbage"), None);
-        let me = std::process::id();
-        assert!(stat_of(me).is_some());
-    }
 
     #[test]
     fn fork_is_refused_with_threads() {
