@@ -2,6 +2,7 @@
 //! once for every mode from what the prolog made; [`crate::jobenv`] reads it back.
 
 use crate::gpu::GpuInfo;
+use crate::jobenv::{DEVICES, MODE, MPS_PIPES, SLOTS};
 use crate::journal::Journal;
 use crate::mig::{self, Catalog, PlannedInstance};
 use crate::migmps;
@@ -50,9 +51,9 @@ pub(super) fn job_env(
                 .gpus
                 .first()
                 .map_or(planned.as_slice(), |g| g.planned.as_slice());
-            env.push(("COLLOC_MODE".into(), mig::layout_mode_string(per_gpu)));
-            env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
-            env.push(("COLLOC_DEVICES".into(), devices.join(",")));
+            env.push((MODE.into(), mig::layout_mode_string(per_gpu)));
+            env.push((SLOTS.into(), devices.len().to_string()));
+            env.push((DEVICES.into(), devices.join(",")));
         }
         Mode::MigMps { clients, .. } => {
             let planned: Vec<PlannedInstance> = j
@@ -65,7 +66,7 @@ pub(super) fn job_env(
                 None => ":mps".to_string(),
             };
             env.push((
-                "COLLOC_MODE".to_string(),
+                MODE.to_string(),
                 format!("{}{suffix}", mig::layout_mode_string(&planned)),
             ));
             let per = clients.unwrap_or(1) as usize;
@@ -74,9 +75,9 @@ pub(super) fn job_env(
                 .flat_map(|_| j.mps.iter().map(|d| d.devices.clone()))
                 .collect();
             if clients.is_some() {
-                env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
+                env.push((SLOTS.into(), devices.len().to_string()));
             }
-            env.push(("COLLOC_DEVICES".into(), devices.join(",")));
+            env.push((DEVICES.into(), devices.join(",")));
             mps_daemons(j, &mut env);
             if let Some(n) = clients {
                 let memory = migmps::instance_memory(j, catalogs);
@@ -85,14 +86,14 @@ pub(super) fn job_env(
             }
         }
         Mode::Mps { clients } => {
-            env.push(("COLLOC_MODE".into(), mode.to_string()));
+            env.push((MODE.into(), mode.to_string()));
             let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
             let mut devices = Vec::new();
             if let Some(n) = clients {
                 for u in &uuids {
                     devices.extend(std::iter::repeat_n(u.clone(), *n as usize));
                 }
-                env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
+                env.push((SLOTS.into(), devices.len().to_string()));
                 let mem: Vec<u64> = gpus
                     .iter()
                     .map(|g| g.memory_total / (1024 * 1024))
@@ -103,13 +104,13 @@ pub(super) fn job_env(
             } else {
                 devices = uuids;
             }
-            env.push(("COLLOC_DEVICES".into(), devices.join(",")));
+            env.push((DEVICES.into(), devices.join(",")));
             mps_daemons(j, &mut env);
         }
         Mode::Naive => {
-            env.push(("COLLOC_MODE".into(), "naive".into()));
+            env.push((MODE.into(), "naive".into()));
             let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
-            env.push(("COLLOC_DEVICES".into(), uuids.join(",")));
+            env.push((DEVICES.into(), uuids.join(",")));
         }
         Mode::Off => {}
     }
@@ -127,7 +128,7 @@ fn mps_daemons(j: &Journal, env: &mut Vec<(String, String)>) {
         .iter()
         .map(|d| format!("{}={}", d.devices, d.pipe_dir.display()))
         .collect();
-    env.push(("COLLOC_MPS_PIPES".into(), pipes.join(",")));
+    env.push((MPS_PIPES.into(), pipes.join(",")));
 }
 
 #[cfg(test)]
