@@ -333,8 +333,13 @@ fn multi_gpu_touches_only_the_jobs_gpus() {
     // Another job on an overlapping GPU is refused while this one holds it.
     let out2 = prolog(&c, &g, &spec(19, &[3], "mig:1g")).unwrap();
     assert!(refusal(&out2).message.contains("job 18"), "{out2:?}");
-    restore_all(&c, Some(&g)).unwrap();
+    let r = restore_all(&c, Some(&g)).unwrap();
     assert_eq!((g.count(1), g.count(3)), (0, 0));
+    assert_eq!(
+        (r.jobs.as_slice(), r.destroyed),
+        (&[18, 19][..], 4),
+        "{r:?}"
+    );
 }
 
 #[test]

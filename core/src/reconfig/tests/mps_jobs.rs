@@ -355,3 +355,26 @@ fn the_epilog_stops_daemons_an_extern_step_started_but_never_recorded() {
     assert!(running.iter().all(crate::sys::PidHandle::gone));
     assert!(!tmp.path().join("run/job-54").exists());
 }
+
+/// The MPS part is undone from either of its two records alone: a prolog that died after
+/// it made the job's directory but before it listed the daemons leaves only `job_dir`; a
+/// journal from before `job_dir` was recorded lists only the daemons.
+#[test]
+fn the_mps_part_is_undone_from_either_record_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    let g = MemGpus::a100s(2).with_mig_off(&[0, 1]);
+    env_of(&prolog(&c, &g, &user_spec(42, &[0, 1], "mps")).unwrap());
+    let mut j = journal::load(&c, 42).unwrap().unwrap();
+    j.mps.clear();
+    journal::write(&c, &j).unwrap();
+    restore(&c, None, 42).unwrap();
+    assert!(!tmp.path().join("run/job-42").exists(), "job_dir alone");
+    env_of(&prolog(&c, &g, &user_spec(43, &[0, 1], "mps")).unwrap());
+    let mut j = journal::load(&c, 43).unwrap().unwrap();
+    j.job_dir = None;
+    journal::write(&c, &j).unwrap();
+    let r = restore(&c, None, 43).unwrap();
+    assert_eq!(r.mps_stopped, 2, "the daemons alone: {r:?}");
+    assert!(!tmp.path().join("run/job-43").exists());
+}
