@@ -358,7 +358,8 @@ fn the_epilog_stops_daemons_an_extern_step_started_but_never_recorded() {
 
 /// The MPS part is undone from either of its two records alone: a prolog that died after
 /// it made the job's directory but before it listed the daemons leaves only `job_dir`; a
-/// journal from before `job_dir` was recorded lists only the daemons.
+/// journal from before `job_dir` was recorded lists only the daemons. A clean restore
+/// warns of nothing.
 #[test]
 fn the_mps_part_is_undone_from_either_record_alone() {
     let tmp = tempfile::tempdir().unwrap();
@@ -377,4 +378,8 @@ fn the_mps_part_is_undone_from_either_record_alone() {
     let r = restore(&c, None, 43).unwrap();
     assert_eq!(r.mps_stopped, 2, "the daemons alone: {r:?}");
     assert!(!tmp.path().join("run/job-43").exists());
+    // Daemons that all went and a tree removed in time: nothing to warn about, nothing
+    // moved aside.
+    assert!(r.warnings.is_empty(), "{r:?}");
+    assert!(!c.run_dir.join(".leftovers").exists());
 }
