@@ -375,8 +375,13 @@ fn the_mps_part_is_undone_from_either_record_alone() {
     let mut j = journal::load(&c, 43).unwrap().unwrap();
     j.job_dir = None;
     journal::write(&c, &j).unwrap();
-    let r = restore(&c, None, 43).unwrap();
-    assert_eq!(r.mps_stopped, 2, "the daemons alone: {r:?}");
+    // By `colloc restore --all`, which adds up what each job's restore did.
+    let r = restore_all(&c, None).unwrap();
+    assert_eq!(
+        (r.jobs.as_slice(), r.mps_stopped),
+        (&[43][..], 2),
+        "the daemons alone: {r:?}"
+    );
     assert!(!tmp.path().join("run/job-43").exists());
     // Daemons that all went and a tree removed in time: nothing to warn about, nothing
     // moved aside.
