@@ -388,3 +388,34 @@ fn the_mps_part_is_undone_from_either_record_alone() {
     assert!(r.warnings.is_empty(), "{r:?}");
     assert!(!c.run_dir.join(".leftovers").exists());
 }
+
+/// A process the job's user left in its MPS tree (here only its working directory there)
+/// is killed by the restore, within the cleanup's budget, before the tree goes: left, it
+/// could keep adding files there.
+#[test]
+fn a_process_left_in_the_job_tree_is_killed_by_the_restore() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    if crate::sys::euid() != 0 {
+        return; // a process of another user takes root to start
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    let g = MemGpus::a100s(1).with_mig_off(&[0]);
+    let s = user_spec(44, &[0], "mps");
+    env_of(&prolog(&c, &g, &s).unwrap());
+    let mut left = std::process::Command::new("sleep")
+        .arg("60")
+        .current_dir(tmp.path().join("run/job-44/gpu0/pipe"))
+        .uid(s.uid)
+        .gid(s.gid)
+        .spawn()
+        .unwrap();
+    let r = restore(&c, None, 44).unwrap();
+    let ended = left.try_wait().unwrap();
+    if ended.is_none() {
+        let _ = left.kill();
+        let _ = left.wait();
+    }
+    assert_eq!(ended.and_then(|e| e.signal()), Some(libc::SIGKILL), "{r:?}");
+    assert!(!tmp.path().join("run/job-44").exists());
+}
