@@ -272,3 +272,17 @@ fn gpu_indexes_are_the_journals_gpus_in_order() {
     }
     assert_eq!(j.gpu_indexes(), vec![3, 1]);
 }
+
+#[test]
+fn a_lock_released_within_the_wait_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let held = GpuLock::acquire(&c, "GPU-w").unwrap();
+    let other = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        drop(held);
+    });
+    // Another colloc process (here a thread) holds it a moment: waited for, not refused.
+    GpuLock::acquire_within(&c, "GPU-w", Duration::from_secs(60)).unwrap();
+    other.join().unwrap();
+}
