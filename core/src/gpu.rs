@@ -7,6 +7,60 @@ use serde::{Deserialize, Serialize};
 
 use crate::mig::{Catalog, Placement};
 
+/// The NVML return codes (`nvmlReturn_t`, nvml.h's `NVML_SUCCESS` and `NVML_ERROR_*`) that
+/// colloc names: the one list of them. [`GpuError::Call`] keeps the raw code, so codes of a
+/// newer driver pass through unnamed.
+pub mod nvml_code {
+    /// `NVML_SUCCESS`.
+    pub const SUCCESS: u32 = 0;
+    /// `NVML_ERROR_UNINITIALIZED`.
+    pub const UNINITIALIZED: u32 = 1;
+    /// `NVML_ERROR_INVALID_ARGUMENT`.
+    pub const INVALID_ARGUMENT: u32 = 2;
+    /// `NVML_ERROR_NOT_SUPPORTED`.
+    pub const NOT_SUPPORTED: u32 = 3;
+    /// `NVML_ERROR_NO_PERMISSION`.
+    pub const NO_PERMISSION: u32 = 4;
+    /// `NVML_ERROR_NOT_FOUND`.
+    pub const NOT_FOUND: u32 = 6;
+    /// `NVML_ERROR_INSUFFICIENT_SIZE`.
+    pub const INSUFFICIENT_SIZE: u32 = 7;
+    /// `NVML_ERROR_INSUFFICIENT_POWER`.
+    pub const INSUFFICIENT_POWER: u32 = 8;
+    /// `NVML_ERROR_DRIVER_NOT_LOADED`.
+    pub const DRIVER_NOT_LOADED: u32 = 9;
+    /// `NVML_ERROR_TIMEOUT`.
+    pub const TIMEOUT: u32 = 10;
+    /// `NVML_ERROR_IRQ_ISSUE`.
+    pub const IRQ_ISSUE: u32 = 11;
+    /// `NVML_ERROR_LIBRARY_NOT_FOUND`.
+    pub const LIBRARY_NOT_FOUND: u32 = 12;
+    /// `NVML_ERROR_FUNCTION_NOT_FOUND`.
+    pub const FUNCTION_NOT_FOUND: u32 = 13;
+    /// `NVML_ERROR_CORRUPTED_INFOROM`.
+    pub const CORRUPTED_INFOROM: u32 = 14;
+    /// `NVML_ERROR_GPU_IS_LOST`.
+    pub const GPU_IS_LOST: u32 = 15;
+    /// `NVML_ERROR_RESET_REQUIRED`.
+    pub const RESET_REQUIRED: u32 = 16;
+    /// `NVML_ERROR_OPERATING_SYSTEM`.
+    pub const OPERATING_SYSTEM: u32 = 17;
+    /// `NVML_ERROR_LIB_RM_VERSION_MISMATCH`.
+    pub const LIB_RM_VERSION_MISMATCH: u32 = 18;
+    /// `NVML_ERROR_IN_USE`: a process still runs on the instance or GPU.
+    pub const IN_USE: u32 = 19;
+    /// `NVML_ERROR_MEMORY`.
+    pub const MEMORY: u32 = 20;
+    /// `NVML_ERROR_NO_DATA`.
+    pub const NO_DATA: u32 = 21;
+    /// `NVML_ERROR_VGPU_ECC_NOT_SUPPORTED`.
+    pub const VGPU_ECC_NOT_SUPPORTED: u32 = 22;
+    /// `NVML_ERROR_INSUFFICIENT_RESOURCES`.
+    pub const INSUFFICIENT_RESOURCES: u32 = 23;
+    /// `NVML_ERROR_UNKNOWN`.
+    pub const UNKNOWN: u32 = 999;
+}
+
 /// Errors from the GPU layer.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -47,37 +101,62 @@ pub enum GpuError {
 impl GpuError {
     /// True for NVML_ERROR_IN_USE: a process still runs on the instance or GPU.
     pub fn is_in_use(&self) -> bool {
-        matches!(self, GpuError::Call { code: 19, .. })
+        matches!(
+            self,
+            GpuError::Call {
+                code: nvml_code::IN_USE,
+                ..
+            }
+        )
     }
     /// True for NVML_ERROR_INSUFFICIENT_RESOURCES.
     pub fn is_insufficient_resources(&self) -> bool {
-        matches!(self, GpuError::Call { code: 23, .. })
+        matches!(
+            self,
+            GpuError::Call {
+                code: nvml_code::INSUFFICIENT_RESOURCES,
+                ..
+            }
+        )
     }
     /// True for NVML_ERROR_NOT_FOUND (e.g. an instance already destroyed).
     pub fn is_not_found(&self) -> bool {
-        matches!(self, GpuError::Call { code: 6, .. })
+        matches!(
+            self,
+            GpuError::Call {
+                code: nvml_code::NOT_FOUND,
+                ..
+            }
+        )
     }
     /// True for NVML_ERROR_NO_PERMISSION: nvml.h reserves instance listing, creation and
     /// destruction to privileged callers.
     pub fn is_no_permission(&self) -> bool {
-        matches!(self, GpuError::Call { code: 4, .. })
+        matches!(
+            self,
+            GpuError::Call {
+                code: nvml_code::NO_PERMISSION,
+                ..
+            }
+        )
     }
 }
 
 /// The nvml.h name of an `nvmlReturn_t`, for messages and JSON.
 pub fn nvml_code_name(code: u32) -> &'static str {
+    use nvml_code::*;
     match code {
-        0 => "NVML_SUCCESS",
-        1 => "NVML_ERROR_UNINITIALIZED",
-        2 => "NVML_ERROR_INVALID_ARGUMENT",
-        3 => "NVML_ERROR_NOT_SUPPORTED",
-        4 => "NVML_ERROR_NO_PERMISSION",
-        6 => "NVML_ERROR_NOT_FOUND",
-        7 => "NVML_ERROR_INSUFFICIENT_SIZE",
-        15 => "NVML_ERROR_GPU_IS_LOST",
-        16 => "NVML_ERROR_RESET_REQUIRED",
-        19 => "NVML_ERROR_IN_USE",
-        23 => "NVML_ERROR_INSUFFICIENT_RESOURCES",
+        SUCCESS => "NVML_SUCCESS",
+        UNINITIALIZED => "NVML_ERROR_UNINITIALIZED",
+        INVALID_ARGUMENT => "NVML_ERROR_INVALID_ARGUMENT",
+        NOT_SUPPORTED => "NVML_ERROR_NOT_SUPPORTED",
+        NO_PERMISSION => "NVML_ERROR_NO_PERMISSION",
+        NOT_FOUND => "NVML_ERROR_NOT_FOUND",
+        INSUFFICIENT_SIZE => "NVML_ERROR_INSUFFICIENT_SIZE",
+        GPU_IS_LOST => "NVML_ERROR_GPU_IS_LOST",
+        RESET_REQUIRED => "NVML_ERROR_RESET_REQUIRED",
+        IN_USE => "NVML_ERROR_IN_USE",
+        INSUFFICIENT_RESOURCES => "NVML_ERROR_INSUFFICIENT_RESOURCES",
         _ => "NVML_ERROR_UNKNOWN",
     }
 }
@@ -116,12 +195,12 @@ impl MigModeChange {
     pub fn why_pending(&self, gpu: u32, enabled: bool) -> String {
         let mode = if enabled { "on" } else { "off" };
         match self.activation {
-            16 => format!(
+            nvml_code::RESET_REQUIRED => format!(
                 "GPU {gpu}: MIG mode {mode} is pending: the driver cannot reset this GPU here \
                  (NVML_ERROR_RESET_REQUIRED, e.g. under GPU passthrough); it applies at the next \
                  VM reboot"
             ),
-            19 => format!(
+            nvml_code::IN_USE => format!(
                 "GPU {gpu}: MIG mode {mode} is pending: the GPU is not idle \
                  (NVML_ERROR_IN_USE: nvidia-persistenced, nvidia_drm, DCGM or another client \
                  holds it; an A100 switches only when the driver can reset it); stop those \
@@ -346,4 +425,105 @@ pub trait GpuControl {
     /// # Errors
     /// NVML failures (the call itself refused, e.g. IN_USE while instances exist).
     fn set_mig_mode(&self, gpu: u32, enabled: bool) -> GpuResult<MigModeChange>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nvml_code::*;
+    use super::*;
+    use nvml_wrapper_sys::bindings as nvml_h;
+
+    #[test]
+    fn nvml_codes_are_nvml_hs() {
+        let pairs = [
+            (SUCCESS, nvml_h::nvmlReturn_enum_NVML_SUCCESS),
+            (
+                UNINITIALIZED,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
+            ),
+            (
+                INVALID_ARGUMENT,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+            ),
+            (
+                NOT_SUPPORTED,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+            ),
+            (
+                NO_PERMISSION,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_NO_PERMISSION,
+            ),
+            (NOT_FOUND, nvml_h::nvmlReturn_enum_NVML_ERROR_NOT_FOUND),
+            (
+                INSUFFICIENT_SIZE,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
+            ),
+            (
+                INSUFFICIENT_POWER,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_POWER,
+            ),
+            (
+                DRIVER_NOT_LOADED,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED,
+            ),
+            (TIMEOUT, nvml_h::nvmlReturn_enum_NVML_ERROR_TIMEOUT),
+            (IRQ_ISSUE, nvml_h::nvmlReturn_enum_NVML_ERROR_IRQ_ISSUE),
+            (
+                LIBRARY_NOT_FOUND,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_LIBRARY_NOT_FOUND,
+            ),
+            (
+                FUNCTION_NOT_FOUND,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND,
+            ),
+            (
+                CORRUPTED_INFOROM,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_CORRUPTED_INFOROM,
+            ),
+            (GPU_IS_LOST, nvml_h::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST),
+            (
+                RESET_REQUIRED,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_RESET_REQUIRED,
+            ),
+            (
+                OPERATING_SYSTEM,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_OPERATING_SYSTEM,
+            ),
+            (
+                LIB_RM_VERSION_MISMATCH,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+            ),
+            (IN_USE, nvml_h::nvmlReturn_enum_NVML_ERROR_IN_USE),
+            (MEMORY, nvml_h::nvmlReturn_enum_NVML_ERROR_MEMORY),
+            (NO_DATA, nvml_h::nvmlReturn_enum_NVML_ERROR_NO_DATA),
+            (
+                VGPU_ECC_NOT_SUPPORTED,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_VGPU_ECC_NOT_SUPPORTED,
+            ),
+            (
+                INSUFFICIENT_RESOURCES,
+                nvml_h::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES,
+            ),
+            (UNKNOWN, nvml_h::nvmlReturn_enum_NVML_ERROR_UNKNOWN),
+        ];
+        for (ours, header) in pairs {
+            assert_eq!(ours, header);
+        }
+        assert_eq!(nvml_code_name(IN_USE), "NVML_ERROR_IN_USE");
+        assert_eq!(
+            nvml_code_name(TIMEOUT),
+            "NVML_ERROR_UNKNOWN",
+            "not named in messages"
+        );
+        let call = |code| GpuError::Call {
+            call: "nvmlDeviceDestroyGpuInstance",
+            gpu: "0".into(),
+            message: "m".into(),
+            code,
+        };
+        assert!(call(IN_USE).is_in_use() && !call(NOT_FOUND).is_in_use());
+        assert!(call(NOT_FOUND).is_not_found() && !call(IN_USE).is_not_found());
+        assert!(call(NO_PERMISSION).is_no_permission());
+        assert!(call(INSUFFICIENT_RESOURCES).is_insufficient_resources());
+    }
 }

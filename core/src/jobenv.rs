@@ -2,7 +2,9 @@
 //! contract"): what the plugin's task hook gives every task of the job on its node, as
 //! `colloc run` reads it — from its own environment on one node, and across nodes from
 //! each node's report of its own (each node's prolog set up its own GPUs, so each node's
-//! values differ). The plugin writes these variables in [`crate::reconfig`].
+//! values differ). The plugin writes these variables in [`crate::reconfig`] (the MPS
+//! ones in [`crate::mps`]), `colloc run` a run's own; writers and readers alike name
+//! them by the constants here.
 
 use std::path::PathBuf;
 
@@ -16,8 +18,22 @@ pub const DEVICES: &str = "COLLOC_DEVICES";
 pub const SLOTS: &str = "COLLOC_SLOTS";
 /// `COLLOC_MPS_PIPES`: one MPS daemon per GPU, `GPU-uuid=pipe_dir,...`.
 pub const MPS_PIPES: &str = "COLLOC_MPS_PIPES";
-/// `CUDA_VISIBLE_DEVICES`, as Slurm (or the plugin) set it.
+/// `CUDA_VISIBLE_DEVICES`, as Slurm (or the plugin) set it; `colloc run` sets a run's.
 pub const VISIBLE: &str = "CUDA_VISIBLE_DEVICES";
+/// `CUDA_MPS_PIPE_DIRECTORY`: the MPS daemon a CUDA program talks to.
+pub const MPS_PIPE_DIRECTORY: &str = "CUDA_MPS_PIPE_DIRECTORY";
+/// `CUDA_MPS_LOG_DIRECTORY`: that daemon's log directory.
+pub const MPS_LOG_DIRECTORY: &str = "CUDA_MPS_LOG_DIRECTORY";
+/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`: an MPS client's share of the SMs (`mps:N`).
+pub const MPS_THREAD_PERCENTAGE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+/// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`: an MPS client's memory per device (`mps:N`).
+pub const MPS_MEMORY_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+/// `COLLOC_RUN_NAME`: a run's name, which `colloc run` gives each run.
+pub const RUN_NAME: &str = "COLLOC_RUN_NAME";
+/// `COLLOC_RUN_INDEX`: a run's position in the manifest.
+pub const RUN_INDEX: &str = "COLLOC_RUN_INDEX";
+/// `COLLOC_RUN_ATTEMPT`: which attempt of the run this is (1 first).
+pub const RUN_ATTEMPT: &str = "COLLOC_RUN_ATTEMPT";
 
 /// A node's job environment; `None` where the variable is not set.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -92,56 +92,6 @@ pub fn instance_memory(j: &Journal, catalogs: &[Catalog]) -> Vec<(String, u64)> 
         .collect()
 }
 
-/// The environment of the job's tasks (design.md, "The environment contract"):
-/// `COLLOC_MODE` (the layout made, then `:mps` or `:mps:N`), `COLLOC_DEVICES` (the
-/// instances' UUIDs, all of them N times over with `:mps:N`, so one entry is one slot), `COLLOC_SLOTS`
-/// (instances × N with `:mps:N`; unset with `:mps`, as for plain `mps`), the first
-/// daemon's `CUDA_MPS_PIPE_DIRECTORY`/`CUDA_MPS_LOG_DIRECTORY`, `COLLOC_MPS_PIPES`
-/// (`MIG-UUID=PIPE_DIR` per instance) and, with `:mps:N`, the client limits of the
-/// smallest instance (`colloc run` sets each run's from its own instance).
-pub fn job_env(
-    j: &Journal,
-    clients: Option<u32>,
-    memory: &[(String, u64)],
-) -> Vec<(String, String)> {
-    let planned: Vec<mig::PlannedInstance> = j
-        .gpus
-        .first()
-        .map(|g| g.planned.clone())
-        .unwrap_or_default();
-    let suffix = match clients {
-        Some(n) => format!(":mps:{n}"),
-        None => ":mps".to_string(),
-    };
-    let mut env = vec![(
-        "COLLOC_MODE".to_string(),
-        format!("{}{suffix}", mig::layout_mode_string(&planned)),
-    )];
-    let per = clients.unwrap_or(1) as usize;
-    // Round the instances N times, so the lowest free slots spread runs over them.
-    let devices: Vec<String> = (0..per)
-        .flat_map(|_| j.mps.iter().map(|d| d.devices.clone()))
-        .collect();
-    if clients.is_some() {
-        env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
-    }
-    env.push(("COLLOC_DEVICES".into(), devices.join(",")));
-    if let Some(d) = j.mps.first() {
-        env.extend(d.env());
-    }
-    let pipes: Vec<String> = j
-        .mps
-        .iter()
-        .map(|d| format!("{}={}", d.devices, d.pipe_dir.display()))
-        .collect();
-    env.push(("COLLOC_MPS_PIPES".into(), pipes.join(",")));
-    if let Some(n) = clients {
-        let smallest: Vec<u64> = memory.iter().map(|(_, m)| *m).min().into_iter().collect();
-        env.extend(mps::client_limits(n, &smallest));
-    }
-    env
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,55 +159,5 @@ mod tests {
         j.gpus[0].created[1].uuid = None;
         let e = daemons(&cfg, &j).unwrap_err();
         assert!(e.contains("MIG instance 2 (2g.10gb)"), "{e}");
-    }
-
-    #[test]
-    fn environment_of_mps_n_inside_instances() {
-        let cfg = Config::default();
-        let mut j = journal(&cfg);
-        j.mps = daemons(&cfg, &j)
-            .unwrap()
-            .into_iter()
-            .map(|d| d.1)
-            .collect();
-        let cat = mig::builtin_catalog("A100-40GB").unwrap();
-        let mem = instance_memory(&j, &[cat]);
-        assert_eq!(
-            mem,
-            vec![("MIG-0".to_string(), 19968), ("MIG-1".to_string(), 9856)]
-        );
-        let env = job_env(&j, Some(2), &mem);
-        let get = |k: &str| {
-            env.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.clone())
-                .unwrap_or_else(|| panic!("{k} missing"))
-        };
-        assert_eq!(get("COLLOC_MODE"), "mig:3g.20gb,2g.10gb:mps:2");
-        assert_eq!(get("COLLOC_SLOTS"), "4");
-        assert_eq!(get("COLLOC_DEVICES"), "MIG-0,MIG-1,MIG-0,MIG-1");
-        let pipes = get("COLLOC_MPS_PIPES");
-        let parsed = crate::jobenv::parse_mps_pipes(&pipes);
-        assert_eq!(parsed.len(), 2);
-        assert_eq!(parsed[1].0, "MIG-1");
-        assert_eq!(parsed[1].1, j.mps[1].pipe_dir);
-        assert_eq!(
-            get("CUDA_MPS_PIPE_DIRECTORY"),
-            j.mps[0].pipe_dir.display().to_string()
-        );
-        assert_eq!(get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "50");
-        // The smallest instance's half: 9856 / 2.
-        assert_eq!(get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=4928M");
-
-        let plain = job_env(&j, None, &mem);
-        assert!(plain.iter().all(|(k, _)| k != "COLLOC_SLOTS"
-            && k != "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-            && k != "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
-        assert!(plain
-            .iter()
-            .any(|(k, v)| k == "COLLOC_MODE" && v == "mig:3g.20gb,2g.10gb:mps"));
-        assert!(plain
-            .iter()
-            .any(|(k, v)| k == "COLLOC_DEVICES" && v == "MIG-0,MIG-1"));
     }
 }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::container::Entry;
+use crate::jobenv;
 use crate::sys::{ChildEnd, PidHandle};
 
 /// How long one job's daemons together may take to start (the prolog's share).
@@ -120,11 +121,11 @@ impl MpsDaemon {
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
             (
-                "CUDA_MPS_PIPE_DIRECTORY".into(),
+                jobenv::MPS_PIPE_DIRECTORY.into(),
                 self.pipe_dir.display().to_string(),
             ),
             (
-                "CUDA_MPS_LOG_DIRECTORY".into(),
+                jobenv::MPS_LOG_DIRECTORY.into(),
                 self.log_dir.display().to_string(),
             ),
         ]
@@ -148,7 +149,7 @@ fn control_env(d: &MpsDaemon) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
             "PATH".into(),
             "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin:/bin".into(),
         ),
-        ("CUDA_VISIBLE_DEVICES".into(), d.devices.clone().into()),
+        (jobenv::VISIBLE.into(), d.devices.clone().into()),
     ];
     env.extend(d.env().into_iter().map(|(k, v)| (k.into(), v.into())));
     for key in PASSED_ON {
@@ -653,11 +654,11 @@ pub fn client_limits(clients: u32, memory_mib: &[u64]) -> Vec<(String, String)> 
         .map(|(i, m)| format!("{i}={}M", m / n))
         .collect();
     let mut env = vec![(
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_string(),
+        jobenv::MPS_THREAD_PERCENTAGE.to_string(),
         (100 / n).to_string(),
     )];
     if !limits.is_empty() {
-        env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), limits.join(",")));
+        env.push((jobenv::MPS_MEMORY_LIMIT.into(), limits.join(",")));
     }
     env
 }

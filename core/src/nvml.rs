@@ -33,6 +33,9 @@ use nvml_wrapper_sys::bindings::{
     NVML_GPM_SUPPORT_VERSION,
 };
 
+use crate::gpu::nvml_code::{
+    self, INSUFFICIENT_SIZE, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, NO_PERMISSION, SUCCESS,
+};
 use crate::gpu::{
     GpuControl, GpuError, GpuInfo, GpuProcess, GpuResult, Instance, MigMode, MigModeChange,
 };
@@ -54,12 +57,6 @@ pub const CI_PROFILE_INDEX_LIMIT: u32 = 16;
 /// it a moment after the compute instance is made, slow ones seconds later.
 pub const MIG_DEVICE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-const SUCCESS: nvmlReturn_t = 0;
-const INVALID_ARGUMENT: nvmlReturn_t = 2;
-const NOT_SUPPORTED: nvmlReturn_t = 3;
-const NO_PERMISSION: nvmlReturn_t = 4;
-const NOT_FOUND: nvmlReturn_t = 6;
-const INSUFFICIENT_SIZE: nvmlReturn_t = 7;
 const MIB: u64 = 1024 * 1024;
 
 /// `NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)`: size | version << 24.
@@ -108,30 +105,31 @@ struct MigDevice {
 
 /// The NVML code of a wrapper error (NVML_ERROR_UNKNOWN for wrapper-only errors).
 fn wrapper_code(e: &NvmlError) -> u32 {
+    use nvml_code::*;
     match e {
-        NvmlError::Uninitialized => 1,
-        NvmlError::InvalidArg => 2,
-        NvmlError::NotSupported => 3,
-        NvmlError::NoPermission => 4,
-        NvmlError::NotFound => 6,
-        NvmlError::InsufficientSize(_) => 7,
-        NvmlError::InsufficientPower => 8,
-        NvmlError::DriverNotLoaded => 9,
-        NvmlError::Timeout => 10,
-        NvmlError::IrqIssue => 11,
-        NvmlError::LibraryNotFound => 12,
-        NvmlError::FunctionNotFound => 13,
-        NvmlError::CorruptedInfoROM => 14,
-        NvmlError::GpuLost => 15,
-        NvmlError::ResetRequired => 16,
-        NvmlError::OperatingSystem => 17,
-        NvmlError::LibRmVersionMismatch => 18,
-        NvmlError::InUse => 19,
-        NvmlError::InsufficientMemory => 20,
-        NvmlError::NoData => 21,
-        NvmlError::VgpuEccNotSupported => 22,
+        NvmlError::Uninitialized => UNINITIALIZED,
+        NvmlError::InvalidArg => INVALID_ARGUMENT,
+        NvmlError::NotSupported => NOT_SUPPORTED,
+        NvmlError::NoPermission => NO_PERMISSION,
+        NvmlError::NotFound => NOT_FOUND,
+        NvmlError::InsufficientSize(_) => INSUFFICIENT_SIZE,
+        NvmlError::InsufficientPower => INSUFFICIENT_POWER,
+        NvmlError::DriverNotLoaded => DRIVER_NOT_LOADED,
+        NvmlError::Timeout => TIMEOUT,
+        NvmlError::IrqIssue => IRQ_ISSUE,
+        NvmlError::LibraryNotFound => LIBRARY_NOT_FOUND,
+        NvmlError::FunctionNotFound => FUNCTION_NOT_FOUND,
+        NvmlError::CorruptedInfoROM => CORRUPTED_INFOROM,
+        NvmlError::GpuLost => GPU_IS_LOST,
+        NvmlError::ResetRequired => RESET_REQUIRED,
+        NvmlError::OperatingSystem => OPERATING_SYSTEM,
+        NvmlError::LibRmVersionMismatch => LIB_RM_VERSION_MISMATCH,
+        NvmlError::InUse => IN_USE,
+        NvmlError::InsufficientMemory => MEMORY,
+        NvmlError::NoData => NO_DATA,
+        NvmlError::VgpuEccNotSupported => VGPU_ECC_NOT_SUPPORTED,
         NvmlError::UnexpectedVariant(c) => *c,
-        _ => 999,
+        _ => UNKNOWN,
     }
 }
 
@@ -510,7 +508,7 @@ impl NvmlGpus {
             let mut mig_handle: nvmlDevice_t = std::ptr::null_mut();
             // SAFETY: valid handle and out-pointer.
             let ret = unsafe { by_index(raw(dev), index, &mut mig_handle) };
-            if ret != 0 {
+            if ret != SUCCESS {
                 // A free slot answers NOT_FOUND; drivers have other codes for slots being
                 // set up or torn down. None of them is a MIG device to list.
                 if ret != NOT_FOUND {
@@ -523,7 +521,7 @@ impl NvmlGpus {
             let ret = unsafe { gi_id_f(mig_handle, &mut gi_id) };
             // SAFETY: as above.
             let ret2 = unsafe { ci_id_f(mig_handle, &mut ci_id) };
-            if ret != 0 || ret2 != 0 {
+            if ret != SUCCESS || ret2 != SUCCESS {
                 log::debug!("GPU {gpu}: MIG device slot {index}: no instance ids ({ret}, {ret2})");
                 continue;
             }

@@ -201,7 +201,7 @@ impl NodeRecord {
                     mode: j
                         .env
                         .iter()
-                        .find(|(k, _)| k == "COLLOC_MODE")
+                        .find(|(k, _)| k == crate::jobenv::MODE)
                         .map_or(j.mode, |(_, v)| v.clone()),
                     phase: j.phase,
                     marked: j.held.iter().map(|h| h.index).collect(),

@@ -30,6 +30,7 @@ use crate::rundir;
 mod apply;
 mod create;
 mod destroy;
+mod job_env;
 pub mod leftover;
 pub mod mig_fit;
 mod mps_setup;

@@ -10,14 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::gpu::nvml_code::{INSUFFICIENT_RESOURCES, IN_USE, UNKNOWN};
 use crate::gpu::GpuError;
-
-/// NVML_ERROR_IN_USE.
-pub const IN_USE: u32 = 19;
-/// NVML_ERROR_INSUFFICIENT_RESOURCES.
-pub const INSUFFICIENT_RESOURCES: u32 = 23;
-/// NVML_ERROR_UNKNOWN.
-pub const UNKNOWN: u32 = 999;
 
 /// What colloc asked the driver to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,6 +14,7 @@ use std::path::Path;
 
 use crate::fs::FsError;
 use crate::statedir;
+use crate::sys::ProcStat;
 
 /// The directory in `state_dir` that holds one marker per slurmd that loaded colloc.
 pub use crate::statedir::SLURMD_DIR;
@@ -30,10 +31,9 @@ pub struct ProcessStart {
 impl ProcessStart {
     /// Process `pid` now; `None` when it does not run (or `/proc` does not say).
     pub fn of(pid: u32) -> Option<ProcessStart> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         Some(ProcessStart {
             pid,
-            start: parse_start_time(&stat)?,
+            start: ProcStat::of(pid)?.start_time()?,
         })
     }
 
@@ -41,14 +41,6 @@ impl ProcessStart {
     fn marker(self, boot: &str) -> String {
         format!("{boot}.{}.{}", self.pid, self.start)
     }
-}
-
-/// Field 22 (`starttime`) of a `/proc/PID/stat` line. The command name (field 2) may
-/// hold spaces and parentheses: fields are counted after its last `)`.
-pub fn parse_start_time(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    // After ")": field 3 (state) is the first word, so field 22 is the 20th.
-    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Whether the slurmd that runs this node's jobs loaded colloc.
@@ -142,14 +134,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn start_time_is_field_22_after_the_command_name() {
-        let stat = "4242 (slurm d) (x) S 1 4242 4242 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 \
-                    987654 1000 10 18446744073709551615";
-        assert_eq!(parse_start_time(stat), Some(987_654));
-        assert_eq!(parse_start_time("12 (x) S 1 2"), None);
-        assert_eq!(parse_start_time("no parenthesis"), None);
+    fn a_process_start_is_its_start_time() {
         let own = ProcessStart::of(std::process::id()).unwrap();
         assert!(own.start > 0);
+        assert_eq!(ProcessStart::of(0), None);
     }
 
     #[test]

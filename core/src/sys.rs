@@ -4,7 +4,9 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+mod proc_stat;
 mod spawn;
+pub use proc_stat::ProcStat;
 pub(crate) use spawn::{spawn, ExecPlan, Placement};
 
 /// Send `sig` to process `pid`. Returns false if the process does not exist (or is not
@@ -21,8 +23,9 @@ pub fn kill(pid: u32, sig: i32) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
-/// Send `sig` to the process group `pgid` (a child started with `process_group(0)`).
-/// Returns false if there is no such group; never signals group 0 or 1.
+/// Send `sig` to the process group `pgid` (a child started with `process_group(0)`, or a
+/// run leader in its own session). Returns false if there is no such group (no process is
+/// left in it); never signals group 0 or 1.
 pub fn kill_group(pgid: u32, sig: i32) -> bool {
     let Ok(pgid) = libc::pid_t::try_from(pgid) else {
         return false;
@@ -116,10 +119,7 @@ impl PidHandle {
             return true;
         }
         // A zombie still accepts signal 0; its state says it has ended.
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_none_or(|s| s == "Z" || s == "X")
+        ProcStat::of(self.pid).is_none_or(|s| s.ended())
     }
 }
 
@@ -619,6 +619,20 @@ mod tests {
             assert_eq!(s.pop(), Some((i, i + 1)));
         }
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn no_signals_for_init_or_nonsense() {
+        assert!(!kill_group(0, 0));
+        assert!(!kill_group(1, 0));
+        assert!(!kill_group(u32::MAX, 0));
+        assert!(!kill(0, 0));
+        assert!(!kill(1, 0));
+        assert!(!kill(u32::MAX, 0));
+        assert!(kill(std::process::id(), 0));
+        // SAFETY: getpgrp(2) cannot fail and touches no memory.
+        let group = unsafe { libc::getpgrp() } as u32;
+        assert!(kill_group(group, 0), "our own group exists");
     }
 
     #[test]

@@ -32,6 +32,7 @@ use std::sync::OnceLock;
 use colloc_core::config::{Config, ConfigError, DEFAULT_PATH};
 use colloc_core::drain;
 use colloc_core::gpu::GpuControl;
+use colloc_core::jobenv;
 use colloc_core::journal::{self, Phase};
 use colloc_core::mode::{Mode, VALID_MODES};
 use colloc_core::mps::MpsStart;
@@ -206,7 +207,7 @@ pub fn job_gpus(
 ) -> Result<Vec<u32>, String> {
     let (name, value) = match (slurm_job_gpus, cuda_visible) {
         (Some(v), _) if !v.trim().is_empty() => ("SLURM_JOB_GPUS", v),
-        (_, Some(v)) => ("CUDA_VISIBLE_DEVICES", v),
+        (_, Some(v)) => (jobenv::VISIBLE, v),
         _ => return Ok(Vec::new()),
     };
     let value = value.trim();
@@ -348,7 +349,7 @@ pub fn job_prolog(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     };
     let gpus = job_gpus(
         host.env("SLURM_JOB_GPUS").as_deref(),
-        host.env("CUDA_VISIBLE_DEVICES").as_deref(),
+        host.env(jobenv::VISIBLE).as_deref(),
     );
     // Every job's (plain ones too): an interrupted epilog's leftovers on its GPUs first.
     if node_state::before_job(host, &cfg, job, &mode, gpus.as_deref().unwrap_or_default())? {

@@ -70,7 +70,10 @@ fn corrupt_journal_is_reported() {
     let c = cfg(tmp.path());
     write(&c, &Journal::new(1, 0, 0, "mps".into())).unwrap();
     std::fs::write(path(&c, 9), b"{not json").unwrap();
-    let err = load(&c, 9).unwrap_err().to_string();
+    let err = load(&c, 9).unwrap_err();
+    // A bad journal is not a bad state_dir: the callers refuse only its job for it.
+    assert!(!err.is_unsafe_state_dir(), "{err}");
+    let err = err.to_string();
     assert!(err.contains("9.json is unreadable"), "{err}");
     assert!(list(&c).unwrap()[1].is_err());
 }
@@ -224,6 +227,10 @@ fn lock_is_exclusive() {
     let held = GpuLock::acquire(&c, "GPU-1/../x").unwrap();
     let err = GpuLock::acquire_within(&c, "GPU-1/../x", Duration::from_millis(50)).unwrap_err();
     assert!(matches!(err, JournalError::LockTimeout { .. }), "{err}");
+    assert!(
+        !err.is_unsafe_state_dir(),
+        "a busy lock is not an unsafe state_dir"
+    );
     drop(held);
     // Free again once dropped. Not at once, always: another test of this process may
     // have forked a child (run_forked_as) that holds a copy of the descriptor, and with
@@ -231,4 +238,51 @@ fn lock_is_exclusive() {
     GpuLock::acquire_within(&c, "GPU-1/../x", Duration::from_secs(10)).unwrap();
     // The UUID cannot escape the locks directory.
     assert!(c.locks_dir().join("GPU-1____x.lock").exists());
+}
+
+#[test]
+fn boot_id_is_the_kernels_and_marks_journals_of_earlier_boots() {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let now = boot_id().expect("the kernel tells its boot id");
+    assert_eq!(now, kernel.trim());
+    let mut j = Journal::new(1, 0, 0, "mps".into());
+    assert_eq!(j.boot_id.as_deref(), Some(now.as_str()));
+    assert!(!j.from_earlier_boot(), "written in this boot");
+    j.boot_id = Some("00000000-0000-0000-0000-000000000000".into());
+    assert!(j.from_earlier_boot(), "another boot's id");
+    j.boot_id = None;
+    assert!(!j.from_earlier_boot(), "no boot id counts as current");
+}
+
+#[test]
+fn gpu_indexes_are_the_journals_gpus_in_order() {
+    let mut j = Journal::new(1, 0, 0, "mps".into());
+    assert!(j.gpu_indexes().is_empty());
+    for index in [3, 1] {
+        j.gpus.push(GpuRecord {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            mig_before: None,
+            mig_mode_changed: false,
+            preexisting: vec![],
+            planned: vec![],
+            created: vec![],
+        });
+    }
+    assert_eq!(j.gpu_indexes(), vec![3, 1]);
+}
+
+#[test]
+fn a_lock_released_within_the_wait_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let held = GpuLock::acquire(&c, "GPU-w").unwrap();
+    let other = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        drop(held);
+    });
+    // Another colloc process (here a thread) holds it a moment: waited for, not refused.
+    GpuLock::acquire_within(&c, "GPU-w", Duration::from_secs(60)).unwrap();
+    other.join().unwrap();
 }

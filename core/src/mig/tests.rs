@@ -177,3 +177,41 @@ fn layout_strings() {
         assert_eq!(shape(&p), shape(&again), "{m}");
     }
 }
+
+#[test]
+fn placements_past_the_slot_space_overlap_everything() {
+    let mask = |start, size| Placement { start, size }.mask();
+    assert_eq!(mask(0, 1), 1);
+    assert_eq!(mask(4, 2), 0b11_0000);
+    assert_eq!(mask(3, 0), 0, "an empty placement takes no slot");
+    assert_eq!(mask(56, 8), 0xff << 56, "ends at the last slot: a real one");
+    for (start, size) in [(60, 8), (64, 1), (0, 65), (u32::MAX, 1), (1, u32::MAX)] {
+        assert_eq!(mask(start, size), u64::MAX, "{start}+{size}");
+    }
+    // A driver that lists such a placement gets it planned alone, never beside another.
+    let catalog = Catalog {
+        model: "odd".into(),
+        memory_total_mib: 1024,
+        profiles: vec![Profile {
+            id: 19,
+            nvml_index: 0,
+            name: "1g.1gb".into(),
+            slices: 1,
+            max_instances: 7,
+            memory_mib: 128,
+            sms: 1,
+            placements: vec![
+                Placement { start: 70, size: 1 },
+                Placement { start: 0, size: 1 },
+                Placement { start: 1, size: 1 },
+            ],
+        }],
+    };
+    let p = catalog
+        .plan(&MigRequest::Fill(ProfileSel::Short(1)))
+        .unwrap();
+    assert_eq!(
+        shape(&p),
+        vec![("1g.1gb".into(), 0, 1), ("1g.1gb".into(), 1, 1)]
+    );
+}

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use super::job_env::job_env;
 use super::mps_setup::start_mps;
 use super::restore::{keep_marked, restore_job, restore_locked};
 use super::{
@@ -14,10 +15,10 @@ use crate::config::Config;
 use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo, Instance};
 use crate::hooks;
 use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
-use crate::mig::{self, Catalog, PlannedInstance};
+use crate::mig::{Catalog, PlannedInstance};
 use crate::migmps;
 use crate::mode::{MigRequest, Mode};
-use crate::mps::{self, MpsDaemon, MpsStart};
+use crate::mps::{MpsDaemon, MpsStart};
 use crate::rundir;
 
 /// Apply `spec.mode` to the job's GPUs. See the module docs for what is refused and what
@@ -608,12 +609,7 @@ fn execute(
         Mode::Naive => mig_fit::switch_off(cfg, ctl, j),
         Mode::Off => Ok(()),
     }?;
-    j.env = match &spec.mode {
-        Mode::MigMps { clients, .. } => {
-            migmps::job_env(j, *clients, &migmps::instance_memory(j, setup.catalogs))
-        }
-        _ => job_env(j, setup.gpus, &spec.mode),
-    };
+    j.env = job_env(j, setup.gpus, &spec.mode, setup.catalogs);
     j.phase = Phase::Applied;
     journal::write(cfg, j)
         .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))
@@ -665,69 +661,4 @@ pub(super) fn undo(cfg: &Config, ctl: &dyn GpuControl, j: &mut Journal) -> Resul
     j.phase = Phase::Restoring;
     keep_marked(cfg, j, r.held)?;
     Ok(true)
-}
-
-/// The environment of the job's tasks (docs/design.md, "The environment contract").
-pub(super) fn job_env(j: &Journal, gpus: &[GpuInfo], mode: &Mode) -> Vec<(String, String)> {
-    let mut env = Vec::new();
-    match mode {
-        // MigMps: migmps::job_env.
-        Mode::Mig(_) | Mode::MigMps { .. } => {
-            let planned: Vec<PlannedInstance> = j
-                .gpus
-                .iter()
-                .flat_map(|g| g.planned.iter().cloned())
-                .collect();
-            let devices: Vec<String> = j
-                .gpus
-                .iter()
-                .flat_map(|g| g.created.iter().filter_map(|i| i.uuid.clone()))
-                .collect();
-            // With one GPU the summary is the exact layout; with several it is per GPU.
-            let per_gpu = j
-                .gpus
-                .first()
-                .map_or(planned.as_slice(), |g| g.planned.as_slice());
-            env.push(("COLLOC_MODE".into(), mig::layout_mode_string(per_gpu)));
-            env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
-            env.push(("COLLOC_DEVICES".into(), devices.join(",")));
-        }
-        Mode::Mps { clients } => {
-            env.push(("COLLOC_MODE".into(), mode.to_string()));
-            let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
-            let mut devices = Vec::new();
-            if let Some(n) = clients {
-                for u in &uuids {
-                    devices.extend(std::iter::repeat_n(u.clone(), *n as usize));
-                }
-                env.push(("COLLOC_SLOTS".into(), devices.len().to_string()));
-                let mem: Vec<u64> = gpus
-                    .iter()
-                    .map(|g| g.memory_total / (1024 * 1024))
-                    .collect();
-                // Limits are per client device; a client sees one GPU (its slot's).
-                let first = mem.first().copied().unwrap_or(0);
-                env.extend(mps::client_limits(*n, &[first]));
-            } else {
-                devices = uuids;
-            }
-            env.push(("COLLOC_DEVICES".into(), devices.join(",")));
-            if let Some(d) = j.mps.first() {
-                env.extend(d.env());
-            }
-            let pipes: Vec<String> = j
-                .mps
-                .iter()
-                .map(|d| format!("{}={}", d.devices, d.pipe_dir.display()))
-                .collect();
-            env.push(("COLLOC_MPS_PIPES".into(), pipes.join(",")));
-        }
-        Mode::Naive => {
-            env.push(("COLLOC_MODE".into(), "naive".into()));
-            let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
-            env.push(("COLLOC_DEVICES".into(), uuids.join(",")));
-        }
-        Mode::Off => {}
-    }
-    env
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::Failure;
 use crate::config::Config;
 use crate::devfiles;
-use crate::gpu::{GpuControl, GpuError, GpuInfo};
+use crate::gpu::{nvml_code, GpuControl, GpuError, GpuInfo};
 use crate::journal::{self, Journal};
 use crate::mig::{self, Catalog, Placement};
 use crate::retry::{self, Backoff, Op};
@@ -165,7 +165,7 @@ pub(super) fn make_instances(
             if !change.took_effect(true) {
                 return Err(Failure::Refuse(held_hint(
                     change.why_pending(index, true),
-                    change.activation == retry::IN_USE,
+                    change.activation == nvml_code::IN_USE,
                 )));
             }
         }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::{NodeFault, RestoreReport, KILL_WAIT};
 use crate::config::Config;
 use crate::devfiles;
-use crate::gpu::{GpuControl, GpuError, GpuHold, HoldReason};
+use crate::gpu::{nvml_code, GpuControl, GpuError, GpuHold, HoldReason};
 use crate::holders::{self, DeviceUser, Wanted};
 use crate::journal::{GpuRecord, Journal};
 use crate::retry;
@@ -83,7 +83,7 @@ fn restore_gpu(
     }
     if !in_use.is_empty() {
         let reason = match last {
-            Some(code) if code != retry::IN_USE => HoldReason::Driver {
+            Some(code) if code != nvml_code::IN_USE => HoldReason::Driver {
                 answer: crate::gpu::nvml_code_name(code).to_string(),
             },
             _ => HoldReason::InUse,

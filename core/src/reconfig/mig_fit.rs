@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use super::{create, run_post_hook, Failure};
 use crate::config::Config;
-use crate::gpu::{GpuControl, GpuInfo, GpuResult};
+use crate::gpu::{nvml_code, GpuControl, GpuInfo, GpuResult};
 use crate::hooks;
 use crate::journal::Journal;
 use crate::mode::Mode;
@@ -132,7 +132,7 @@ pub(super) fn switch_off(cfg: &Config, ctl: &dyn GpuControl, j: &Journal) -> Res
                 } else {
                     Err(Failure::Refuse(create::held_hint(
                         done.why_pending(index, false),
-                        done.activation == retry::IN_USE,
+                        done.activation == nvml_code::IN_USE,
                     )))
                 }
             })

@@ -22,6 +22,8 @@
 //! solo clears `--min-gain` (and 1) at the low end of its uncertainty; only when none
 //! does is the answer "run one at a time".
 
+use colloc_core::num::median;
+
 use super::stats::{self, Ratio, Spread, COVERAGE};
 
 /// How far below the best a configuration may be and still be as good (5 %).
@@ -63,13 +65,13 @@ pub fn wide_cells(cells: &[Spread]) -> Vec<Option<Wide>> {
         .enumerate()
         .map(|(i, own)| {
             let own = (*own)?;
-            let mut others: Vec<f64> = spreads
+            let others: Vec<f64> = spreads
                 .iter()
                 .enumerate()
                 .filter(|(j, _)| *j != i)
                 .filter_map(|(_, s)| *s)
                 .collect();
-            let others = median(&mut others).unwrap_or(0.0);
+            let others = median(&others).unwrap_or(0.0);
             let line = (WIDE_FACTOR * others).max(WIDE_FLOOR);
             (own > line).then_some(Wide {
                 spread: own,
@@ -78,19 +80,6 @@ pub fn wide_cells(cells: &[Spread]) -> Vec<Option<Wide>> {
             })
         })
         .collect()
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    })
 }
 
 /// A measured configuration, as the rule sees it.

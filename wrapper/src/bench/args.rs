@@ -265,7 +265,7 @@ impl Task {
                     "--gpu: expected an NVML index or a GPU-… UUID, got {g:?}"
                 ))
             })?,
-            None => std::env::var("CUDA_VISIBLE_DEVICES")
+            None => std::env::var(colloc_core::jobenv::VISIBLE)
                 .ok()
                 .and_then(|v| v.split(',').next().and_then(parse_gpu))
                 .unwrap_or(GpuSel::Index(0)),

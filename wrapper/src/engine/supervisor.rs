@@ -91,8 +91,9 @@ impl Sup {
         let children = sys::own_children();
         let mut escaped = Vec::new();
         for &p in &children {
-            if let Some((state, _, _, sid)) = sys::stat_of(p) {
-                if state != 'Z' && sid != leader {
+            if let Some(s) = sys::ProcStat::of(p) {
+                let alive = s.state().is_some_and(|state| state != 'Z');
+                if alive && s.session().is_some_and(|sid| sid != leader) {
                     escaped.push(p);
                 }
             }

@@ -46,20 +46,9 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// Send `sig` to process `pid`: the one kill of colloc, with its pid guard, in core.
-pub use colloc_core::sys::kill;
-
-/// Send `sig` to process group `pgid`. False when no process is left in it.
-pub fn kill_group(pgid: u32, sig: i32) -> bool {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
-        return false;
-    };
-    if pgid <= 1 {
-        return false;
-    }
-    // SAFETY: kill takes plain integers; a negative pid addresses the process group.
-    unsafe { libc::kill(-pgid, sig) == 0 }
-}
+/// Send `sig` to a process or a process group: colloc's one kill and one group kill, with
+/// their guards (never group 0, init or every process), live in core.
+pub use colloc_core::sys::{kill, kill_group};
 
 /// Signals a supervisor ignores: Slurm signals every process of a job step at its end,
 /// and the supervisor must outlive its run to clean up after it (the run itself gets
@@ -119,21 +108,8 @@ pub fn isolate_run(cmd: &mut Command) {
     }
 }
 
-/// Fields of `/proc/<pid>/stat` after the command name: (state, ppid, pgrp, session).
-pub fn parse_stat(stat: &str) -> Option<(char, u32, u32, u32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let ppid = f.next()?.parse().ok()?;
-    let pgrp = f.next()?.parse().ok()?;
-    let sid = f.next()?.parse().ok()?;
-    Some((state, ppid, pgrp, sid))
-}
-
-/// State, parent, group and session of process `pid`.
-pub fn stat_of(pid: u32) -> Option<(char, u32, u32, u32)> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
+/// A process's `/proc/PID/stat`, read by core's one rule.
+pub use colloc_core::sys::ProcStat;
 
 /// The command name of process `pid` (`comm`).
 pub fn comm_of(pid: u32) -> String {
@@ -157,33 +133,13 @@ pub fn own_children() -> Vec<u32> {
     };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| stat_of(p).is_some_and(|(_, ppid, _, _)| ppid == me))
+        .filter(|&p| ProcStat::of(p).is_some_and(|s| s.ppid() == Some(me)))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_fields() {
-        assert_eq!(
-            parse_stat("1234 (python a) b) S 1 1234 1200 0 -1"),
-            Some(('S', 1, 1234, 1200))
-        );
-        assert_eq!(parse_stat("garbage"), None);
-        let me = std::process::id();
-        assert!(stat_of(me).is_some());
-    }
-
-    #[test]
-    fn no_signals_for_init_or_nonsense() {
-        assert!(!kill_group(0, 0));
-        assert!(!kill_group(1, 0));
-        assert!(!kill_group(u32::MAX, 0));
-        assert!(!kill(1, 0));
-        assert!(kill(std::process::id(), 0));
-    }
 
     #[test]
     fn fork_is_refused_with_threads() {

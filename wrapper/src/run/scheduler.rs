@@ -22,6 +22,7 @@ use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, LogFile, See
 use crate::engine::{signal_name, State};
 use crate::record::events::{Escaped, Event, Kind, MetricValue, Progress, StepInfo};
 use crate::userfs::CheckedDir;
+use colloc_core::jobenv;
 use colloc_core::telemetry::Sampler;
 
 mod calibrate;
@@ -214,9 +215,9 @@ impl<'a> Common<'a> {
     fn job(&self, idx: usize, attempt: u32, log: LogFile, timeout: Option<Duration>) -> Job {
         let spec = &self.specs[idx];
         let mut env = vec![
-            ("COLLOC_RUN_NAME".to_string(), spec.name.clone()),
-            ("COLLOC_RUN_INDEX".to_string(), idx.to_string()),
-            ("COLLOC_RUN_ATTEMPT".to_string(), attempt.to_string()),
+            (jobenv::RUN_NAME.to_string(), spec.name.clone()),
+            (jobenv::RUN_INDEX.to_string(), idx.to_string()),
+            (jobenv::RUN_ATTEMPT.to_string(), attempt.to_string()),
         ];
         env.extend(spec.env.iter().cloned());
         Job {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use anyhow::Context;
+use colloc_core::jobenv;
 use colloc_core::mode::Mode;
 use colloc_core::mps;
 use colloc_core::nvml::NvmlGpus;
@@ -369,7 +370,7 @@ pub fn gpus(a: &RunArgs, config: Option<&colloc_core::config::Config>) -> anyhow
             )),
         ),
     };
-    let job = colloc_core::jobenv::JobEnv::from_process();
+    let job = jobenv::JobEnv::from_process();
     let mut layout = slots::layout(&slots::Inputs {
         job_mode: job.mode,
         job_devices: job.devices,
@@ -439,7 +440,7 @@ impl Gpus {
         };
         let job_pipes = match (&layout.mode, &layout.source) {
             (Mode::Mps { .. } | Mode::MigMps { .. }, Source::Job) => {
-                colloc_core::jobenv::JobEnv::from_process().mps_pipes()
+                jobenv::JobEnv::from_process().mps_pipes()
             }
             _ => Vec::new(),
         };
@@ -478,7 +479,7 @@ pub fn slot_env(
 ) -> Vec<(String, String)> {
     let mut e = Vec::new();
     if let Some(d) = device {
-        e.push(("CUDA_VISIBLE_DEVICES".to_string(), d.to_string()));
+        e.push((jobenv::VISIBLE.to_string(), d.to_string()));
     }
     if let Some(m) = own_mps {
         e.extend(m.iter().cloned());
@@ -488,10 +489,13 @@ pub fn slot_env(
         // A job with several GPUs (MIG instances) has one MPS daemon per GPU (instance);
         // the job-wide CUDA_MPS_PIPE_DIRECTORY names the first. Each run talks to its
         // device's.
-        e.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
+        e.push((
+            jobenv::MPS_PIPE_DIRECTORY.into(),
+            pipe.display().to_string(),
+        ));
         if let Some(dir) = pipe.parent() {
             e.push((
-                "CUDA_MPS_LOG_DIRECTORY".into(),
+                jobenv::MPS_LOG_DIRECTORY.into(),
                 dir.join("log").display().to_string(),
             ));
         }
@@ -614,7 +618,7 @@ mod tests {
 
     #[test]
     fn a_run_inside_a_mig_instance_talks_to_its_instance_daemon() {
-        let pipes = colloc_core::jobenv::parse_mps_pipes(
+        let pipes = jobenv::parse_mps_pipes(
             "MIG-a=/run/colloc/job-1/gpu0-gi1/pipe,MIG-b=/run/colloc/job-1/gpu0-gi2/pipe",
         );
         let mode: Mode = "mig:3g.20gbx2:mps:2".parse().unwrap();
@@ -643,7 +647,7 @@ mod tests {
     #[test]
     fn mps_pipes_parse() {
         assert_eq!(
-            colloc_core::jobenv::parse_mps_pipes("GPU-a=/r/a/pipe,bad,GPU-b=rel,=/x"),
+            jobenv::parse_mps_pipes("GPU-a=/r/a/pipe,bad,GPU-b=rel,=/x"),
             vec![("GPU-a".to_string(), PathBuf::from("/r/a/pipe"))]
         );
     }

@@ -25,6 +25,7 @@ use crate::engine::launch::{Cmd, LaunchSpec, Launcher, LocalLauncher, Msg};
 use crate::engine::pack::AttemptId;
 use crate::engine::signal_name;
 use crate::step::protocol::{self, Control, StderrLine, StepGpu, StepMsg, StepSpec};
+use colloc_core::jobenv;
 
 /// Most steps colloc has starting at once (launched, not yet running on their node):
 /// slurmctld creates steps one at a time, so more only queue (bench/dispatch/README.md).
@@ -385,10 +386,10 @@ impl Launcher for StepLauncher {
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.clone())
         };
-        let name = var("COLLOC_RUN_NAME").unwrap_or_else(|| format!("colloc-{id}"));
+        let name = var(jobenv::RUN_NAME).unwrap_or_else(|| format!("colloc-{id}"));
         let step = StepSpec {
             run: name.clone(),
-            attempt: var("COLLOC_RUN_ATTEMPT")
+            attempt: var(jobenv::RUN_ATTEMPT)
                 .and_then(|a| a.parse().ok())
                 .unwrap_or(1),
             launch: spec.clone(),

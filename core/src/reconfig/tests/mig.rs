@@ -333,8 +333,13 @@ fn multi_gpu_touches_only_the_jobs_gpus() {
     // Another job on an overlapping GPU is refused while this one holds it.
     let out2 = prolog(&c, &g, &spec(19, &[3], "mig:1g")).unwrap();
     assert!(refusal(&out2).message.contains("job 18"), "{out2:?}");
-    restore_all(&c, Some(&g)).unwrap();
+    let r = restore_all(&c, Some(&g)).unwrap();
     assert_eq!((g.count(1), g.count(3)), (0, 0));
+    assert_eq!(
+        (r.jobs.as_slice(), r.destroyed),
+        (&[18, 19][..], 4),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -651,4 +656,30 @@ fn answers_that_last_past_the_budget_mark_the_gpu_and_say_if_plain_jobs_break() 
     g.answers.borrow_mut().clear();
     let r = restore(&c, Some(&g), 65).unwrap();
     assert!(r.held.is_empty());
+}
+
+#[test]
+fn a_restore_waits_for_a_gpu_lock_another_colloc_process_holds() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let g = MemGpus::a100s(1);
+    env_of(&prolog(&c, &g, &spec(20, &[0], "mig:3g")).unwrap());
+    let uuid = journal::load(&c, 20).unwrap().unwrap().gpus[0].uuid.clone();
+    let held = journal::GpuLock::acquire(&c, &uuid).unwrap();
+    let released = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = released.clone();
+    let other = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        flag.store(true, Ordering::SeqCst);
+        drop(held);
+    });
+    // A prolog (here a thread) holds the GPU: the restore changes nothing until it lets go.
+    restore(&c, Some(&g), 20).unwrap();
+    assert!(
+        released.load(Ordering::SeqCst),
+        "restored under another's lock"
+    );
+    assert_eq!(g.count(0), 0);
+    other.join().unwrap();
 }

@@ -355,3 +355,67 @@ fn the_epilog_stops_daemons_an_extern_step_started_but_never_recorded() {
     assert!(running.iter().all(crate::sys::PidHandle::gone));
     assert!(!tmp.path().join("run/job-54").exists());
 }
+
+/// The MPS part is undone from either of its two records alone: a prolog that died after
+/// it made the job's directory but before it listed the daemons leaves only `job_dir`; a
+/// journal from before `job_dir` was recorded lists only the daemons. A clean restore
+/// warns of nothing.
+#[test]
+fn the_mps_part_is_undone_from_either_record_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    let g = MemGpus::a100s(2).with_mig_off(&[0, 1]);
+    env_of(&prolog(&c, &g, &user_spec(42, &[0, 1], "mps")).unwrap());
+    let mut j = journal::load(&c, 42).unwrap().unwrap();
+    j.mps.clear();
+    journal::write(&c, &j).unwrap();
+    restore(&c, None, 42).unwrap();
+    assert!(!tmp.path().join("run/job-42").exists(), "job_dir alone");
+    env_of(&prolog(&c, &g, &user_spec(43, &[0, 1], "mps")).unwrap());
+    let mut j = journal::load(&c, 43).unwrap().unwrap();
+    j.job_dir = None;
+    journal::write(&c, &j).unwrap();
+    // By `colloc restore --all`, which adds up what each job's restore did.
+    let r = restore_all(&c, None).unwrap();
+    assert_eq!(
+        (r.jobs.as_slice(), r.mps_stopped),
+        (&[43][..], 2),
+        "the daemons alone: {r:?}"
+    );
+    assert!(!tmp.path().join("run/job-43").exists());
+    // Daemons that all went and a tree removed in time: nothing to warn about, nothing
+    // moved aside.
+    assert!(r.warnings.is_empty(), "{r:?}");
+    assert!(!c.run_dir.join(".leftovers").exists());
+}
+
+/// A process the job's user left in its MPS tree (here only its working directory there)
+/// is killed by the restore, within the cleanup's budget, before the tree goes: left, it
+/// could keep adding files there.
+#[test]
+fn a_process_left_in_the_job_tree_is_killed_by_the_restore() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    if crate::sys::euid() != 0 {
+        return; // a process of another user takes root to start
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    let g = MemGpus::a100s(1).with_mig_off(&[0]);
+    let s = user_spec(44, &[0], "mps");
+    env_of(&prolog(&c, &g, &s).unwrap());
+    let mut left = std::process::Command::new("sleep")
+        .arg("60")
+        .current_dir(tmp.path().join("run/job-44/gpu0/pipe"))
+        .uid(s.uid)
+        .gid(s.gid)
+        .spawn()
+        .unwrap();
+    let r = restore(&c, None, 44).unwrap();
+    let ended = left.try_wait().unwrap();
+    if ended.is_none() {
+        let _ = left.kill();
+        let _ = left.wait();
+    }
+    assert_eq!(ended.and_then(|e| e.signal()), Some(libc::SIGKILL), "{r:?}");
+    assert!(!tmp.path().join("run/job-44").exists());
+}

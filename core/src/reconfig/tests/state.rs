@@ -132,3 +132,28 @@ fn every_prolog_retries_the_leftovers() {
     restore(&c, None, 60).unwrap();
     assert_eq!(std::fs::read_dir(&c.run_dir).unwrap().count(), 0);
 }
+
+/// `colloc restore --all` (at boot, or by an admin) clears them too, with no job to run.
+#[test]
+fn restore_all_clears_the_leftovers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quiet_control(tmp.path());
+    let s = user_spec(61, &[0], "mps");
+    let log = c.run_dir.join(".leftovers/job-58.1700000000.0/gpu0/log");
+    std::fs::create_dir_all(log.join("a")).unwrap();
+    std::fs::write(log.join("a/f"), "x").unwrap();
+    for p in [c.run_dir.clone(), c.run_dir.join(".leftovers")] {
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    }
+    std::fs::set_permissions(
+        &c.run_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    for p in [log.clone(), log.join("a"), log.join("a/f")] {
+        std::os::unix::fs::chown(&p, Some(s.uid), Some(s.gid)).unwrap();
+    }
+    let r = restore_all(&c, None).unwrap();
+    assert!(r.leftovers.is_empty(), "{r:?}");
+    assert!(!c.run_dir.join(".leftovers").exists());
+}
