@@ -742,6 +742,22 @@ fn sigkill_leaves_nothing(c: &Cluster) {
 /// node, which saves its checkpoint and exits; every run ends interrupted, no requeue
 /// (`--requeue-limit 0`, and one line says so), and nothing is left on any node.
 fn warning_reaches_every_node(c: &Cluster) {
+    // The sweep killed before this one can leave its nodes completing a while (seen once
+    // on Slurm 24.11, production profile: this job then pended on "Nodes required for job
+    // are DOWN, DRAINED or reserved" until the hang guard): start on idle nodes, and if
+    // one does not become idle, say which and why (a drain would be a failure of its own).
+    let start = std::time::Instant::now();
+    while c.nodes().iter().any(|n| n.state() != "idle") {
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            let states: Vec<String> = c
+                .nodes()
+                .iter()
+                .map(|n| format!("{}: {} ({})", n.name(), n.state(), n.reason()))
+                .collect();
+            panic!("nodes not idle 120 s after the killed sweep: {states:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     let dir = c.jobs_dir().join("warn-sweep");
     std::fs::create_dir_all(&dir).unwrap();
     let ck = colloc_slurm_tests::fixture("wrapper/tests/fixtures/run/checkpoint.sh");
