@@ -100,6 +100,28 @@ fn a_full_state_dir_does_not_stop_the_undo_and_refuses_later_jobs_not_the_node()
     assert_eq!(g.count(2), 0);
 }
 
+/// What an earlier epilog of job `job` moved aside and could not remove: its MPS log
+/// folder in `run_dir/.leftovers`, holding the file `file` (a relative path), owned by
+/// the job's user from the log folder down; `run_dir` 0755, `.leftovers` 0700 (root's).
+fn plant_leftovers(c: &Config, s: &JobSpec, job: u32, file: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let log = c
+        .run_dir
+        .join(format!(".leftovers/job-{job}.1700000000.0/gpu0/log"));
+    let f = log.join(file);
+    std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+    std::fs::write(&f, "x").unwrap();
+    std::fs::set_permissions(&c.run_dir, PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        c.run_dir.join(".leftovers"),
+        PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    for p in f.ancestors().take_while(|p| p.starts_with(&log)) {
+        std::os::unix::fs::chown(p, Some(s.uid), Some(s.gid)).unwrap();
+    }
+}
+
 /// Issue 23: what an earlier epilog moved to run_dir/.leftovers is tried again at every
 /// prolog (briefly): here it can go now, and it does.
 #[test]
@@ -107,25 +129,7 @@ fn every_prolog_retries_the_leftovers() {
     let tmp = tempfile::tempdir().unwrap();
     let c = quiet_control(tmp.path());
     let s = user_spec(60, &[0], "mps");
-    let log = c.run_dir.join(".leftovers/job-59.1700000000.0/gpu0/log");
-    std::fs::create_dir_all(log.join("a/b")).unwrap();
-    std::fs::write(log.join("a/b/f"), "x").unwrap();
-    for p in [c.run_dir.clone(), c.run_dir.join(".leftovers")] {
-        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    }
-    std::fs::set_permissions(
-        &c.run_dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    for p in [
-        log.clone(),
-        log.join("a"),
-        log.join("a/b"),
-        log.join("a/b/f"),
-    ] {
-        std::os::unix::fs::chown(&p, Some(s.uid), Some(s.gid)).unwrap();
-    }
+    plant_leftovers(&c, &s, 59, "a/b/f");
     let g = MemGpus::a100s(1).with_mig_off(&[0]);
     env_of(&prolog(&c, &g, &s).unwrap());
     assert!(!c.run_dir.join(".leftovers").exists());
@@ -139,20 +143,7 @@ fn restore_all_clears_the_leftovers() {
     let tmp = tempfile::tempdir().unwrap();
     let c = quiet_control(tmp.path());
     let s = user_spec(61, &[0], "mps");
-    let log = c.run_dir.join(".leftovers/job-58.1700000000.0/gpu0/log");
-    std::fs::create_dir_all(log.join("a")).unwrap();
-    std::fs::write(log.join("a/f"), "x").unwrap();
-    for p in [c.run_dir.clone(), c.run_dir.join(".leftovers")] {
-        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    }
-    std::fs::set_permissions(
-        &c.run_dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    for p in [log.clone(), log.join("a"), log.join("a/f")] {
-        std::os::unix::fs::chown(&p, Some(s.uid), Some(s.gid)).unwrap();
-    }
+    plant_leftovers(&c, &s, 58, "a/f");
     let r = restore_all(&c, None).unwrap();
     assert!(r.leftovers.is_empty(), "{r:?}");
     assert!(!c.run_dir.join(".leftovers").exists());
