@@ -1,6 +1,6 @@
 //! The shape of the code, kept (issue 26): no import circles between the modules of a
-//! crate, no source file past 800 lines unless its opening comment says why, and no
-//! function past 120 lines. Read from the source tree, so a change that breaks one of
+//! crate, no source file past 800 lines unless its opening comment says why, no
+//! function past 120 lines, and (issue 37) no module importing from a layer above its own. Read from the source tree, so a change that breaks one of
 //! these fails here, not in a reviewer's reading.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,6 +13,81 @@ const TREES: &[&str] = &[
     "spank/src",
     "tests/fake-nvml/src",
     "tests/slurm/src",
+];
+/// Each crate's top-level modules in layers, lowest first: a module names modules of its
+/// own layer or below, never above. Every top-level module must be placed, so a new one is
+/// placed on purpose. (The test crates, fake-nvml and tests/slurm, have no layers.)
+const LAYERS: &[(&str, &[&[&str]])] = &[
+    (
+        "wrapper/src",
+        &[
+            // the command line's globals, the user's files, process supervision and text,
+            // the site's config, Slurm's facts
+            &[
+                "cli",
+                "userfs",
+                "engine",
+                "logger",
+                "nodecfg",
+                "slurm",
+                "slurmcheck",
+            ],
+            // what a pack measured: the record, its schema and fold, and its outputs
+            &["record", "export"],
+            // the commands
+            &["run", "bench", "step", "report", "status", "admin"],
+        ],
+    ),
+    (
+        "core/src",
+        &[
+            // system calls, safe files, text, the mode grammar, names shared with the job
+            &["sys", "fs", "text", "mode", "jobenv", "buildid"],
+            // the site's configuration and where root keeps state
+            &[
+                "config",
+                "migconf",
+                "statedir",
+                "slurmconf",
+                "container",
+                "lastgood",
+            ],
+            // the node's GPUs, MPS daemons, processes, journals and files
+            &[
+                "mig",
+                "mps",
+                "holders",
+                "dirholders",
+                "gpu",
+                "nvml",
+                "retry",
+                "journal",
+                "rundir",
+                "jobfs",
+                "runroom",
+                "devfiles",
+                "hooks",
+                "publish",
+                "sharedfs",
+                "slurmdmark",
+                "drain",
+            ],
+            // prolog/epilog reconfiguration and restore
+            &["reconfig", "migmps"],
+            // the user side's measurement: no root-side module may reach it
+            &["telemetry", "energy", "num"],
+        ],
+    ),
+    (
+        "spank/src",
+        &[
+            &["sys", "slurm_version", "logger", "build_note"],
+            // the validated request and what each callback does with it
+            &["plugin"],
+            // the C entry points Slurm calls
+            &["ffi"],
+        ],
+    ),
 ];
 const FILE_LINES: usize = 800;
 const FN_LINES: usize = 120;
@@ -188,6 +263,78 @@ fn the_circle_finder_sees_a_circle() {
     assert!(circle(&g).is_some());
     g.insert(m("c"), BTreeSet::new());
     assert!(circle(&g).is_none());
+}
+
+/// Every edge of `g` that climbs: `from -> to` where `to`'s layer is above `from`'s, and
+/// every top-level module that no layer names.
+fn layer_breaks(
+    g: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+    layers: &[&[&str]],
+) -> Vec<String> {
+    let layer = |m: &[String]| {
+        let top = m.first()?;
+        layers.iter().position(|l| l.contains(&top.as_str()))
+    };
+    let mut breaks = BTreeSet::new();
+    for (from, to) in g {
+        if from.is_empty() {
+            continue; // the crate root declares every module
+        }
+        let Some(lf) = layer(from) else {
+            breaks.insert(format!("{} is in no layer", from[0]));
+            continue;
+        };
+        for t in to {
+            match layer(t) {
+                Some(lt) if lt > lf => {
+                    breaks.insert(format!(
+                        "{} (layer {lf}) imports {} (layer {lt})",
+                        from.join("::"),
+                        t.join("::")
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    breaks.insert(format!("{} is in no layer", t[0]));
+                }
+            }
+        }
+    }
+    breaks.into_iter().collect()
+}
+
+#[test]
+fn no_module_imports_from_a_layer_above_it() {
+    for (tree, layers) in LAYERS {
+        let g = graph(&root().join(tree));
+        let placed: usize = layers.iter().map(|l| l.len()).sum();
+        let tops: BTreeSet<&String> = g.keys().filter_map(|m| m.first()).collect();
+        assert_eq!(
+            tops.len(),
+            placed,
+            "{tree}: top-level modules {tops:?} against the layers {layers:?}"
+        );
+        let breaks = layer_breaks(&g, layers);
+        assert!(breaks.is_empty(), "{tree}: {}", breaks.join("; "));
+    }
+}
+
+/// The layer check sees a climb and an unplaced module (a check that cannot fail is none).
+#[test]
+fn the_layer_check_sees_a_climb() {
+    let m = |s: &[&str]| s.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+    let layers: &[&[&str]] = &[&["low"], &["high"]];
+    let mut g = BTreeMap::new();
+    g.insert(m(&["high", "a"]), BTreeSet::from([m(&["low"])]));
+    g.insert(m(&["low"]), BTreeSet::new());
+    assert!(layer_breaks(&g, layers).is_empty());
+    g.insert(m(&["low"]), BTreeSet::from([m(&["high", "a"])]));
+    assert_eq!(
+        layer_breaks(&g, layers),
+        ["low (layer 0) imports high::a (layer 1)"]
+    );
+    g.insert(m(&["stray"]), BTreeSet::new());
+    assert!(layer_breaks(&g, layers).contains(&"stray is in no layer".to_string()));
 }
 
 #[test]

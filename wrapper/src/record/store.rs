@@ -66,8 +66,9 @@ pub const MAX_EVENT_FILES: usize = 4096;
 pub const MAX_RECORD_BYTES: u64 = 4 << 30;
 /// Most event lines a record may hold in all (its index takes 32 bytes a line).
 pub const MAX_EVENT_LINES: usize = 16 << 20;
-/// Most distinct runs a record may name (a manifest's most).
-pub const MAX_RUNS: usize = crate::run::manifest::MAX_RUNS;
+/// Most distinct runs a record may name, and so the most runs one manifest may expand to
+/// (`run::manifest` uses this; a typo in a grid should not start a million).
+pub const MAX_RUNS: usize = 100_000;
 /// Most slots a session may declare.
 pub const MAX_SLOTS: usize = 1 << 16;
 /// Most sessions (and session ends) a record may hold: colloc writes one session event

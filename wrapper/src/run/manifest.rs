@@ -195,8 +195,9 @@ struct RawSweep {
     gpu_memory: Option<Spanned<String>>,
 }
 
-/// Most runs one manifest may expand to (a typo in a grid should not start a million).
-pub const MAX_RUNS: usize = 100_000;
+/// Most runs one manifest may expand to (a typo in a grid should not start a million):
+/// the record's own limit, which it keeps (the record is the lower layer).
+pub use crate::record::store::MAX_RUNS;
 
 struct Ctx<'a> {
     path: String,
