@@ -14,8 +14,10 @@
 //!   a warning. Every wait on something the job's user can stall has a deadline: the MPS
 //!   part of a restore takes at most [`MPS_RESTORE_BUDGET`] whatever the GPU count.
 //!
-//! The rooms: `apply` (the prolog's steps), `create` (MIG instances), `mps_setup` (a
-//! job's MPS daemons), `restore` (the epilog), `destroy` (its MIG half).
+//! The rooms: `apply` (the prolog's steps), `modes` (one file per mode: its setup and the
+//! environment it gives the job), `create` (MIG instances), `mps_setup` (a job's MPS
+//! daemons), `restore` (the epilog: whatever the mode, it undoes what the journal
+//! records), `destroy` (its MIG half).
 
 use std::time::Duration;
 
@@ -30,9 +32,9 @@ use crate::rundir;
 mod apply;
 mod create;
 mod destroy;
-mod job_env;
 pub mod leftover;
 pub mod mig_fit;
+mod modes;
 mod mps_setup;
 mod restore;
 #[cfg(test)]

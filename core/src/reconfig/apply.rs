@@ -1,11 +1,11 @@
 //! The prolog side: checks that change nothing, the journal, then the mode's setup
-//! (MIG instances through [`super::create`], MPS daemons through [`super::mps_setup`]),
+//! (one type per mode in [`super::modes`]: MIG instances through [`super::create`], MPS
+//! daemons through [`super::mps_setup`]),
 //! undone as a whole where any step fails.
 
 use std::time::Instant;
 
-use super::job_env::job_env;
-use super::mps_setup::start_mps;
+use super::modes::{self, Setup};
 use super::restore::{keep_marked, restore_job, restore_locked};
 use super::{
     create, mig_fit, refuse, restore::restore, run_post_hook, Failure, JobSpec, NodeFault, Outcome,
@@ -18,7 +18,7 @@ use crate::journal::{self, GpuLock, GpuRecord, Journal, JournalError, Phase};
 use crate::mig::{Catalog, PlannedInstance};
 use crate::migmps;
 use crate::mode::{MigRequest, Mode};
-use crate::mps::{MpsDaemon, MpsStart};
+use crate::mps::MpsStart;
 use crate::rundir;
 
 /// Apply `spec.mode` to the job's GPUs. See the module docs for what is refused and what
@@ -559,18 +559,9 @@ fn plan_mig(
     Ok((plan, catalog))
 }
 
-/// What [`execute`] sets up from: the job's GPUs, the MIG catalogs they were planned
-/// from, where the MPS daemons start, and the hooks' description of the change.
-struct Setup<'a> {
-    gpus: &'a [GpuInfo],
-    catalogs: &'a [Catalog],
-    mps_start: MpsStart,
-    hook_change: &'a hooks::Change,
-}
-
-/// The mode's setup (MIG: after the pre-hook), then the journal marked applied with the
-/// tasks' environment. Every driver answer, after its retries, refuses the job once
-/// undone: a known state (the GPU as before), not a node fault.
+/// The mode's setup ([`modes`]: MIG after the pre-hook), then the journal marked applied
+/// with the tasks' environment. Every driver answer, after its retries, refuses the job
+/// once undone: a known state (the GPU as before), not a node fault.
 fn execute(
     cfg: &Config,
     ctl: &dyn GpuControl,
@@ -578,38 +569,10 @@ fn execute(
     j: &mut Journal,
     setup: &Setup<'_>,
 ) -> Result<(), Failure> {
-    match &spec.mode {
-        Mode::Mig(_) | Mode::MigMps { .. } => {
-            hooks::pause(cfg, setup.hook_change)
-                .map_err(|e| Failure::Refuse(format!("{e}; nothing was changed, ask the admin")))
-                .and_then(|()| create::make_instances(cfg, ctl, j))
-                // MPS inside the instances: one daemon each, undone with them.
-                .and_then(|()| match spec.mode {
-                    Mode::MigMps { .. } => migmps::daemons(cfg, j)
-                        .map_err(Failure::Refuse)
-                        .and_then(|d| start_mps(cfg, j, setup.mps_start, d)),
-                    _ => Ok(()),
-                })
-        }
-        Mode::Mps { .. } => {
-            mig_fit::switch_off(cfg, ctl, j)?;
-            let d = j
-                .gpus
-                .iter()
-                .map(|g| {
-                    let dir = rundir::gpu_dir(cfg, j.job, g.index);
-                    (
-                        rundir::gpu_dir_name(g.index),
-                        MpsDaemon::in_dir(&dir, &g.uuid),
-                    )
-                })
-                .collect();
-            start_mps(cfg, j, setup.mps_start, d)
-        }
-        Mode::Naive => mig_fit::switch_off(cfg, ctl, j),
-        Mode::Off => Ok(()),
-    }?;
-    j.env = job_env(j, setup.gpus, &spec.mode, setup.catalogs);
+    if let Some(mode) = modes::of(&spec.mode) {
+        mode.set_up(cfg, ctl, j, setup)?;
+    }
+    j.env = modes::job_env(j, setup.gpus, &spec.mode, setup.catalogs);
     j.phase = Phase::Applied;
     journal::write(cfg, j)
         .map_err(|e| Failure::Refuse(format!("colloc cannot record the job's setup: {e}")))
