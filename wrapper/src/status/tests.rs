@@ -136,3 +136,87 @@ fn an_unknown_slurm_is_an_error_not_a_quiet_cluster() {
         r.notes
     );
 }
+
+/// `tests/fixtures/golden/status/<name>`, compared byte for byte (or written, with
+/// `COLLOC_BLESS=1`); the local time of a record (`when`) is `<WHEN>` there.
+fn golden(name: &str, got: &str) {
+    let got = got.replace(&when(1_700_000_000), "<WHEN>");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/golden/status")
+        .join(name);
+    if std::env::var_os("COLLOC_BLESS").is_some() {
+        std::fs::write(&path, &got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (COLLOC_BLESS=1 writes it)", path.display()));
+    assert!(got == want, "{name}:\n--- want\n{want}\n--- got\n{got}");
+}
+
+/// Every kind of node the cluster view shows: jobs on several GPUs, a marked GPU, a job
+/// Slurm no longer knows, two builds, no record, an admin's comment, a newer record, a
+/// node with its run_dir full, unreadable and cut journals.
+fn every_kind_of_node() -> Vec<NodeView> {
+    let full = NodeRecord {
+        colloc: 1,
+        at: 1_700_000_000,
+        by: "colloc/0.1.0".into(),
+        build: None,
+        jobs: vec![job(8, "naive", vec![], vec![])],
+        unreadable: 2,
+        cut: 3,
+        run_dir: Some(colloc_core::publish::RunDirRoom {
+            full: true,
+            free_inodes: 0,
+            inodes: 100,
+            free_kib: 4,
+            kib: 1024,
+            held_inodes: 7,
+        }),
+    }
+    .encode();
+    let newer = record("aaaaaaaaaaaa", vec![]).replacen("\"colloc\":1", "\"colloc\":2", 1);
+    vec![
+        view(
+            "n1",
+            Some(&record(
+                "aaaaaaaaaaaa",
+                vec![
+                    job(5, "mig:3g.20gbx2", vec![0, 1], vec![]),
+                    job(6, "mps", vec![2], vec![2]),
+                ],
+            )),
+        ),
+        view("n2", Some(&record("bbbbbbbbbbbb", vec![]))),
+        view("n3", None),
+        view("n4", Some("replaced DIMM")),
+        view("n5", Some(&full)),
+        view("n9", Some(&newer)),
+    ]
+}
+
+#[test]
+fn the_cluster_view_is_as_recorded() {
+    let views = every_kind_of_node();
+    let states: BTreeMap<u32, JobState> = [
+        (5, JobState::Known("RUNNING".into())),
+        (6, JobState::NotInQueue),
+        (8, JobState::Known("COMPLETING".into())),
+    ]
+    .into();
+    let r = ClusterReport::new(&views, &states);
+    golden("cluster.out", &r.text());
+    let json = serde_json::to_string_pretty(&r.json(&views)).unwrap();
+    golden("cluster-json.out", &format!("{json}\n"));
+    let states: BTreeMap<u32, JobState> = [5, 6, 8]
+        .map(|j| (j, JobState::Unknown("squeue: timed out".into())))
+        .into();
+    let r = ClusterReport::new(&views, &states);
+    golden("cluster-slurm-unknown.out", &r.text());
+    let json = serde_json::to_string_pretty(&r.json(&views)).unwrap();
+    golden("cluster-slurm-unknown-json.out", &format!("{json}\n"));
+    let r = ClusterReport::new(&[], &BTreeMap::new());
+    golden("cluster-empty.out", &r.text());
+    let json = serde_json::to_string_pretty(&r.json(&[])).unwrap();
+    golden("cluster-empty-json.out", &format!("{json}\n"));
+}
