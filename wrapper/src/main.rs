@@ -19,6 +19,7 @@ mod engine;
 mod export;
 mod logger;
 mod nodecfg;
+mod output;
 mod record;
 mod report;
 mod run;

@@ -406,3 +406,35 @@ fn plan_of_a_nodes_gpu_is_as_recorded() {
         Some(&n),
     );
 }
+
+/// `--format NAME` prints what the flag of that name always printed; an unknown name is
+/// one line naming the formats there are, exit 2.
+#[test]
+fn status_formats_are_chosen_by_name_and_the_flags_keep_their_output() {
+    if !is_root() {
+        eprintln!("skipped: the golden states take root (a tmpfs run_dir)");
+        return;
+    }
+    let n = Node::new("A100-40GB,H200,A30", None, ROOMY);
+    n.ctl(&[
+        "create-foreign",
+        "--gpu",
+        "0",
+        "--profile",
+        "1g.5gb",
+        "--start",
+        "6",
+    ]);
+    n.ctl(&["set-mig", "--gpu", "1", "off"]);
+    n.ctl(&["attach", "--gpu", "1", "--pid", "4242"]);
+    let json = n.colloc(&["status", "--format", "json"]);
+    check("status/idle-json", &json, 0, Some(&n));
+    let plain = n.colloc(&["status", "--format", "text"]);
+    check("status/idle", &plain, 0, Some(&n));
+    let out = n.colloc(&["status", "--format", "xml"]);
+    check("status/unknown-format", &out, 2, Some(&n));
+    let out = n.colloc(&["status", "--cluster", "--format", "yaml"]);
+    check("status/cluster-unknown-format", &out, 2, Some(&n));
+    let out = n.colloc(&["status", "--json", "--format", "text"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}

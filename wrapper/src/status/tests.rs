@@ -1,8 +1,14 @@
 //! Tests of status.rs (`colloc status --cluster`: nodes merged with the queue).
 
-use super::*;
+use std::collections::BTreeMap;
+
 use colloc_core::journal::Phase;
-use colloc_core::publish::JobEntry;
+use colloc_core::publish::{JobEntry, NodeRecord};
+use serde_json::{json, Value};
+
+use super::cluster::{self, when, ClusterStatus, NodeView};
+use crate::output::{Exporter, Json};
+use crate::slurm::{self, JobState};
 
 fn view(name: &str, comment: Option<&str>) -> NodeView {
     NodeView {
@@ -62,7 +68,7 @@ fn nodes_gpus_and_jobs_are_merged_with_the_queue() {
         (6, JobState::NotInQueue),
     ]
     .into();
-    let r = ClusterReport::new(&views, &states);
+    let r = ClusterStatus::new(&views, &states);
     // Job 5 on two GPUs: two rows; job 6 one, marked.
     let rows: Vec<String> = r
         .rows
@@ -74,7 +80,7 @@ fn nodes_gpus_and_jobs_are_merged_with_the_queue() {
                 r.gpu,
                 r.job,
                 r.marked,
-                r.state.live()
+                r.state.0.live()
             )
         })
         .collect();
@@ -93,8 +99,8 @@ fn nodes_gpus_and_jobs_are_merged_with_the_queue() {
     assert!(notes.contains("n3: no colloc record"), "{notes}");
     assert!(notes.contains("n4: no colloc record"), "{notes}");
     assert!(notes.contains("2 different plugin builds"), "{notes}");
-    assert!(r.slurm_error.is_none());
-    let text = r.text();
+    assert!(r.error.is_none());
+    let text = cluster::Text.render(&r).unwrap();
     assert!(text.lines().next().unwrap().starts_with("NODE"), "{text}");
     assert!(text.contains("mig:3g.20gbx2"), "{text}");
     assert!(text.contains("2!"), "{text}");
@@ -102,7 +108,7 @@ fn nodes_gpus_and_jobs_are_merged_with_the_queue() {
         text.contains("plugin build aaaaaaaaaaaa (plugin/0.1.0): n1"),
         "{text}"
     );
-    let v = r.json(&views);
+    let v = serde_json::to_value(&r).unwrap();
     assert_eq!(v["rows"].as_array().unwrap().len(), 3);
     assert_eq!(v["rows"][2]["running"], json!(false));
     assert_eq!(v["rows"][2]["job_state"], "GONE");
@@ -121,15 +127,15 @@ fn an_unknown_slurm_is_an_error_not_a_quiet_cluster() {
     )];
     let states: BTreeMap<u32, JobState> =
         [(5, JobState::Unknown("squeue: timed out".into()))].into();
-    let r = ClusterReport::new(&views, &states);
-    assert_eq!(r.rows[0].state.live(), None);
-    let v = r.json(&views);
+    let r = ClusterStatus::new(&views, &states);
+    assert_eq!(r.rows[0].state.0.live(), None);
+    let v = serde_json::to_value(&r).unwrap();
     assert!(v["error"].as_str().unwrap().contains("squeue: timed out"));
     assert_eq!(v["rows"][0]["running"], Value::Null);
     // A newer colloc's record is named, not dropped.
     let newer = record("aaaaaaaaaaaa", vec![]).replacen("\"colloc\":1", "\"colloc\":2", 1);
     let views = vec![view("n9", Some(&newer))];
-    let r = ClusterReport::new(&views, &BTreeMap::new());
+    let r = ClusterStatus::new(&views, &BTreeMap::new());
     assert!(
         r.notes[0].starts_with("n9: a colloc record of version 2"),
         "{:?}",
@@ -204,19 +210,19 @@ fn the_cluster_view_is_as_recorded() {
         (8, JobState::Known("COMPLETING".into())),
     ]
     .into();
-    let r = ClusterReport::new(&views, &states);
-    golden("cluster.out", &r.text());
-    let json = serde_json::to_string_pretty(&r.json(&views)).unwrap();
-    golden("cluster-json.out", &format!("{json}\n"));
+    let r = ClusterStatus::new(&views, &states);
+    golden("cluster.out", &cluster::Text.render(&r).unwrap());
+    golden("cluster-json.out", &Json.render(&r).unwrap());
     let states: BTreeMap<u32, JobState> = [5, 6, 8]
         .map(|j| (j, JobState::Unknown("squeue: timed out".into())))
         .into();
-    let r = ClusterReport::new(&views, &states);
-    golden("cluster-slurm-unknown.out", &r.text());
-    let json = serde_json::to_string_pretty(&r.json(&views)).unwrap();
-    golden("cluster-slurm-unknown-json.out", &format!("{json}\n"));
-    let r = ClusterReport::new(&[], &BTreeMap::new());
-    golden("cluster-empty.out", &r.text());
-    let json = serde_json::to_string_pretty(&r.json(&[])).unwrap();
-    golden("cluster-empty-json.out", &format!("{json}\n"));
+    let r = ClusterStatus::new(&views, &states);
+    golden(
+        "cluster-slurm-unknown.out",
+        &cluster::Text.render(&r).unwrap(),
+    );
+    golden("cluster-slurm-unknown-json.out", &Json.render(&r).unwrap());
+    let r = ClusterStatus::new(&[], &BTreeMap::new());
+    golden("cluster-empty.out", &cluster::Text.render(&r).unwrap());
+    golden("cluster-empty-json.out", &Json.render(&r).unwrap());
 }
