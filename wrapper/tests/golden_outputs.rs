@@ -1,7 +1,8 @@
-//! `colloc status` and `colloc plan` held byte for byte to golden files (issue 37): the
-//! outputs monitoring and admins read must not change when the code that builds them
-//! does. Each case runs the built binary against the fake libnvidia-ml in a known state
-//! and compares stdout (and stderr, where there is any) with
+//! `colloc status`, `colloc plan` and `colloc report` held byte for byte to golden files
+//! (issue 37): the outputs monitoring, admins and users read must not change when the
+//! code that builds them does. Each case runs the built binary against the fake
+//! libnvidia-ml in a known state (or on a recorded pack, `tests/fixtures/packs/`) and
+//! compares stdout (and stderr, where there is any) with
 //! `tests/fixtures/golden/<case>.{out,err}`, after putting placeholders for what differs
 //! from machine to machine: the test's directory (`<DIR>`), the host name (`<NODE>`), the
 //! binary's build id (`<BUILD>`) and version (`<VERSION>`), and when a hold began
@@ -185,9 +186,21 @@ fn normalize(s: &str, node: Option<&Node>) -> String {
 
 /// Compare (or, with `COLLOC_BLESS=1`, write) the golden files of one case.
 fn check(name: &str, out: &Output, code: i32, node: Option<&Node>) {
+    check_in(name, out, code, node, None);
+}
+
+/// [`check`], with `dir` (a report directory) also said as `<DIR>`.
+fn check_in(name: &str, out: &Output, code: i32, node: Option<&Node>, dir: Option<&Path>) {
     assert_eq!(out.status.code(), Some(code), "{name}: {}", text(out));
-    let stdout = normalize(&String::from_utf8_lossy(&out.stdout), node);
-    let stderr = normalize(&String::from_utf8_lossy(&out.stderr), node);
+    let said = |b: &[u8]| {
+        let s = normalize(&String::from_utf8_lossy(b), node);
+        match dir {
+            Some(d) => s.replace(&d.display().to_string(), "<DIR>"),
+            None => s,
+        }
+    };
+    let stdout = said(&out.stdout);
+    let stderr = said(&out.stderr);
     let dir = golden_dir();
     let files = [("out", stdout), ("err", stderr)];
     if std::env::var_os("COLLOC_BLESS").is_some() {
@@ -437,4 +450,35 @@ fn status_formats_are_chosen_by_name_and_the_flags_keep_their_output() {
     check("status/cluster-unknown-format", &out, 2, Some(&n));
     let out = n.colloc(&["status", "--json", "--format", "text"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+fn packs() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/packs")
+}
+
+/// `colloc report` of recorded packs in each of its formats: `two-sessions` (a pack of a
+/// sweep with throughput, a run that failed with CUDA out of memory twice and a run
+/// without throughput, resumed once), `killed` (its first session cut by a `kill -9`:
+/// two runs interrupted).
+#[test]
+fn report_is_as_recorded_in_every_format() {
+    for pack in ["two-sessions", "killed"] {
+        let dir = packs().join(pack);
+        for (suffix, args) in [
+            ("", &["--no-write"][..]),
+            ("-json", &["--json"]),
+            ("-csv", &["--csv"]),
+            ("-quiet", &["-q", "--no-write"]),
+        ] {
+            let out = Command::cargo_bin("colloc")
+                .unwrap()
+                .env("COLLOC_CONFIG", "/nonexistent/colloc.toml")
+                .arg("report")
+                .args(args)
+                .arg(&dir)
+                .output()
+                .unwrap();
+            check_in(&format!("report/{pack}{suffix}"), &out, 0, None, Some(&dir));
+        }
+    }
 }
