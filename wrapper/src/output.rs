@@ -69,10 +69,20 @@ pub fn print<M>(exporter: &dyn Exporter<M>, model: &M) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// JSON of any serializable model: pretty, keys in alphabetical order (what monitoring
-/// has always read: the model goes through `serde_json::Value`, whose maps are sorted),
-/// control characters a terminal would act on escaped, one newline at the end.
-pub struct Json;
+/// JSON of any serializable model: pretty, control characters a terminal would act on
+/// escaped, one newline at the end; keys in the model's order, or sorted.
+pub struct Json {
+    sorted: bool,
+}
+
+impl Json {
+    /// Keys in the order the model declares them (the run report, whose files keep it).
+    pub const DECLARED: Json = Json { sorted: false };
+    /// Keys in alphabetical order at every level, whatever the model declares (what
+    /// `colloc status` and `colloc plan` have always printed: the model goes through
+    /// `serde_json::Value`, whose maps are sorted).
+    pub const SORTED: Json = Json { sorted: true };
+}
 
 impl<M: Serialize> Exporter<M> for Json {
     fn name(&self) -> &'static str {
@@ -80,8 +90,11 @@ impl<M: Serialize> Exporter<M> for Json {
     }
 
     fn render(&self, model: &M) -> anyhow::Result<String> {
-        let value = serde_json::to_value(model)?;
-        let text = serde_json::to_string_pretty(&value)?;
+        let text = if self.sorted {
+            serde_json::to_string_pretty(&serde_json::to_value(model)?)?
+        } else {
+            serde_json::to_string_pretty(model)?
+        };
         Ok(format!(
             "{}\n",
             crate::engine::text::json_for_terminal(&text)
@@ -105,7 +118,7 @@ mod tests {
 
     const FORMATS: Formats<String> = Formats {
         command: "colloc test",
-        list: &[&Shout, &Json],
+        list: &[&Shout, &Json::SORTED],
     };
 
     #[test]
@@ -128,18 +141,19 @@ mod tests {
     }
 
     #[test]
-    fn json_keys_come_sorted_whatever_the_field_order() {
+    fn json_keys_come_sorted_or_in_the_models_order() {
         #[derive(Serialize)]
         struct M {
             zeta: u32,
             alpha: Option<u32>,
         }
-        let json = Json
-            .render(&M {
-                zeta: 1,
-                alpha: None,
-            })
-            .unwrap();
+        let m = M {
+            zeta: 1,
+            alpha: None,
+        };
+        let json = Json::SORTED.render(&m).unwrap();
         assert_eq!(json, "{\n  \"alpha\": null,\n  \"zeta\": 1\n}\n");
+        let json = Json::DECLARED.render(&m).unwrap();
+        assert_eq!(json, "{\n  \"zeta\": 1,\n  \"alpha\": null\n}\n");
     }
 }

@@ -23,13 +23,13 @@ use model::NodeStatus;
 /// The formats of `colloc status`, the default first: one line each.
 pub const FORMATS: Formats<NodeStatus> = Formats {
     command: "colloc status",
-    list: &[&text::Text, &Json],
+    list: &[&text::Text, &Json::SORTED],
 };
 
 /// The formats of `colloc status --cluster`.
 pub const CLUSTER_FORMATS: Formats<ClusterStatus> = Formats {
     command: "colloc status --cluster",
-    list: &[&cluster::Text, &Json],
+    list: &[&cluster::Text, &Json::SORTED],
 };
 
 /// `colloc status [--json | --format NAME] [--cluster [--nodes LIST | --partition NAME]]`

@@ -482,3 +482,58 @@ fn report_is_as_recorded_in_every_format() {
         }
     }
 }
+
+/// `colloc report --format NAME` prints what the flag of that name always printed, and
+/// writes as it did: json and csv only print, table and quiet rewrite a DIR of the
+/// caller's; an unknown name is one line naming the formats, exit 2, nothing read.
+#[test]
+fn report_formats_are_chosen_by_name_and_the_flags_keep_their_meaning() {
+    let fixture = packs().join("two-sessions");
+    let report = |args: &[&str], dir: &Path| {
+        Command::cargo_bin("colloc")
+            .unwrap()
+            .env("COLLOC_CONFIG", "/nonexistent/colloc.toml")
+            .arg("report")
+            .args(args)
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    for (name, args) in [
+        ("", &["--format", "table", "--no-write"][..]),
+        ("-json", &["--format", "json"]),
+        ("-csv", &["--format", "csv"]),
+        ("-quiet", &["--format", "quiet", "--no-write"]),
+    ] {
+        let out = report(args, &fixture);
+        check_in(
+            &format!("report/two-sessions{name}"),
+            &out,
+            0,
+            None,
+            Some(&fixture),
+        );
+    }
+    let out = report(&["--format", "html"], Path::new("/nonexistent"));
+    check("report/unknown-format", &out, 2, None);
+    let out = report(&["--format", "csv", "-q"], &fixture);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // A copy of the caller's own: json and csv leave it as it is, quiet rewrites it.
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("pack");
+    std::fs::create_dir_all(dir.join("events")).unwrap();
+    for f in ["1.main.jsonl", "2.main.jsonl"] {
+        std::fs::copy(fixture.join("events").join(f), dir.join("events").join(f)).unwrap();
+    }
+    let written = || dir.join("colloc-report.json").exists();
+    for format in ["json", "csv"] {
+        assert!(report(&["--format", format], &dir).status.success());
+        assert!(!written(), "--format {format} wrote the report");
+    }
+    let out = report(&["--format", "quiet"], &dir);
+    check_in("report/two-sessions-quiet", &out, 0, None, Some(&dir));
+    assert!(
+        written(),
+        "--format quiet rewrites the caller's DIR, as -q does"
+    );
+}

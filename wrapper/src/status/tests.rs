@@ -212,7 +212,7 @@ fn the_cluster_view_is_as_recorded() {
     .into();
     let r = ClusterStatus::new(&views, &states);
     golden("cluster.out", &cluster::Text.render(&r).unwrap());
-    golden("cluster-json.out", &Json.render(&r).unwrap());
+    golden("cluster-json.out", &Json::SORTED.render(&r).unwrap());
     let states: BTreeMap<u32, JobState> = [5, 6, 8]
         .map(|j| (j, JobState::Unknown("squeue: timed out".into())))
         .into();
@@ -221,8 +221,11 @@ fn the_cluster_view_is_as_recorded() {
         "cluster-slurm-unknown.out",
         &cluster::Text.render(&r).unwrap(),
     );
-    golden("cluster-slurm-unknown-json.out", &Json.render(&r).unwrap());
+    golden(
+        "cluster-slurm-unknown-json.out",
+        &Json::SORTED.render(&r).unwrap(),
+    );
     let r = ClusterStatus::new(&[], &BTreeMap::new());
     golden("cluster-empty.out", &cluster::Text.render(&r).unwrap());
-    golden("cluster-empty-json.out", &Json.render(&r).unwrap());
+    golden("cluster-empty-json.out", &Json::SORTED.render(&r).unwrap());
 }
