@@ -20,6 +20,7 @@ mod export;
 mod logger;
 mod nodecfg;
 mod output;
+mod plan;
 mod record;
 mod report;
 mod run;
@@ -60,7 +61,7 @@ enum Command {
     /// its pack runs, or after colloc was killed).
     Report(report::ReportArgs),
     /// Show the MIG layout or MPS split a mode would make (read-only, no root needed).
-    Plan(admin::PlanArgs),
+    Plan(plan::PlanArgs),
     /// Show GPUs, MIG mode, instances, MPS daemons and journals colloc owns (--cluster:
     /// every node's).
     Status(status::StatusArgs),
@@ -124,7 +125,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run::main(a, &global),
         Command::Bench(a) => bench::main(a, &global),
         Command::Report(a) => report::main(a),
-        Command::Plan(a) => admin::plan(a, &global),
+        Command::Plan(a) => plan::plan(a, &global),
         Command::Status(a) => status::main(a, &global),
         Command::Apply(a) => admin::apply(a, &global),
         Command::Restore(a) => admin::restore(a, &global),

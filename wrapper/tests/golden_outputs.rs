@@ -537,3 +537,27 @@ fn report_formats_are_chosen_by_name_and_the_flags_keep_their_meaning() {
         "--format quiet rewrites the caller's DIR, as -q does"
     );
 }
+
+/// `colloc plan --format NAME` prints what `--json` and the default always printed; an
+/// unknown name is one line naming the formats, exit 2.
+#[test]
+fn plan_formats_are_chosen_by_name() {
+    let plan = |args: &[&str]| {
+        Command::cargo_bin("colloc")
+            .unwrap()
+            .env("COLLOC_CONFIG", "/nonexistent/colloc.toml")
+            .arg("plan")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let a100 = ["mig:3g", "--gpu-model", "A100-40GB", "--format"];
+    let out = plan(&[&a100[..], &["json"]].concat());
+    check("plan/mig-3g-a100-json", &out, 0, None);
+    let out = plan(&[&a100[..], &["text"]].concat());
+    check("plan/mig-3g-a100", &out, 0, None);
+    let out = plan(&[&a100[..], &["yaml"]].concat());
+    check("plan/unknown-format", &out, 2, None);
+    let out = plan(&["mps:4", "--gpu-model", "H200", "--json", "--format", "text"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
