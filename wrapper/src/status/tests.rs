@@ -229,3 +229,109 @@ fn the_cluster_view_is_as_recorded() {
     golden("cluster-empty.out", &cluster::Text.render(&r).unwrap());
     golden("cluster-empty-json.out", &Json::SORTED.render(&r).unwrap());
 }
+
+/// A node in states the CLI goldens cannot reach without a Slurm queue or a driver that
+/// refuses: a running job, a job Slurm no longer knows (a leftover), a uid without a
+/// name, MIG unsupported, a change pending, instances refused to root, an instance list
+/// that failed, a marked GPU with the processes that have device files open.
+fn every_kind_of_node_status() -> super::model::NodeStatus {
+    use super::model::*;
+    use colloc_core::gpu::{GpuHold, HoldReason};
+    use colloc_core::holders::DeviceUser;
+    let gpu = |index: u32, mig: Option<(bool, bool)>, instances| GpuStatus {
+        index,
+        uuid: format!("GPU-{index}"),
+        name: "NVIDIA A100-SXM4-40GB".into(),
+        mig_mode: mig.is_some_and(|m| m.0),
+        mig_mode_pending: mig.map(|m| m.1),
+        instances,
+        processes: index as usize,
+        marked_by: if index == 2 { vec![9] } else { vec![] },
+        serves: vec!["mig"],
+        serves_note: String::new(),
+    };
+    let journal = |job: u32, uid: u32, user: Option<&str>, state: JobState| {
+        JournalEntry::Read(JournalStatus {
+            job,
+            uid,
+            user: user.map(str::to_string),
+            state: SlurmState(state),
+            gpus: vec![job % 4],
+            mode: "mig:3g".into(),
+            phase: Phase::Applied,
+            mps: vec![],
+            held: if job == 9 {
+                vec![GpuHold {
+                    index: 2,
+                    uuid: "GPU-2".into(),
+                    gi_ids: vec![1],
+                    reason: HoldReason::InUse,
+                    since: 1_700_000_000,
+                    holders: vec![],
+                    breaks_plain_jobs: false,
+                }]
+            } else {
+                vec![]
+            },
+        })
+    };
+    NodeStatus {
+        node: Some("n1".into()),
+        colloc_version: "<VERSION>",
+        colloc_build: None,
+        gpus: Some(vec![
+            gpu(0, None, Instances::Listed(vec![])),
+            gpu(
+                1,
+                Some((true, false)),
+                Instances::Listed(vec![InstanceStatus {
+                    profile: "7g.40gb".into(),
+                    uuid: None,
+                    start: 0,
+                    size: 8,
+                    gi_id: 0,
+                }]),
+            ),
+            gpu(
+                2,
+                Some((true, true)),
+                Instances::NeedsRoot {
+                    devices: vec![MigDevice {
+                        gi_id: 1,
+                        ci_id: 0,
+                        uuid: "MIG-1".into(),
+                    }],
+                    refused_to_root: Some("instances: refused to root".into()),
+                },
+            ),
+            gpu(3, Some((false, false)), Instances::Failed("Unknown".into())),
+        ]),
+        gpus_error: None,
+        journals: vec![
+            journal(4, 1000, Some("alice"), JobState::Known("RUNNING".into())),
+            journal(9, 4242, None, JobState::NotInQueue),
+            JournalEntry::Unreadable("journal 5.json is unreadable".into()),
+        ],
+        journals_error: None,
+        slurm_error: None,
+        leftovers: Some(vec![]),
+        leftovers_error: None,
+        run_dir: None,
+        run_dir_lines: vec![],
+        device_users: Some(vec![DeviceUser {
+            pid: 77,
+            name: "nv-hostengine\u{1b}[2J".into(),
+            devices: vec!["/dev/nvidia2".into()],
+        }]),
+        error: Some("GPU 2: instances: refused to root; GPU 3 instances: Unknown".into()),
+    }
+}
+
+/// Recorded from the model after status moved onto it (the CLI goldens were recorded
+/// before): what the text and JSON say of each of these states stays as it is.
+#[test]
+fn the_node_view_of_states_without_a_queue_is_as_recorded() {
+    let s = every_kind_of_node_status();
+    golden("node-model.out", &super::text::Text.render(&s).unwrap());
+    golden("node-model-json.out", &Json::SORTED.render(&s).unwrap());
+}
