@@ -159,6 +159,33 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    /// Each `--format` option's help names every format its command has (a format added
+    /// to a list is said in `--help`).
+    #[test]
+    fn each_format_option_names_every_format() {
+        let cmd = <Cli as clap::CommandFactory>::command();
+        for (sub, names) in [
+            ("status", status::FORMATS.names()),
+            ("status", status::CLUSTER_FORMATS.names()),
+            ("plan", plan::FORMATS.names()),
+            ("plan", plan::FIT_FORMATS.names()),
+            ("report", report::FORMATS.names()),
+        ] {
+            let help = cmd
+                .find_subcommand(sub)
+                .and_then(|c| c.get_arguments().find(|a| a.get_id() == "format"))
+                .and_then(|a| a.get_help())
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            for n in names {
+                assert!(
+                    help.contains(n),
+                    "colloc {sub} --format: {help:?} lacks {n}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn an_error_line_says_each_cause_once() {
         let e = userfs::UserFsError::Io {
