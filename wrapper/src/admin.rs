@@ -1,51 +1,20 @@
-//! Admin subcommands: `plan`, `status`, `apply`, `restore`, `check-config`.
+//! Admin subcommands: `apply`, `restore`, `check-config`, and what `plan` and `status`
+//! share with them (the config rule, opening NVML, a GPU's MIG catalog).
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use colloc_core::config::Config;
 use colloc_core::gpu::GpuControl;
+use colloc_core::journal;
 use colloc_core::journal::JournalError;
-use colloc_core::mig::{self, Catalog};
-use colloc_core::mode::{MigRequest, Mode};
+use colloc_core::mig::Catalog;
+use colloc_core::mode::Mode;
 use colloc_core::nvml::NvmlGpus;
 use colloc_core::reconfig::{self, JobSpec, NodeFault, Outcome};
-use colloc_core::{journal, mps};
-use serde_json::json;
 
 use crate::{bad_input, Global};
-
-/// `colloc plan MODE (--gpu-model NAME | --gpu INDEX) [--json]`
-#[derive(clap::Args, Debug)]
-pub struct PlanArgs {
-    /// The mode, e.g. mig:3g, mig:4g,2g,1g, mps:4.
-    #[arg(required_unless_present = "fit", conflicts_with = "fit")]
-    mode: Option<String>,
-    /// Propose a MIG layout for the runs of this manifest (runs.toml) from the GPU
-    /// memory they declare (`gpu_memory`): each run a profile that holds it, as many at
-    /// once as fit.
-    #[arg(long, value_name = "RUNS_TOML")]
-    fit: Option<std::path::PathBuf>,
-    /// Plan for a GPU model without a GPU, from colloc's built-in tables: the name NVML
-    /// reports ("NVIDIA A100-SXM4-40GB", "NVIDIA A100 80GB PCIe", "NVIDIA H100 NVL", …) or
-    /// an alias (A100-40GB, A100-PCIE-40GB, A100-80GB, A100-80GB-PCIE, A30, H100-80GB,
-    /// H100-PCIE, H100-NVL, H200, H200-NVL, GH200-96GB, GH200-144GB, B200).
-    #[arg(
-        long,
-        value_name = "NAME",
-        conflicts_with = "gpu",
-        required_unless_present = "gpu"
-    )]
-    gpu_model: Option<String>,
-    /// Plan for this node's GPU (NVML index), using what the driver reports.
-    #[arg(long, value_name = "INDEX")]
-    gpu: Option<u32>,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-}
 
 /// `colloc apply MODE --gpu INDEX --job ID`
 #[derive(clap::Args, Debug)]
@@ -95,7 +64,7 @@ pub struct CheckConfigArgs {
     fix: bool,
 }
 
-fn parse_mode(s: &str) -> anyhow::Result<Mode> {
+pub(crate) fn parse_mode(s: &str) -> anyhow::Result<Mode> {
     s.parse::<Mode>().map_err(|e| bad_input(e.to_string()))
 }
 
@@ -129,261 +98,17 @@ fn refuse_unsafe_paths(cfg: &Config) -> anyhow::Result<()> {
     }
 }
 
-fn open_gpus(cfg: &Config) -> anyhow::Result<NvmlGpus> {
+pub(crate) fn open_gpus(cfg: &Config) -> anyhow::Result<NvmlGpus> {
     NvmlGpus::open(&cfg.nvml_library).map_err(anyhow::Error::from)
 }
 
-fn catalog_of(ctl: &dyn GpuControl, gpu: u32) -> anyhow::Result<Catalog> {
+pub(crate) fn catalog_of(ctl: &dyn GpuControl, gpu: u32) -> anyhow::Result<Catalog> {
     let info = ctl
         .gpus()?
         .into_iter()
         .find(|g| g.index == gpu)
         .ok_or_else(|| bad_input(format!("no GPU with index {gpu} on this node")))?;
     reconfig::catalog_for(ctl, &info).map_err(bad_input)
-}
-
-/// `colloc plan`.
-pub fn plan(a: PlanArgs, g: &Global) -> anyhow::Result<ExitCode> {
-    // Bad input first: the mode or the manifest, before any GPU is asked.
-    let mode = a.mode.as_deref().map(parse_mode).transpose()?;
-    let fit_runs = match &a.fit {
-        Some(path) => Some(fit_needs(path)?),
-        None => None,
-    };
-    let catalog = match (&a.gpu_model, a.gpu) {
-        (Some(name), _) => mig::builtin_catalog(name).map_err(|e| bad_input(e.to_string()))?,
-        (None, Some(i)) => {
-            let cfg = config_or_default(g)?;
-            let gpus = open_gpus(&cfg)?;
-            catalog_of(&gpus, i)?
-        }
-        (None, None) => return Err(bad_input("give --gpu-model NAME or --gpu INDEX")),
-    };
-    let (Some(mode), None) = (mode, &fit_runs) else {
-        return plan_fit(&catalog, &fit_runs.unwrap_or_default(), a.json);
-    };
-    let mut out = String::new();
-    let value = match &mode {
-        Mode::Mig(req) => mig_plan(&catalog, &mode, req, None, &mut out)?,
-        Mode::MigMps { layout, clients } => {
-            mig_plan(&catalog, &mode, layout, Some(*clients), &mut out)?
-        }
-        Mode::Mps { clients } => {
-            let mut v = json!({
-                "mode": mode.to_string(), "gpu_model": catalog.model, "instances": [],
-            });
-            match clients {
-                Some(n) => {
-                    let env = mps::client_limits(*n, &[catalog.memory_total_mib]);
-                    let _ = writeln!(
-                        out,
-                        "{mode} on {}: one MPS daemon per GPU, {n} client slot(s), each limited to:",
-                        catalog.model
-                    );
-                    for (k, val) in &env {
-                        let _ = writeln!(out, "  {k}={val}");
-                    }
-                    v["clients"] = json!(n);
-                    v["active_thread_percentage"] = json!(100 / n);
-                    v["pinned_mem_limit_mib"] = json!(catalog.memory_total_mib / u64::from(*n));
-                }
-                None => {
-                    let _ = writeln!(
-                        out,
-                        "mps on {}: one MPS daemon per GPU, clients unlimited (no thread or memory limit)",
-                        catalog.model
-                    );
-                }
-            }
-            v
-        }
-        Mode::Naive | Mode::Off => {
-            let _ = writeln!(out, "{mode} on {}: the GPU is left as it is", catalog.model);
-            json!({"mode": mode.to_string(), "gpu_model": catalog.model, "instances": []})
-        }
-    };
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&value)?);
-    } else {
-        out!("{out}");
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The runs of a manifest that declare `gpu_memory`: (name, MiB).
-fn fit_needs(path: &std::path::Path) -> anyhow::Result<Vec<(String, u64)>> {
-    let specs = crate::run::manifest::load(path).map_err(|e| bad_input(e.to_string()))?;
-    Ok(specs
-        .iter()
-        .filter_map(|s| {
-            s.gpu_memory
-                .map(|b| (s.name.clone(), b.div_ceil(crate::run::memsize::MIB)))
-        })
-        .collect())
-}
-
-/// `colloc plan --fit runs.toml`: a MIG layout for the runs' declared memory.
-fn plan_fit(
-    catalog: &mig::Catalog,
-    runs: &[(String, u64)],
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let p = crate::run::fit::propose(catalog, runs).map_err(bad_input)?;
-    let slots_of = |profile: &str| p.instances.iter().filter(|i| i.profile == profile).count();
-    if json {
-        let value = json!({
-            "gpu_model": catalog.model,
-            "colloc_mode": p.mode,
-            "instances": p.instances.iter().map(|i| {
-                let prof = catalog.by_id(i.profile_id);
-                json!({
-                    "profile": i.profile, "profile_id": i.profile_id,
-                    "start": i.placement.start, "size": i.placement.size,
-                    "memory_mib": prof.map(|p| p.memory_mib),
-                })
-            }).collect::<Vec<_>>(),
-            "runs": p.runs.iter().map(|(name, need, profile)| json!({
-                "name": name, "gpu_memory_mib": need, "profile": profile,
-            })).collect::<Vec<_>>(),
-        });
-        outln!("{}", serde_json::to_string_pretty(&value)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{} runs declare gpu_memory; on {}: sbatch --colloc={} ({} MIG instance(s), as many runs at once)",
-        p.runs.len(),
-        catalog.model,
-        p.mode,
-        p.instances.len()
-    );
-    let mut profiles: Vec<&str> = p.runs.iter().map(|r| r.2.as_str()).collect();
-    profiles.sort_unstable();
-    profiles.dedup();
-    let _ = writeln!(
-        out,
-        "  {:<12} {:>10}  {:>5}  runs that need it",
-        "profile", "memory", "slots"
-    );
-    for prof in profiles {
-        let mem = catalog
-            .profiles
-            .iter()
-            .find(|q| q.name == prof)
-            .map_or(0, |q| q.memory_mib);
-        let names: Vec<&str> = p
-            .runs
-            .iter()
-            .filter(|r| r.2 == prof)
-            .map(|r| r.0.as_str())
-            .collect();
-        let _ = writeln!(
-            out,
-            "  {:<12} {:>6} MiB  {:>5}  {} ({})",
-            prof,
-            mem,
-            slots_of(prof),
-            names.len(),
-            crate::run::fit::shorten(&names, 6)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "A run goes to the smallest free instance that holds it; runs whose profile has no \
-         instance of its own use a larger one. Check with `colloc plan {} --gpu-model {:?}`.",
-        p.mode, catalog.model
-    );
-    out!("{out}");
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The plan of a MIG layout, printed into `out` and returned as `colloc plan --json`'s
-/// value; `mps`: `Some(clients)` for one MPS daemon inside each instance
-/// (`mig:LAYOUT:mps[:N]`), each instance's clients limited to 1/N of it.
-fn mig_plan(
-    catalog: &Catalog,
-    mode: &Mode,
-    req: &MigRequest,
-    mps: Option<Option<u32>>,
-    out: &mut String,
-) -> anyhow::Result<serde_json::Value> {
-    let instances = catalog.plan(req).map_err(|e| bad_input(e.to_string()))?;
-    if let Some(Some(n)) = mps {
-        catalog
-            .check_mps_clients(&mode.to_string(), &instances, n)
-            .map_err(|e| bad_input(e.to_string()))?;
-    }
-    let _ = writeln!(
-        out,
-        "{} on {}: {} MIG instance(s), COLLOC_MODE={}",
-        mode,
-        catalog.model,
-        instances.len(),
-        mig::layout_mode_string(&instances)
-    );
-    match mps {
-        Some(Some(n)) => {
-            let _ = writeln!(
-                out,
-                "  one MPS daemon per instance, {n} client slot(s) in each ({} in all), each \
-                 client limited to {}% of its instance's SMs and 1/{n} of its memory",
-                instances.len() * n as usize,
-                100 / n
-            );
-        }
-        Some(None) => {
-            let _ = writeln!(
-                out,
-                "  one MPS daemon per instance, clients unlimited (no thread or memory limit)"
-            );
-        }
-        None => {}
-    }
-    // A MIG placement (where an instance sits in the GPU's memory slots) is not a
-    // `colloc run` slot (where one run goes): say "placement", "start", "size".
-    let _ = writeln!(
-        out,
-        "  {:<12} {:<18} {:>10}  {:>3}",
-        "profile", "placement", "memory", "SMs"
-    );
-    for i in &instances {
-        let p = catalog.by_id(i.profile_id);
-        let _ = writeln!(
-            out,
-            "  {:<12} {:<18} {:>6} MiB  {:>3}",
-            i.profile,
-            format!("start {} size {}", i.placement.start, i.placement.size),
-            p.map_or(0, |p| p.memory_mib),
-            p.map_or(0, |p| p.sms)
-        );
-    }
-    let mut value = json!({
-        "mode": mode.to_string(),
-        "gpu_model": catalog.model,
-        "colloc_mode": mig::layout_mode_string(&instances),
-        "instances": instances.iter().map(|i| {
-            let p = catalog.by_id(i.profile_id);
-            let mut v = json!({
-                "profile": i.profile, "profile_id": i.profile_id,
-                "start": i.placement.start, "size": i.placement.size,
-                "memory_mib": p.map(|p| p.memory_mib), "sms": p.map(|p| p.sms),
-            });
-            if let (Some(Some(n)), Some(p)) = (mps, p) {
-                v["mps_clients"] = json!(n);
-                v["active_thread_percentage"] = json!(100 / n);
-                v["pinned_mem_limit_mib"] = json!(p.memory_mib / u64::from(n));
-            }
-            v
-        }).collect::<Vec<_>>(),
-    });
-    if let Some(clients) = mps {
-        value["mps"] = json!({
-            "clients_per_instance": clients,
-            "slots": clients.map(|n| instances.len() * n as usize),
-        });
-    }
-    Ok(value)
 }
 
 /// Publish the node's journals in its Slurm node comment, as the prolog and epilog do

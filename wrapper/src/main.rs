@@ -19,6 +19,8 @@ mod engine;
 mod export;
 mod logger;
 mod nodecfg;
+mod output;
+mod plan;
 mod record;
 mod report;
 mod run;
@@ -59,7 +61,7 @@ enum Command {
     /// its pack runs, or after colloc was killed).
     Report(report::ReportArgs),
     /// Show the MIG layout or MPS split a mode would make (read-only, no root needed).
-    Plan(admin::PlanArgs),
+    Plan(plan::PlanArgs),
     /// Show GPUs, MIG mode, instances, MPS daemons and journals colloc owns (--cluster:
     /// every node's).
     Status(status::StatusArgs),
@@ -123,7 +125,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run::main(a, &global),
         Command::Bench(a) => bench::main(a, &global),
         Command::Report(a) => report::main(a),
-        Command::Plan(a) => admin::plan(a, &global),
+        Command::Plan(a) => plan::plan(a, &global),
         Command::Status(a) => status::main(a, &global),
         Command::Apply(a) => admin::apply(a, &global),
         Command::Restore(a) => admin::restore(a, &global),
@@ -156,6 +158,33 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each `--format` option's help names every format its command has (a format added
+    /// to a list is said in `--help`).
+    #[test]
+    fn each_format_option_names_every_format() {
+        let cmd = <Cli as clap::CommandFactory>::command();
+        for (sub, names) in [
+            ("status", status::FORMATS.names()),
+            ("status", status::CLUSTER_FORMATS.names()),
+            ("plan", plan::FORMATS.names()),
+            ("plan", plan::FIT_FORMATS.names()),
+            ("report", report::FORMATS.names()),
+        ] {
+            let help = cmd
+                .find_subcommand(sub)
+                .and_then(|c| c.get_arguments().find(|a| a.get_id() == "format"))
+                .and_then(|a| a.get_help())
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            for n in names {
+                assert!(
+                    help.contains(n),
+                    "colloc {sub} --format: {help:?} lacks {n}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn an_error_line_says_each_cause_once() {

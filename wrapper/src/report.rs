@@ -1,7 +1,8 @@
 //! `colloc report DIR`: the report of a `colloc run` directory, rebuilt from its event
 //! log at any time: while its pack runs (runs still going show as `running`), after it
 //! finished, or after colloc was killed (attempts it never saw end show as
-//! `interrupted`). Prints the table (or the JSON, the CSV, one line) and rewrites the
+//! `interrupted`). Prints the table (or the JSON, the CSV, one line: the formats of
+//! [`FORMATS`], chosen by name; `--json`, `--csv`, `-q` name them) and rewrites the
 //! report files and charts, into DIR (only when it is the caller's) or `--out`.
 
 use std::path::{Path, PathBuf};
@@ -9,7 +10,9 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::bad_input;
-use crate::export::{chart, runs};
+use crate::export::chart;
+use crate::export::printed::{self, Shown};
+use crate::output::{self, Formats, Json};
 use crate::record::store::{self, LockState, RecordError, ReportDir};
 use crate::run::record::{write_report, REPORT_JSON};
 use crate::userfs::UserFsError;
@@ -20,7 +23,7 @@ use crate::userfs::UserFsError;
 DIR's report files and charts are rewritten only when DIR is yours, writable by no one
 else and not read-only; otherwise (someone else's report, also as root) the report is
 only printed and nothing is written, unless --out names a directory of yours. --json and
---csv only print (and write only with --out).
+--csv (--format json, --format csv) only print (and write only with --out).
 
 Examples:
   colloc report colloc-1234              the table, and the report files rewritten
@@ -31,14 +34,18 @@ pub struct ReportArgs {
     #[arg(value_name = "DIR")]
     dir: PathBuf,
     /// Print the report's JSON instead of the table (writes nothing without --out).
-    #[arg(long, conflicts_with_all = ["csv", "quiet"])]
+    #[arg(long, conflicts_with_all = ["csv", "quiet", "format"])]
     json: bool,
     /// Print the CSV instead of the table (writes nothing without --out).
-    #[arg(long, conflicts_with = "quiet")]
+    #[arg(long, conflicts_with_all = ["quiet", "format"])]
     csv: bool,
     /// Print only the one-line summary.
-    #[arg(short = 'q', long)]
+    #[arg(short = 'q', long, conflicts_with = "format")]
     quiet: bool,
+    /// The output format: table (the default), json, csv or quiet (as the flags of those
+    /// names).
+    #[arg(long, value_name = "NAME")]
+    format: Option<String>,
     /// Write the report files and charts here instead of into DIR: a new directory, or
     /// one of yours that no one else can write.
     #[arg(long, value_name = "OUT", conflicts_with = "no_write")]
@@ -46,6 +53,38 @@ pub struct ReportArgs {
     /// Write nothing; only print.
     #[arg(long)]
     no_write: bool,
+}
+
+/// The formats of `colloc report`, the default first: one line each.
+pub const FORMATS: Formats<Shown> = Formats {
+    command: "colloc report",
+    list: &[
+        &printed::Table,
+        &Json::DECLARED,
+        &printed::Csv,
+        &printed::Quiet,
+    ],
+};
+
+impl ReportArgs {
+    /// The format asked for by name: `--json`, `--csv`, `-q` name theirs; none is the
+    /// default.
+    fn format_name(&self) -> Option<&str> {
+        if self.json {
+            Some("json")
+        } else if self.csv {
+            Some("csv")
+        } else if self.quiet {
+            Some("quiet")
+        } else {
+            self.format.as_deref()
+        }
+    }
+
+    /// The JSON and the CSV only print: they rewrite DIR's files only with --out.
+    fn only_prints(&self) -> bool {
+        matches!(self.format_name(), Some("json" | "csv"))
+    }
 }
 
 /// Where `colloc report` writes: `--out`, DIR when the caller may write it, or nowhere.
@@ -57,7 +96,7 @@ fn destination(a: &ReportArgs, dir: ReportDir) -> anyhow::Result<Option<ReportDi
         let (d, _) = ReportDir::create(out).map_err(|e| e.into_anyhow().context("--out"))?;
         return Ok(Some(d));
     }
-    if a.json || a.csv {
+    if a.only_prints() {
         return Ok(None);
     }
     match dir.why_not_writable() {
@@ -77,6 +116,8 @@ fn destination(a: &ReportArgs, dir: ReportDir) -> anyhow::Result<Option<ReportDi
 /// # Errors
 /// Bad input: DIR has no record, or a record colloc did not write (exit 2).
 pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
+    // Bad input first: an unknown format, before DIR is read.
+    let format = FORMATS.pick(a.format_name())?;
     let no_record = |dir: &Path, old: bool| {
         bad_input(format!(
             "{} holds no colloc event log ({}/){}",
@@ -132,28 +173,11 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
             Err(e) => failed = Some(e),
         }
     }
-    if a.json {
-        outln!(
-            "{}",
-            crate::engine::text::json_for_terminal(&serde_json::to_string_pretty(&report)?)
-        );
-    } else if a.csv {
-        let csv = runs::csv(&report)?;
-        out!(
-            "{}",
-            crate::engine::text::escape_lines(&String::from_utf8_lossy(&csv))
-        );
-    } else if a.quiet {
-        outln!(
-            "{}",
-            runs::one_line(&report, &shown_json.display().to_string())
-        );
-    } else {
-        out!("{}", runs::table(&report));
-        if report.running {
-            outln!("(the pack is still running)");
-        }
-    }
+    let shown = Shown {
+        report,
+        json_file: shown_json.display().to_string(),
+    };
+    output::print(format, &shown)?;
     if let Some(e) = failed {
         errln!(
             "colloc: error: {} (--out DIR writes elsewhere, --no-write only prints)",

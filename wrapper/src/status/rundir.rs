@@ -1,23 +1,7 @@
-//! `run_dir`'s room in `colloc status` (issue 35): its free space and inodes, what is used
-//! there out of sight with the processes that use it, and, with `--cluster`, the nodes
-//! whose run_dir is full or holds inodes out of sight.
+//! `run_dir`'s room in `colloc status --cluster` (issue 35): the nodes whose run_dir is
+//! full or holds inodes out of sight (this node's own room is `model::NodeStatus::run_dir`).
 
-use std::fmt::Write as _;
-
-use colloc_core::config::Config;
 use colloc_core::publish::NodeRecord;
-use colloc_core::runroom::Room;
-
-/// This node's run_dir, a line each into `text`; where no MPS job can be served, that is
-/// one of the `errors` (exit 1). `None` where run_dir cannot be opened (said elsewhere).
-pub(super) fn lines(cfg: &Config, text: &mut String, errors: &mut Vec<String>) -> Option<Room> {
-    let room = colloc_core::runroom::room(cfg).ok()?;
-    for l in room.lines(cfg) {
-        let _ = writeln!(text, "{l}");
-    }
-    errors.extend(room.cannot_serve.clone());
-    Some(room)
-}
 
 /// A node's run_dir, where it is full or holds inodes out of sight (issue 35).
 pub(super) fn note(name: &str, rec: &NodeRecord) -> Option<String> {
