@@ -32,10 +32,11 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
                 "slurm",
                 "slurmcheck",
             ],
-            // what a pack measured: the record, its schema and fold, and its outputs
-            &["record", "export"],
+            // what a pack measured: the record, its schema and fold; its outputs and the
+            // Exporter trait every command prints through
+            &["record", "export", "output"],
             // the commands
-            &["run", "bench", "step", "report", "status", "admin"],
+            &["run", "bench", "step", "report", "status", "admin", "plan"],
         ],
     ),
     (
