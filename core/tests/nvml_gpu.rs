@@ -1,4 +1,4 @@
-//! `NvmlGpus` on a real NVIDIA GPU (the lent H200), read-only.
+//! `NvmlGpus` on a real NVIDIA GPU (the lent H100 or H200), read-only.
 //!
 //! Run there with `cargo test -p colloc-core --test nvml_gpu -- --ignored` (or the built
 //! test binary with `--ignored`). `COLLOC_NVML_LIBRARY` names the library (default
@@ -73,14 +73,20 @@ fn real_gpus() -> ReadOnly {
     panic!("no NVML library: {}", errors.join("; "));
 }
 
-/// Index of the H200.
-fn h200(gpus: &ReadOnly) -> u32 {
-    gpus.gpus()
-        .expect("gpus")
-        .iter()
-        .find(|g| g.name == "NVIDIA H200")
-        .map(|g| g.index)
-        .expect("an NVIDIA H200")
+/// The lent cards and their memory as NVML reports it (MiB): an H200 (shared/gpu-facts.md)
+/// or an H100 80GB HBM3 (85,520,809,984 bytes, driver 580).
+const LENT: &[(&str, u64)] = &[("NVIDIA H200", 143771), ("NVIDIA H100 80GB HBM3", 81559)];
+
+/// Index and name of the lent card.
+fn lent(gpus: &ReadOnly) -> (u32, &'static str) {
+    let list = gpus.gpus().expect("gpus");
+    LENT.iter()
+        .find_map(|(name, _)| {
+            list.iter()
+                .find(|g| g.name == *name)
+                .map(|g| (g.index, *name))
+        })
+        .unwrap_or_else(|| panic!("one of the lent GPUs ({LENT:?}); NVML lists {list:?}"))
 }
 
 #[test]
@@ -94,9 +100,11 @@ fn lists_the_gpus() {
         assert!(g.uuid.starts_with("GPU-"), "{}", g.uuid);
         assert!(g.memory_total > 0);
     }
-    let g = &list[h200(&gpus) as usize];
-    assert_eq!(g.memory_total / (1024 * 1024), 143771);
-    assert!(g.mig_mode.is_some(), "an H200 supports MIG");
+    let (i, name) = lent(&gpus);
+    let g = &list[i as usize];
+    let mib = LENT.iter().find(|(n, _)| *n == name).map(|(_, m)| *m);
+    assert_eq!(Some(g.memory_total / (1024 * 1024)), mib, "{name}");
+    assert!(g.mig_mode.is_some(), "an {name} supports MIG");
 }
 
 /// index, id, name, slices, instances, MiB, SMs, placements.
@@ -104,10 +112,23 @@ type Row<'a> = (u32, u32, &'a str, u32, u32, u64, u32, Vec<Placement>);
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn h200_catalog_matches_what_nvml_reported_before() {
+fn the_catalog_matches_the_built_in_one_and_on_an_h200_what_nvml_reported_before() {
     let gpus = real_gpus();
-    let cat = gpus.catalog(h200(&gpus)).expect("catalog");
+    let (i, name) = lent(&gpus);
+    let cat = gpus.catalog(i).expect("catalog");
     eprintln!("{cat:#?}");
+    // The built-in table agrees on what planning uses.
+    let builtin = mig::builtin_catalog(name).expect("a built-in table");
+    for p in &builtin.profiles {
+        let q = cat.by_id(p.id).expect("same ids");
+        assert_eq!(
+            (&q.name, q.slices, &q.placements),
+            (&p.name, p.slices, &p.placements)
+        );
+    }
+    if name != "NVIDIA H200" {
+        return;
+    }
     let at = |starts: &[u32], size: u32| -> Vec<Placement> {
         starts
             .iter()
@@ -165,22 +186,13 @@ fn h200_catalog_matches_what_nvml_reported_before() {
         })
         .collect();
     assert_eq!(got, want);
-    // The built-in table agrees on what planning uses.
-    let builtin = mig::builtin_catalog("NVIDIA H200").expect("built-in H200");
-    for p in &builtin.profiles {
-        let q = cat.by_id(p.id).expect("same ids");
-        assert_eq!(
-            (&q.name, q.slices, &q.placements),
-            (&p.name, p.slices, &p.placements)
-        );
-    }
 }
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn reads_instances_processes_and_counters() {
     let gpus = real_gpus();
-    let i = h200(&gpus);
+    let (i, _) = lent(&gpus);
     let mode = gpus.gpus().expect("gpus")[i as usize].mig_mode;
     let instances = gpus.instances(i).expect("instances");
     if !matches!(mode, Some(MigMode { current: true, .. })) {
@@ -210,7 +222,7 @@ fn reads_instances_processes_and_counters() {
 #[ignore = "needs an NVIDIA GPU"]
 fn changes_are_refused_before_reaching_the_card() {
     let gpus = real_gpus();
-    let i = h200(&gpus);
+    let (i, _) = lent(&gpus);
     let before = gpus.gpus().expect("gpus")[i as usize].mig_mode;
     for err in [
         gpus.create_instance(i, 19, Placement { start: 0, size: 1 })
