@@ -1,17 +1,18 @@
 //! `colloc report DIR`: the report of a `colloc run` directory, rebuilt from its event
 //! log at any time: while its pack runs (runs still going show as `running`), after it
 //! finished, or after colloc was killed (attempts it never saw end show as
-//! `interrupted`). Prints the table (or the JSON, the CSV, one line: the formats of
-//! [`FORMATS`], chosen by name; `--json`, `--csv`, `-q` name them) and rewrites the
-//! report files and charts, into DIR (only when it is the caller's) or `--out`.
+//! `interrupted`). Prints the table (or the JSON, the CSV, one self-contained HTML page,
+//! one line: the formats of [`FORMATS`], chosen by name; `--json`, `--csv`, `--html`,
+//! `-q` name them) and rewrites the report files and charts, into DIR (only when it is
+//! the caller's) or `--out`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::bad_input;
-use crate::export::chart;
 use crate::export::printed::{self, Shown};
+use crate::export::{chart, html};
 use crate::output::{self, Formats, Json};
 use crate::record::store::{self, LockState, RecordError, ReportDir};
 use crate::run::record::{write_report, REPORT_JSON};
@@ -22,28 +23,33 @@ use crate::userfs::UserFsError;
 #[command(after_help = "\
 DIR's report files and charts are rewritten only when DIR is yours, writable by no one
 else and not read-only; otherwise (someone else's report, also as root) the report is
-only printed and nothing is written, unless --out names a directory of yours. --json and
---csv (--format json, --format csv) only print (and write only with --out).
+only printed and nothing is written, unless --out names a directory of yours. --json,
+--csv and --html (--format json, csv, html) only print (and write only with --out).
 
 Examples:
   colloc report colloc-1234              the table, and the report files rewritten
   colloc report --json colloc-1234 | jq '.runs[] | select(.state != \"succeeded\") | .name'
+  colloc report --html colloc-1234 > result.html   one page, charts inside, to share
   colloc report --out /tmp/r colloc-1234  leave DIR as it is; write into /tmp/r")]
 pub struct ReportArgs {
     /// A report directory of `colloc run`.
     #[arg(value_name = "DIR")]
     dir: PathBuf,
     /// Print the report's JSON instead of the table (writes nothing without --out).
-    #[arg(long, conflicts_with_all = ["csv", "quiet", "format"])]
+    #[arg(long, conflicts_with_all = ["csv", "html", "quiet", "format"])]
     json: bool,
     /// Print the CSV instead of the table (writes nothing without --out).
-    #[arg(long, conflicts_with_all = ["quiet", "format"])]
+    #[arg(long, conflicts_with_all = ["html", "quiet", "format"])]
     csv: bool,
+    /// Print the report as one self-contained HTML page (its charts embedded; no script,
+    /// nothing fetched) instead of the table (writes nothing without --out).
+    #[arg(long, conflicts_with_all = ["quiet", "format"])]
+    html: bool,
     /// Print only the one-line summary.
     #[arg(short = 'q', long, conflicts_with = "format")]
     quiet: bool,
-    /// The output format: table (the default), json, csv or quiet (as the flags of those
-    /// names).
+    /// The output format: table (the default), json, csv, html or quiet (as the flags of
+    /// those names).
     #[arg(long, value_name = "NAME")]
     format: Option<String>,
     /// Write the report files and charts here instead of into DIR: a new directory, or
@@ -62,6 +68,7 @@ pub const FORMATS: Formats<Shown> = Formats {
         &printed::Table,
         &Json::DECLARED,
         &printed::Csv,
+        &html::Html,
         &printed::Quiet,
     ],
 };
@@ -74,6 +81,8 @@ impl ReportArgs {
             Some("json")
         } else if self.csv {
             Some("csv")
+        } else if self.html {
+            Some("html")
         } else if self.quiet {
             Some("quiet")
         } else {
@@ -81,9 +90,9 @@ impl ReportArgs {
         }
     }
 
-    /// The JSON and the CSV only print: they rewrite DIR's files only with --out.
+    /// The JSON, the CSV and the HTML only print: they rewrite DIR's files only with --out.
     fn only_prints(&self) -> bool {
-        matches!(self.format_name(), Some("json" | "csv"))
+        matches!(self.format_name(), Some("json" | "csv" | "html"))
     }
 }
 
