@@ -45,6 +45,8 @@ pub struct RunSpec {
     /// GPU memory it declared it needs (`gpu_memory`), bytes: it goes only onto a slot
     /// that holds it.
     pub gpu_memory: Option<u64>,
+    /// The manifest line of its command (`None`: not from a manifest).
+    pub line: Option<usize>,
 }
 
 impl RunSpec {
@@ -59,6 +61,7 @@ impl RunSpec {
             timeout: None,
             grid: None,
             gpu_memory: None,
+            line: None,
         }
     }
 }
@@ -543,6 +546,7 @@ fn run_table(
                 Some(m) => Some(cx.gpu_memory(m)?),
                 None => d.memory,
             },
+            line: Some(line_of(cx.text, r.command.span().start)),
         },
         span,
     ))
@@ -639,6 +643,7 @@ fn sweep_table(
     if let Some(m) = &s.gpu_memory {
         tcheck(m.get_ref(), m.span())?;
     }
+    let command_line = line_of(cx.text, s.command.span().start);
     let mut runs = Vec::new();
     for combo in combinations(&grid) {
         let name = fill(&name_t, &combo);
@@ -670,6 +675,7 @@ fn sweep_table(
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
                 ),
+                line: Some(command_line),
             },
             name_span.clone(),
         ));
