@@ -96,6 +96,16 @@ fn manifest_errors_say_where_and_start_nothing() {
             ":3: environment variable name \"A=B\"",
         ),
         (
+            "retries out of range",
+            format!("[defaults]\nretries = 1000\n[[run]]\n{ok}\n"),
+            ":2: retries = 1000 is not valid; use a whole number from 0 to 100",
+        ),
+        (
+            "unknown retry_on",
+            format!("[[sweep]]\n{ok}\ngrid = {{ x = ['1'] }}\nretry_on = 'always'\n"),
+            ":4: retry_on: \"always\" is not valid; use oom (CUDA out of memory) or any (any failure or timeout)",
+        ),
+        (
             "NUL in the command",
             "[[run]]\ncommand = ['touch', \"STA\\u0000RTED\"]\n".to_string(),
             ":2: the command contains a NUL character",

@@ -4,6 +4,7 @@
 //! - [`args`]: the flags, checked into options.
 //! - [`manifest`]: `runs.toml` into run specs, every error caught before anything starts.
 //! - [`programs`]: every command's program found before anything starts.
+//! - [`retry`]: which failed runs start again, from the flags and `runs.toml`.
 //! - [`slots`]: the slot layout from the job environment or `--mode`/`-j`.
 //! - [`setup`]: report directory (fresh or resumed), GPUs, MPS, sampler, baseline.
 //! - [`scheduler`]: what the pack engine runs, and what an attempt's end means.
@@ -38,6 +39,7 @@ pub mod memsize;
 pub mod nodes;
 pub mod programs;
 pub mod record;
+pub mod retry;
 pub mod scheduler;
 pub mod setup;
 pub mod slots;
