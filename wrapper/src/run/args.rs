@@ -38,8 +38,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub report_dir: Option<PathBuf>,
     /// Continue the record in the report directory: skip runs that succeeded, run the
-    /// rest again (automatic in a requeued Slurm job whose directory holds this manifest's
-    /// record).
+    /// rest again; an edited manifest's changed and new runs run, removed ones are kept
+    /// in the record (automatic in a requeued Slurm job whose directory holds this
+    /// manifest's record).
     #[arg(long)]
     pub resume: bool,
     /// Run manifest (runs.toml).

@@ -541,7 +541,7 @@ fn finish(
     let left = report
         .runs
         .iter()
-        .filter(|r| r.state != crate::engine::State::Succeeded)
+        .filter(|r| !r.removed && r.state != crate::engine::State::Succeeded)
         .count();
     let all_ok = left == 0;
     // The record is written: now the job may go back to the queue.
