@@ -363,6 +363,33 @@ fn an_edited_manifest_resumes_keeping_what_is_unchanged() {
     assert_eq!(marks_of(&env, "b").len(), 2);
 }
 
+/// Without `--report-dir`, `--resume` of an edited manifest finds the job's directory
+/// by the runs it has in common, and goes on there (no `-2` beside it).
+#[test]
+fn an_edited_manifest_resumes_in_the_jobs_default_directory() {
+    let env = Env::new();
+    let colloc = |extra: &[&str]| {
+        env.colloc_bin()
+            .env("SLURM_JOB_ID", "4242")
+            .env_remove("SLURM_RESTART_COUNT")
+            .args(["run", "--warn-before", "off"])
+            .args(extra)
+            .arg("-f")
+            .arg(env.path().join("runs.toml"))
+            .output()
+            .unwrap()
+    };
+    env.manifest(&[marking("a", "a1", 0), marking("b", "b1", 1)].concat());
+    assert_eq!(colloc(&[]).status.code(), Some(1));
+    env.manifest(&[marking("a", "a1", 0), marking("b", "b2", 0)].concat());
+    let out = colloc(&["--resume"]);
+    succeeded(&out);
+    assert_eq!(marks_of(&env, "a"), ["a1"]);
+    assert_eq!(marks_of(&env, "b"), ["b1", "b2"]);
+    assert!(env.path().join("colloc-4242/colloc-report.json").exists());
+    assert!(!env.path().join("colloc-4242-2").exists());
+}
+
 /// `--resume` of a different sweep altogether (no run in common) is refused, and the
 /// record is not touched.
 #[test]
