@@ -96,6 +96,16 @@ fn manifest_errors_say_where_and_start_nothing() {
             ":3: environment variable name \"A=B\"",
         ),
         (
+            "retries out of range",
+            format!("[defaults]\nretries = 1000\n[[run]]\n{ok}\n"),
+            ":2: retries = 1000 is not valid; use a whole number from 0 to 100",
+        ),
+        (
+            "unknown retry_on",
+            format!("[[sweep]]\n{ok}\ngrid = {{ x = ['1'] }}\nretry_on = 'always'\n"),
+            ":4: retry_on: \"always\" is not valid; use oom (CUDA out of memory) or any (any failure or timeout)",
+        ),
+        (
             "NUL in the command",
             "[[run]]\ncommand = ['touch', \"STA\\u0000RTED\"]\n".to_string(),
             ":2: the command contains a NUL character",
@@ -204,4 +214,140 @@ fn usage_errors_exit_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs a GPU"));
+}
+
+/// A file in the test's directory with `mode`: a script that leaves a mark named for the run.
+fn script(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, "#!/bin/sh\ntouch \"$MARK/$COLLOC_RUN_NAME\"\n").unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// `colloc run` that must fail before anything starts: exit 2, one line on stderr that
+/// holds `want`, no run started, no report directory made.
+fn refused(env: &Env, args: &[&str], want: &str) {
+    let out = env.colloc().args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(want),
+        "{args:?}: want {want:?} in {stderr:?}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+    assert!(env.marks().is_empty(), "{args:?}: a run started");
+    assert!(
+        !env.path().join("STARTED").exists(),
+        "{args:?}: a run started"
+    );
+    assert!(
+        !env.report_dir().exists(),
+        "{args:?}: a report dir was made"
+    );
+}
+
+/// A misspelled program fails the whole pack before anything starts (not every run of
+/// the sweep on its own): the manifest's file and the line of the command, the run, and
+/// the PATH searched.
+#[test]
+fn a_misspelled_program_fails_the_pack_before_anything_starts() {
+    let env = Env::new();
+    let m = env.manifest(
+        "[[run]]\nname = 'ok'\ncommand = ['touch', 'STARTED']\n[[sweep]]\nname = 'lr{lr}'\n\
+         command = ['pyhton3', 'train.py', '--lr', '{lr}']\ngrid = { lr = ['0.1', '0.01'] }\n",
+    );
+    let path = std::env::var("PATH").unwrap();
+    let file = m.display().to_string();
+    refused(
+        &env,
+        &["-f", &file],
+        &format!(
+            "{file}:6: run \"lr0.1\": program \"pyhton3\" not found in colloc's PATH ({path})"
+        ),
+    );
+    // A command run through sh: its first program, where that is sure.
+    env.manifest("[[run]]\nname = 's'\ncommand = 'pyhton3 train.py > out.log 2>&1'\n");
+    refused(
+        &env,
+        &["-f", &file],
+        &format!("{file}:3: run \"s\" (the first program of its sh -c script): program \"pyhton3\" not found"),
+    );
+    // The command after --.
+    refused(
+        &env,
+        &["--", "pyhton3", "train.py"],
+        "the command after --: program \"pyhton3\" not found in colloc's PATH",
+    );
+}
+
+/// A program that is there but may not be executed is refused with what to do.
+#[test]
+fn a_program_without_its_execute_bit_is_refused_before_start() {
+    let env = Env::new();
+    script(&env.path().join("train.sh"), 0o644);
+    let m = env.manifest("[[run]]\nname = 'a'\ncommand = ['./train.sh', '--lr', '0.1']\n");
+    let file = m.display().to_string();
+    refused(
+        &env,
+        &["-f", &file],
+        &format!(
+            "{file}:3: run \"a\": program \"./train.sh\" is {}, which you may not execute: chmod +x it",
+            env.path().join("./train.sh").display()
+        ),
+    );
+}
+
+/// A program with a slash is found in the run's working directory (where it starts),
+/// not in colloc's.
+#[test]
+fn a_relative_program_is_found_in_the_runs_working_directory() {
+    let env = Env::new();
+    std::fs::create_dir(env.path().join("exp")).unwrap();
+    script(&env.path().join("exp/train.sh"), 0o755);
+    let m = env.manifest("[[run]]\nname = 'a'\nworkdir = 'exp'\ncommand = ['./train.sh']\n");
+    let out = env.colloc().arg("-f").arg(&m).output().unwrap();
+    succeeded(&out);
+    assert_eq!(env.marks(), ["a"]);
+    // Without the workdir the same program is looked for (and missing) in colloc's.
+    std::fs::remove_dir_all(env.report_dir()).unwrap();
+    std::fs::remove_file(env.mark().join("a")).unwrap();
+    env.manifest("[[run]]\nname = 'a'\ncommand = ['./train.sh']\n");
+    let file = m.display().to_string();
+    refused(
+        &env,
+        &["-f", &file],
+        &format!(
+            "{file}:3: run \"a\": program \"./train.sh\" not found: {} does not exist (relative to the run's working directory {})",
+            env.path().join("./train.sh").display(),
+            env.path().display()
+        ),
+    );
+}
+
+/// A bare name is searched in the PATH the run gets: its own `env` PATH over colloc's.
+#[test]
+fn a_bare_program_is_searched_in_the_path_of_the_runs_env() {
+    let env = Env::new();
+    let tools = env.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    script(&tools.join("mytrain"), 0o755);
+    let m = env.manifest(&format!(
+        "[defaults]\nenv = {{ PATH = '{}:/usr/bin:/bin' }}\n[[run]]\nname = 'a'\ncommand = ['mytrain']\n",
+        tools.display()
+    ));
+    let out = env.colloc().arg("-f").arg(&m).output().unwrap();
+    succeeded(&out);
+    assert_eq!(env.marks(), ["a"]);
+    // A run's own PATH without the tools: refused, naming that PATH.
+    std::fs::remove_dir_all(env.report_dir()).unwrap();
+    std::fs::remove_file(env.mark().join("a")).unwrap();
+    env.manifest(&format!(
+        "[defaults]\nenv = {{ PATH = '{}:/usr/bin:/bin' }}\n[[run]]\nname = 'a'\ncommand = ['mytrain']\nenv = {{ PATH = '/usr/bin:/bin' }}\n",
+        tools.display()
+    ));
+    let file = m.display().to_string();
+    refused(
+        &env,
+        &["-f", &file],
+        &format!("{file}:5: run \"a\": program \"mytrain\" not found in the run's env PATH (/usr/bin:/bin)"),
+    );
 }

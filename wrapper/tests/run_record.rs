@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use run_support::{kill, processes_with_env, run, succeeded, wait_for, Env};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// A sweep of `n` runs `r1..rn`; run i > `quick` waits for `$MARK/go`. Each run starts a
 /// grandchild (`sleep 300 &`) and, when it succeeds, appends its name to `$MARK/count`.
@@ -208,18 +208,198 @@ fn a_report_dir_with_a_record_is_refused_without_resume_and_resumed_in_a_requeue
     assert!(String::from_utf8_lossy(&out.stderr).contains("holds no colloc record"));
 }
 
+/// A run for the edited-manifest tests: appends `word` to `$MARK/NAME` and exits `code`.
+fn marking(name: &str, word: &str, code: u8) -> String {
+    format!(
+        "[[run]]\nname = '{name}'\ncommand = ['sh', '-c', 'echo {word} >> \"$MARK/{name}\"; exit {code}']\n"
+    )
+}
+
+/// The words a run appended, one per attempt.
+fn marks_of(env: &Env, name: &str) -> Vec<String> {
+    std::fs::read_to_string(env.mark().join(name))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `--resume` with an edited manifest (issue 39): unchanged runs keep their record (a
+/// success is not run again), changed and failed ones run again, new ones run, a removed
+/// one is said at start and kept in the record as removed; every attempt keeps the
+/// definition it ran, and `colloc report` rebuilds the same from the event log.
 #[test]
-fn a_changed_manifest_is_named_under_resume_and_nothing_is_mixed() {
+fn an_edited_manifest_resumes_keeping_what_is_unchanged() {
     let env = Env::new();
-    let m = env.manifest(
-        "[[run]]\nname = 'a'\ncommand = ['true']\n[[run]]\nname = 'b'\ncommand = ['false']\n",
+    let first = [
+        marking("a", "a1", 0),
+        marking("b", "b1", 1),
+        marking("c", "c1", 1),
+        marking("d", "d1", 0),
+        marking("e", "e1", 1),
+    ]
+    .concat();
+    let m = env.manifest(&first);
+    let out = env
+        .colloc()
+        .args(["-j", "2", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    // b fixed, c unchanged (fails again), d changed, e removed, f new.
+    let edited = [
+        marking("a", "a1", 0),
+        marking("b", "b2", 0),
+        marking("c", "c1", 1),
+        marking("d", "d2", 0),
+        marking("f", "f1", 0),
+    ]
+    .concat();
+    env.manifest(&edited);
+    let out = env
+        .colloc()
+        .args(["--resume", "-j", "2", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "c still fails: {stderr}");
+    for line in [
+        "colloc: resume: b: its command changed; it runs again",
+        "colloc: resume: d: its command changed; it runs again",
+        "colloc: resume: 1 new run(s): f",
+        "colloc: resume: e was removed from the manifest; its record is kept and it does not run",
+    ] {
+        assert_eq!(stdout.matches(line).count(), 1, "{line:?} once in {stdout}");
+    }
+    let got: Vec<(&str, Vec<String>)> = ["a", "b", "c", "d", "e", "f"]
+        .into_iter()
+        .map(|n| (n, marks_of(&env, n)))
+        .collect();
+    let want: Vec<(&str, Vec<String>)> = [
+        ("a", vec!["a1"]),
+        ("b", vec!["b1", "b2"]),
+        ("c", vec!["c1", "c1"]),
+        ("d", vec!["d1", "d2"]),
+        ("e", vec!["e1"]),
+        ("f", vec!["f1"]),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n, v.into_iter().map(str::to_string).collect()))
+    .collect();
+    assert_eq!(got, want, "what ran, attempt by attempt");
+    let rep = env.report();
+    let b = run(&rep, "b");
+    assert_eq!(b["state"], "succeeded");
+    assert!(b["command"][2].as_str().unwrap().contains("b2"));
+    let a = b["attempts"].as_array().unwrap();
+    assert!(
+        a[0]["definition"]["command"][2]
+            .as_str()
+            .unwrap()
+            .contains("b1"),
+        "the first attempt keeps the command it ran: {}",
+        a[0]
     );
+    assert!(a[1].get("definition").is_none(), "{}", a[1]);
+    assert_eq!(run(&rep, "a")["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(run(&rep, "e")["removed"], true);
+    assert_eq!(run(&rep, "e")["state"], "failed");
+    assert!(run(&rep, "a").get("removed").is_none());
+    let s = &rep["summary"];
+    assert_eq!(
+        (&s["runs"], &s["removed"], &s["succeeded"], &s["failed"]),
+        (&json!(5), &json!(1), &json!(4), &json!(1))
+    );
+    let csv = std::fs::read_to_string(env.report_dir().join("colloc-runs.csv")).unwrap();
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("e,") && l.contains(",removed,")),
+        "{csv}"
+    );
+    // The event log alone gives the same runs.
+    let out = env
+        .colloc_bin()
+        .args(["report", "--json"])
+        .arg(env.report_dir())
+        .output()
+        .unwrap();
+    let rebuilt: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shape = |r: &Value| -> Vec<(Value, Value, Value, Vec<Value>)> {
+        r["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                let defs = x["attempts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a["definition"].clone())
+                    .collect();
+                (
+                    x["name"].clone(),
+                    x["state"].clone(),
+                    x["removed"].clone(),
+                    defs,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(shape(&rebuilt), shape(&rep));
+    assert_eq!(rebuilt["summary"]["removed"], 1);
+    // With only the removal left to see, the pack is done: exit 0.
+    env.manifest(&[marking("a", "a1", 0), marking("b", "b2", 0)].concat());
+    let out = env
+        .colloc()
+        .args(["--resume", "-f"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    succeeded(&out);
+    assert_eq!(marks_of(&env, "a").len(), 1);
+    assert_eq!(marks_of(&env, "b").len(), 2);
+}
+
+/// Without `--report-dir`, `--resume` of an edited manifest finds the job's directory
+/// by the runs it has in common, and goes on there (no `-2` beside it).
+#[test]
+fn an_edited_manifest_resumes_in_the_jobs_default_directory() {
+    let env = Env::new();
+    let colloc = |extra: &[&str]| {
+        env.colloc_bin()
+            .env("SLURM_JOB_ID", "4242")
+            .env_remove("SLURM_RESTART_COUNT")
+            .args(["run", "--warn-before", "off"])
+            .args(extra)
+            .arg("-f")
+            .arg(env.path().join("runs.toml"))
+            .output()
+            .unwrap()
+    };
+    env.manifest(&[marking("a", "a1", 0), marking("b", "b1", 1)].concat());
+    assert_eq!(colloc(&[]).status.code(), Some(1));
+    env.manifest(&[marking("a", "a1", 0), marking("b", "b2", 0)].concat());
+    let out = colloc(&["--resume"]);
+    succeeded(&out);
+    assert_eq!(marks_of(&env, "a"), ["a1"]);
+    assert_eq!(marks_of(&env, "b"), ["b1", "b2"]);
+    assert!(env.path().join("colloc-4242/colloc-report.json").exists());
+    assert!(!env.path().join("colloc-4242-2").exists());
+}
+
+/// `--resume` of a different sweep altogether (no run in common) is refused, and the
+/// record is not touched.
+#[test]
+fn a_resume_of_another_manifest_altogether_is_refused() {
+    let env = Env::new();
+    let m = env.manifest(&[marking("a", "a1", 0), marking("b", "b1", 1)].concat());
     let out = env.colloc().arg("-f").arg(&m).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let before = std::fs::read(env.report_dir().join("colloc-report.json")).unwrap();
-    let m = env.manifest(
-        "[[run]]\nname = 'a'\ncommand = ['true']\n[[run]]\nname = 'b'\ncommand = ['sh', '-c', 'touch $MARK/b-ran']\n[[run]]\nname = 'c'\ncommand = ['true']\n",
-    );
+    env.manifest(&[marking("x", "x1", 0), marking("y", "y1", 0)].concat());
     let out = env
         .colloc()
         .args(["--resume", "-f"])
@@ -229,11 +409,12 @@ fn a_changed_manifest_is_named_under_resume_and_nothing_is_mixed() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("b's command changed") && stderr.contains("c is new"),
+        stderr.contains("holds the record of another manifest (none of its runs is in this one: x is new, y is new, a is gone, b is gone)")
+            && stderr.contains("--report-dir"),
         "{stderr}"
     );
-    assert!(stderr.contains("--report-dir"), "{stderr}");
-    assert!(!env.mark().join("b-ran").exists());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(marks_of(&env, "x").is_empty());
     assert_eq!(
         std::fs::read(env.report_dir().join("colloc-report.json")).unwrap(),
         before,

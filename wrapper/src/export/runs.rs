@@ -90,7 +90,11 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
         let mut row = vec![
             csv_text(&r.name),
             r.index.to_string(),
-            r.state.as_str().to_string(),
+            if r.removed {
+                "removed".to_string()
+            } else {
+                r.state.as_str().to_string()
+            },
             opt(r.exit_code),
             opt(r.signal),
             r.attempts.len().to_string(),
@@ -140,14 +144,20 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
     w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }
 
-/// A run's state with what happened on the way: `failed (OOM)`, `succeeded after 1 OOM`.
+/// A run's state with what happened on the way: `failed (OOM)`, `succeeded after 1 OOM`;
+/// `removed (failed)` for a run no longer in the manifest.
 pub fn state_text(r: &RunRecord) -> String {
     let ooms = r.attempts.iter().filter(|a| a.oom).count();
     let s = r.state.as_str();
-    match (r.state, ooms, r.attempts.last().is_some_and(|a| a.oom)) {
+    let text = match (r.state, ooms, r.attempts.last().is_some_and(|a| a.oom)) {
         (_, 0, _) => s.to_string(),
         (State::Failed, _, true) => format!("{s} (OOM)"),
         (_, n, _) => format!("{s} after {n} OOM"),
+    };
+    if r.removed {
+        format!("removed ({text})")
+    } else {
+        text
     }
 }
 
@@ -440,6 +450,7 @@ pub fn one_line(report: &Report, where_: &str) -> String {
         (s.interrupted, "interrupted"),
         (s.not_started, "not started"),
         (s.running, "running"),
+        (s.removed, "removed"),
     ] {
         if n > 0 {
             states.push(format!("{n} {what}"));

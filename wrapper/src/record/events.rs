@@ -49,12 +49,26 @@ impl RunIdentity {
         serde_json::to_string(&(&self.command, &self.env, &self.workdir)).unwrap_or_default()
     }
 
-    /// Does `other` describe the same run?
+    /// Does `other` describe the same run: the same name, command, environment,
+    /// working directory and grid values?
     pub fn same_run(&self, other: &RunIdentity) -> bool {
-        self.name == other.name
-            && self.command == other.command
-            && self.env == other.env
-            && self.workdir == other.workdir
+        self.name == other.name && self.changed(other).is_none()
+    }
+
+    /// What of its definition `other` changes, the first found: its command,
+    /// environment, working directory or grid values.
+    pub fn changed(&self, other: &RunIdentity) -> Option<&'static str> {
+        if self.command != other.command {
+            Some("command")
+        } else if self.env != other.env {
+            Some("environment")
+        } else if self.workdir != other.workdir {
+            Some("working directory")
+        } else if self.grid != other.grid {
+            Some("grid values")
+        } else {
+            None
+        }
     }
 }
 
@@ -390,8 +404,12 @@ mod tests {
         let mut b = a.clone();
         b.metrics.push(("loss".into(), Best::Min));
         assert!(a.same_run(&b));
+        b.grid = Some([("lr".to_string(), "0.1".to_string())].into());
+        assert!(!a.same_run(&b));
+        assert_eq!(a.changed(&b), Some("grid values"));
         b.command.push("--lr".into());
         assert!(!a.same_run(&b));
+        assert_eq!(a.changed(&b), Some("command"));
         assert_ne!(a.solo_key(), b.solo_key());
     }
 }

@@ -6,7 +6,9 @@
 //! count), every attempt counts in `wall_s` and the makespan, runs carry `env`, `workdir`,
 //! `grid` and `metrics`, GPU energy per run is its time share of the GPU's measured energy
 //! (`gpu.energy_j`, was `gpu.gpu_energy_j`, the whole GPU's), figures NVML cannot give are
-//! null, and the report has `sessions`, `signals` and `calibrations`.
+//! null, and the report has `sessions`, `signals` and `calibrations`. Fields added since
+//! within schema 2 are optional, absent where they say nothing (a resume of an edited
+//! manifest: a run's `removed`, an attempt's `definition`, `summary.removed`).
 
 use std::collections::BTreeMap;
 
@@ -114,6 +116,23 @@ pub struct AttemptRecord {
     /// Start-up: seconds from its start to its first throughput line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_s: Option<f64>,
+    /// The definition it ran, where that is not its run's (the manifest was edited and
+    /// the pack resumed since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<Definition>,
+}
+
+/// What a run is: its command, environment, working directory and grid values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Definition {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// The manifest's environment for it.
+    pub env: BTreeMap<String, String>,
+    /// Working directory.
+    pub workdir: Option<String>,
+    /// Its sweep point.
+    pub grid: Option<BTreeMap<String, String>>,
 }
 
 /// The Slurm step an attempt ran as.
@@ -221,6 +240,9 @@ pub struct RunRecord {
     /// attempt's start to its first one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_s: Option<f64>,
+    /// No longer in the manifest: removed before a resume; its attempts are kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
 }
 
 /// A solo calibration (`--solo-baseline`).
@@ -294,8 +316,12 @@ pub struct SessionRecord {
 /// The pack as a whole.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
-    /// Runs in the manifest.
+    /// Runs in the manifest (the latest session's; the state counts are of these).
     pub runs: usize,
+    /// Runs of earlier sessions removed from the manifest since (their attempts count in
+    /// the attempts, time and work).
+    #[serde(default)]
+    pub removed: usize,
     /// How many ended in each state.
     pub succeeded: usize,
     /// Failed runs.

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::manifest::MAX_RUNS;
+pub use super::retry::RetryOn;
+use super::retry::MAX_RETRIES;
 use super::slots::MAX_SLOTS;
 use crate::bad_input;
 use crate::engine::duration;
@@ -36,8 +38,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub report_dir: Option<PathBuf>,
     /// Continue the record in the report directory: skip runs that succeeded, run the
-    /// rest again (automatic in a requeued Slurm job whose directory holds this manifest's
-    /// record).
+    /// rest again; an edited manifest's changed and new runs run, removed ones are kept
+    /// in the record (automatic in a requeued Slurm job whose directory holds this
+    /// manifest's record).
     #[arg(long)]
     pub resume: bool,
     /// Run manifest (runs.toml).
@@ -51,11 +54,12 @@ pub struct RunArgs {
     /// Stop everything when one run fails (after its retries).
     #[arg(long)]
     pub fail_fast: bool,
-    /// Start a failed run again, up to N more times (see --retry-on).
-    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    /// Start a failed run again, up to N more times (see --retry-on), where runs.toml
+    /// sets no `retries` for it.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=MAX_RETRIES as i64))]
     pub retries: u32,
     /// Which failures --retries covers: oom (a CUDA out-of-memory message) or any (any
-    /// failure or timeout).
+    /// failure or timeout), where runs.toml sets no `retry_on` for the run.
     #[arg(long, value_name = "WHAT", default_value = "oom")]
     pub retry_on: String,
     /// Time limit per run (e.g. 90m) for runs whose manifest entry sets none.
@@ -140,15 +144,6 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-/// Which failures are retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryOn {
-    /// Failures whose output showed a CUDA out-of-memory error.
-    Oom,
-    /// Any failure or timeout.
-    Any,
-}
-
 /// When runs go to Slurm job steps (`--steps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Steps {
@@ -177,9 +172,9 @@ pub struct Options {
     pub solo_budget: Duration,
     /// Default per-run time limit.
     pub timeout: Option<Duration>,
-    /// Extra attempts.
+    /// Extra attempts, for runs whose manifest entry sets none.
     pub retries: u32,
-    /// Which failures they cover.
+    /// Which failures they cover, for runs whose manifest entry sets none.
     pub retry_on: RetryOn,
     /// Only the one-line summary.
     pub quiet: bool,
@@ -205,15 +200,8 @@ impl Options {
         if interval < Duration::from_millis(50) {
             return Err(bad_input("--interval must be at least 50ms"));
         }
-        let retry_on = match a.retry_on.trim() {
-            "oom" => RetryOn::Oom,
-            "any" => RetryOn::Any,
-            other => {
-                return Err(bad_input(format!(
-                    "--retry-on: {other:?} is not valid; use oom (CUDA out of memory) or any"
-                )))
-            }
-        };
+        let retry_on =
+            RetryOn::parse(&a.retry_on).map_err(|e| bad_input(format!("--retry-on: {e}")))?;
         let steps = match a.steps.trim() {
             "auto" => Steps::Auto,
             "on" => Steps::On,

@@ -17,8 +17,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::retry::{self, RetryOn, Rule};
 use crate::engine::duration;
 use crate::engine::scan::{Best, Pattern, Scanner, Throughput, UserMetric};
+use template::{check_template, combinations, fill};
 
 /// Largest manifest colloc reads (16 MiB): a sweep of 100,000 runs fits many times over;
 /// `/dev/zero` or a wrong file does not.
@@ -45,6 +47,11 @@ pub struct RunSpec {
     /// GPU memory it declared it needs (`gpu_memory`), bytes: it goes only onto a slot
     /// that holds it.
     pub gpu_memory: Option<u64>,
+    /// The manifest line of its command (`None`: not from a manifest).
+    pub line: Option<usize>,
+    /// Its `retries` and `retry_on` (its own, its sweep's or `[defaults]`); the flags
+    /// where none is set.
+    pub retry: Rule,
 }
 
 impl RunSpec {
@@ -59,6 +66,8 @@ impl RunSpec {
             timeout: None,
             grid: None,
             gpu_memory: None,
+            line: None,
+            retry: Rule::default(),
         }
     }
 }
@@ -164,6 +173,8 @@ struct RawDefaults {
     env: Option<Env>,
     timeout: Option<Spanned<String>>,
     gpu_memory: Option<Spanned<String>>,
+    retries: Option<Spanned<Scalar>>,
+    retry_on: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -178,6 +189,8 @@ struct RawRun {
     metrics: Option<Metrics>,
     timeout: Option<Spanned<String>>,
     gpu_memory: Option<Spanned<String>>,
+    retries: Option<Spanned<Scalar>>,
+    retry_on: Option<Spanned<Scalar>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -193,6 +206,8 @@ struct RawSweep {
     metrics: Option<Metrics>,
     timeout: Option<Spanned<String>>,
     gpu_memory: Option<Spanned<String>>,
+    retries: Option<Spanned<Scalar>>,
+    retry_on: Option<Spanned<Scalar>>,
 }
 
 /// Most runs one manifest may expand to (a typo in a grid should not start a million):
@@ -282,6 +297,34 @@ impl Ctx<'_> {
         Ok(out)
     }
 
+    /// A table's `retries` and `retry_on`, checked (unset: `None`).
+    fn retry(
+        &self,
+        retries: Option<&Spanned<Scalar>>,
+        on: Option<&Spanned<Scalar>>,
+    ) -> Result<Rule, ManifestError> {
+        let retries = retries
+            .map(|r| {
+                match r.get_ref() {
+                    Scalar::Int(n) => retry::retries(*n),
+                    Scalar::Text(t) => Err(retry::bad_retries(format!("{t:?}"))),
+                    other => Err(retry::bad_retries(other.text())),
+                }
+                .map_err(|m| self.err(Some(r.span()), m))
+            })
+            .transpose()?;
+        let on = on
+            .map(|o| {
+                match o.get_ref() {
+                    Scalar::Text(t) => RetryOn::parse(t).map_err(|e| format!("retry_on: {e}")),
+                    other => Err(retry::bad_retry_on(other.text())),
+                }
+                .map_err(|m| self.err(Some(o.span()), m))
+            })
+            .transpose()?;
+        Ok(Rule { retries, on })
+    }
+
     fn gpu_memory(&self, s: &Spanned<String>) -> Result<u64, ManifestError> {
         super::memsize::parse(s.get_ref()).map_err(|e| self.err(Some(s.span()), e))
     }
@@ -327,77 +370,6 @@ fn check_name(name: &str) -> Result<(), String> {
             name
         ))
     }
-}
-
-/// A piece of a sweep template.
-enum Piece<'a> {
-    Lit(&'a str),
-    Key(&'a str),
-}
-
-/// Split a template into literal text and `{key}` placeholders.
-fn pieces(t: &str) -> Result<Vec<Piece<'_>>, String> {
-    let mut out = Vec::new();
-    let mut rest = t;
-    while !rest.is_empty() {
-        if let Some(r) = rest.strip_prefix("{{") {
-            out.push(Piece::Lit("{"));
-            rest = r;
-        } else if let Some(r) = rest.strip_prefix("}}") {
-            out.push(Piece::Lit("}"));
-            rest = r;
-        } else if let Some(r) = rest.strip_prefix('{') {
-            let end = r
-                .find('}')
-                .ok_or_else(|| format!("unclosed {{ in {t:?} (write {{{{ for a literal brace)"))?;
-            let key = &r[..end];
-            if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(format!(
-                    "bad placeholder {{{key}}} in {t:?}: a placeholder is {{grid_key}} (write {{{{ for a literal brace)"
-                ));
-            }
-            out.push(Piece::Key(key));
-            rest = &r[end + 1..];
-        } else if rest.starts_with('}') {
-            return Err(format!(
-                "unmatched }} in {t:?} (write }}}} for a literal brace)"
-            ));
-        } else {
-            let end = rest.find(['{', '}']).unwrap_or(rest.len());
-            out.push(Piece::Lit(&rest[..end]));
-            rest = &rest[end..];
-        }
-    }
-    Ok(out)
-}
-
-/// Check a template's placeholders against the grid keys.
-fn check_template(t: &str, keys: &BTreeMap<String, Vec<String>>) -> Result<(), String> {
-    for p in pieces(t)? {
-        if let Piece::Key(k) = p {
-            if !keys.contains_key(k) {
-                let known: Vec<&str> = keys.keys().map(String::as_str).collect();
-                return Err(format!(
-                    "unknown placeholder {{{k}}} in {t:?}; this sweep's grid keys: {}",
-                    known.join(", ")
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Fill a checked template.
-fn fill(t: &str, vals: &BTreeMap<&str, &str>) -> String {
-    let mut s = String::new();
-    // Templates are checked before filling, so this cannot fail.
-    for p in pieces(t).unwrap_or_default() {
-        match p {
-            Piece::Lit(l) => s.push_str(l),
-            Piece::Key(k) => s.push_str(vals.get(k).copied().unwrap_or("")),
-        }
-    }
-    s
 }
 
 /// Parse a manifest file.
@@ -469,6 +441,7 @@ struct Defaults {
     memory: Option<u64>,
     workdir: Option<PathBuf>,
     env: Vec<(String, String)>,
+    retry: Rule,
 }
 
 impl Defaults {
@@ -490,7 +463,9 @@ impl Defaults {
             .transpose()?;
         check_env(cx, &d.env)?;
         let env: Vec<(String, String)> = env_pairs(&d.env);
+        let retry = cx.retry(d.retries.as_ref(), d.retry_on.as_ref())?;
         Ok(Defaults {
+            retry,
             raw: d,
             scanner,
             timeout,
@@ -544,6 +519,10 @@ fn run_table(
                 Some(m) => Some(cx.gpu_memory(m)?),
                 None => d.memory,
             },
+            line: Some(line_of(cx.text, r.command.span().start)),
+            retry: cx
+                .retry(r.retries.as_ref(), r.retry_on.as_ref())?
+                .over(d.retry),
         },
         span,
     ))
@@ -640,6 +619,10 @@ fn sweep_table(
     if let Some(m) = &s.gpu_memory {
         tcheck(m.get_ref(), m.span())?;
     }
+    let command_line = line_of(cx.text, s.command.span().start);
+    let retry = cx
+        .retry(s.retries.as_ref(), s.retry_on.as_ref())?
+        .over(d.retry);
     let mut runs = Vec::new();
     for combo in combinations(&grid) {
         let name = fill(&name_t, &combo);
@@ -671,6 +654,8 @@ fn sweep_table(
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect(),
                 ),
+                line: Some(command_line),
+                retry,
             },
             name_span.clone(),
         ));
@@ -736,23 +721,7 @@ fn env_pairs(env: &Option<Env>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Every combination of grid values, the last key varying fastest.
-fn combinations(grid: &BTreeMap<String, Vec<String>>) -> Vec<BTreeMap<&str, &str>> {
-    let mut out: Vec<BTreeMap<&str, &str>> = vec![BTreeMap::new()];
-    for (k, vals) in grid {
-        out = out
-            .into_iter()
-            .flat_map(|c| {
-                vals.iter().map(move |v| {
-                    let mut c = c.clone();
-                    c.insert(k.as_str(), v.as_str());
-                    c
-                })
-            })
-            .collect();
-    }
-    out
-}
+mod template;
 
 #[cfg(test)]
 mod tests;

@@ -3,6 +3,8 @@
 //!
 //! - [`args`]: the flags, checked into options.
 //! - [`manifest`]: `runs.toml` into run specs, every error caught before anything starts.
+//! - [`programs`]: every command's program found before anything starts.
+//! - [`retry`]: which failed runs start again, from the flags and `runs.toml`.
 //! - [`slots`]: the slot layout from the job environment or `--mode`/`-j`.
 //! - [`setup`]: report directory (fresh or resumed), GPUs, MPS, sampler, baseline.
 //! - [`scheduler`]: what the pack engine runs, and what an attempt's end means.
@@ -35,7 +37,9 @@ pub mod fit;
 pub mod manifest;
 pub mod memsize;
 pub mod nodes;
+pub mod programs;
 pub mod record;
+pub mod retry;
 pub mod scheduler;
 pub mod setup;
 pub mod slots;
@@ -181,7 +185,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
 }
 
 /// Everything the user wrote, checked before anything starts: something to run, the
-/// manifest, the `--baseline` report (its solo figures).
+/// manifest, every command's program, the `--baseline` report (its solo figures).
 ///
 /// # Errors
 /// Bad input.
@@ -191,9 +195,29 @@ fn preflight(args: &RunArgs) -> anyhow::Result<Option<Vec<(String, f64, String)>
             "nothing to run: give -f runs.toml or -- CMD [ARGS...]",
         ));
     }
+    // The manifest first: its errors are the user's, whatever the GPUs say. Then every
+    // program, as its start will find it.
+    let here = std::env::current_dir().unwrap_or_else(|_| ".".into());
+    let colloc_path = std::env::var_os("PATH");
     if let Some(f) = &args.file {
-        // The manifest first: its errors are the user's, whatever the GPUs say.
-        manifest::load(f).map_err(|e| bad_input(e.to_string()))?;
+        let specs = manifest::load(f).map_err(|e| bad_input(e.to_string()))?;
+        let shown = f.display().to_string();
+        programs::check(
+            &specs,
+            programs::Origin::Manifest(&shown),
+            &here,
+            colloc_path.as_deref(),
+        )
+        .map_err(bad_input)?;
+    } else if args.command.first().is_some_and(|c| !c.trim().is_empty()) {
+        let spec = manifest::RunSpec::plain(String::new(), args.command.clone());
+        programs::check(
+            &[spec],
+            programs::Origin::CommandLine,
+            &here,
+            colloc_path.as_deref(),
+        )
+        .map_err(bad_input)?;
     }
     Ok(match &args.baseline {
         Some(p) => Some(setup::baseline(p).map_err(bad_input)?),
@@ -517,7 +541,7 @@ fn finish(
     let left = report
         .runs
         .iter()
-        .filter(|r| r.state != crate::engine::State::Succeeded)
+        .filter(|r| !r.removed && r.state != crate::engine::State::Succeeded)
         .count();
     let all_ok = left == 0;
     // The record is written: now the job may go back to the queue.

@@ -520,13 +520,22 @@ impl<'a> Pack<'a> {
         outln!("{}", crate::engine::text::escape(&line));
     }
 
+    /// A run's extra attempts and which failures they cover: its manifest's, else the
+    /// flags'.
+    fn retry_rule(&self, run: usize) -> (u32, RetryOn) {
+        self.common.specs[run]
+            .retry
+            .with_flags(self.opts.retries, self.opts.retry_on)
+    }
+
     fn retry(&self, e: &Ended) -> bool {
-        let failed = match self.opts.retry_on {
+        let (retries, on) = self.retry_rule(e.job.run);
+        let failed = match on {
             RetryOn::Oom => e.state == State::Failed && e.seen.oom,
             RetryOn::Any => matches!(e.state, State::Failed | State::TimedOut),
         };
-        // Attempts lost to failed steps do not count against --retries.
-        failed && self.attempts[e.job.run] - self.step_requeues[e.job.run] <= self.opts.retries
+        // Attempts lost to failed steps do not count against its retries.
+        failed && self.attempts[e.job.run] - self.step_requeues[e.job.run] <= retries
     }
 }
 
@@ -612,7 +621,7 @@ impl Driver for Pack<'_> {
             log::warn!(
                 "{name}: {why}; retrying (attempt {} of {})",
                 self.attempts[e.job.run] + 1,
-                self.opts.retries + 1
+                self.retry_rule(e.job.run).0 + 1
             );
             self.queue.push_back(e.job.run);
         } else {

@@ -2,6 +2,7 @@
 //! directory (a fresh one, or the record it resumes), the slots and their environment,
 //! NVML, the MPS daemon, the GPU sampler and the solo figures of a baseline report.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -94,31 +95,93 @@ pub enum Start {
     Resume(Box<Fold>),
 }
 
-/// What differs between a recorded manifest and this one (empty: the same runs).
-pub fn differences(old: &[RunIdentity], new: &[RunIdentity]) -> Vec<String> {
-    let mut out = Vec::new();
+/// How this manifest differs from the one recorded (empty: the same runs).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Diff {
+    /// Runs new in this manifest.
+    pub added: Vec<String>,
+    /// Runs whose definition changed, and what of it (the first found).
+    pub changed: Vec<(String, &'static str)>,
+    /// Recorded runs this manifest no longer has.
+    pub removed: Vec<String>,
+    /// Runs in both, changed or not.
+    pub common: usize,
+}
+
+impl Diff {
+    /// The same runs, each with the same definition.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty()
+    }
+
+    /// Nothing in common: no run of one is in the other (a different sweep altogether).
+    pub fn disjoint(&self) -> bool {
+        self.common == 0
+    }
+
+    /// Each difference in words, changed first, then new, then gone.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .changed
+            .iter()
+            .map(|(n, what)| format!("{n}'s {what} changed"))
+            .collect();
+        out.extend(self.added.iter().map(|n| format!("{n} is new")));
+        out.extend(self.removed.iter().map(|n| format!("{n} is gone")));
+        out
+    }
+}
+
+/// What differs between a recorded manifest and this one, by run name.
+pub fn differences(old: &[RunIdentity], new: &[RunIdentity]) -> Diff {
+    let by_name: HashMap<&str, &RunIdentity> = old.iter().map(|o| (o.name.as_str(), o)).collect();
+    let new_names: HashSet<&str> = new.iter().map(|n| n.name.as_str()).collect();
+    let mut d = Diff::default();
     for n in new {
-        match old.iter().find(|o| o.name == n.name) {
-            None => out.push(format!("{} is new", n.name)),
-            Some(o) if !o.same_run(n) => {
-                let what = if o.command != n.command {
-                    "command"
-                } else if o.env != n.env {
-                    "environment"
-                } else {
-                    "working directory"
-                };
-                out.push(format!("{}'s {what} changed", n.name))
+        match by_name.get(n.name.as_str()) {
+            None => d.added.push(n.name.clone()),
+            Some(o) => {
+                d.common += 1;
+                if let Some(what) = o.changed(n) {
+                    d.changed.push((n.name.clone(), what));
+                }
             }
-            Some(_) => {}
         }
     }
-    for o in old {
-        if !new.iter().any(|n| n.name == o.name) {
-            out.push(format!("{} is gone", o.name));
+    d.removed = old
+        .iter()
+        .filter(|o| !new_names.contains(o.name.as_str()))
+        .map(|o| o.name.clone())
+        .collect();
+    d
+}
+
+/// Say at the start of a resume what of the edited manifest runs again: one line per
+/// changed and per removed run, one for the new ones.
+fn announce(diff: &Diff, quiet: bool) {
+    let mut lines: Vec<String> = diff
+        .changed
+        .iter()
+        .map(|(n, what)| format!("resume: {n}: its {what} changed; it runs again"))
+        .collect();
+    if !diff.added.is_empty() {
+        lines.push(format!(
+            "resume: {} new run(s): {}",
+            diff.added.len(),
+            listed(&diff.added)
+        ));
+    }
+    lines.extend(diff.removed.iter().map(|n| {
+        format!("resume: {n} was removed from the manifest; its record is kept and it does not run")
+    }));
+    for l in lines {
+        let l = crate::engine::text::escape(&l);
+        if quiet {
+            log::info!("{l}");
+        } else {
+            outln!("colloc: {l}");
         }
     }
-    out
 }
 
 fn listed(items: &[String]) -> String {
@@ -252,13 +315,14 @@ pub fn report_dir(
         };
         let diff = differences(&fold.identities(), ids);
         if a.resume {
-            if !diff.is_empty() {
+            if !diff.is_empty() && diff.disjoint() {
                 return Err(bad_input(format!(
-                    "--resume: the manifest differs from the one recorded in {} ({}); nothing was mixed or started: run it with another --report-dir",
+                    "--resume: {} holds the record of another manifest (none of its runs is in this one: {}); nothing was mixed or started: run it with another --report-dir",
                     path.display(),
-                    listed(&diff)
+                    listed(&diff.lines())
                 )));
             }
+            announce(&diff, a.quiet);
             return Ok((dir, Start::Resume(Box::new(fold)), l));
         }
         if restarted && diff.is_empty() {
@@ -311,8 +375,11 @@ pub fn report_dir(
         if wait && dir.has_events() {
             let l = lock(&dir, true)?;
             if let Some(fold) = record_in(&dir)? {
-                if differences(&fold.identities(), ids).is_empty() {
+                // A requeued job resumes its own manifest; --resume also an edited one.
+                let diff = differences(&fold.identities(), ids);
+                if diff.is_empty() || (a.resume && !diff.disjoint()) {
                     log::info!("resuming the record in {}", p.display());
+                    announce(&diff, a.quiet);
                     return Ok((dir, Start::Resume(Box::new(fold)), l));
                 }
             }
@@ -599,11 +666,13 @@ mod tests {
     fn manifest_changes_are_named() {
         let old = vec![id("a", "x"), id("b", "x"), id("c", "x")];
         let new = vec![id("a", "x"), id("b", "y"), id("d", "x")];
-        assert_eq!(
-            differences(&old, &new),
-            ["b's command changed", "d is new", "c is gone"]
-        );
+        let d = differences(&old, &new);
+        assert_eq!(d.lines(), ["b's command changed", "d is new", "c is gone"]);
+        assert_eq!(d.common, 2);
+        assert!(!d.disjoint());
         assert!(differences(&old, &old).is_empty());
+        let other = vec![id("x", "x"), id("y", "x")];
+        assert!(differences(&old, &other).disjoint());
     }
 
     #[test]

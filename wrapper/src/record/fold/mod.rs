@@ -106,13 +106,37 @@ impl Att {
 
 #[derive(Debug, Clone)]
 struct RunSt {
+    /// Its definition in the latest session that listed it.
     id: RunIdentity,
+    /// The session from which `id` holds (0: from the first).
+    since: u32,
+    /// Its earlier definitions, each with the session from which it held: a resume of
+    /// an edited manifest keeps every attempt with the definition it ran.
+    before: Vec<(u32, RunIdentity)>,
+    /// The session event that listed it last (counted from 1; see [`Fold::listings`]):
+    /// one before the latest means it was removed from the manifest.
+    listed: u64,
     index: usize,
     attempts: Vec<Att>,
     /// Where the latest attempt of each number is in `attempts`: a progress or end event
     /// finds its attempt at once, not by a scan (a forged record of a million attempts
     /// of one run made that quadratic).
     latest: HashMap<u32, usize>,
+}
+
+impl RunSt {
+    /// The definition it had in `session`.
+    fn definition_in(&self, session: u32) -> &RunIdentity {
+        if session >= self.since {
+            return &self.id;
+        }
+        // `before` is in session order: a search, not a scan (a forged record of many
+        // edits and attempts would make a scan per attempt quadratic).
+        let at = self.before.partition_point(|(since, _)| *since <= session);
+        at.checked_sub(1)
+            .and_then(|i| self.before.get(i))
+            .map_or(&self.id, |(_, d)| d)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -138,6 +162,8 @@ pub struct Fold {
     gpus: BTreeMap<u32, Vec<GpuTotals>>,
     /// Nodes given no more runs: session, time, node, why.
     node_outs: Vec<(u32, f64, String, String)>,
+    /// Session events seen: a run last listed by an earlier one is removed.
+    listings: u64,
 }
 
 /// One GPU's figures across steps: its totals, every reading of its energy counter, and
@@ -170,17 +196,28 @@ impl Fold {
 
     /// The runs of the latest session's manifest.
     pub fn identities(&self) -> Vec<RunIdentity> {
-        self.runs.iter().map(|r| r.id.clone()).collect()
+        self.runs
+            .iter()
+            .filter(|r| !self.removed(r))
+            .map(|r| r.id.clone())
+            .collect()
     }
 
-    /// Per run name: its attempts so far and whether its last one succeeded.
+    /// Is `r` no longer in the manifest (listed by a session before the latest)? A run
+    /// known only from its attempts, before any session, is not.
+    fn removed(&self, r: &RunSt) -> bool {
+        r.listed != self.listings
+    }
+
+    /// Per run name: its attempts so far and whether its last one succeeded with the
+    /// definition it has now (one that ran before an edit of its definition runs again).
     pub fn attempts_of(&self, name: &str) -> (u32, bool) {
         match self.by_name.get(name).map(|&i| &self.runs[i]) {
             Some(r) => (
                 r.attempts.iter().map(|a| a.attempt).max().unwrap_or(0),
                 r.attempts
                     .last()
-                    .is_some_and(|a| a.state == Some(State::Succeeded)),
+                    .is_some_and(|a| a.state == Some(State::Succeeded) && a.session >= r.since),
             ),
             None => (0, false),
         }
@@ -212,6 +249,9 @@ impl Fold {
                         metric: None,
                         gpu_memory_mib: None,
                     },
+                    since: 0,
+                    before: Vec::new(),
+                    listed: 0,
                     index: i,
                     attempts: Vec::new(),
                     latest: HashMap::new(),
@@ -347,17 +387,30 @@ impl Fold {
             colloc_version,
             ..Sess::default()
         });
-        self.manifest(runs);
+        self.manifest(session, runs);
     }
 
-    /// The runs of a session's manifest: each known by name gets its identity and index,
-    /// and the runs are kept in manifest order.
-    fn manifest(&mut self, runs: Vec<RunIdentity>) {
+    /// The runs of a session's manifest: each known by name gets its identity and index
+    /// (a changed definition keeps the one before, from `session` on), runs it does not
+    /// list are removed (by their older `listed`), and the runs are kept in manifest
+    /// order.
+    fn manifest(&mut self, session: u32, runs: Vec<RunIdentity>) {
+        self.listings += 1;
+        let listing = self.listings;
         for (index, id) in runs.into_iter().enumerate() {
             let name = id.name.clone();
             let r = self.run_mut(&name);
-            r.id = id;
+            // A run named only by an attempt so far has no definition to keep.
+            let known = !r.id.command.is_empty();
+            if known && !r.id.same_run(&id) {
+                let old = std::mem::replace(&mut r.id, id);
+                r.before.push((r.since, old));
+                r.since = session;
+            } else {
+                r.id = id;
+            }
             r.index = index;
+            r.listed = listing;
         }
         // Only when the order changed (by_name holds every name already): a
         // forged record of many session events must not rebuild the map each.

@@ -10,8 +10,8 @@ use crate::engine::throughput::{keep, Stats};
 use crate::engine::State;
 use crate::record::events::{Kind, RunIdentity};
 use crate::record::model::{
-    AttemptRecord, AttemptStep, CalibrationRecord, EpochRecord, MetricRecord, NodeRecord, Report,
-    RunRecord, SessionRecord, SignalRecord, Summary, ThroughputRecord, SCHEMA,
+    AttemptRecord, AttemptStep, CalibrationRecord, Definition, EpochRecord, MetricRecord,
+    NodeRecord, Report, RunRecord, SessionRecord, SignalRecord, Summary, ThroughputRecord, SCHEMA,
 };
 
 impl Fold {
@@ -67,6 +67,13 @@ impl Fold {
             sessions,
         };
         report.summary = self.summary(&report, now, live);
+        // Runs removed from the manifest after the manifest's own (the summary pairs the
+        // fold's runs with the report's in one order: only now).
+        let (current, removed): (Vec<RunRecord>, Vec<RunRecord>) = std::mem::take(&mut report.runs)
+            .into_iter()
+            .partition(|r| !r.removed);
+        report.runs = current;
+        report.runs.extend(removed);
         report
     }
 
@@ -179,7 +186,40 @@ impl Fold {
                 failed: s.failed.clone(),
             }),
             startup_s: a.stats.first_t.map(|f| (f - a.start).max(0.0)),
+            definition: None,
         }
+    }
+
+    /// A run's attempts, each with its log (earlier ones kept as `NAME.K.log` when the
+    /// next one starts) and the definition it ran where that is not the run's now.
+    fn attempt_records(
+        &self,
+        r: &RunSt,
+        t0: f64,
+        now: f64,
+        live: Option<u32>,
+        remote: &Remote,
+    ) -> Vec<AttemptRecord> {
+        let mut attempts: Vec<AttemptRecord> = r
+            .attempts
+            .iter()
+            .map(|a| {
+                let mut rec =
+                    self.attempt_record(a, (Kind::Run, &r.id.name), t0, now, live, remote);
+                let def = r.definition_in(a.session);
+                if !std::ptr::eq(def, &r.id) && def.changed(&r.id).is_some() {
+                    rec.definition = Some(definition(def));
+                }
+                rec
+            })
+            .collect();
+        let n = attempts.len();
+        for a in attempts.iter_mut().take(n.saturating_sub(1)) {
+            if let Some(stem) = a.log.strip_suffix(".log") {
+                a.log = format!("{stem}.{}.log", a.attempt);
+            }
+        }
+        attempts
     }
 
     fn run_record(
@@ -190,19 +230,7 @@ impl Fold {
         live: Option<u32>,
         remote: &Remote,
     ) -> RunRecord {
-        let attempts: Vec<AttemptRecord> = r
-            .attempts
-            .iter()
-            .map(|a| self.attempt_record(a, (Kind::Run, &r.id.name), t0, now, live, remote))
-            .collect();
-        let mut attempts = attempts;
-        // Earlier attempts' logs are kept as NAME.K.log when the next one starts.
-        let n = attempts.len();
-        for a in attempts.iter_mut().take(n.saturating_sub(1)) {
-            if let Some(stem) = a.log.strip_suffix(".log") {
-                a.log = format!("{stem}.{}.log", a.attempt);
-            }
-        }
+        let attempts = self.attempt_records(r, t0, now, live, remote);
         let last = attempts.last();
         let unit = r.attempts.iter().find_map(|a| a.unit.clone());
         let tp = unit.as_ref().and_then(|u| {
@@ -296,6 +324,7 @@ impl Fold {
                 .map(|s| s.throughput),
             escaped: attempts.iter().flat_map(|a| a.escaped.clone()).collect(),
             attempts,
+            removed: self.removed(r),
         }
     }
 
@@ -491,6 +520,16 @@ impl Fold {
 }
 
 /// The median of some figures (the one rule, in core).
+/// The report's form of a run's definition.
+fn definition(id: &RunIdentity) -> Definition {
+    Definition {
+        command: id.command.clone(),
+        env: id.env.iter().cloned().collect(),
+        workdir: id.workdir.clone(),
+        grid: id.grid.clone(),
+    }
+}
+
 pub(super) fn median(v: Vec<f64>) -> Option<f64> {
     colloc_core::num::median(&v)
 }

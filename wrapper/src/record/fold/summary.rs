@@ -105,13 +105,17 @@ impl Fold {
     }
 }
 
-/// The summary's counts of `rep`: runs by state, attempts, OOMs, concurrency, makespan,
-/// failed steps and the median dispatch time.
+/// The summary's counts of `rep`: runs by state (and removed), attempts, OOMs,
+/// concurrency, makespan, failed steps and the median dispatch time.
 fn counts(rep: &Report) -> Summary {
-    let count = |s: State| rep.runs.iter().filter(|r| r.state == s).count();
+    // The runs by state are the manifest's as it stands; removed runs' attempts still
+    // count as attempts.
+    let current = || rep.runs.iter().filter(|r| !r.removed);
+    let count = |s: State| current().filter(|r| r.state == s).count();
     let makespan_s: f64 = rep.sessions.iter().map(|s| s.makespan_s).sum();
     Summary {
-        runs: rep.runs.len(),
+        runs: current().count(),
+        removed: rep.runs.len() - current().count(),
         succeeded: count(State::Succeeded),
         failed: count(State::Failed),
         timed_out: count(State::TimedOut),

@@ -356,3 +356,68 @@ fn user_metrics_keep_the_last_value_and_the_best() {
     let m = &f.report(4.0, None).runs[0].metrics["loss"];
     assert_eq!((m.last, m.best, m.count), (Some(0.3), Some(0.2), 4));
 }
+
+/// A resume of an edited manifest: an unchanged run that succeeded stays done, a changed
+/// one runs again and its earlier attempt keeps the definition it ran, a removed one is
+/// kept (marked, last, out of the counts), a new one is listed in manifest order.
+#[test]
+fn an_edited_manifest_keeps_each_attempt_with_its_definition() {
+    let mut f = Fold::new();
+    f.apply(session(
+        1,
+        100.0,
+        vec![id("a", "x"), id("b", "x"), id("c", "x")],
+    ));
+    for (i, r) in ["a", "b", "c"].into_iter().enumerate() {
+        let t = 100.0 + i as f64;
+        f.apply(start(r, 1, 1, t));
+        f.apply(end(r, 1, t + 1.0, State::Succeeded, Progress::default()));
+    }
+    f.apply(session(
+        2,
+        200.0,
+        vec![id("d", "x"), id("a", "x"), id("b", "y")],
+    ));
+    assert_eq!(f.attempts_of("a"), (1, true), "unchanged: done");
+    assert_eq!(f.attempts_of("b"), (1, false), "changed: runs again");
+    assert_eq!(f.attempts_of("d"), (0, false));
+    let names: Vec<String> = f.identities().into_iter().map(|i| i.name).collect();
+    assert_eq!(names, ["d", "a", "b"], "the latest manifest, without c");
+    f.apply(start("b", 2, 2, 201.0));
+    f.apply(end("b", 2, 202.0, State::Succeeded, Progress::default()));
+    assert_eq!(f.attempts_of("b"), (2, true));
+    let rep = f.report(300.0, None);
+    let order: Vec<(&str, bool)> = rep
+        .runs
+        .iter()
+        .map(|r| (r.name.as_str(), r.removed))
+        .collect();
+    assert_eq!(
+        order,
+        [("d", false), ("a", false), ("b", false), ("c", true)]
+    );
+    let b = &rep.runs[2];
+    assert_eq!(b.command, ["y"]);
+    assert_eq!(
+        b.attempts[0].definition.as_ref().map(|d| d.command.clone()),
+        Some(vec!["x".to_string()])
+    );
+    assert_eq!(b.attempts[1].definition, None);
+    assert!(rep.runs[1].attempts[0].definition.is_none());
+    assert_eq!(
+        (rep.summary.runs, rep.summary.removed, rep.summary.succeeded),
+        (3, 1, 2)
+    );
+    assert_eq!(rep.summary.not_started, 1);
+    assert_eq!(rep.summary.attempts, 4, "c's attempt still counts");
+    // Back to the first definition: a third session, the history holds both.
+    f.apply(session(3, 400.0, vec![id("b", "x")]));
+    assert_eq!(f.attempts_of("b"), (2, false));
+    let rep = f.report(500.0, None);
+    let b = rep.runs.iter().find(|r| r.name == "b").unwrap();
+    assert_eq!(b.attempts[0].definition, None, "ran x, and b is x again");
+    assert_eq!(
+        b.attempts[1].definition.as_ref().map(|d| d.command.clone()),
+        Some(vec!["y".to_string()])
+    );
+}

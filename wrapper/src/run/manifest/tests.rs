@@ -150,3 +150,59 @@ fn bad_names_and_shell_commands() {
     assert_eq!(r[0].name, "run1");
     assert!(p("").unwrap_err().msg.contains("no runs"));
 }
+
+#[test]
+fn retries_layer_run_over_sweep_over_defaults() {
+    let runs = p(r#"
+[defaults]
+retries = 1
+retry_on = "any"
+[[run]]
+name = "plain"
+command = ["x"]
+[[run]]
+name = "own"
+command = ["x"]
+retries = 0
+retry_on = "oom"
+[[sweep]]
+name = "s{i}"
+command = ["x"]
+grid = { i = [1, 2] }
+retries = 3
+"#)
+    .unwrap();
+    let rule = |name: &str| {
+        let r = runs.iter().find(|r| r.name == name).unwrap().retry;
+        r.with_flags(9, RetryOn::Oom)
+    };
+    assert_eq!(rule("plain"), (1, RetryOn::Any));
+    assert_eq!(rule("own"), (0, RetryOn::Oom));
+    assert_eq!(rule("s1"), (3, RetryOn::Any));
+    assert_eq!(rule("s2"), (3, RetryOn::Any));
+    // Nothing in the manifest: the flags.
+    let runs = p("[[run]]\ncommand = ['x']\n").unwrap();
+    assert_eq!(runs[0].retry, Rule::default());
+    assert_eq!(runs[0].retry.with_flags(2, RetryOn::Any), (2, RetryOn::Any));
+}
+
+#[test]
+fn bad_retries_name_the_line_and_what_is_valid() {
+    let cases = [
+        ("[defaults]\nretries = -1\n[[run]]\ncommand = ['x']\n", 2, "retries = -1 is not valid; use a whole number from 0 to 100"),
+        ("[[run]]\ncommand = ['x']\nretries = 101\n", 3, "retries = 101 is not valid"),
+        ("[[run]]\ncommand = ['x']\nretries = '2'\n", 3, "retries = \"2\" is not valid"),
+        ("[[run]]\ncommand = ['x']\nretries = 1.5\n", 3, "retries = 1.5 is not valid"),
+        (
+            "[[sweep]]\ncommand = ['x']\ngrid = { i = [1] }\nretry_on = 'OOM'\n",
+            4,
+            "retry_on: \"OOM\" is not valid; use oom (CUDA out of memory) or any (any failure or timeout)",
+        ),
+        ("[[run]]\ncommand = ['x']\nretry_on = true\n", 3, "retry_on = true is not valid; use oom"),
+    ];
+    for (text, line, want) in cases {
+        let e = p(text).unwrap_err();
+        assert_eq!(e.line, Some(line), "{text}: {e}");
+        assert!(e.msg.contains(want), "{text}: {e}");
+    }
+}
