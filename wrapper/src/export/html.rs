@@ -183,10 +183,10 @@ fn charts(h: &mut String, r: &Report) {
     for (name, caption, draw) in list {
         match draw(r, Path::new(name)) {
             Ok(Some(png)) => {
-                let _ = write!(
+                let _ = writeln!(
                     h,
                     "<figure><img alt=\"{}\" src=\"data:image/png;base64,{}\">\
-                     <figcaption>{}</figcaption></figure>\n",
+                     <figcaption>{}</figcaption></figure>",
                     escape(caption),
                     base64::engine::general_purpose::STANDARD.encode(&png),
                     escape(caption)
