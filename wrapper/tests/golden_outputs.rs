@@ -514,7 +514,7 @@ fn report_formats_are_chosen_by_name_and_the_flags_keep_their_meaning() {
             Some(&fixture),
         );
     }
-    let out = report(&["--format", "html"], Path::new("/nonexistent"));
+    let out = report(&["--format", "xml"], Path::new("/nonexistent"));
     check("report/unknown-format", &out, 2, None);
     let out = report(&["--format", "csv", "-q"], &fixture);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));

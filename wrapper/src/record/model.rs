@@ -319,8 +319,9 @@ pub struct Summary {
     /// Runs in the manifest (the latest session's; the state counts are of these).
     pub runs: usize,
     /// Runs of earlier sessions removed from the manifest since (their attempts count in
-    /// the attempts, time and work).
-    #[serde(default)]
+    /// the attempts, time and work). Left out when none, so a pack that removed nothing
+    /// reports as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub removed: usize,
     /// How many ended in each state.
     pub succeeded: usize,
