@@ -15,6 +15,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# colloc report --html is read by a real browser (wrapper/tests/report_html.rs): it must be there.
+export COLLOC_REQUIRE_BROWSER=1
 
 # Each step's name and, when the next begins, its time: listed at the end (CI's time).
 step_times=()
