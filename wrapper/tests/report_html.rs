@@ -1,7 +1,7 @@
-//! `colloc report --html` (issue 38) read by its real consumer, a headless browser
-//! (Debian's Chromium): the page loads offline, its text says what the report says, its
-//! three charts decode as images, and a hostile grid value stays text — no element, no
-//! script — under a policy that would block a script anyway.
+//! `colloc report --html` and `colloc bench`'s bench.html (issue 38) read by their real
+//! consumer, a headless browser (Debian's Chromium): the page loads offline, its text
+//! says what the report says, its charts decode as images, and a hostile grid value stays
+//! text — no element, no script — under a policy that would block a script anyway.
 //!
 //! Without a browser the tests say so and pass, unless `COLLOC_REQUIRE_BROWSER` is set
 //! (scripts/test.sh sets it; scripts/install-deps.sh installs `chromium`).
@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command as Std;
 
 use assert_cmd::Command;
-use run_support::Env;
+use run_support::bench::Bench;
+use run_support::{succeeded, Env};
 
 /// What a grid value may hold: markup, an event handler, quotes and an ampersand.
 const HOSTILE: &str = "<img src=x onerror=alert(1)>&\"'";
@@ -106,6 +107,40 @@ fn html(env: &Env) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The natural sizes of the page's images, as the browser decoded them: a copy of the page
+/// with a script (and without the policy, which would block it) writes them into the DOM.
+fn decoded_images(browser: &Path, page: &str, dir: &Path, home: &Path) -> Vec<(u32, u32)> {
+    let csp = format!(
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"{}\">",
+        "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+    );
+    assert!(page.contains(&csp), "the page carries its policy");
+    let probe = page.replace(&csp, "").replace(
+        "</body>",
+        "<script>document.body.setAttribute('data-images', Array.from(document.images)\
+         .map(i => i.complete + ':' + i.naturalWidth + 'x' + i.naturalHeight).join(' '))\
+         </script></body>",
+    );
+    let file = dir.join("probe.html");
+    std::fs::write(&file, probe).unwrap();
+    let shown = dom(browser, &file, home);
+    let images = shown
+        .split("data-images=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .expect("the probe ran");
+    images
+        .split(' ')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let (done, wh) = s.split_once(':').unwrap();
+            assert_eq!(done, "true", "{s}");
+            let (w, h) = wh.split_once('x').unwrap();
+            (w.parse().unwrap(), h.parse().unwrap())
+        })
+        .collect()
+}
+
 #[test]
 fn the_page_is_self_contained_and_escapes_what_the_runs_carry() {
     let env = Env::new();
@@ -169,37 +204,11 @@ fn a_browser_shows_the_reports_figures_and_draws_its_charts() {
     );
     assert!(shown.contains("&lt;img src=x onerror=alert(1)&gt;&amp;\"'"));
 
-    // The charts decode: a copy of the page with a script (and without the policy, which
-    // would block it) writes every image's natural size into the DOM.
-    let csp = format!(
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"{}\">",
-        "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
-    );
-    assert!(page.contains(&csp), "the page carries its policy");
-    let probe = page.replace(&csp, "").replace(
-        "</body>",
-        "<script>document.body.setAttribute('data-images', Array.from(document.images)\
-         .map(i => i.complete + ':' + i.naturalWidth + 'x' + i.naturalHeight).join(' '))\
-         </script></body>",
-    );
-    let probe_file = env.path().join("probe.html");
-    std::fs::write(&probe_file, probe).unwrap();
-    let shown = dom(&browser, &probe_file, &home);
-    let images = shown
-        .split("data-images=\"")
-        .nth(1)
-        .and_then(|s| s.split('"').next())
-        .expect("the probe ran");
-    let sizes: Vec<&str> = images.split(' ').collect();
-    assert_eq!(sizes.len(), 3, "three charts: {images}");
-    for s in sizes {
-        let (done, wh) = s.split_once(':').unwrap();
-        let (w, h) = wh.split_once('x').unwrap();
-        assert_eq!(done, "true", "{s}");
-        assert!(
-            w.parse::<u32>().unwrap() >= 600 && h.parse::<u32>().unwrap() >= 200,
-            "{s}"
-        );
+    // The charts decode.
+    let sizes = decoded_images(&browser, &page, env.path(), &home);
+    assert_eq!(sizes.len(), 3, "three charts: {sizes:?}");
+    for (w, h) in sizes {
+        assert!(w >= 600 && h >= 200, "{w}x{h}");
     }
 
     // The policy is there for a reason: the same probe with the policy kept does not run.
@@ -211,4 +220,46 @@ fn a_browser_shows_the_reports_figures_and_draws_its_charts() {
     std::fs::write(&blocked_file, blocked).unwrap();
     // (the script's own text names the attribute; the attribute set would read data-ran="yes")
     assert!(!dom(&browser, &blocked_file, &home).contains("data-ran=\"yes\""));
+}
+
+/// bench.html, beside bench.json: a stand-in whose true curve is known (per copy 100, 80,
+/// 60 % with 1, 2, 3 copies: 1.0x, 1.6x, 1.8x) gives the answer "run 3 copies under
+/// naive"; the page says it first, holds every configuration and measurement, and its
+/// chart decodes.
+#[test]
+fn bench_writes_a_page_a_browser_reads() {
+    let b = Bench::new();
+    let out = b
+        .standin("1,0.8,0.6")
+        .modes("naive")
+        .counts("1,2,3")
+        .times("3s", "1s")
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let page = std::fs::read_to_string(b.report.join("bench.html")).unwrap();
+    assert!(!page.contains("<script"), "no script");
+    assert!(
+        page.contains("<p id=\"recommendation\"><strong>recommendation: run 3 copies under naive"),
+        "the answer first"
+    );
+    let Some(browser) = browser() else { return };
+    let home = b.report.join("browser-home");
+    std::fs::create_dir(&home).unwrap();
+    let file = b.report.join("bench.html");
+    let shown = dom(&browser, &file, &home);
+    for want in [
+        "recommendation: run 3 copies under naive",
+        "<table id=\"configurations\">",
+        "<table id=\"measurements\">",
+        "<th>vs_solo</th>",
+    ] {
+        assert!(shown.contains(want), "{want} not in the page");
+    }
+    let rows = shown.split("<table id=\"configurations\">").nth(1).unwrap();
+    let rows = rows.split("</table>").next().unwrap();
+    // warm-up aside: solo, naive 2, naive 3 (and the header)
+    assert!(rows.matches("<tr").count() >= 4, "{rows}");
+    let sizes = decoded_images(&browser, &page, &b.report, &home);
+    assert_eq!(sizes.len(), 1, "the chart: {sizes:?}");
 }

@@ -26,6 +26,7 @@ use super::host::Host;
 use super::stats::{Obs, Ratio, Spread};
 
 mod csv_files;
+pub mod html;
 #[cfg(test)]
 pub(crate) mod tests;
 mod text;

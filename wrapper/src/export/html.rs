@@ -1,7 +1,9 @@
-//! `colloc report --html` (issue 38): the run report as one self-contained HTML page to
-//! mail to a colleague or open offline: the pack's facts and one-line summary, every run
-//! with its grid values and metrics (the rows of `colloc-runs.csv`), the summary table
-//! with its totals and notes, and the three charts embedded as `data:` PNGs.
+//! Self-contained HTML pages (issue 38), to mail to a colleague or open offline:
+//! `colloc report --html` prints the run report as one (the pack's facts and one-line
+//! summary, every run with its grid values and metrics — the rows of `colloc-runs.csv` —,
+//! the summary table with its totals and notes, and the three charts embedded as `data:`
+//! PNGs); `colloc bench` writes `bench.html` beside bench.json, built by its own code from
+//! the pieces here ([`document`], [`facts`], [`csv_table`], [`pre`], [`figure`]).
 //!
 //! Nothing in the page runs or fetches: it has no script, and its Content-Security-Policy
 //! allows only its own inline style and `data:` images, so a hostile run name or command
@@ -62,76 +64,40 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// The whole page.
-fn page(r: &Report, json_file: &str) -> anyhow::Result<String> {
-    let summary = runs::one_line(r, json_file);
-    let mut h = String::new();
-    let _ = write!(
-        h,
+/// A whole page: `title` (escaped here) and `body` (markup made by the pieces below).
+pub fn document(title: &str, body: &str) -> String {
+    format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <meta name=\"generator\" content=\"colloc {}\">\n\
-         <title>colloc report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
-         <h1>colloc report</h1>\n<p id=\"summary\">{}</p>\n",
-        escape(env!("CARGO_PKG_VERSION")),
-        escape(&summary),
-        escape(&summary),
-    );
-    facts(&mut h, r);
-    h.push_str("<h2>Runs</h2>\n");
-    run_rows(&mut h, r)?;
-    let _ = write!(
-        h,
-        "<h2>Summary</h2>\n<pre id=\"table\">{}</pre>\n",
-        escape(&runs::table(r))
-    );
-    charts(&mut h, r);
-    let _ = write!(
-        h,
-        "<footer><p>Made by colloc {} from the pack's event log; the figures are those of \
-         <code>colloc report</code>.</p></footer>\n</body>\n</html>\n",
-        escape(env!("CARGO_PKG_VERSION"))
-    );
-    Ok(h)
+         <meta name=\"generator\" content=\"colloc {v}\">\n\
+         <title>{t}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\
+         <footer><p>Made by colloc {v}.</p></footer>\n</body>\n</html>\n",
+        v = escape(env!("CARGO_PKG_VERSION")),
+        t = escape(title),
+    )
 }
 
-/// The pack's facts, one row each.
-fn facts(h: &mut String, r: &Report) {
-    let sessions = r.sessions.len().to_string();
-    let mut rows: Vec<(&str, String)> = vec![
-        ("mode", r.mode.clone()),
-        ("GPU set up by", r.source.clone()),
-        ("started", r.started.clone()),
-        ("last event", r.ended.clone()),
-        ("sessions", sessions),
-        ("colloc", r.colloc_version.clone()),
-    ];
-    if let Some(job) = &r.job_id {
-        rows.insert(0, ("Slurm job", job.clone()));
-    }
-    if r.running {
-        rows.push(("state", "still running".into()));
-    }
-    if let Some(why) = &r.stopped_by {
-        rows.push(("stopped by", why.clone()));
-    }
-    h.push_str("<table id=\"facts\">\n");
+/// A two-column table of facts, one row each.
+pub fn facts(id: &str, rows: &[(&str, String)]) -> String {
+    let mut h = format!("<table id=\"{}\">\n", escape(id));
     for (k, v) in rows {
-        let _ = writeln!(h, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(&v));
+        let _ = writeln!(h, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v));
     }
     h.push_str("</table>\n");
+    h
 }
 
-/// Every run, as the rows of `colloc-runs.csv` (its grid values as `grid_KEY` columns).
-fn run_rows(h: &mut String, r: &Report) -> anyhow::Result<()> {
-    let csv = runs::csv(r)?;
-    let mut rd = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .from_reader(csv.as_slice());
+/// A CSV (with its header) as a table; a row's `state` column, where there is one,
+/// becomes its class (`state-failed`), and numbers are set right.
+///
+/// # Errors
+/// The CSV cannot be read back (colloc wrote it: out of memory).
+pub fn csv_table(id: &str, csv: &[u8]) -> Result<String, csv::Error> {
+    let mut rd = csv::ReaderBuilder::new().has_headers(true).from_reader(csv);
     let header: Vec<String> = rd.headers()?.iter().map(str::to_string).collect();
     let state = header.iter().position(|c| c == "state");
-    h.push_str("<table id=\"runs\">\n<thead><tr>");
+    let mut h = format!("<table id=\"{}\">\n<thead><tr>", escape(id));
     for c in &header {
         let _ = write!(h, "<th>{}</th>", escape(c));
     }
@@ -155,11 +121,64 @@ fn run_rows(h: &mut String, r: &Report) -> anyhow::Result<()> {
         h.push_str("</tr>\n");
     }
     h.push_str("</tbody>\n</table>\n");
-    Ok(())
+    Ok(h)
 }
 
-/// The three charts as `data:` PNGs; a chart that has nothing to show, or that could not
-/// be drawn (said in its place), is left out.
+/// Preformatted text (a table as the terminal shows it).
+pub fn pre(id: &str, text: &str) -> String {
+    format!("<pre id=\"{}\">{}</pre>\n", escape(id), escape(text))
+}
+
+/// A PNG as an embedded image with its caption.
+pub fn figure(caption: &str, png: &[u8]) -> String {
+    format!(
+        "<figure><img alt=\"{c}\" src=\"data:image/png;base64,{}\">\
+         <figcaption>{c}</figcaption></figure>\n",
+        base64::engine::general_purpose::STANDARD.encode(png),
+        c = escape(caption)
+    )
+}
+
+/// The run report's page.
+fn page(r: &Report, json_file: &str) -> anyhow::Result<String> {
+    let summary = runs::one_line(r, json_file);
+    let mut h = format!(
+        "<h1>colloc report</h1>\n<p id=\"summary\">{}</p>\n",
+        escape(&summary)
+    );
+    h.push_str(&facts("facts", &fact_rows(r)));
+    h.push_str("<h2>Runs</h2>\n");
+    h.push_str(&csv_table("runs", &runs::csv(r)?)?);
+    h.push_str("<h2>Summary</h2>\n");
+    h.push_str(&pre("table", &runs::table(r)));
+    charts(&mut h, r);
+    Ok(document(&format!("colloc report: {summary}"), &h))
+}
+
+/// The pack's facts.
+fn fact_rows(r: &Report) -> Vec<(&'static str, String)> {
+    let mut rows: Vec<(&str, String)> = vec![
+        ("mode", r.mode.clone()),
+        ("GPU set up by", r.source.clone()),
+        ("started", r.started.clone()),
+        ("last event", r.ended.clone()),
+        ("sessions", r.sessions.len().to_string()),
+        ("colloc", r.colloc_version.clone()),
+    ];
+    if let Some(job) = &r.job_id {
+        rows.insert(0, ("Slurm job", job.clone()));
+    }
+    if r.running {
+        rows.push(("state", "still running".into()));
+    }
+    if let Some(why) = &r.stopped_by {
+        rows.push(("stopped by", why.clone()));
+    }
+    rows
+}
+
+/// The three charts as `data:` PNGs; a chart that has nothing to show is left out, one
+/// that could not be drawn is said in its place.
 fn charts(h: &mut String, r: &Report) {
     type Png = fn(&Report, &Path) -> Result<Option<Vec<u8>>, String>;
     let list: [(&str, &str, Png); 3] = [
@@ -182,16 +201,7 @@ fn charts(h: &mut String, r: &Report) {
     }
     for (name, caption, draw) in list {
         match draw(r, Path::new(name)) {
-            Ok(Some(png)) => {
-                let _ = writeln!(
-                    h,
-                    "<figure><img alt=\"{}\" src=\"data:image/png;base64,{}\">\
-                     <figcaption>{}</figcaption></figure>",
-                    escape(caption),
-                    base64::engine::general_purpose::STANDARD.encode(&png),
-                    escape(caption)
-                );
-            }
+            Ok(Some(png)) => h.push_str(&figure(caption, &png)),
             Ok(None) => {}
             Err(e) => {
                 let _ = writeln!(h, "<p>{}: not drawn: {}</p>", escape(caption), escape(&e));

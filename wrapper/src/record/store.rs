@@ -53,8 +53,16 @@ pub const BENCH_CSV: &str = "bench.csv";
 pub const BENCH_MEASUREMENTS_CSV: &str = "bench-measurements.csv";
 /// `colloc bench`'s chart.
 pub const BENCH_PNG: &str = "bench.png";
+/// `colloc bench`'s page: all of the above in one self-contained HTML file.
+pub const BENCH_HTML: &str = "bench.html";
 /// Every file `colloc bench` writes at the top of its directory.
-pub const BENCH_FILES: [&str; 4] = [BENCH_JSON, BENCH_CSV, BENCH_MEASUREMENTS_CSV, BENCH_PNG];
+pub const BENCH_FILES: [&str; 5] = [
+    BENCH_JSON,
+    BENCH_CSV,
+    BENCH_MEASUREMENTS_CSV,
+    BENCH_PNG,
+    BENCH_HTML,
+];
 
 /// Largest event file read (a guard against a wrong directory, not a limit of packs).
 pub const MAX_EVENT_FILE: u64 = 4 << 30;

@@ -58,7 +58,7 @@ impl Ctx<'_> {
         self.write_reports()
     }
 
-    /// bench.json, the CSVs and the plot into the report directory.
+    /// bench.json, the CSVs, the plot and the page into the report directory.
     fn write_reports(&self) -> anyhow::Result<()> {
         let report = &self.report;
         let dir = &self.out;
@@ -114,11 +114,20 @@ impl Ctx<'_> {
         )
         .and_then(|bytes| {
             dir.write(store::BENCH_PNG, &bytes)
+                .map(|()| bytes)
                 .map_err(|e| e.to_string())
         });
-        if let Err(e) = drawn {
-            log::warn!("no plot: {e}");
-        }
+        let png = match drawn {
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                log::warn!("no plot: {e}");
+                None
+            }
+        };
+        write(
+            store::BENCH_HTML,
+            report::html::page(report, png.as_deref())?.as_bytes(),
+        )?;
         errln!("colloc bench: reports in {}", dir.path().display());
         Ok(())
     }
