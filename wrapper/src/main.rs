@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand};
 mod cli;
 mod admin;
 mod bench;
+mod duration;
 mod engine;
 mod export;
 mod logger;
@@ -28,6 +29,7 @@ mod slurm;
 mod slurmcheck;
 mod status;
 mod step;
+mod text;
 mod userfs;
 
 pub use cli::{bad_input, BadInput, Global};
@@ -148,7 +150,7 @@ fn main() -> ExitCode {
             } else {
                 1
             };
-            errln!("colloc: error: {}", engine::text::escape(&error_line(&e)));
+            errln!("colloc: error: {}", text::escape(&error_line(&e)));
             ExitCode::from(code)
         }
         Err(_) => ExitCode::from(1),

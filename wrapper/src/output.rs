@@ -95,10 +95,7 @@ impl<M: Serialize> Exporter<M> for Json {
         } else {
             serde_json::to_string_pretty(model)?
         };
-        Ok(format!(
-            "{}\n",
-            crate::engine::text::json_for_terminal(&text)
-        ))
+        Ok(format!("{}\n", crate::text::json_for_terminal(&text)))
     }
 }
 

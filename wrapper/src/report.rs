@@ -190,7 +190,7 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
     if let Some(e) = failed {
         errln!(
             "colloc: error: {} (--out DIR writes elsewhere, --no-write only prints)",
-            crate::engine::text::escape(&e.to_string())
+            crate::text::escape(&e.to_string())
         );
         return Ok(ExitCode::from(1));
     }

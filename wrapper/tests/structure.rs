@@ -21,10 +21,12 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "wrapper/src",
         &[
-            // the command line's globals, the user's files, process supervision and text,
-            // the site's config, Slurm's facts
+            // the command line's globals, terminal-safe text, durations as users write them,
+            // the user's files, process supervision, the site's config, Slurm's facts
             &[
                 "cli",
+                "text",
+                "duration",
                 "userfs",
                 "engine",
                 "logger",

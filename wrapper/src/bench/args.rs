@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::bad_input;
-use crate::engine::duration;
+use crate::duration;
 use crate::engine::scan::Throughput;
 
 /// Which GPU: an NVML index or a UUID.

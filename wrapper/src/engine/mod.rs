@@ -15,12 +15,10 @@
 //! - [`solo`]: a solo figure, `n = 1` of the copies' window, with one warm-up rule.
 //! - [`copies`]: N copies of one command on N slots until their measurement window is
 //!   complete (the engine call under `colloc bench`).
-//! - [`duration`]: durations as users write them.
 //! - [`gpu`]: the GPU sampler of a pack of attempts and what its figures are called.
 
 pub mod control;
 pub mod copies;
-pub mod duration;
 pub mod gpu;
 pub mod launch;
 pub mod pack;
@@ -30,7 +28,6 @@ pub mod solo;
 pub mod steady;
 pub mod supervisor;
 pub mod sys;
-pub mod text;
 pub mod throughput;
 pub mod window;
 

@@ -546,7 +546,7 @@ impl<'a> Engine<'a> {
             "{reason}: sending {} to {} running run(s); they have {} to save a checkpoint and exit, and are run again when the pack resumes",
             signal_name(w.signal),
             running.len(),
-            super::duration::show(w.grace)
+            crate::duration::show(w.grace)
         );
         let now = Instant::now();
         let mut targets = Vec::new();
@@ -644,7 +644,7 @@ impl<'a> Engine<'a> {
                 log::warn!(
                     "{}: still running {} after {}; sending SIGTERM",
                     r.job.label,
-                    super::duration::show(w.grace),
+                    crate::duration::show(w.grace),
                     signal_name(w.signal)
                 );
                 r.term_at = Some(now);
@@ -655,7 +655,7 @@ impl<'a> Engine<'a> {
             log::warn!(
                 "{}: still running {} after SIGTERM; killing it",
                 r.job.label,
-                super::duration::show(self.opts.grace)
+                crate::duration::show(self.opts.grace)
             );
             self.launcher.send(r.slot, id, Cmd::Kill);
             r.killed = true;

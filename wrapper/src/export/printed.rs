@@ -51,7 +51,7 @@ impl Exporter<Shown> for Csv {
 
     fn render(&self, s: &Shown) -> anyhow::Result<String> {
         let csv = runs::csv(&s.report)?;
-        Ok(crate::engine::text::escape_lines(&String::from_utf8_lossy(&csv)).into_owned())
+        Ok(crate::text::escape_lines(&String::from_utf8_lossy(&csv)).into_owned())
     }
 }
 

@@ -169,7 +169,7 @@ pub fn table(report: &Report) -> String {
     notes(&mut out, report);
     // Names (runs, nodes, GPUs, reasons) come from the record: nothing in them reaches
     // the terminal as a control character.
-    crate::engine::text::escape_lines(&out).into_owned()
+    crate::text::escape_lines(&out).into_owned()
 }
 
 /// The optional columns of the summary table and where they go.
@@ -470,5 +470,5 @@ pub fn one_line(report: &Report, where_: &str) -> String {
         parts.push(format!("speed-up {lb}{x:.2}x"));
     }
     parts.push(format!("report {where_}"));
-    crate::engine::text::escape(&format!("colloc: {}", parts.join("; "))).into_owned()
+    crate::text::escape(&format!("colloc: {}", parts.join("; "))).into_owned()
 }

@@ -25,7 +25,7 @@ impl Table {
         self.rows.push(
             cells
                 .into_iter()
-                .map(|c| crate::engine::text::escape(&c).into_owned())
+                .map(|c| crate::text::escape(&c).into_owned())
                 .collect(),
         );
     }
@@ -72,7 +72,7 @@ pub fn csv_num(v: Option<f64>, decimals: usize) -> String {
 /// for a formula (`=`, `+`, `-`, `@`, a tab or a carriage return first, and not a
 /// plain number such as `-3`) prefixed with `'`, so opening the CSV never runs it.
 pub fn csv_text(s: &str) -> String {
-    let s = crate::engine::text::escape_lines(s);
+    let s = crate::text::escape_lines(s);
     let formula =
         s.starts_with(['=', '+', '-', '@', '\t', '\r']) && s.trim().parse::<f64>().is_err();
     if formula {

@@ -9,7 +9,7 @@ pub use super::retry::RetryOn;
 use super::retry::MAX_RETRIES;
 use super::slots::MAX_SLOTS;
 use crate::bad_input;
-use crate::engine::duration;
+use crate::duration;
 
 /// Arguments of `colloc run`.
 #[derive(clap::Args, Debug)]

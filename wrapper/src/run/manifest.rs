@@ -18,7 +18,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::retry::{self, RetryOn, Rule};
-use crate::engine::duration;
+use crate::duration;
 use crate::engine::scan::{Best, Pattern, Scanner, Throughput, UserMetric};
 use template::{check_template, combinations, fill};
 

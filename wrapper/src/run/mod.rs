@@ -499,7 +499,7 @@ fn warn_solo_budget_spent(cal: &scheduler::Calibrate, out: &Outcome, opts: &args
     if cal.left() > 0 && out.stopped_by.is_none() {
         log::warn!(
             "--solo-baseline: the budget ({}) is spent; {} of {} distinct commands were not measured alone, so their runs have no solo figure (raise --solo-budget)",
-            crate::engine::duration::show(opts.solo_budget),
+            crate::duration::show(opts.solo_budget),
             cal.left(),
             cal.total
         );
@@ -528,7 +528,7 @@ fn finish(
         ];
         files.extend(charts.iter().map(|c| c.display().to_string()));
         if error.is_none() {
-            outln!("report: {}", crate::engine::text::escape(&files.join(", ")));
+            outln!("report: {}", crate::text::escape(&files.join(", ")));
         }
     }
     if let Some(e) = &error {

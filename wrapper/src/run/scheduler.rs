@@ -517,7 +517,7 @@ impl<'a> Pack<'a> {
         for (u, v) in agg {
             line.push_str(&format!("; aggregate now {v:.1} {u}"));
         }
-        outln!("{}", crate::engine::text::escape(&line));
+        outln!("{}", crate::text::escape(&line));
     }
 
     /// A run's extra attempts and which failures they cover: its manifest's, else the

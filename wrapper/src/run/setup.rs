@@ -175,7 +175,7 @@ fn announce(diff: &Diff, quiet: bool) {
         format!("resume: {n} was removed from the manifest; its record is kept and it does not run")
     }));
     for l in lines {
-        let l = crate::engine::text::escape(&l);
+        let l = crate::text::escape(&l);
         if quiet {
             log::info!("{l}");
         } else {

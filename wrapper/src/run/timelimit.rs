@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use super::args::Settings;
-use crate::engine::duration::show;
+use crate::duration::show;
 use crate::engine::pack::Deadline;
 use crate::slurm::job::{self, JobFacts};
 

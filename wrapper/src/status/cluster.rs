@@ -313,7 +313,7 @@ impl Exporter<ClusterStatus> for Text {
         for n in &c.notes {
             let _ = writeln!(t, "note: {n}");
         }
-        Ok(crate::engine::text::escape_lines(&t).into_owned())
+        Ok(crate::text::escape_lines(&t).into_owned())
     }
 }
 

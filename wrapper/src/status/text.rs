@@ -75,7 +75,7 @@ impl Exporter<NodeStatus> for Text {
             let _ = writeln!(t, "{l}");
         }
         holders(&mut t, s);
-        Ok(crate::engine::text::escape_lines(&t).into_owned())
+        Ok(crate::text::escape_lines(&t).into_owned())
     }
 }
 

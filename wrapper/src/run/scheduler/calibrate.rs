@@ -5,8 +5,9 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::{describe, Common, Logs, StepCtx, LOGS_DIR, SOLO_LOGS_DIR};
+use crate::duration;
 use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Job, View};
-use crate::engine::{duration, solo, State};
+use crate::engine::{solo, State};
 use crate::record::events::{Event, Kind, RunIdentity};
 use crate::run::args::Options;
 use crate::run::manifest::RunSpec;
@@ -101,7 +102,7 @@ impl Driver for Calibrate<'_> {
         if !self.quiet {
             outln!(
                 "colloc: measuring {} alone for up to {} after a {} warm-up from its first throughput line ({} of {} distinct commands)",
-                crate::engine::text::escape(name),
+                crate::text::escape(name),
                 duration::show(window),
                 duration::show(self.warmup),
                 self.total - self.queue.len(),
@@ -153,8 +154,8 @@ impl Driver for Calibrate<'_> {
                 if !self.quiet {
                     outln!(
                         "colloc: solo throughput of {}: {rate:.1} {}",
-                        crate::engine::text::escape(&name),
-                        crate::engine::text::escape(&unit)
+                        crate::text::escape(&name),
+                        crate::text::escape(&unit)
                     );
                 }
             }
