@@ -8,6 +8,7 @@ pkgs=(
   python3-pip                                        # zig and cargo-zigbuild (install-zig.sh)
   parallel fonts-dejavu-core python3                 # benchmarks, report charts
   debootstrap                                        # the Slurm 24.11 root (tests/slurm/slurm-root.sh)
+  python3-prometheus-client                          # status --format openmetrics checked by a real parser
 )
 missing=()
 for p in "${pkgs[@]}"; do
