@@ -78,101 +78,300 @@ macro_rules! def {
     };
 }
 
-
-def!(BUILD_INFO, "colloc_build_info", None, ["version", "build"],
+def!(
+    BUILD_INFO,
+    "colloc_build_info",
+    None,
+    ["version", "build"],
     "colloc's version and build id (of the binary that wrote this), value 1.",
-    "one series per colloc binary installed.");
-def!(CONFIG_VALID, "colloc_config_valid", None, [],
-    "1 when colloc.toml could be read and is valid, else 0 (and nothing else is said).", "no labels.");
-def!(STATUS_OK, "colloc_status_ok", None, [],
+    "one series per colloc binary installed."
+);
+def!(
+    CONFIG_VALID,
+    "colloc_config_valid",
+    None,
+    [],
+    "1 when colloc.toml could be read and is valid, else 0 (and nothing else is said).",
+    "no labels."
+);
+def!(
+    STATUS_OK,
+    "colloc_status_ok",
+    None,
+    [],
     "1 when colloc status could read everything, else 0 (a _readable gauge says what not).",
-    "no labels.");
-def!(NVML_READABLE, "colloc_nvml_readable", None, [],
-    "1 when NVML could be opened and list the GPUs, else 0 (no GPU series then).", "no labels.");
-def!(NVML_FAILURE, "colloc_nvml_failure_info", None, ["step"],
+    "no labels."
+);
+def!(
+    NVML_READABLE,
+    "colloc_nvml_readable",
+    None,
+    [],
+    "1 when NVML could be opened and list the GPUs, else 0 (no GPU series then).",
+    "no labels."
+);
+def!(
+    NVML_FAILURE,
+    "colloc_nvml_failure_info",
+    None,
+    ["step"],
     "Where NVML failed: step is open (the library) or list (the GPUs), value 1.",
-    "step is one of two words.");
-def!(GPUS, "colloc_gpus", None, [], "The GPUs NVML lists.", "no labels.");
-def!(GPU_INFO, "colloc_gpu_info", None, ["gpu", "UUID", "modelName"],
-    "A GPU: NVML index, UUID and name (DCGM's labels), value 1.", "one series per GPU of the node.");
-def!(GPU_MEMORY, "colloc_gpu_memory_total_bytes", Some("bytes"), ["gpu", "UUID"],
-    "A GPU's memory, as NVML says it.", "one series per GPU of the node.");
-def!(GPU_MIG_SUPPORTED, "colloc_gpu_mig_supported", None, ["gpu", "UUID"],
-    "1 when the GPU has MIG, else 0.", "one series per GPU of the node.");
-def!(GPU_MIG_MODE, "colloc_gpu_mig_mode", None, ["gpu", "UUID"],
-    "1 when MIG mode is on now, else 0 (GPUs with MIG only).", "one series per GPU of the node.");
-def!(GPU_MIG_PENDING, "colloc_gpu_mig_mode_pending", None, ["gpu", "UUID"],
+    "step is one of two words."
+);
+def!(
+    GPUS,
+    "colloc_gpus",
+    None,
+    [],
+    "The GPUs NVML lists.",
+    "no labels."
+);
+def!(
+    GPU_INFO,
+    "colloc_gpu_info",
+    None,
+    ["gpu", "UUID", "modelName"],
+    "A GPU: NVML index, UUID and name (DCGM's labels), value 1.",
+    "one series per GPU of the node."
+);
+def!(
+    GPU_MEMORY,
+    "colloc_gpu_memory_total_bytes",
+    Some("bytes"),
+    ["gpu", "UUID"],
+    "A GPU's memory, as NVML says it.",
+    "one series per GPU of the node."
+);
+def!(
+    GPU_MIG_SUPPORTED,
+    "colloc_gpu_mig_supported",
+    None,
+    ["gpu", "UUID"],
+    "1 when the GPU has MIG, else 0.",
+    "one series per GPU of the node."
+);
+def!(
+    GPU_MIG_MODE,
+    "colloc_gpu_mig_mode",
+    None,
+    ["gpu", "UUID"],
+    "1 when MIG mode is on now, else 0 (GPUs with MIG only).",
+    "one series per GPU of the node."
+);
+def!(
+    GPU_MIG_PENDING,
+    "colloc_gpu_mig_mode_pending",
+    None,
+    ["gpu", "UUID"],
     "1 when MIG mode will be on after the GPU's next reset, else 0 (GPUs with MIG only).",
-    "one series per GPU of the node.");
-def!(GPU_SERVES, "colloc_gpu_serves", None, ["gpu", "UUID", "kind"],
+    "one series per GPU of the node."
+);
+def!(
+    GPU_SERVES,
+    "colloc_gpu_serves",
+    None,
+    ["gpu", "UUID", "kind"],
     "1 when the GPU serves jobs of this kind now (plain, naive, mps, mig), else 0.",
-    "four kinds per GPU.");
-def!(GPU_MARKED, "colloc_gpu_marked", None, ["gpu", "UUID"],
+    "four kinds per GPU."
+);
+def!(
+    GPU_MARKED,
+    "colloc_gpu_marked",
+    None,
+    ["gpu", "UUID"],
     "Jobs whose restore left the GPU marked (later jobs are refused it); 0 when none.",
-    "one series per GPU of the node.");
-def!(GPU_INSTANCES_READABLE, "colloc_gpu_instances_readable", None, ["gpu", "UUID"],
+    "one series per GPU of the node."
+);
+def!(
+    GPU_INSTANCES_READABLE,
+    "colloc_gpu_instances_readable",
+    None,
+    ["gpu", "UUID"],
     "1 when the GPU's MIG instances could be listed, else 0 (needs root, or NVML failed).",
-    "one series per GPU of the node.");
-def!(GPU_INSTANCES, "colloc_gpu_mig_instances", None, ["gpu", "UUID"],
+    "one series per GPU of the node."
+);
+def!(
+    GPU_INSTANCES,
+    "colloc_gpu_mig_instances",
+    None,
+    ["gpu", "UUID"],
     "The GPU's MIG instances (0 with MIG off); absent where they could not be listed.",
-    "one series per GPU of the node.");
-def!(MIG_INSTANCE_INFO, "colloc_mig_instance_info", None,
+    "one series per GPU of the node."
+);
+def!(
+    MIG_INSTANCE_INFO,
+    "colloc_mig_instance_info",
+    None,
     ["gpu", "GPU_I_ID", "GPU_I_PROFILE", "UUID"],
     "A MIG instance: its GPU, GPU instance id, profile and MIG UUID (empty without a \
      compute instance), value 1.",
-    "at most seven instances per GPU, their ids and profiles a fixed set per model.");
-def!(MIG_DEVICE_INFO, "colloc_mig_device_info", None, ["gpu", "GPU_I_ID", "CI_ID", "UUID"],
+    "at most seven instances per GPU, their ids and profiles a fixed set per model."
+);
+def!(
+    MIG_DEVICE_INFO,
+    "colloc_mig_device_info",
+    None,
+    ["gpu", "GPU_I_ID", "CI_ID", "UUID"],
     "A MIG device anyone sees where listing the instances needs root, value 1.",
-    "at most seven MIG devices per GPU.");
-def!(JOURNALS_READABLE, "colloc_journals_readable", None, [],
-    "1 when colloc's job journals could be listed, else 0 (no job series then).", "no labels.");
-def!(JOURNALS, "colloc_journals", None, [], "Readable journals: jobs colloc holds the GPUs of.",
-    "no labels.");
-def!(JOURNALS_UNREADABLE, "colloc_journals_unreadable", None, [],
-    "Journals that could not be read (`colloc restore --all` moves them aside).", "no labels.");
-def!(SLURM_READABLE, "colloc_slurm_readable", None, [],
+    "at most seven MIG devices per GPU."
+);
+def!(
+    JOURNALS_READABLE,
+    "colloc_journals_readable",
+    None,
+    [],
+    "1 when colloc's job journals could be listed, else 0 (no job series then).",
+    "no labels."
+);
+def!(
+    JOURNALS,
+    "colloc_journals",
+    None,
+    [],
+    "Readable journals: jobs colloc holds the GPUs of.",
+    "no labels."
+);
+def!(
+    JOURNALS_UNREADABLE,
+    "colloc_journals_unreadable",
+    None,
+    [],
+    "Journals that could not be read (`colloc restore --all` moves them aside).",
+    "no labels."
+);
+def!(
+    SLURM_READABLE,
+    "colloc_slurm_readable",
+    None,
+    [],
     "1 when Slurm could say which of the journals' jobs run, else 0 (no job_running then).",
-    "no labels.");
-def!(JOB_INFO, "colloc_job_info", None, ["job", "mode", "phase"],
+    "no labels."
+);
+def!(
+    JOB_INFO,
+    "colloc_job_info",
+    None,
+    ["job", "mode", "phase"],
     "A job colloc holds GPUs for: its mode (the layout asked, in colloc's grammar) and \
      phase (applying, applied, refused, restoring), value 1.",
     "one series per job that holds this node's GPUs through colloc (a \
-     journal lives from prolog to epilog), so a few at a time.");
-def!(JOB_RUNNING, "colloc_job_running", None, ["job"],
+     journal lives from prolog to epilog), so a few at a time."
+);
+def!(
+    JOB_RUNNING,
+    "colloc_job_running",
+    None,
+    ["job"],
     "1 when Slurm says the job holds the node, 0 when it ended and its journal is left over.",
     "one series per job that holds this node's GPUs through colloc (a \
-     journal lives from prolog to epilog), so a few at a time.");
-def!(JOB_GPU, "colloc_job_gpu", None, ["job", "gpu"],
+     journal lives from prolog to epilog), so a few at a time."
+);
+def!(
+    JOB_GPU,
+    "colloc_job_gpu",
+    None,
+    ["job", "gpu"],
     "A GPU (NVML index) a job's journal holds, value 1.",
-    "per job, its GPUs.");
-def!(MPS_DAEMON, "colloc_mps_daemon_info", None, ["job", "gpu", "UUID"],
+    "per job, its GPUs."
+);
+def!(
+    MPS_DAEMON,
+    "colloc_mps_daemon_info",
+    None,
+    ["job", "gpu", "UUID"],
     "An MPS control daemon colloc started for a job: its GPU (NVML index, empty where \
      not found) and the device it serves (GPU or MIG UUID), value 1.",
-    "per job, one daemon per GPU or MIG instance.");
-def!(JOB_HELD, "colloc_job_held_gpu", None, ["job", "gpu", "UUID", "reason"],
+    "per job, one daemon per GPU or MIG instance."
+);
+def!(
+    JOB_HELD,
+    "colloc_job_held_gpu",
+    None,
+    ["job", "gpu", "UUID", "reason"],
     "A GPU a job's restore could not finish and left marked, and why (in_use, processes, \
      still_listed, driver, mode_pending), value 1.",
-    "per job, its GPUs; reason is one of five words.");
-def!(LEFTOVERS_READABLE, "colloc_leftovers_readable", None, [],
-    "1 when run_dir's leftovers could be listed, else 0.", "no labels.");
-def!(LEFTOVERS, "colloc_leftovers", None, [],
-    "Trees earlier epilogs could not remove (`colloc restore --all` tries again).", "no labels.");
-def!(RUN_DIR_READABLE, "colloc_run_dir_readable", None, [],
-    "1 when run_dir could be opened, else 0 (no run_dir series then).", "no labels.");
-def!(RUN_DIR_SERVES_MPS, "colloc_run_dir_serves_mps", None, [],
-    "1 when run_dir can serve MPS jobs now, 0 when it cannot (full, or in use).", "no labels.");
-def!(RUN_DIR_SIZE, "colloc_run_dir_size_bytes", Some("bytes"), [],
-    "The size of run_dir's file system.", "no labels.");
-def!(RUN_DIR_FREE, "colloc_run_dir_free_bytes", Some("bytes"), [],
-    "Free space on run_dir's file system.", "no labels.");
-def!(RUN_DIR_INODES, "colloc_run_dir_inodes", None, [], "Inodes of run_dir's file system.",
-    "no labels.");
-def!(RUN_DIR_FREE_INODES, "colloc_run_dir_free_inodes", None, [],
-    "Free inodes on run_dir's file system.", "no labels.");
-def!(RUN_DIR_OWN_FS, "colloc_run_dir_own_fs", None, [],
-    "1 when run_dir is a file system of its own (then the hidden figures are said).", "no labels.");
-def!(RUN_DIR_HIDDEN_BYTES, "colloc_run_dir_hidden_bytes", Some("bytes"), [],
-    "Bytes in use on run_dir's own file system that no entry accounts for.", "no labels.");
+    "per job, its GPUs; reason is one of five words."
+);
+def!(
+    LEFTOVERS_READABLE,
+    "colloc_leftovers_readable",
+    None,
+    [],
+    "1 when run_dir's leftovers could be listed, else 0.",
+    "no labels."
+);
+def!(
+    LEFTOVERS,
+    "colloc_leftovers",
+    None,
+    [],
+    "Trees earlier epilogs could not remove (`colloc restore --all` tries again).",
+    "no labels."
+);
+def!(
+    RUN_DIR_READABLE,
+    "colloc_run_dir_readable",
+    None,
+    [],
+    "1 when run_dir could be opened, else 0 (no run_dir series then).",
+    "no labels."
+);
+def!(
+    RUN_DIR_SERVES_MPS,
+    "colloc_run_dir_serves_mps",
+    None,
+    [],
+    "1 when run_dir can serve MPS jobs now, 0 when it cannot (full, or in use).",
+    "no labels."
+);
+def!(
+    RUN_DIR_SIZE,
+    "colloc_run_dir_size_bytes",
+    Some("bytes"),
+    [],
+    "The size of run_dir's file system.",
+    "no labels."
+);
+def!(
+    RUN_DIR_FREE,
+    "colloc_run_dir_free_bytes",
+    Some("bytes"),
+    [],
+    "Free space on run_dir's file system.",
+    "no labels."
+);
+def!(
+    RUN_DIR_INODES,
+    "colloc_run_dir_inodes",
+    None,
+    [],
+    "Inodes of run_dir's file system.",
+    "no labels."
+);
+def!(
+    RUN_DIR_FREE_INODES,
+    "colloc_run_dir_free_inodes",
+    None,
+    [],
+    "Free inodes on run_dir's file system.",
+    "no labels."
+);
+def!(
+    RUN_DIR_OWN_FS,
+    "colloc_run_dir_own_fs",
+    None,
+    [],
+    "1 when run_dir is a file system of its own (then the hidden figures are said).",
+    "no labels."
+);
+def!(
+    RUN_DIR_HIDDEN_BYTES,
+    "colloc_run_dir_hidden_bytes",
+    Some("bytes"),
+    [],
+    "Bytes in use on run_dir's own file system that no entry accounts for.",
+    "no labels."
+);
 
 /// Every family, in the order the format prints them.
 pub const FAMILIES: &[&Def] = &[
@@ -253,7 +452,11 @@ impl Doc {
     fn render(&self) -> String {
         let mut t = String::new();
         for def in FAMILIES {
-            let mut lines = self.samples.iter().filter(|(n, _)| *n == def.name).peekable();
+            let mut lines = self
+                .samples
+                .iter()
+                .filter(|(n, _)| *n == def.name)
+                .peekable();
             if lines.peek().is_none() {
                 continue;
             }
@@ -311,7 +514,11 @@ fn gpus(d: &mut Doc, s: &NodeStatus) {
         let id = [index.as_str(), g.uuid.as_str()];
         d.set(&GPU_INFO, &[&index, &g.uuid, &g.name], 1);
         d.set(&GPU_MEMORY, &id, g.memory_total);
-        d.set(&GPU_MIG_SUPPORTED, &id, u64::from(g.mig_mode_pending.is_some()));
+        d.set(
+            &GPU_MIG_SUPPORTED,
+            &id,
+            u64::from(g.mig_mode_pending.is_some()),
+        );
         if let Some(pending) = g.mig_mode_pending {
             d.set(&GPU_MIG_MODE, &id, u64::from(g.mig_mode));
             d.set(&GPU_MIG_PENDING, &id, u64::from(pending));
@@ -418,7 +625,11 @@ fn node_files(d: &mut Doc, s: &NodeStatus) {
         return;
     };
     d.set(&RUN_DIR_READABLE, &[], 1);
-    d.set(&RUN_DIR_SERVES_MPS, &[], u64::from(room.cannot_serve.is_none()));
+    d.set(
+        &RUN_DIR_SERVES_MPS,
+        &[],
+        u64::from(room.cannot_serve.is_none()),
+    );
     d.set(&RUN_DIR_SIZE, &[], room.space.total_bytes);
     d.set(&RUN_DIR_FREE, &[], room.space.free_bytes);
     d.set(&RUN_DIR_INODES, &[], room.space.total_inodes);

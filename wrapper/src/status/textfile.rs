@@ -66,7 +66,10 @@ pub fn write(file: &Path, text: &str) -> Result<(), OutputError> {
         source,
     })?;
     dir.write_file_mode(name, text.as_bytes(), MODE)
-        .map_err(|source| OutputError::Write { file: shown, source })
+        .map_err(|source| OutputError::Write {
+            file: shown,
+            source,
+        })
 }
 
 /// Check that `file` is an absolute path to a file (`/dir/name`), before anything is read.

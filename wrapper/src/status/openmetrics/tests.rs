@@ -14,7 +14,10 @@ use crate::status::tests::{every_kind_of_node_status, golden};
 /// `None` where no python3 with the module is found (the caller skips, saying so). A
 /// text the parser refuses fails the test.
 pub(crate) fn parse(text: &str) -> Option<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/openmetrics_parse.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/openmetrics_parse.py"
+    );
     for python in ["python3", "/usr/bin/python3"] {
         let Ok(mut child) = Command::new(python)
             .arg(script)
@@ -75,7 +78,11 @@ fn every_family_is_a_colloc_gauge_named_with_its_unit_and_said_once() {
         if let Some(u) = f.unit {
             assert!(f.name.ends_with(&format!("_{u}")), "{} lacks _{u}", f.name);
         }
-        assert!(!f.help.contains('\n') && !f.help.contains('"'), "{}", f.name);
+        assert!(
+            !f.help.contains('\n') && !f.help.contains('"'),
+            "{}",
+            f.name
+        );
     }
 }
 
@@ -124,7 +131,10 @@ fn every_kind_of_state_parses_and_says_what_the_model_knows() {
     assert_eq!(samples(&f, "colloc_mig_device_info")[0].0["UUID"], "MIG-1");
     // GPU 0 has no MIG: no MIG mode said, supported 0.
     assert_eq!(by_gpu(&samples(&f, "colloc_gpu_mig_mode"), "0"), None);
-    assert_eq!(by_gpu(&samples(&f, "colloc_gpu_mig_supported"), "0"), Some(0.0));
+    assert_eq!(
+        by_gpu(&samples(&f, "colloc_gpu_mig_supported"), "0"),
+        Some(0.0)
+    );
     assert_eq!(by_gpu(&samples(&f, "colloc_gpu_marked"), "2"), Some(1.0));
     // Job 4 runs, job 9 is gone and holds GPU 2 (in use); one journal unreadable.
     let running = samples(&f, "colloc_job_running");
@@ -160,7 +170,10 @@ fn hostile_names_and_modes_round_trip_through_the_parser() {
         j.mps_devices = vec!["GPU-0,MIG-1".into()];
     }
     let text = OpenMetrics.render(&s).unwrap();
-    assert!(!text.contains("colloc_fake 2\n"), "a name broke out of its label");
+    assert!(
+        !text.contains("colloc_fake 2\n"),
+        "a name broke out of its label"
+    );
     let Some(f) = parse(&text) else {
         return;
     };
@@ -183,7 +196,9 @@ fn hostile_names_and_modes_round_trip_through_the_parser() {
 fn no_nvml_is_a_health_gauge_not_a_gpu_count_of_zero() {
     let mut s = every_kind_of_node_status();
     s.gpus = None;
-    s.gpus_error = Some(GpusError::Unavailable("libnvidia-ml.so.1: not found".into()));
+    s.gpus_error = Some(GpusError::Unavailable(
+        "libnvidia-ml.so.1: not found".into(),
+    ));
     let text = OpenMetrics.render(&s).unwrap();
     assert!(text.contains("\ncolloc_nvml_readable 0\n"));
     assert!(text.contains("\ncolloc_nvml_failure_info{step=\"open\"} 1\n"));
@@ -209,7 +224,11 @@ fn a_broken_configuration_says_so_in_a_document_of_its_own() {
 fn every_family_is_in_the_admin_guide() {
     let guide = include_str!("../../../../docs/admin.md");
     for f in FAMILIES {
-        assert!(guide.contains(&format!("`{}`", f.name)), "{} missing", f.name);
+        assert!(
+            guide.contains(&format!("`{}`", f.name)),
+            "{} missing",
+            f.name
+        );
     }
 }
 
