@@ -16,6 +16,7 @@
 use std::fmt::Write as _;
 
 use colloc_core::gpu::HoldReason;
+use colloc_core::journal::Phase;
 
 use super::model::{GpusError, Instances, JournalEntry, NodeStatus};
 use crate::output::Exporter;
@@ -581,11 +582,13 @@ fn jobs(d: &mut Doc, s: &NodeStatus) {
     }
     for j in s.readable() {
         let job = j.job.to_string();
-        let phase = serde_json::to_value(j.phase)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_lowercase))
-            .unwrap_or_default();
-        d.set(&JOB_INFO, &[&job, &j.mode, &phase], 1);
+        let phase = match j.phase {
+            Phase::Applying => "applying",
+            Phase::Applied => "applied",
+            Phase::Refused => "refused",
+            Phase::Restoring => "restoring",
+        };
+        d.set(&JOB_INFO, &[&job, &j.mode, phase], 1);
         if let Some(live) = j.state.0.live() {
             d.set(&JOB_RUNNING, &[&job], u64::from(live));
         }
