@@ -89,16 +89,18 @@ pub fn main(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
     }
     // Bad input first: an unknown format, before anything is read.
     let format = FORMATS.pick(a.format_name())?;
-    if let Some(file) = &a.output {
-        check_output_path(file)?;
-    }
+    // And a FILE that cannot be written: its directory is opened and checked first.
+    let target = match &a.output {
+        Some(file) => Some(textfile::Target::open(file).map_err(output_error)?),
+        None => None,
+    };
     let cfg = match crate::admin::config_or_default(g) {
         Ok(cfg) => cfg,
         Err(e) => {
             // The metrics say the configuration is broken rather than going stale.
-            if let (Some(file), "openmetrics") = (&a.output, format.name()) {
+            if let (Some(t), "openmetrics") = (&target, format.name()) {
                 let text = openmetrics::config_invalid(own_build_id().as_deref());
-                if let Err(w) = textfile::write(file, &text) {
+                if let Err(w) = t.write(&text) {
                     log::warn!("{w}");
                 }
             }
@@ -106,26 +108,15 @@ pub fn main(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
         }
     };
     let status = NodeStatus::read(&cfg, own_build_id());
-    match &a.output {
+    match &target {
         None => output::print(format, &status)?,
-        Some(file) => {
-            let text = format.render(&status)?;
-            textfile::write(file, &text).map_err(output_error)?;
-        }
+        Some(t) => t.write(&format.render(&status)?).map_err(output_error)?,
     }
     Ok(if status.error.is_none() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
-}
-
-/// `--output FILE`'s path, checked before anything is read: an absolute path to a file.
-fn check_output_path(file: &std::path::Path) -> anyhow::Result<()> {
-    match textfile::check_path(file) {
-        Ok(()) => Ok(()),
-        Err(e) => Err(output_error(e)),
-    }
 }
 
 /// A refused `--output` is bad input (exit 2); a failed write is an error (exit 1).

@@ -53,31 +53,55 @@ impl OutputError {
 /// The file's mode: readable by node_exporter's user.
 const MODE: u32 = 0o644;
 
+/// Where `--output` writes: FILE's directory, open and checked, and FILE's name in it.
+#[derive(Debug)]
+pub struct Target {
+    dir: Dir,
+    name: String,
+    shown: String,
+}
+
+impl Target {
+    /// Open FILE's directory and check it, before anything is read or written.
+    ///
+    /// # Errors
+    /// [`OutputError`]: not an absolute file path, or an unsafe or missing directory.
+    pub fn open(file: &Path) -> Result<Target, OutputError> {
+        let shown = file.display().to_string();
+        let (dir, name) = split(file)?;
+        let dir = open_dir(dir).map_err(|source| OutputError::Directory {
+            file: shown.clone(),
+            source,
+        })?;
+        Ok(Target {
+            dir,
+            name: name.to_string(),
+            shown,
+        })
+    }
+
+    /// Replace FILE with `text`, atomically.
+    ///
+    /// # Errors
+    /// [`OutputError::Write`]: the write failed (the file is as it was).
+    pub fn write(&self, text: &str) -> Result<(), OutputError> {
+        self.dir
+            .write_file_mode(&self.name, text.as_bytes(), MODE)
+            .map_err(|source| OutputError::Write {
+                file: self.shown.clone(),
+                source,
+            })
+    }
+}
+
 /// Replace `file` with `text`, atomically, in a directory only root can change.
 ///
 /// # Errors
 /// [`OutputError`]: not an absolute file path, an unsafe or missing directory (nothing
 /// written), or the write failed (the file is as it was).
-pub fn write(file: &Path, text: &str) -> Result<(), OutputError> {
-    let shown = file.display().to_string();
-    let (dir, name) = split(file)?;
-    let dir = open_dir(dir).map_err(|source| OutputError::Directory {
-        file: shown.clone(),
-        source,
-    })?;
-    dir.write_file_mode(name, text.as_bytes(), MODE)
-        .map_err(|source| OutputError::Write {
-            file: shown,
-            source,
-        })
-}
-
-/// Check that `file` is an absolute path to a file (`/dir/name`), before anything is read.
-///
-/// # Errors
-/// [`OutputError::NotAFilePath`].
-pub fn check_path(file: &Path) -> Result<(), OutputError> {
-    split(file).map(|_| ())
+#[cfg(test)]
+fn write(file: &Path, text: &str) -> Result<(), OutputError> {
+    Target::open(file)?.write(text)
 }
 
 /// `file`'s directory and name.
