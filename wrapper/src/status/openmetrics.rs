@@ -100,7 +100,7 @@ def!(
     "colloc_status_ok",
     None,
     [],
-    "1 when colloc status could read everything, else 0 (a _readable gauge says what not).",
+    "1 when colloc status exits 0 (all read, run_dir can serve MPS jobs), else 0.",
     "no labels."
 );
 def!(
