@@ -39,6 +39,9 @@ install -D -m 0755 "$REPO/packaging/colloc-pre-remove" "$ROOT/usr/libexec/colloc
 install -D -m 0755 "$REPO/packaging/colloc-post-install" "$ROOT/usr/libexec/colloc/colloc-post-install"
 # The boot unit: colloc check-config --fix before slurmd (enabled by colloc-post-install).
 install -D -m 0644 "$REPO/packaging/colloc-check.service" "$ROOT/usr/lib/systemd/system/colloc-check.service"
+# The metrics for node_exporter's textfile collector: shipped, not enabled.
+install -D -m 0644 "$REPO/packaging/colloc-metrics.service" "$ROOT/usr/lib/systemd/system/colloc-metrics.service"
+install -D -m 0644 "$REPO/packaging/colloc-metrics.timer" "$ROOT/usr/lib/systemd/system/colloc-metrics.timer"
 
 install -d -m 0755 "$ROOT/etc/slurm/plugstack.conf.d"
 sed "s|@PLUGINDIR@|$PLUGINDIR|g" "$REPO/packaging/etc/plugstack-colloc.conf" \

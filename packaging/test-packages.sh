@@ -120,6 +120,8 @@ for e in \
     "-rwxr-xr-x usr/libexec/colloc/colloc-pre-remove" \
     "-rwxr-xr-x usr/libexec/colloc/colloc-post-install" \
     "-rw-r--r-- usr/lib/systemd/system/colloc-check.service" \
+    "-rw-r--r-- usr/lib/systemd/system/colloc-metrics.service" \
+    "-rw-r--r-- usr/lib/systemd/system/colloc-metrics.timer" \
     "-rw-r--r-- usr/share/bash-completion/completions/colloc" \
     "-rw-r--r-- usr/share/zsh/vendor-completions/_colloc" \
     "-rw-r--r-- usr/share/fish/vendor_completions.d/colloc.fish" \
@@ -178,6 +180,20 @@ if command -v systemd-analyze >/dev/null; then
         ok "systemd-analyze verify colloc-check.service: no fault of its own"
     else
         not_ok "systemd-analyze verify colloc-check.service" "$out"
+    fi
+fi
+# The metrics units: status --format openmetrics into node_exporter's textfile directory,
+# every 15 s, atomically (--output); shipped, not enabled.
+munit=$WORK/libc6/usr/lib/systemd/system/colloc-metrics
+check "colloc-metrics.service: oneshot, ExecStart=/usr/bin/colloc status --format openmetrics --output ...; timer every 15s, WantedBy=timers.target" bash -c \
+    "grep -qx 'Type=oneshot' '$munit.service' &&
+     grep -qx 'ExecStart=/usr/bin/colloc status --format openmetrics --output /var/lib/prometheus/node-exporter/colloc.prom' '$munit.service' &&
+     grep -qx 'OnUnitActiveSec=15s' '$munit.timer' && grep -qx 'WantedBy=timers.target' '$munit.timer'"
+if command -v systemd-analyze >/dev/null; then
+    if out=$(systemd-analyze verify --man=no "$munit.timer" "$munit.service" 2>&1 | grep -v -e '/usr/bin/colloc'); [ -z "$out" ]; then
+        ok "systemd-analyze verify colloc-metrics.{service,timer}: no fault of their own"
+    else
+        not_ok "systemd-analyze verify colloc-metrics.{service,timer}" "$out"
     fi
 fi
 # The same post-install steps in both packages: one script, run by each.
@@ -299,7 +315,8 @@ if [ -n "${RPM:-}" ]; then
     slurm_script_cases "rpm %pre" "$SV/pre.sh" 1
     check "rpm: %post runs colloc-post-install, as the deb's postinst" bash -c \
         "rpm -qp --scripts '$RPM' | sed -n '/^postinstall scriptlet/,/^[a-z]* *un*install/p' | grep -q '/usr/libexec/colloc/colloc-post-install install'"
-    for f in /usr/libexec/colloc/colloc-post-install /usr/lib/systemd/system/colloc-check.service; do
+    for f in /usr/libexec/colloc/colloc-post-install /usr/lib/systemd/system/colloc-check.service \
+        /usr/lib/systemd/system/colloc-metrics.service /usr/lib/systemd/system/colloc-metrics.timer; do
         if printf '%s\n' "$rpm_list" | grep -qx "$f"; then ok "rpm -qlp: $f"; else not_ok "rpm -qlp: $f" "$rpm_list"; fi
     done
     check "rpm: Packager and URL from packaging/site.env, no FILL IN in its header or files" bash -c \
@@ -386,6 +403,8 @@ check "/usr/bin/colloc runs (--version)" /usr/bin/colloc --version
 if command -v systemctl >/dev/null; then
     check "install enabled colloc-check.service (slurmd.service.wants link)" bash -c \
         "[ \"\$(readlink -f /etc/systemd/system/slurmd.service.wants/colloc-check.service)\" = \"\$(readlink -f /usr/lib/systemd/system/colloc-check.service)\" ]"
+    check "install did not enable colloc-metrics.timer (the admin does)" \
+        test ! -e /etc/systemd/system/timers.target.wants/colloc-metrics.timer
 fi
 # A boot: /run/colloc is an empty folder again; the unit's command makes the capped tmpfs.
 if awk '$2 == "/run/colloc" && $3 == "tmpfs" { f = 1 } END { exit !f }' /proc/self/mounts &&

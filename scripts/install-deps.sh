@@ -9,6 +9,7 @@ pkgs=(
   parallel fonts-dejavu-core python3                 # benchmarks, report charts
   debootstrap                                        # the Slurm 24.11 root (tests/slurm/slurm-root.sh)
   chromium                                           # colloc report --html, read in a headless browser
+  python3-prometheus-client                          # status --format openmetrics checked by a real parser
 )
 missing=()
 for p in "${pkgs[@]}"; do

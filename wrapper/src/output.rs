@@ -4,8 +4,8 @@
 //! line in the command's [`Formats`] list; `--json`, `--csv`, `--quiet` are names for
 //! the formats they always chose.
 //!
-//! A new format for `colloc status` (say OpenMetrics) is one file in `status/` with a
-//! type that implements `Exporter<NodeStatus>` and its line in `status::FORMATS`.
+//! A new format for `colloc status` is one file in `status/` with a type that implements
+//! `Exporter<NodeStatus>` and its line in `status::FORMATS` (as `status/openmetrics.rs`).
 
 use serde::Serialize;
 

@@ -5,6 +5,10 @@
 //! ([`cluster::ClusterStatus`]). Each view is read once into its model, then printed by
 //! the format chosen by name ([`FORMATS`], [`CLUSTER_FORMATS`]; `--json` is `json`).
 //!
+//! `--format openmetrics` is the node view for Prometheus ([`openmetrics`]); `--output
+//! FILE` writes any node format atomically where node_exporter's textfile collector reads
+//! it ([`textfile`]).
+//!
 //! Monitoring reads `--json`. Neither view ever says "nothing" where it could not look:
 //! a part that could not be read is `null` with an `error`, and the exit status is 1.
 
@@ -23,7 +27,7 @@ use model::NodeStatus;
 /// The formats of `colloc status`, the default first: one line each.
 pub const FORMATS: Formats<NodeStatus> = Formats {
     command: "colloc status",
-    list: &[&text::Text, &Json::SORTED],
+    list: &[&text::Text, &Json::SORTED, &openmetrics::OpenMetrics],
 };
 
 /// The formats of `colloc status --cluster`.
@@ -32,16 +36,23 @@ pub const CLUSTER_FORMATS: Formats<ClusterStatus> = Formats {
     list: &[&cluster::Text, &Json::SORTED],
 };
 
-/// `colloc status [--json | --format NAME] [--cluster [--nodes LIST | --partition NAME]]`
+/// `colloc status [--json | --format NAME] [--output FILE]
+/// [--cluster [--nodes LIST | --partition NAME]]`
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
     /// Print JSON (for monitoring: a part that could not be read is null, with "error");
     /// the same as --format json.
     #[arg(long, conflicts_with = "format")]
     json: bool,
-    /// The output format: text (the default) or json.
+    /// The output format: text (the default), json, or openmetrics (this node's view for
+    /// Prometheus; not with --cluster).
     #[arg(long, value_name = "NAME")]
     format: Option<String>,
+    /// Write the output to FILE instead of stdout: whole or not at all (a temporary file
+    /// beside it, fsync, rename), mode 0644, for node_exporter's textfile collector. FILE's
+    /// directory must be root's and writable by no one else (or sticky and root's).
+    #[arg(long, value_name = "FILE", conflicts_with = "cluster")]
+    output: Option<std::path::PathBuf>,
     /// Every node's colloc state as its prolog and epilog published it in the Slurm node
     /// comment, with what Slurm says of each job: one row per node, GPU and job.
     #[arg(long)]
@@ -78,14 +89,43 @@ pub fn main(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
     }
     // Bad input first: an unknown format, before anything is read.
     let format = FORMATS.pick(a.format_name())?;
-    let cfg = crate::admin::config_or_default(g)?;
+    // And a FILE that cannot be written: its directory is opened and checked first.
+    let target = match &a.output {
+        Some(file) => Some(textfile::Target::open(file).map_err(output_error)?),
+        None => None,
+    };
+    let cfg = match crate::admin::config_or_default(g) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            // The metrics say the configuration is broken rather than going stale.
+            if let (Some(t), "openmetrics") = (&target, format.name()) {
+                let text = openmetrics::config_invalid(own_build_id().as_deref());
+                if let Err(w) = t.write(&text) {
+                    log::warn!("{w}");
+                }
+            }
+            return Err(e);
+        }
+    };
     let status = NodeStatus::read(&cfg, own_build_id());
-    output::print(format, &status)?;
+    match &target {
+        None => output::print(format, &status)?,
+        Some(t) => t.write(&format.render(&status)?).map_err(output_error)?,
+    }
     Ok(if status.error.is_none() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// A refused `--output` is bad input (exit 2); a failed write is an error (exit 1).
+fn output_error(e: textfile::OutputError) -> anyhow::Error {
+    if e.is_bad_input() {
+        crate::bad_input(e.to_string())
+    } else {
+        e.into()
+    }
 }
 
 /// A user's name, else `uid N`.
@@ -132,7 +172,9 @@ pub fn own_build_id() -> Option<String> {
 
 mod cluster;
 mod model;
+mod openmetrics;
 mod rundir;
 #[cfg(test)]
 mod tests;
 mod text;
+mod textfile;

@@ -561,3 +561,235 @@ fn plan_formats_are_chosen_by_name() {
     let out = plan(&["mps:4", "--gpu-model", "H200", "--json", "--format", "text"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
+
+/// The families prometheus_client's OpenMetrics parser (`tests/fixtures/openmetrics_parse.py`)
+/// reads in `text`, as JSON; `None` where no python3 with the module is found (the caller
+/// skips, saying so). A text the parser refuses fails the test.
+fn parse_openmetrics(text: &[u8]) -> Option<serde_json::Value> {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/openmetrics_parse.py");
+    for python in ["python3", "/usr/bin/python3"] {
+        let Ok(mut child) = std::process::Command::new(python)
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        else {
+            continue;
+        };
+        child.stdin.take().unwrap().write_all(text).unwrap();
+        let out = child.wait_with_output().unwrap();
+        match out.status.code() {
+            Some(0) => return Some(serde_json::from_slice(&out.stdout).unwrap()),
+            Some(3) => continue,
+            _ => panic!(
+                "prometheus_client refused the text: {}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(text)
+            ),
+        }
+    }
+    eprintln!(
+        "skipped: no python3 with prometheus_client (Debian: python3-prometheus-client) to \
+         parse `colloc status --format openmetrics`"
+    );
+    None
+}
+
+/// The label sets of family `name`, each with its value.
+fn om_samples(families: &serde_json::Value, name: &str) -> Vec<(serde_json::Value, f64)> {
+    families
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["name"] == name)
+        .flat_map(|f| f["samples"].as_array().unwrap().clone())
+        .map(|s| (s["labels"].clone(), s["value"].as_f64().unwrap()))
+        .collect()
+}
+
+/// `status --format openmetrics` of a node, parsed (exit status `code`).
+fn openmetrics_of(n: &Node, code: i32) -> Option<serde_json::Value> {
+    let out = n.colloc(&["status", "--format", "openmetrics"]);
+    assert_eq!(out.status.code(), Some(code), "{}", text(&out));
+    assert!(out.stdout.ends_with(b"\n# EOF\n"), "{}", text(&out));
+    parse_openmetrics(&out.stdout)
+}
+
+/// `colloc status --format openmetrics` on the fake NVML's states, read back by a real
+/// OpenMetrics parser (Python's prometheus_client): the GPUs, a MIG instance's labels, a
+/// job and its MPS daemon, NVML missing; a GPU UUID with quotes, backslashes and a
+/// newline round-trips. The idle state is held to a golden file.
+#[test]
+fn node_openmetrics_parses_with_prometheus_client_in_every_state() {
+    if !is_root() {
+        eprintln!("skipped: the golden states take root (journals, a tmpfs run_dir)");
+        return;
+    }
+    let n = Node::new("A100-40GB", Some("libnvidia-ml-nowhere.so.1"), ROOMY);
+    if let Some(f) = openmetrics_of(&n, 1) {
+        assert_eq!(om_samples(&f, "colloc_nvml_readable")[0].1, 0.0);
+        assert!(
+            om_samples(&f, "colloc_gpus").is_empty(),
+            "no made-up 0 GPUs"
+        );
+        assert_eq!(om_samples(&f, "colloc_run_dir_serves_mps")[0].1, 1.0);
+    }
+
+    let n = Node::new("A100-40GB,H200,A30", None, ROOMY);
+    n.ctl(&[
+        "create-foreign",
+        "--gpu",
+        "0",
+        "--profile",
+        "1g.5gb",
+        "--start",
+        "6",
+    ]);
+    n.ctl(&["set-mig", "--gpu", "1", "off"]);
+    let out = n.colloc(&["status", "--format", "openmetrics"]);
+    let mut said = normalize(&String::from_utf8_lossy(&out.stdout), Some(&n));
+    for key in ["version", "build"] {
+        let pat = format!("{key}=\"");
+        if let Some(i) = said.find(&pat) {
+            let start = i + pat.len();
+            let end = start + said[start..].find('"').unwrap();
+            said.replace_range(start..end, &format!("<{}>", key.to_uppercase()));
+        }
+    }
+    let normalized = Output {
+        stdout: said.into_bytes(),
+        ..out.clone()
+    };
+    check("status/idle-openmetrics", &normalized, 0, Some(&n));
+    if let Some(f) = parse_openmetrics(&out.stdout) {
+        assert_eq!(om_samples(&f, "colloc_gpus")[0].1, 3.0);
+        let inst = om_samples(&f, "colloc_mig_instance_info");
+        assert_eq!(inst.len(), 1, "{inst:?}");
+        assert_eq!(inst[0].0["gpu"], "0");
+        assert_eq!(inst[0].0["GPU_I_PROFILE"], "1g.5gb");
+        assert!(inst[0].0["UUID"].as_str().unwrap().starts_with("MIG-"));
+        let mig = om_samples(&f, "colloc_gpu_mig_mode");
+        assert!(
+            mig.iter().any(|(l, v)| l["gpu"] == "1" && *v == 0.0),
+            "{mig:?}"
+        );
+        let mem = om_samples(&f, "colloc_gpu_memory_total_bytes");
+        assert!(mem
+            .iter()
+            .all(|(_, v)| *v >= 24.0 * 1024.0 * 1024.0 * 1024.0));
+        assert_eq!(om_samples(&f, "colloc_run_dir_size_bytes")[0].1, 1048576.0);
+    }
+
+    // A MIG job: its journal, its GPU and its instances; Slurm cannot be asked.
+    let n = Node::new("A100-40GB,A100-40GB", None, ROOMY);
+    n.ok(&["apply", "mig:3g", "--gpu", "0", "--job", "7"]);
+    if let Some(f) = openmetrics_of(&n, 1) {
+        let info = om_samples(&f, "colloc_job_info");
+        assert_eq!(
+            info[0].0,
+            serde_json::json!({"job": "7", "mode": "mig:3g", "phase": "applied"})
+        );
+        assert_eq!(
+            om_samples(&f, "colloc_job_gpu"),
+            [(serde_json::json!({"job": "7", "gpu": "0"}), 1.0)]
+        );
+        assert_eq!(om_samples(&f, "colloc_slurm_readable")[0].1, 0.0);
+        assert!(om_samples(&f, "colloc_job_running").is_empty());
+        let count = om_samples(&f, "colloc_gpu_mig_instances");
+        assert!(
+            count.iter().any(|(l, v)| l["gpu"] == "0" && *v == 2.0),
+            "{count:?}"
+        );
+    }
+
+    // An MPS job's daemon on GPU 1, whose UUID is hostile.
+    let n = Node::new("A100-40GB,H200", None, ROOMY);
+    let hostile = "GPU-x\"y\\z\nw} 1\ncolloc_fake 1";
+    let mut state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(n.state()).unwrap()).unwrap();
+    state["gpus"][1]["uuid"] = hostile.into();
+    std::fs::write(n.state(), state.to_string()).unwrap();
+    n.ctl(&["set-mig", "--gpu", "0", "off"]);
+    n.ctl(&["set-mig", "--gpu", "1", "off"]);
+    n.ok(&["apply", "naive", "--gpu", "0", "--job", "71"]);
+    let jobs = n.dir.path().join("state/jobs");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(jobs.join("71.json")).unwrap()).unwrap();
+    let dir = n.dir.path().join("run/job-72");
+    v["job"] = 72.into();
+    v["mode"] = "mps:2".into();
+    v["mps"] = serde_json::json!([{
+        "pipe_dir": dir.join("gpu1/pipe"), "log_dir": dir.join("gpu1/log"), "devices": hostile,
+    }]);
+    std::fs::write(jobs.join("72.json"), v.to_string()).unwrap();
+    if let Some(f) = openmetrics_of(&n, 1) {
+        let mps = om_samples(&f, "colloc_mps_daemon_info");
+        assert_eq!(
+            mps,
+            [(
+                serde_json::json!({"job": "72", "gpu": "1", "UUID": hostile}),
+                1.0
+            )]
+        );
+        let gpus = om_samples(&f, "colloc_gpu_info");
+        assert!(gpus.iter().any(|(l, _)| l["UUID"] == hostile), "{gpus:?}");
+        assert!(om_samples(&f, "colloc_fake").is_empty());
+        assert_eq!(om_samples(&f, "colloc_journals")[0].1, 2.0);
+    }
+}
+
+/// `--output FILE`: the same text as stdout, written whole with mode 0644 and nothing on
+/// stdout; a directory others may write is refused (one line, exit 2, nothing written).
+#[test]
+fn status_output_writes_the_file_atomically_and_refuses_an_unsafe_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped: the golden states take root (a tmpfs run_dir)");
+        return;
+    }
+    let n = Node::new("H200", None, ROOMY);
+    let dir = n.dir.path().join("textfile");
+    std::fs::create_dir(&dir).unwrap();
+    chmod(&dir, 0o755);
+    let file = dir.join("colloc.prom");
+    let f = file.display().to_string();
+    let out = n.colloc(&["status", "--format", "openmetrics", "--output", &f]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(out.stdout.is_empty(), "{}", text(&out));
+    let written = std::fs::read(&file).unwrap();
+    let stdout = n.colloc(&["status", "--format", "openmetrics"]).stdout;
+    assert_eq!(written, stdout);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o644);
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["colloc.prom"]);
+    if let Some(f) = parse_openmetrics(&written) {
+        assert_eq!(om_samples(&f, "colloc_gpus")[0].1, 1.0);
+    }
+
+    chmod(&dir, 0o777);
+    std::fs::remove_file(&file).unwrap();
+    let out = n.colloc(&["status", "--format", "openmetrics", "--output", &f]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("writable by group or others"), "{err}");
+    assert!(!file.exists(), "nothing written");
+    let out = n.colloc(&["status", "--output", "colloc.prom"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    // A broken colloc.toml: the file says so rather than going stale; exit 2 as before.
+    chmod(&dir, 0o755);
+    std::fs::write(n.dir.path().join("colloc.toml"), "version = 1\nbogus = [\n").unwrap();
+    let out = n.colloc(&["status", "--format", "openmetrics", "--output", &f]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(written.contains("\ncolloc_config_valid 0\n"), "{written}");
+    assert!(!written.contains("colloc_gpus"), "{written}");
+}

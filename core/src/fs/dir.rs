@@ -189,6 +189,15 @@ impl Dir {
     /// # Errors
     /// [`FsError::Io`] (`ENOSPC`, …); `name` is then as it was.
     pub fn write_file(&self, name: &str, data: &[u8]) -> Result<(), FsError> {
+        self.write_file_mode(name, data, 0o600)
+    }
+
+    /// [`Dir::write_file`] with the file's `mode` (e.g. 0644 for a file another service
+    /// reads, such as node_exporter's textfile collector).
+    ///
+    /// # Errors
+    /// [`FsError::Io`] (`ENOSPC`, …); `name` is then as it was.
+    pub fn write_file_mode(&self, name: &str, data: &[u8], mode: u32) -> Result<(), FsError> {
         let c = check_name(name)?;
         let tmp_name = format!(".{name}.tmp");
         let tmp = check_name(&tmp_name)?;
@@ -204,6 +213,11 @@ impl Dir {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| io("create", &tmp_path, e))?;
+        // Exactly `mode`, whatever the umask; before any byte is written.
+        if let Err(e) = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)) {
+            let _ = rustix::fs::unlinkat(&self.fd, &tmp, AtFlags::empty());
+            return Err(io("set the mode of", &tmp_path, e));
+        }
         let mut f = std::fs::File::from(fd);
         let written = f.write_all(data).and_then(|()| f.sync_all());
         if let Err(source) = written {

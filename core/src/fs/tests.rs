@@ -176,6 +176,19 @@ fn files_root_reads_are_plain_root_files() {
 }
 
 #[test]
+fn a_file_written_with_a_mode_has_exactly_that_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Dir::open_trusted(tmp.path()).unwrap();
+    // The temporary file is made 0600 (nothing readable before it is whole): 0644 is set.
+    d.write_file_mode("m.prom", b"# EOF\n", 0o644).unwrap();
+    assert_eq!(mode_of(&tmp.path().join("m.prom")), 0o644);
+    d.write_file("j.json", b"{}").unwrap();
+    assert_eq!(mode_of(&tmp.path().join("j.json")), 0o600);
+    let left = std::fs::read_dir(tmp.path()).unwrap().count();
+    assert_eq!(left, 2, "no temporary file left");
+}
+
+#[test]
 fn writing_replaces_a_link_at_the_temporary_name_without_following_it() {
     let tmp = tempfile::tempdir().unwrap();
     let d = Dir::open_trusted(tmp.path()).unwrap();

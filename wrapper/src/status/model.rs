@@ -83,6 +83,9 @@ pub struct GpuStatus {
     pub uuid: String,
     /// Its name, as NVML says it.
     pub name: String,
+    /// Its memory in bytes, as NVML says it (the metrics say it; the JSON never did).
+    #[serde(skip)]
+    pub memory_total: u64,
     /// MIG mode on now.
     pub mig_mode: bool,
     /// The MIG mode after the next reset; `None`: no MIG on this GPU.
@@ -216,6 +219,10 @@ pub struct JournalStatus {
     pub phase: Phase,
     /// Its MPS daemons' pipe directories.
     pub mps: Vec<String>,
+    /// Its MPS daemons' devices (`CUDA_VISIBLE_DEVICES`: GPU or MIG UUIDs), one entry per
+    /// daemon, in `mps`'s order (the metrics say it; the JSON never did).
+    #[serde(skip)]
+    pub mps_devices: Vec<String>,
     /// What holds the GPUs its restore could not finish.
     pub held: Vec<GpuHold>,
 }
@@ -383,6 +390,7 @@ fn journal_entries(
                     .iter()
                     .map(|d| d.pipe_dir.display().to_string())
                     .collect(),
+                mps_devices: j.mps.iter().map(|d| d.devices.clone()).collect(),
                 held: j.held.clone(),
             }),
             Err(e) => {
@@ -470,6 +478,7 @@ fn read_gpus(
                 index: gi.index,
                 uuid: gi.uuid.clone(),
                 name: gi.name.clone(),
+                memory_total: gi.memory_total,
                 mig_mode: gi.mig_mode.is_some_and(|m| m.current),
                 mig_mode_pending: gi.mig_mode.map(|m| m.pending),
                 instances,

@@ -145,7 +145,7 @@ fn an_unknown_slurm_is_an_error_not_a_quiet_cluster() {
 
 /// `tests/fixtures/golden/status/<name>`, compared byte for byte (or written, with
 /// `COLLOC_BLESS=1`); the local time of a record (`when`) is `<WHEN>` there.
-fn golden(name: &str, got: &str) {
+pub(super) fn golden(name: &str, got: &str) {
     let got = got.replace(&when(1_700_000_000), "<WHEN>");
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/golden/status")
@@ -234,7 +234,7 @@ fn the_cluster_view_is_as_recorded() {
 /// refuses: a running job, a job Slurm no longer knows (a leftover), a uid without a
 /// name, MIG unsupported, a change pending, instances refused to root, an instance list
 /// that failed, a marked GPU with the processes that have device files open.
-fn every_kind_of_node_status() -> super::model::NodeStatus {
+pub(super) fn every_kind_of_node_status() -> super::model::NodeStatus {
     use super::model::*;
     use colloc_core::gpu::{GpuHold, HoldReason};
     use colloc_core::holders::DeviceUser;
@@ -242,6 +242,7 @@ fn every_kind_of_node_status() -> super::model::NodeStatus {
         index,
         uuid: format!("GPU-{index}"),
         name: "NVIDIA A100-SXM4-40GB".into(),
+        memory_total: 40 << 30,
         mig_mode: mig.is_some_and(|m| m.0),
         mig_mode_pending: mig.map(|m| m.1),
         instances,
@@ -260,6 +261,7 @@ fn every_kind_of_node_status() -> super::model::NodeStatus {
             mode: "mig:3g".into(),
             phase: Phase::Applied,
             mps: vec![],
+            mps_devices: vec![],
             held: if job == 9 {
                 vec![GpuHold {
                     index: 2,
