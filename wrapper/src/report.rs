@@ -11,11 +11,11 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::bad_input;
+use crate::export::files::write_report;
 use crate::export::printed::{self, Shown};
 use crate::export::{chart, html};
 use crate::output::{self, Formats, Json};
-use crate::record::store::{self, LockState, RecordError, ReportDir};
-use crate::run::record::{write_report, REPORT_JSON};
+use crate::record::store::{self, LockState, RecordError, ReportDir, REPORT_JSON};
 use crate::userfs::UserFsError;
 
 /// Arguments of `colloc report`.

@@ -12,7 +12,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::engine::Clock;
-use crate::export::{chart, runs};
+use crate::export::chart;
+pub use crate::export::files::write_report;
 use crate::record::events::Event;
 use crate::record::fold::Fold;
 use crate::record::model::Report;
@@ -23,19 +24,6 @@ pub use crate::record::store::{REPORT_CSV, REPORT_JSON};
 pub const MIN_GAP: Duration = Duration::from_millis(250);
 /// Most time between two report rewrites while runs go on.
 pub const MAX_GAP: Duration = Duration::from_secs(30);
-
-/// Write the report's JSON and CSV into `dir`, each atomically.
-///
-/// # Errors
-/// What failed, naming the file.
-pub fn write_report(dir: &ReportDir, report: &Report) -> Result<(), String> {
-    let mut json =
-        serde_json::to_vec_pretty(report).map_err(|e| format!("cannot encode the report: {e}"))?;
-    json.push(b'\n');
-    dir.write(REPORT_JSON, &json).map_err(|e| e.to_string())?;
-    let csv = runs::csv(report).map_err(|e| format!("cannot encode the CSV: {e}"))?;
-    dir.write(REPORT_CSV, &csv).map_err(|e| e.to_string())
-}
 
 #[derive(Default)]
 struct Shared {

@@ -1,0 +1,55 @@
+//! The files a run report directory holds beside its event log, each rendered from the
+//! report by one function and registered by one line in [`RUN_FILES`]; written by
+//! `colloc run` (after attempts end, and at the end) and by `colloc report` (into DIR when
+//! it is the caller's, or `--out`). The charts are drawn apart ([`super::chart`]): they
+//! cost more and are drawn only at the end.
+
+use super::runs;
+use crate::record::model::Report;
+use crate::record::store::{ReportDir, REPORT_CSV, REPORT_JSON};
+
+/// A report file: its name in the directory, and how it is rendered (the error names what
+/// could not be encoded).
+pub struct RunFile {
+    /// The file's name.
+    pub name: &'static str,
+    /// Its bytes.
+    pub render: fn(&Report) -> Result<Vec<u8>, String>,
+}
+
+/// Every file written from the report, in the order they are written.
+pub const RUN_FILES: &[RunFile] = &[
+    RunFile {
+        name: REPORT_JSON,
+        render: json,
+    },
+    RunFile {
+        name: REPORT_CSV,
+        render: csv,
+    },
+];
+
+/// `colloc-report.json`: the report, pretty, one newline at the end.
+fn json(report: &Report) -> Result<Vec<u8>, String> {
+    let mut json =
+        serde_json::to_vec_pretty(report).map_err(|e| format!("cannot encode the report: {e}"))?;
+    json.push(b'\n');
+    Ok(json)
+}
+
+/// `colloc-runs.csv`: one row per run.
+fn csv(report: &Report) -> Result<Vec<u8>, String> {
+    runs::csv(report).map_err(|e| format!("cannot encode the CSV: {e}"))
+}
+
+/// Write every file of [`RUN_FILES`] into `dir`, each atomically, in order.
+///
+/// # Errors
+/// What failed, naming the file; the files after it are not written.
+pub fn write_report(dir: &ReportDir, report: &Report) -> Result<(), String> {
+    for f in RUN_FILES {
+        let bytes = (f.render)(report)?;
+        dir.write(f.name, &bytes).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
