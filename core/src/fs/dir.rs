@@ -228,8 +228,11 @@ impl Dir {
                 source,
             });
         }
-        rustix::fs::renameat(&self.fd, &tmp, &self.fd, &c)
-            .map_err(|e| io("rename into", &self.path.join(name), e))?;
+        if let Err(e) = rustix::fs::renameat(&self.fd, &tmp, &self.fd, &c) {
+            // Nothing of this write is left behind (a directory at `name`, EXDEV, …).
+            let _ = rustix::fs::unlinkat(&self.fd, &tmp, AtFlags::empty());
+            return Err(io("rename into", &self.path.join(name), e));
+        }
         self.sync()
     }
 

@@ -188,6 +188,20 @@ fn a_file_written_with_a_mode_has_exactly_that_mode() {
     assert_eq!(left, 2, "no temporary file left");
 }
 
+/// A rename that fails (a directory where the file goes) leaves no temporary file.
+#[test]
+fn a_failed_rename_leaves_no_temporary_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Dir::open_trusted(tmp.path()).unwrap();
+    std::fs::create_dir(tmp.path().join("m.prom")).unwrap();
+    assert!(d.write_file_mode("m.prom", b"# EOF\n", 0o644).is_err());
+    assert!(
+        !tmp.path().join(".m.prom.tmp").exists(),
+        "temporary file left"
+    );
+    assert!(tmp.path().join("m.prom").is_dir());
+}
+
 #[test]
 fn writing_replaces_a_link_at_the_temporary_name_without_following_it() {
     let tmp = tempfile::tempdir().unwrap();

@@ -476,7 +476,8 @@ impl Doc {
 }
 
 /// A label value (or help text) escaped as OpenMetrics says: backslash, double quote and
-/// line feed, each with a backslash.
+/// line feed, each with a backslash; carriage return, NUL, NEL and the Unicode line and
+/// paragraph separators become U+FFFD (legal raw, but some readers split lines there).
 pub fn escape(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for c in v.chars() {
@@ -484,6 +485,9 @@ pub fn escape(v: &str) -> String {
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),
             '\n' => out.push_str("\\n"),
+            // Legal raw, but a reader that splits lines on them (Python's universal
+            // newlines) would see a new line: none of them is ever a real value.
+            '\r' | '\0' | '\u{85}' | '\u{2028}' | '\u{2029}' => out.push('\u{FFFD}'),
             c => out.push(c),
         }
     }

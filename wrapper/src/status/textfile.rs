@@ -3,9 +3,10 @@
 //!
 //! Root runs this from a timer, so the file is written the way root-side code writes
 //! (SECURITY.md): FILE's directory is opened from `/` one component at a time, never
-//! through a link, and must be root's and writable by no one else (a sticky directory
-//! such as `/tmp` may lie above it, and may be the directory itself when root owns it:
-//! there no one else may remove or rename what root made). Inside it a temporary file
+//! through a link, and must be root's and writable by no one else. A sticky directory
+//! such as `/tmp` may lie above it but may not be it: there another user could put her
+//! own `NAME` first, or a directory at the temporary name that stops every later write
+//! (found by this change's red team). Inside it a temporary file
 //! `.NAME.tmp` is made with `O_EXCL|O_NOFOLLOW`, written, fsynced, renamed over NAME and
 //! the directory fsynced ([`Dir::write_file_mode`]); a link planted at NAME is replaced,
 //! never followed. The file is 0644: node_exporter runs as its own user.
@@ -104,43 +105,23 @@ fn write(file: &Path, text: &str) -> Result<(), OutputError> {
     Target::open(file)?.write(text)
 }
 
-/// `file`'s directory and name.
+/// `file`'s directory and name; a path whose last component is `.` or `..` (which `Path`
+/// would read as the directory above, or not at all) is not a file path.
 fn split(file: &Path) -> Result<(&Path, &str), OutputError> {
+    use std::os::unix::ffi::OsStrExt;
     let shown = file.display().to_string();
+    let raw = file.as_os_str().as_bytes();
+    let dotted = raw.ends_with(b"/.") || raw.ends_with(b"/..");
     match (file.parent(), file.file_name().and_then(|n| n.to_str())) {
-        (Some(d), Some(n)) if file.is_absolute() && !shown.ends_with('/') => Ok((d, n)),
+        (Some(d), Some(n)) if file.is_absolute() && !shown.ends_with('/') && !dotted => Ok((d, n)),
         _ => Err(OutputError::NotAFilePath(shown)),
     }
 }
 
-/// Open `path` as root's directory ([`Dir::open_trusted`]), or, where that refuses it for
-/// its mode alone, as a sticky directory root owns under trusted ones.
+/// Open `path` as root's directory ([`Dir::open_trusted`]): root's, writable by no one
+/// else, every directory above it too (a sticky one may lie above).
 fn open_dir(path: &Path) -> Result<Dir, FsError> {
-    let err = match Dir::open_trusted(path) {
-        Ok(d) => return Ok(d),
-        Err(e @ FsError::Unsafe { .. }) => e,
-        Err(e) => return Err(e),
-    };
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
-    else {
-        return Err(err);
-    };
-    let Ok(parent) = Dir::open_trusted(parent) else {
-        return Err(err);
-    };
-    match parent.open_dir(name) {
-        Ok(Some(d)) => {
-            let st = d.stat()?;
-            let root_owned = colloc_core::fs::is_trusted_owner(st.st_uid);
-            let sticky = st.st_mode & 0o1000 != 0;
-            if root_owned && sticky {
-                Ok(d)
-            } else {
-                Err(err)
-            }
-        }
-        _ => Err(err),
-    }
+    Dir::open_trusted(path)
 }
 
 #[cfg(test)]
@@ -217,24 +198,27 @@ mod tests {
         assert!(!f.exists());
     }
 
+    /// A sticky directory may lie above FILE's directory but may not be it: there another
+    /// user could plant her own file first, or a directory at the temporary name.
     #[test]
-    fn a_sticky_directory_of_roots_is_taken_and_one_of_another_owner_is_not() {
+    fn a_sticky_directory_may_lie_above_but_may_not_hold_the_file() {
         let d = trusted_dir();
         let sticky = d.path().join("sticky");
         std::fs::create_dir(&sticky).unwrap();
         chmod(&sticky, 0o1777);
-        write(&sticky.join("colloc.prom"), "# EOF\n").unwrap();
-        assert_eq!(mode(&sticky.join("colloc.prom")), 0o644);
-        if colloc_core::sys::euid() == 0 {
-            std::os::unix::fs::chown(&sticky, Some(65534), None).unwrap();
-            let e = write(&sticky.join("colloc.prom"), "# EOF\n").unwrap_err();
-            assert!(e.is_bad_input(), "{e}");
-        }
+        let e = write(&sticky.join("colloc.prom"), "# EOF\n").unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
+        assert!(!sticky.join("colloc.prom").exists());
+        let below = sticky.join("metrics");
+        std::fs::create_dir(&below).unwrap();
+        chmod(&below, 0o755);
+        write(&below.join("colloc.prom"), "# EOF\n").unwrap();
+        assert_eq!(mode(&below.join("colloc.prom")), 0o644);
     }
 
     #[test]
     fn a_relative_path_or_a_directory_is_not_a_file_path() {
-        for p in ["colloc.prom", "/", "/tmp/"] {
+        for p in ["colloc.prom", "/", "/tmp/", "/tmp/x/.", "/tmp/x/.."] {
             let e = write(Path::new(p), "").unwrap_err();
             assert!(matches!(e, OutputError::NotAFilePath(_)), "{p}: {e}");
         }

@@ -69,6 +69,19 @@ fn label_values_are_escaped_as_openmetrics_says() {
     assert_eq!(escape("plain 3g.40gb"), "plain 3g.40gb");
 }
 
+/// Characters some readers split lines at (Python's universal newlines: CR, NEL, U+2028)
+/// and NUL never reach the text raw (the red team saw a `\r` begin a line of its own).
+#[test]
+fn no_character_a_reader_splits_lines_at_is_left_raw() {
+    let got = escape("a\rcolloc_x 1\u{85}b\u{2028}c\u{2029}d\0e");
+    assert_eq!(
+        got,
+        "a\u{FFFD}colloc_x 1\u{FFFD}b\u{FFFD}c\u{FFFD}d\u{FFFD}e"
+    );
+    assert_eq!(got.lines().count(), 1);
+    assert_eq!(got.as_str().split(['\r', '\u{85}', '\u{2028}']).count(), 1);
+}
+
 #[test]
 fn every_family_is_a_colloc_gauge_named_with_its_unit_and_said_once() {
     let mut names = std::collections::BTreeSet::new();
