@@ -3,8 +3,9 @@
 # under /tmp): installs the Debian packages it needs, checks formatting and lints, runs
 # the unit and CLI tests, builds and checks the .deb/.rpm, installs the .deb and runs the
 # real-Slurm tests against the installed plugin, under a simple and a production-like
-# Slurm configuration, then the same suites on Debian 13's Slurm 24.11 in a cached
-# debootstrap root (tests/slurm/slurm-root.sh). Needs root (Slurm daemons, dpkg, chroot).
+# Slurm configuration, and at the same time the same suites on Debian 13's Slurm 24.11 in
+# a cached debootstrap root (tests/slurm/slurm-root.sh), also under cgroup v2. Needs root
+# (Slurm daemons, dpkg, chroot).
 #
 # Every step runs, whatever failed before it; the last line is always
 # "total: N passed, N failed" (a step that fails without test counts of its own, such as
@@ -103,90 +104,113 @@ tally "unit and CLI tests" cargo test --workspace --locked --no-fail-fast --excl
 # them, installs the .deb and checks it.
 tally "packages: build .deb and .rpm, install the .deb, check it" packaging/test-packages.sh
 
-step "real Slurm cluster tests, against the installed .deb, under two Slurm configurations"
-# The same suites under the simple configuration and the production one (cgroups,
-# ConstrainDevices, PrologFlags=Contain, job_container/tmpfs: tests/slurm/cluster.sh), at
-# the same time: the suites mostly wait for Slurm, and each cluster has its own ports,
-# folders, mount namespaces and job ids. Each run's output is shown once both are done.
+step "real Slurm cluster tests: 22.05 (the installed .deb) and 24.11 (a Debian 13 root), two configurations each, and 24.11 under cgroup v2, at once"
+# Five lanes, each one `cargo test` of the suites against one Slurm under one
+# configuration (tests/slurm/cluster.sh profiles: simple; production with cgroups,
+# ConstrainDevices, PrologFlags=Contain, job_container/tmpfs; production-v2 on cgroup/v2),
+# run at the same time: the suites mostly wait for Slurm (a whole CI run keeps 2
+# processors about a third busy), and each cluster has its own ports, folders, mount
+# namespaces, munged and job ids. 24.11 runs in a root made by debootstrap from Debian's
+# archive and cached (tests/slurm/slurm-root.sh; /var/cache/colloc-test/slurm-24.11),
+# with the plugin built against its headers and the workspace's colloc; the root and
+# those builds are made while the 22.05 lanes start. The cgroup-v2 lane runs only the
+# suites whose paths depend on the cgroup version (production: where the MPS daemons
+# land, what they may open, a cancel ends them and their cgroup; cluster_profiles: three
+# nodes, namespaces, /dev/shm, the devices a job reaches), once the 22.05 lanes are done.
+#
+# Each lane's lines are shown as they come, marked with the lane's name (CI keeps only
+# the end of its log: a run cut short still shows where each lane was), and kept whole
+# in a log of its own for the closing count. A lane still running at the deadline
+# (COLLOC_TEST_DEADLINE_S seconds after this script began, 80 minutes unless set; CI
+# stops at 90) is stopped, its clusters' daemons with it, and counted as a failure that
+# names the test it was in.
+deadline=${COLLOC_TEST_DEADLINE_S:-4800}
+declare -A lane_pid=() lane_file=()
+lane_names=()
+# start_lane NAME CMD...: run CMD in the background as the lane NAME.
+start_lane() {
+  local name=$1
+  shift
+  lane_file[$name]=$log.lane.$name
+  lane_names+=("$name")
+  local left=$((deadline - SECONDS))
+  ((left > 60)) || left=60
+  (
+    set -o pipefail
+    timeout --kill-after=30 "$left" "$@" 2>&1 | tee "${lane_file[$name]}" | sed -u "s/^/[$name] /"
+  ) &
+  lane_pid[$name]=$!
+  echo "lane $name started at ${SECONDS} s (until ${deadline} s at the latest): $*"
+}
+# wait_lane NAME: wait for it; its failure is counted by its test counts, or, when it
+# was stopped at the deadline or ended without a count, as a failure of its own.
+lanes_timed_out=()
+wait_lane() {
+  local name=$1 rc=0
+  wait "${lane_pid[$name]}" || rc=$?
+  echo "lane $name ended at ${SECONDS} s (exit status $rc)"
+  if ((rc == 124 || rc == 137)); then
+    local last
+    last=$(grep -E '^(running [0-9]+ tests|-- .* on Slurm|     Running |test .* \.\.\. )' "${lane_file[$name]}" | tail -2 | paste -sd' ')
+    lanes_timed_out+=("$name")
+    failed_steps+=("lane $name stopped at the deadline (${deadline} s): last seen: ${last:-nothing}")
+  elif ((rc != 0)); then
+    counted_steps+=("real Slurm tests, lane $name")
+  fi
+  cat "${lane_file[$name]}" >>"$log"
+}
+# After a lane was stopped: the daemons of the clusters it left (their pid files; for
+# 24.11 lanes too, whose processes this host sees).
+stop_left_clusters() {
+  local f
+  for f in /tmp/colloc-slurm-*/slurm/*.pid /var/tmp/colloc-slurm-*/slurm/*.pid \
+    /tmp/colloc-slurm-*/munge/munged.pid /var/tmp/colloc-slurm-*/munge/munged.pid; do
+    [[ -f $f ]] && kill -9 "$(cat "$f")" 2>/dev/null && echo "stopped a daemon the lanes left: $f"
+  done
+  return 0
+}
+
+slurm_root=tests/slurm/slurm-root.sh
 plugin="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so"
+# The 24.11 root and its builds, meanwhile (most of it waits on Debian's archive).
+"$slurm_root" prepare >"$log.prepare" 2>&1 &
+prepare_pid=$!
+have_2205=0
 if [ ! -f "$plugin" ] || [ ! -x /usr/bin/colloc ]; then
-  echo "the .deb is not installed (see the package step): no real-Slurm tests"
-  failed_steps+=("real Slurm tests (no installed package)")
+  echo "the .deb is not installed (see the package step): no real-Slurm tests on 22.05"
+  failed_steps+=("real Slurm tests on 22.05 (no installed package)")
 elif ! cargo build --locked -p colloc-slurm-tests --tests; then
   failed_steps+=("build the real-Slurm tests")
 else
-  slurm_suites() {
-    COLLOC_CLUSTER_PROFILE=$1 COLLOC_SPANK_PLUGIN=$plugin COLLOC_BIN=/usr/bin/colloc \
-      cargo test --locked --no-fail-fast -p colloc-slurm-tests --tests -- --test-threads=1 >"$log.$1" 2>&1
-  }
-  # Meanwhile the Slurm 24.11 root and the plugin built against its headers, for the
-  # step after this one (the suites mostly wait on Slurm: the processors are free).
-  tests/slurm/slurm-root.sh prepare >"$log.prepare" 2>&1 &
-  prepare_pid=$!
-  slurm_rc=0
-  slurm_suites simple &
-  simple_pid=$!
-  slurm_suites production &
-  production_pid=$!
-  wait "$simple_pid" || slurm_rc=1
-  wait "$production_pid" || slurm_rc=1
+  have_2205=1
   for profile in simple production; do
-    printf '\n-- %s configuration --\n' "$profile"
-    tee -a "$log" <"$log.$profile"
-    rm -f "$log.$profile"
+    start_lane "22.05-$profile" env COLLOC_CLUSTER_PROFILE=$profile COLLOC_SPANK_PLUGIN="$plugin" \
+      COLLOC_BIN=/usr/bin/colloc cargo test --locked --no-fail-fast -p colloc-slurm-tests --tests \
+      -- --test-threads=1
   done
-  ((slurm_rc == 0)) || counted_steps+=("real Slurm tests")
 fi
-
-step "real Slurm cluster tests on Slurm 24.11 (a Debian 13 root), under two Slurm configurations"
-# The same suites on Debian 13's Slurm 24.11, in a root made by debootstrap from Debian's
-# archive and cached (tests/slurm/slurm-root.sh; /var/cache/colloc-test/slurm-24.11,
-# kept between runs): the plugin built against its headers, the workspace's colloc, each
-# suite in a mount namespace chrooted into an overlay of the root (accounts the suites
-# make there go with it). Both profiles at once, after the 22.05 runs, as those run.
-slurm_root=tests/slurm/slurm-root.sh
 prepared=1
-if [[ -n ${prepare_pid:-} ]]; then
-  # Made during the 22.05 runs (above).
-  wait "$prepare_pid" || prepared=0
-  cat "$log.prepare"
-else
-  "$slurm_root" prepare || prepared=0
-fi
+wait "$prepare_pid" || prepared=0
+sed 's/^/[24.11 prepare] /' "$log.prepare"
 if ((prepared == 0)); then
   failed_steps+=("Slurm 24.11: the root or its builds")
 else
-  root_suites() {
-    COLLOC_CLUSTER_PROFILE=$1 "$slurm_root" test >"$log.2411-$1" 2>&1
-  }
-  root_rc=0
-  started=$SECONDS
-  root_suites simple &
-  simple_pid=$!
-  root_suites production &
-  production_pid=$!
-  wait "$simple_pid" || root_rc=1
-  wait "$production_pid" || root_rc=1
   for profile in simple production; do
-    printf '\n-- Slurm 24.11, %s configuration --\n' "$profile"
-    tee -a "$log" <"$log.2411-$profile"
-    rm -f "$log.2411-$profile"
+    start_lane "24.11-$profile" env COLLOC_CLUSTER_PROFILE=$profile "$slurm_root" test
   done
-  echo "Slurm 24.11 suites: $((SECONDS - started)) s"
-  ((root_rc == 0)) || counted_steps+=("real Slurm tests on 24.11")
 fi
-
-# Slurm's cgroup/v2 (ConstrainDevices through its eBPF program, PrologFlags=Contain,
-# job_container/tmpfs) on Slurm 24.11, in the Debian 13 root of tests/slurm/slurm-root.sh:
-# the production-v2 profile of tests/slurm/cluster.sh (docs/admin.md, "cgroup v2"). Only
-# the suites whose paths depend on the cgroup version, to keep CI's time: production
-# (where the MPS daemons land, what they may open, a cancel ends them and their cgroup)
-# and cluster_profiles (three nodes: namespaces, /dev/shm, the devices a job reaches).
-# After the 24.11 runs above, whose builds it reuses (none where those could not be made).
-if [[ -n ${root_rc:-} ]]; then
-  tally "real Slurm 24.11 under cgroup v2 (production-v2: production, cluster_profiles)" \
-    env COLLOC_CLUSTER_PROFILE=production-v2 "$slurm_root" test production cluster_profiles
+if ((have_2205)); then
+  wait_lane 22.05-simple
+  wait_lane 22.05-production
 fi
+((prepared)) && start_lane 24.11-production-v2 \
+  env COLLOC_CLUSTER_PROFILE=production-v2 "$slurm_root" test production cluster_profiles
+if ((prepared)); then
+  wait_lane 24.11-simple
+  wait_lane 24.11-production
+  wait_lane 24.11-production-v2
+fi
+((${#lanes_timed_out[@]} == 0)) || stop_left_clusters
 
 # Nothing of the test clusters may stay mounted (each cluster's stop unmounts its own).
 step "no test cluster mount left"

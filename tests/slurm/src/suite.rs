@@ -2,10 +2,13 @@
 //! like libtest.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use crate::{Cluster, ClusterSpec};
+use crate::{cluster_sh, text, Cluster, ClusterSpec};
 
 /// A test asked to be skipped on this cluster (see [`skip`]): the panic payload
 /// [`run_suite`] recognizes.
@@ -33,11 +36,129 @@ enum Verdict {
 /// How one test went: name, verdict, seconds.
 type Outcome = (&'static str, Verdict, f64);
 
+/// A test still running after this long is taken for hung (`COLLOC_TEST_HANG_S` seconds;
+/// 600 unless set): every wait of the harness gives up after [`HANG_GUARD`]
+/// (crate::HANG_GUARD), so only a command that never returns gets here.
+fn hang_limit() -> Duration {
+    let secs = std::env::var("COLLOC_TEST_HANG_S")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(600);
+    Duration::from_secs(secs)
+}
+
+/// The clusters the watchdog stopped (their folders): their remaining tests fail at once.
+static STOPPED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn was_stopped(dir: &Path) -> bool {
+    STOPPED
+        .lock()
+        .map(|s| s.iter().any(|d| d == dir))
+        .unwrap_or(false)
+}
+
+/// The processes under this one (the test's commands, their children): pid, seconds
+/// running, command line, one a line.
+fn descendants() -> String {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // pid (comm) state ppid ...: comm may hold spaces, so split after its ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut family = vec![std::process::id()];
+    let mut i = 0;
+    while i < family.len() {
+        let p = family[i];
+        family.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    family[1..]
+        .iter()
+        .map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = text(&cmd).replace('\0', " ");
+            format!("{pid} {}", cmd.trim())
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Watch the test `name` on the cluster in `dir` until `done` says it ended; past
+/// [`hang_limit`], say what it was doing (the queue, the processes it started, slurmd's
+/// log) and stop the cluster's daemons, so that what the test waits on fails and the
+/// suite goes on (the cluster's other tests then fail at once).
+fn watch(name: &str, dir: &Path, done: &mpsc::Receiver<()>) {
+    let limit = hang_limit();
+    if done.recv_timeout(limit) != Err(RecvTimeoutError::Timeout) {
+        return;
+    }
+    let squeue = Command::new("squeue")
+        .arg("-h")
+        .env("SLURM_CONF", dir.join("etc/slurm.conf"))
+        .output()
+        .map(|o| text(&o.stdout))
+        .unwrap_or_default();
+    let log = std::fs::read_dir(dir.join("slurm"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("slurmd") && n.ends_with(".log")
+        })
+        .map(|e| {
+            let all = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let lines: Vec<&str> = all.lines().collect();
+            lines[lines.len().saturating_sub(15)..].join("\n")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    println!(
+        "test {name} ... still running after {}s: taken for hung, its cluster is stopped\n\
+         --- squeue ---\n{}\n--- processes it started ---\n{}\n--- slurmd log ---\n{log}",
+        limit.as_secs(),
+        squeue.trim(),
+        descendants()
+    );
+    if let Ok(mut s) = STOPPED.lock() {
+        s.push(dir.to_path_buf());
+    }
+    let _ = cluster_sh().arg("stop").arg(dir).output();
+}
+
 /// Run one test on `cluster`, report it like libtest, and leave the nodes usable for the
-/// next test when it failed (no jobs, not drained, fresh fake GPUs).
+/// next test when it failed (no jobs, not drained, fresh fake GPUs). A test that runs
+/// past [`hang_limit`] fails, and so does every later one on its cluster ([`watch`]).
 fn run_one(cluster: &Cluster, (name, test): &Test) -> Outcome {
+    if was_stopped(cluster.dir()) {
+        println!("test {name} ... FAILED (not run: its cluster was stopped after a hung test)");
+        return (name, Verdict::Failed, 0.0);
+    }
     let t = Instant::now();
-    let result = catch_unwind(AssertUnwindSafe(|| test(cluster)));
+    let (tell, done) = mpsc::channel::<()>();
+    let result = std::thread::scope(|scope| {
+        let dir = cluster.dir();
+        scope.spawn(move || watch(name, dir, &done));
+        let result = catch_unwind(AssertUnwindSafe(|| test(cluster)));
+        let _ = tell.send(());
+        result
+    });
     let secs = t.elapsed().as_secs_f64();
     match result {
         Ok(()) => {
@@ -58,6 +179,9 @@ fn run_one(cluster: &Cluster, (name, test): &Test) -> Outcome {
         "test {name} ... FAILED ({secs:.1}s)\n--- slurmd log (last lines) ---\n{}",
         cluster.slurmd_log_tail(25)
     );
+    if was_stopped(cluster.dir()) {
+        return (name, Verdict::Failed, secs);
+    }
     let _ = Command::new("sh")
         .arg("-c")
         .arg("squeue -h -o %i | xargs -r scancel")
