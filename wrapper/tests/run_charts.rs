@@ -191,3 +191,106 @@ fn solo_calibrations_are_drawn_where_they_ran() {
     );
     assert_eq!(img.count(plot * 3 / 4..plot, 0..img.h, band), 0);
 }
+
+/// Add `by` seconds to every time of an event (its `ts`, its samples' times, its
+/// stats' first and last) in a JSON Lines event log.
+fn shift_times(events: &str, by: f64) -> String {
+    fn add(v: &mut serde_json::Value, by: f64) {
+        if let Some(t) = v.as_f64() {
+            *v = serde_json::json!(t + by);
+        }
+    }
+    events
+        .lines()
+        .map(|line| {
+            let mut ev: serde_json::Value = serde_json::from_str(line).unwrap();
+            add(&mut ev["ts"], by);
+            if let Some(samples) = ev.get_mut("samples").and_then(|s| s.as_array_mut()) {
+                for s in samples {
+                    add(&mut s[0], by);
+                }
+            }
+            if let Some(stats) = ev.get_mut("stats").filter(|s| s.is_object()) {
+                add(&mut stats["first_t"], by);
+                add(&mut stats["last_t"], by);
+            }
+            format!("{ev}\n")
+        })
+        .collect()
+}
+
+/// A pack resumed after an hour back in the queue (issue 39): the report says when each
+/// session ran, the gap before the second and each session's own figures; the charts
+/// draw the hour as a narrow grey gap, so the runs of both sessions keep the width.
+#[test]
+fn a_resumed_pack_draws_its_hour_in_the_queue_as_a_short_gap() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/packs/two-sessions");
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("pack");
+    std::fs::create_dir_all(dir.join("events")).unwrap();
+    std::fs::copy(
+        fixture.join("events/1.main.jsonl"),
+        dir.join("events/1.main.jsonl"),
+    )
+    .unwrap();
+    let second = std::fs::read_to_string(fixture.join("events/2.main.jsonl")).unwrap();
+    std::fs::write(
+        dir.join("events/2.main.jsonl"),
+        shift_times(&second, 3600.0),
+    )
+    .unwrap();
+    let colloc = assert_cmd::cargo::cargo_bin("colloc");
+    let out = std::process::Command::new(&colloc)
+        .env("COLLOC_CONFIG", "/nonexistent/colloc.toml")
+        .arg("report")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("session 1: runs from 0.0 s"), "{text}");
+    assert!(
+        text.contains("session 2: runs from 36") && text.contains("(resumed after a gap of 1h "),
+        "{text}"
+    );
+    // The makespan still leaves the hour out (2.8 s over both sessions, as recorded).
+    assert!(text.contains("makespan 2.8 s (over 2 sessions)"), "{text}");
+    let json = std::process::Command::new(&colloc)
+        .env("COLLOC_CONFIG", "/nonexistent/colloc.toml")
+        .args(["report", "--json"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let rep: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let s2 = &rep["sessions"][1];
+    assert!(s2["start_s"].as_f64().unwrap() > 3600.0, "{s2}");
+    assert!(
+        s2["aggregate_throughput"].is_number() || s2["makespan_s"].as_f64() == Some(0.0),
+        "{s2}"
+    );
+    let gap = |p: (u8, u8, u8)| p == (232, 232, 232);
+    for png in ["colloc-timeline.png", "colloc-throughput.png"] {
+        let img = Image::open(&dir.join(png));
+        let plot = img.w - 230;
+        // The columns of the plot that show the gap: some, and at most a tenth of it
+        // (drawn to scale the hour would take all but a few pixels of the width).
+        let columns = (0..plot)
+            .filter(|&x| img.count(x..x + 1, 0..img.h, gap) > 20)
+            .count();
+        assert!(
+            columns > 3 && columns < plot / 10,
+            "{png}: the gap takes {columns} of {plot} columns"
+        );
+        // Runs are drawn on both sides of it.
+        let first = (0..plot)
+            .find(|&x| img.count(x..x + 1, 0..img.h, gap) > 20)
+            .unwrap();
+        let ran = |xs: std::ops::Range<usize>| img.count(xs, 40..img.h - 40, coloured);
+        assert!(ran(0..first) > 200, "{png}: nothing drawn before the gap");
+        assert!(
+            ran(first + columns..plot) > 50,
+            "{png}: nothing drawn after the gap"
+        );
+    }
+}

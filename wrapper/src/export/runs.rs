@@ -165,6 +165,7 @@ pub fn state_text(r: &RunRecord) -> String {
 pub fn table(report: &Report) -> String {
     let mut out = run_table(report).render();
     totals(&mut out, report);
+    session_lines(&mut out, report);
     node_lines(&mut out, report);
     notes(&mut out, report);
     // Names (runs, nodes, GPUs, reasons) come from the record: nothing in them reaches
@@ -367,6 +368,45 @@ fn totals(out: &mut String, report: &Report) {
             if which.len() == 1 { "1 run".to_string() } else { format!("{} runs", which.len()) },
             which.join(", ")
         );
+    }
+}
+
+/// One line per session of a resumed pack: when its runs ran, the gap before it (not
+/// counted in the makespan), its makespan and its own aggregate and steady figures.
+fn session_lines(out: &mut String, report: &Report) {
+    if report.sessions.len() < 2 {
+        return;
+    }
+    let unit = report.summary.throughput_unit.as_deref().unwrap_or("");
+    let mut previous_end: Option<f64> = None;
+    for s in &report.sessions {
+        let _ = write!(out, "session {}", s.session);
+        match (s.start_s, s.end_s) {
+            (Some(a), Some(b)) => {
+                let _ = write!(out, ": runs from {a:.1} s to {b:.1} s");
+                if let Some(p) = previous_end {
+                    let gap = std::time::Duration::from_secs_f64((a - p).max(0.0));
+                    let _ = write!(
+                        out,
+                        " (resumed after a gap of {}, not counted)",
+                        crate::duration::show(gap)
+                    );
+                }
+                previous_end = Some(b);
+            }
+            _ => out.push_str(": no run started"),
+        }
+        let _ = write!(out, "; makespan {:.1} s", s.makespan_s);
+        if let Some(a) = s.aggregate_throughput {
+            let _ = write!(out, "; aggregate {a:.1} {unit}");
+        }
+        if let (Some(st), Some(secs)) = (s.steady_throughput, s.steady_s) {
+            let _ = write!(out, "; steady {st:.1} {unit} ({secs:.1} s)");
+        }
+        if s.running {
+            out.push_str("; running");
+        }
+        out.push('\n');
     }
 }
 

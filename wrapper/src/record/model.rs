@@ -8,7 +8,9 @@
 //! (`gpu.energy_j`, was `gpu.gpu_energy_j`, the whole GPU's), figures NVML cannot give are
 //! null, and the report has `sessions`, `signals` and `calibrations`. Fields added since
 //! within schema 2 are optional, absent where they say nothing (a resume of an edited
-//! manifest: a run's `removed`, an attempt's `definition`, `summary.removed`).
+//! manifest: a run's `removed`, an attempt's `definition`, `summary.removed`; a resumed
+//! pack's per-session `start_s`, `end_s`, `aggregate_throughput`, `steady_throughput`,
+//! `steady_s`).
 
 use std::collections::BTreeMap;
 
@@ -311,6 +313,25 @@ pub struct SessionRecord {
     pub max_concurrent: usize,
     /// Still running.
     pub running: bool,
+    /// Where the pack had more than one session (a resume): its first run's start and its
+    /// last run's end, seconds since the report's start (the charts draw the time between
+    /// sessions as a gap, not as work); absent before a run of it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_s: Option<f64>,
+    /// See `start_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_s: Option<f64>,
+    /// Where the pack had more than one session: the work of its attempts in the pack's
+    /// unit over its own makespan (the summary's is over every session's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate_throughput: Option<f64>,
+    /// Where the pack had more than one session: its steady aggregate (every slot busy
+    /// past start-up), in the pack's unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_throughput: Option<f64>,
+    /// Seconds its steady aggregate rests on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_s: Option<f64>,
 }
 
 /// The pack as a whole.

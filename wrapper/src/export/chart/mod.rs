@@ -268,6 +268,128 @@ fn x_end(report: &Report) -> f64 {
 
 /// The colour of a `--solo-baseline` calibration: a run measured alone, not one of the
 /// pack's attempts.
+/// The charts' time axis: seconds since the report's start, where a gap between two
+/// sessions of a resumed pack (the job back in the queue, no colloc running) longer than
+/// [`GAP_SHARE`] of the sessions' time is drawn that wide, so that an hour in the queue
+/// does not squeeze ten minutes of runs into a corner. Plot coordinates are "shown
+/// seconds"; tick labels give the real ones.
+pub(super) struct TimeAxis {
+    /// Each gap between sessions, in order: real start, real end, width shown.
+    gaps: Vec<(f64, f64, f64)>,
+    /// The real end of the axis (the last attempt's end).
+    end: f64,
+}
+
+/// The widest a gap between sessions is drawn, as a share of the sessions' own time.
+const GAP_SHARE: f64 = 0.06;
+
+/// The colour of the time between sessions.
+const GAP_BAND: RGBColor = RGBColor(232, 232, 232);
+
+impl TimeAxis {
+    /// The axis of `report`: its sessions' gaps (where it has several).
+    pub(super) fn of(report: &Report) -> TimeAxis {
+        let spans: Vec<(f64, f64)> = report
+            .sessions
+            .iter()
+            .filter_map(|s| Some((s.start_s?, s.end_s?)))
+            .collect();
+        TimeAxis::from_spans(&spans, x_end(report))
+    }
+
+    /// The axis of sessions whose runs ran over `spans` (real start, end; in order),
+    /// ending at `end`.
+    fn from_spans(spans: &[(f64, f64)], end: f64) -> TimeAxis {
+        let active: f64 = spans.iter().map(|(a, b)| (b - a).max(0.0)).sum();
+        let widest = (active * GAP_SHARE).max(1e-3);
+        let gaps = spans
+            .windows(2)
+            .filter(|w| w[1].0 > w[0].1)
+            .map(|w| (w[0].1, w[1].0, (w[1].0 - w[0].1).min(widest)))
+            .collect();
+        TimeAxis { gaps, end }
+    }
+
+    /// Shown seconds of real time `t`.
+    pub(super) fn x(&self, t: f64) -> f64 {
+        let mut cut = 0.0;
+        for &(a, b, w) in &self.gaps {
+            if t >= b {
+                cut += (b - a) - w;
+            } else if t > a {
+                return a - cut + (t - a) / (b - a) * w;
+            }
+        }
+        t - cut
+    }
+
+    /// Real seconds of shown `x` (the inverse of [`TimeAxis::x`]).
+    pub(super) fn t(&self, x: f64) -> f64 {
+        let mut cut = 0.0;
+        for &(a, b, w) in &self.gaps {
+            let (xa, xb) = (a - cut, a - cut + w);
+            if x >= xb {
+                cut += (b - a) - w;
+            } else if x > xa {
+                return a + (x - xa) / w * (b - a);
+            }
+        }
+        x + cut
+    }
+
+    /// The axis's right end, shown seconds (a margin past the last attempt's end).
+    pub(super) fn x_max(&self) -> f64 {
+        self.x(self.end) * 1.02
+    }
+
+    /// The gaps as drawn: shown start, shown end, real length in seconds.
+    pub(super) fn gaps(&self) -> Vec<(f64, f64, f64)> {
+        self.gaps
+            .iter()
+            .map(|&(a, b, _)| (self.x(a), self.x(b), b - a))
+            .collect()
+    }
+
+    /// The tick label of shown `x`: its real seconds.
+    pub(super) fn label(&self, x: &f64) -> String {
+        tick(&self.t(*x))
+    }
+}
+
+/// The gaps between sessions of `axis` as grey bands from 0 to `top`, each named with
+/// its real length when `named` (the top panel); its legend entry when there are any.
+fn gap_bands(
+    chart: &mut Chart<'_, '_>,
+    axis: &TimeAxis,
+    top: f64,
+    named: bool,
+) -> Result<Option<(String, RGBColor, bool)>, String> {
+    let gaps = axis.gaps();
+    if gaps.is_empty() {
+        return Ok(None);
+    }
+    let e = |x: &dyn std::fmt::Display| format!("gaps between sessions: {x}");
+    chart
+        .draw_series(
+            gaps.iter()
+                .map(|&(x0, x1, _)| Rectangle::new([(x0, 0.0), (x1, top)], GAP_BAND.filled())),
+        )
+        .map_err(|x| e(&x))?;
+    if named {
+        for &(x0, _, secs) in &gaps {
+            let shown = crate::duration::show(std::time::Duration::from_secs(secs.round() as u64));
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    shown,
+                    (x0, top * 0.97),
+                    font(11).color(&RGBColor(90, 90, 90)),
+                )))
+                .map_err(|x| e(&x))?;
+        }
+    }
+    Ok(Some(("between sessions".into(), GAP_BAND, true)))
+}
+
 pub const CALIBRATION: RGBColor = RGBColor(158, 202, 225);
 /// The band behind the throughput lines while calibrations ran (no run of the pack ran).
 const CALIBRATION_BAND: RGBColor = RGBColor(226, 238, 246);

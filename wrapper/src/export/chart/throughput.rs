@@ -7,7 +7,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::{
-    err, font, legend, median, robust_top, tick, x_end, Area, Canvas, Chart, Entries,
+    err, font, gap_bands, legend, median, robust_top, tick, Area, Canvas, Chart, Entries, TimeAxis,
     CALIBRATION_BAND, E, FEW_SAMPLES, LEGEND_W, MAX_NAMED_LINES, PALETTE, W,
 };
 use crate::record::model::Report;
@@ -37,17 +37,21 @@ fn aggregate_at(report: &Report, t: f64) -> f64 {
         .sum()
 }
 
-/// The spans of `--solo-baseline` calibrations as light bands from 0 to `top`: while
-/// they ran, no run of the pack did, so the lines have a gap there.
+/// The spans of `--solo-baseline` calibrations as light bands from 0 to `top` on
+/// `axis`: while they ran, no run of the pack did, so the lines have a gap there.
 fn calibration_bands<DB: DrawingBackend>(
     chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
     report: &Report,
+    axis: &TimeAxis,
     top: f64,
 ) -> Result<(), String> {
     chart
         .draw_series(report.calibrations.iter().map(|c| {
             Rectangle::new(
-                [(c.start_s, 0.0), (c.start_s + c.wall_s, top)],
+                [
+                    (axis.x(c.start_s), 0.0),
+                    (axis.x(c.start_s + c.wall_s), top),
+                ],
                 CALIBRATION_BAND.filled(),
             )
         }))
@@ -58,9 +62,11 @@ fn calibration_bands<DB: DrawingBackend>(
 /// A run's name and its samples (time, rate).
 type Series<'a> = (&'a str, &'a [(f64, f64)]);
 
-/// What both panels share: the report, the time axis's end, the pack's unit, the file.
+/// What both panels share: the report, the time axis and its end, the pack's unit, the
+/// file.
 struct Panels<'a> {
     report: &'a Report,
+    axis: &'a TimeAxis,
     x_max: f64,
     unit: &'a str,
     path: &'a Path,
@@ -98,12 +104,13 @@ pub(super) fn throughput_into(
         .throughput_unit
         .clone()
         .unwrap_or_else(|| "throughput".into());
-    let x_max = x_end(report) * 1.02;
+    let axis = TimeAxis::of(report);
+    let x_max = axis.x_max();
     let steps = 600;
     let agg: Vec<(f64, f64)> = (0..=steps)
         .map(|k| {
-            let t = x_max * f64::from(k) / f64::from(steps);
-            (t, aggregate_at(report, t))
+            let x = x_max * f64::from(k) / f64::from(steps);
+            (x, aggregate_at(report, axis.t(x)))
         })
         .collect();
     let run_top = run_axis_top(&series);
@@ -114,6 +121,7 @@ pub(super) fn throughput_into(
     let (top, bottom) = plots.split_vertically(360);
     let p = Panels {
         report,
+        axis: &axis,
         x_max,
         unit: &unit,
         path,
@@ -159,7 +167,8 @@ fn aggregate_axis_top(report: &Report, agg: &[(f64, f64)]) -> f64 {
 }
 
 /// The top panel on `area`: the title, all runs together (`agg`, up to `top`) and the
-/// mean over the makespan dashed; its legend entries.
+/// mean over the makespan dashed (over each session's, for a resumed pack, with the
+/// time between sessions grey); its legend entries.
 fn aggregate_panel(p: &Panels, area: &Area, agg: &[(f64, f64)], top: f64) -> Result<Entries, E> {
     let (report, x_max) = (p.report, p.x_max);
     let e = err(p.path);
@@ -174,7 +183,7 @@ fn aggregate_panel(p: &Panels, area: &Area, agg: &[(f64, f64)], top: f64) -> Res
         .build_cartesian_2d(0f64..x_max, 0f64..top)
         .map_err(|x| e(&x))?;
     c.configure_mesh()
-        .x_label_formatter(&tick)
+        .x_label_formatter(&|x| p.axis.label(x))
         .y_label_formatter(&tick)
         .y_desc(format!("all runs, {}", p.unit))
         .label_style(font(13))
@@ -182,23 +191,51 @@ fn aggregate_panel(p: &Panels, area: &Area, agg: &[(f64, f64)], top: f64) -> Res
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|x| e(&x))?;
-    calibration_bands(&mut c, report, top)?;
+    calibration_bands(&mut c, report, p.axis, top)?;
+    let gap = gap_bands(&mut c, p.axis, top, true)?;
     c.draw_series(LineSeries::new(
         agg.iter().map(|&(t, v)| (t, v.min(top))),
         BLACK.stroke_width(3),
     ))
     .map_err(|x| e(&x))?;
     let mut entries: Entries = vec![("all runs together".into(), BLACK, false)];
-    if let Some(a) = report.summary.aggregate_throughput {
+    // The mean over the makespan: across the chart, or for a resumed pack each session's
+    // own across that session (the time between sessions is not makespan).
+    let means: Vec<(f64, f64, f64)> = if p.axis.gaps().is_empty() {
+        report
+            .summary
+            .aggregate_throughput
+            .map(|a| (0.0, x_max, a))
+            .into_iter()
+            .collect()
+    } else {
+        report
+            .sessions
+            .iter()
+            .filter_map(|s| {
+                let (a, b) = (s.start_s?, s.end_s?);
+                Some((p.axis.x(a), p.axis.x(b), s.aggregate_throughput?))
+            })
+            .collect()
+    };
+    for &(x0, x1, a) in &means {
         c.draw_series(DashedLineSeries::new(
-            vec![(0.0, a.min(top)), (x_max, a.min(top))],
+            vec![(x0, a.min(top)), (x1, a.min(top))],
             8,
             5,
             RGBColor(90, 90, 90).stroke_width(2),
         ))
         .map_err(|x| e(&x))?;
-        entries.push(("mean over makespan".into(), RGBColor(90, 90, 90), false));
     }
+    if !means.is_empty() {
+        let what = if means.len() > 1 {
+            "mean over each session"
+        } else {
+            "mean over makespan"
+        };
+        entries.push((what.into(), RGBColor(90, 90, 90), false));
+    }
+    entries.extend(gap);
     Ok(entries)
 }
 
@@ -221,23 +258,28 @@ fn runs_panel(
         .build_cartesian_2d(0f64..p.x_max, 0f64..top)
         .map_err(|x| e(&x))?;
     c.configure_mesh()
-        .x_label_formatter(&tick)
+        .x_label_formatter(&|x| p.axis.label(x))
         .y_label_formatter(&tick)
-        .x_desc("seconds since start")
+        .x_desc(if p.axis.gaps().is_empty() {
+            "seconds since start"
+        } else {
+            "seconds since start (long gaps between sessions shortened)"
+        })
         .y_desc(format!("each run, {}", p.unit))
         .label_style(font(13))
         .axis_desc_style(font(14))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|x| e(&x))?;
-    calibration_bands(&mut c, p.report, top)?;
+    calibration_bands(&mut c, p.report, p.axis, top)?;
+    gap_bands(&mut c, p.axis, top, false)?;
     for (i, (name, s)) in series.iter().enumerate() {
         let color = if named {
             PALETTE[i % PALETTE.len()]
         } else {
             RGBColor(150, 150, 150)
         };
-        draw_run(&mut c, s, &starts[i], color, named, top, p.path)?;
+        draw_run(&mut c, (s, &starts[i]), p.axis, color, named, top, p.path)?;
         if named {
             entries.push((name.to_string(), color, false));
         }
@@ -255,12 +297,13 @@ fn runs_panel(
     Ok(())
 }
 
-/// One run's samples `s` (capped at `top`) as lines split at its attempts' `starts` (a
-/// lone sample as a dot), thicker when `named`; samples above `top` as triangles on it.
+/// One run's samples `s` (capped at `top`, on `axis`) as lines split at its attempts'
+/// `starts` (a lone sample as a dot), thicker when `named`; samples above `top` as
+/// triangles on it.
 fn draw_run(
     c: &mut Chart<'_, '_>,
-    s: &[(f64, f64)],
-    starts: &[f64],
+    (s, starts): (&[(f64, f64)], &[f64]),
+    axis: &TimeAxis,
     color: RGBColor,
     named: bool,
     top: f64,
@@ -274,7 +317,7 @@ fn draw_run(
             segments.push(Vec::new());
         }
         if let Some(g) = segments.last_mut() {
-            g.push((t, v.min(top)));
+            g.push((axis.x(t), v.min(top)));
         }
     }
     for pts in segments.iter().filter(|g| !g.is_empty()) {
@@ -294,7 +337,7 @@ fn draw_run(
     c.draw_series(
         s.iter()
             .filter(|p| p.1 > top)
-            .map(|p| TriangleMarker::new((p.0, top), 6, color.filled())),
+            .map(|p| TriangleMarker::new((axis.x(p.0), top), 6, color.filled())),
     )
     .map_err(|x| e(&x))?;
     Ok(())

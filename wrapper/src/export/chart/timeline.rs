@@ -5,8 +5,8 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::{
-    err, font, legend, outcome_color, row_labels, tick, x_end, Area, Canvas, Chart, Entries,
-    CALIBRATION, E, LEGEND_W, OUTCOMES, W,
+    err, font, gap_bands, legend, outcome_color, row_labels, Area, Canvas, Chart, Entries,
+    TimeAxis, CALIBRATION, E, LEGEND_W, OUTCOMES, W,
 };
 use crate::engine::State;
 use crate::record::model::{AttemptRecord, Report, RunRecord};
@@ -25,7 +25,8 @@ type Attempt<'a> = (&'a RunRecord, &'a AttemptRecord);
 /// A bar of the timeline: slot, start, wall time, colour, label.
 type Bar = (usize, f64, f64, RGBColor, String);
 
-/// Slot timeline: one row per slot, one bar per attempt.
+/// Slot timeline: one row per slot, one bar per attempt; the time between the sessions
+/// of a resumed pack drawn as a grey gap (shortened where long: [`TimeAxis`]).
 pub(super) fn timeline_into(
     report: &Report,
     path: &Path,
@@ -53,9 +54,11 @@ pub(super) fn timeline_into(
     let root = Canvas::area(canvas, W, h);
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (plot, side) = root.split_horizontally(W - LEGEND_W);
-    let x_max = x_end(report) * 1.02;
+    let axis = TimeAxis::of(report);
+    let x_max = axis.x_max();
     let n = slots as f64;
-    let mut chart = axes(report, &plot, slots, row_h, x_max, path)?;
+    let mut chart = axes(report, &plot, (slots, row_h), &axis, path)?;
+    let gap = gap_bands(&mut chart, &axis, n, true)?;
     if row_h >= 12 {
         let rows: Vec<(f64, String)> = (0..slots)
             .map(|k| (n - k as f64 - 0.5, slot_label(report, k)))
@@ -63,24 +66,26 @@ pub(super) fn timeline_into(
         row_labels(&root, &chart, &rows, 0.0)?;
     }
     let px_per_s = f64::from(W - LEGEND_W - 100) / x_max;
-    for bar in bars(report, &attempts) {
+    for bar in bars(report, &attempts, &axis) {
         draw_bar(&mut chart, bar, n, x_max, px_per_s, row_h, path)?;
     }
-    legend(&side, "attempts", &entries(report, &attempts))?;
+    let mut entries = entries(report, &attempts);
+    entries.extend(gap);
+    legend(&side, "attempts", &entries)?;
     root.present().map_err(|x| e(&x))?;
     Ok(true)
 }
 
-/// The timeline's title and axes on `plot`: time across, one row per slot, rows named
-/// when `row_h` leaves room.
+/// The timeline's title and axes on `plot`: time across (`axis`), one row per slot
+/// (`slots` rows of `row_h` pixels), rows named when `row_h` leaves room.
 fn axes<'a, 'b>(
     report: &Report,
     plot: &'a Area<'b>,
-    slots: usize,
-    row_h: u32,
-    x_max: f64,
+    (slots, row_h): (usize, u32),
+    axis: &TimeAxis,
     path: &Path,
 ) -> Result<Chart<'a, 'b>, E> {
+    let x_max = axis.x_max();
     let e = err(path);
     let n = slots as f64;
     // Room for the longest row label (node names across nodes).
@@ -103,8 +108,12 @@ fn axes<'a, 'b>(
         .configure_mesh()
         .disable_y_mesh()
         .y_labels(0)
-        .x_label_formatter(&tick)
-        .x_desc("seconds since start")
+        .x_label_formatter(&|x| axis.label(x))
+        .x_desc(if axis.gaps().is_empty() {
+            "seconds since start"
+        } else {
+            "seconds since start (long gaps between sessions shortened)"
+        })
         .label_style(font(13))
         .axis_desc_style(font(14))
         .draw()
@@ -112,20 +121,16 @@ fn axes<'a, 'b>(
     Ok(chart)
 }
 
-/// The timeline's bars: calibrations first, then the pack's attempts (a retry's label
-/// names its attempt).
-fn bars(report: &Report, attempts: &[Attempt]) -> Vec<Bar> {
+/// The timeline's bars on `axis` (shown start and width): calibrations first, then the
+/// pack's attempts (a retry's label names its attempt).
+fn bars(report: &Report, attempts: &[Attempt], axis: &TimeAxis) -> Vec<Bar> {
+    let shown = |start: f64, wall: f64| (axis.x(start), axis.x(start + wall) - axis.x(start));
     report
         .calibrations
         .iter()
         .map(|c| {
-            (
-                c.slot,
-                c.start_s,
-                c.wall_s,
-                CALIBRATION,
-                format!("{} alone", c.name),
-            )
+            let (x, w) = shown(c.start_s, c.wall_s);
+            (c.slot, x, w, CALIBRATION, format!("{} alone", c.name))
         })
         .chain(attempts.iter().map(|(r, a)| {
             let label = if a.attempt > 1 {
@@ -133,13 +138,8 @@ fn bars(report: &Report, attempts: &[Attempt]) -> Vec<Bar> {
             } else {
                 r.name.clone()
             };
-            (
-                a.slot,
-                a.start_s,
-                a.wall_s,
-                outcome_color(a.state, a.oom),
-                label,
-            )
+            let (x, w) = shown(a.start_s, a.wall_s);
+            (a.slot, x, w, outcome_color(a.state, a.oom), label)
         }))
         .collect()
 }

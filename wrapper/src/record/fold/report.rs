@@ -31,10 +31,18 @@ impl Fold {
             .map(|r| self.run_record(r, t0, now, live, &remote))
             .collect();
         let spans = self.session_spans(now, live);
+        let several = self.sessions.len() > 1;
         let sessions: Vec<SessionRecord> = self
             .sessions
             .iter()
-            .map(|s| self.session_record(s, &spans, live))
+            .map(|s| {
+                let mut rec = self.session_record(s, &spans, live);
+                if let (true, Some(span)) = (several, spans.get(&s.session)) {
+                    rec.start_s = Some(span.first - t0);
+                    rec.end_s = Some(span.last - t0);
+                }
+                rec
+            })
             .collect();
         let last_event = self.sessions.iter().map(|s| s.last).fold(t0, f64::max);
         let mut report = Report {
@@ -67,6 +75,9 @@ impl Fold {
             sessions,
         };
         report.summary = self.summary(&report, now, live);
+        if several {
+            self.session_figures(&mut report);
+        }
         // Runs removed from the manifest after the manifest's own (the summary pairs the
         // fold's runs with the report's in one order: only now).
         let (current, removed): (Vec<RunRecord>, Vec<RunRecord>) = std::mem::take(&mut report.runs)
@@ -80,11 +91,13 @@ impl Fold {
     fn session_record(
         &self,
         s: &Sess,
-        spans: &HashMap<u32, (f64, usize)>,
+        spans: &HashMap<u32, Span>,
         live: Option<u32>,
     ) -> SessionRecord {
         let running = live == Some(s.session);
-        let (makespan_s, max_concurrent) = spans.get(&s.session).copied().unwrap_or((0.0, 0));
+        let (makespan_s, max_concurrent) = spans.get(&s.session).map_or((0.0, 0), |sp| {
+            ((sp.last - sp.first).max(0.0), sp.max_concurrent)
+        });
         SessionRecord {
             session: s.session,
             started: rfc3339(s.start),
@@ -97,6 +110,11 @@ impl Fold {
             makespan_s,
             max_concurrent,
             running,
+            start_s: None,
+            end_s: None,
+            aggregate_throughput: None,
+            steady_throughput: None,
+            steady_s: None,
         }
     }
 
@@ -113,9 +131,9 @@ impl Fold {
         }
     }
 
-    /// Each session's makespan and most attempts at once, from one pass over the
-    /// attempts (one pass per session was sessions x attempts for a forged record).
-    pub(super) fn session_spans(&self, now: f64, live: Option<u32>) -> HashMap<u32, (f64, usize)> {
+    /// Each session's span and most attempts at once, from one pass over the attempts
+    /// (one pass per session was sessions x attempts for a forged record).
+    pub(super) fn session_spans(&self, now: f64, live: Option<u32>) -> HashMap<u32, Span> {
         let mut by_session: HashMap<u32, Vec<(f64, f64)>> = HashMap::new();
         for a in self.runs.iter().flat_map(|r| r.attempts.iter()) {
             by_session
@@ -611,10 +629,23 @@ fn combine_gpu(attempts: &[AttemptRecord]) -> Option<AttemptGpu> {
     })
 }
 
-/// The makespan and most attempts at once of a session's attempts, `(start, end)` each.
-fn span_of(iv: &[(f64, f64)]) -> (f64, usize) {
+/// A session's attempts together: the first start and the last end (Unix seconds), and
+/// the most at once. Its makespan is `last - first`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Span {
+    pub first: f64,
+    pub last: f64,
+    pub max_concurrent: usize,
+}
+
+/// The span of a session's attempts, `(start, end)` each.
+fn span_of(iv: &[(f64, f64)]) -> Span {
     if iv.is_empty() {
-        return (0.0, 0);
+        return Span {
+            first: 0.0,
+            last: 0.0,
+            max_concurrent: 0,
+        };
     }
     let first = iv.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
     let last = iv.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
@@ -629,5 +660,9 @@ fn span_of(iv: &[(f64, f64)]) -> (f64, usize) {
         cur += d;
         max = max.max(cur);
     }
-    ((last - first).max(0.0), max as usize)
+    Span {
+        first,
+        last: last.max(first),
+        max_concurrent: max as usize,
+    }
 }

@@ -182,27 +182,62 @@ fn pack_unit(rep: &Report) -> Option<String> {
 }
 
 impl Fold {
+    /// The steady aggregate of the session at `self.sessions[i]` in `unit`: its periods
+    /// with every slot producing, `(throughput, seconds)`.
+    fn session_steady(&self, i: usize, unit: &str) -> Option<(f64, f64)> {
+        let s = &self.sessions[i];
+        let series: Vec<Vec<Sample>> = self
+            .runs
+            .iter()
+            .flat_map(|r| &r.attempts)
+            .filter(|a| a.session == s.session && a.unit.as_deref() == Some(unit))
+            .map(|a| {
+                a.samples
+                    .iter()
+                    .map(|&(t, rate)| Sample { t, rate })
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[Sample]> = series.iter().map(Vec::as_slice).collect();
+        steady(&refs, s.slots.len()).map(|st| (st.throughput, st.seconds))
+    }
+
+    /// Each session's own figures in the pack's unit, for a pack of several sessions:
+    /// the work of its attempts over its makespan, and its steady aggregate. The
+    /// summary's are over all sessions (work summed over makespans summed).
+    pub(super) fn session_figures(&self, rep: &mut Report) {
+        let Some(unit) = rep.summary.throughput_unit.clone() else {
+            return;
+        };
+        for (i, s) in self.sessions.iter().enumerate() {
+            let Some(rec) = rep.sessions.iter_mut().find(|r| r.session == s.session) else {
+                continue;
+            };
+            let work: f64 = self
+                .runs
+                .iter()
+                .flat_map(|r| &r.attempts)
+                .filter(|a| a.session == s.session && a.unit.as_deref() == Some(unit.as_str()))
+                .map(|a| a.stats.work)
+                .sum();
+            if rec.makespan_s > 0.0 {
+                rec.aggregate_throughput = Some(work / rec.makespan_s);
+            }
+            if let Some((throughput, seconds)) = self.session_steady(i, &unit) {
+                rec.steady_throughput = Some(throughput);
+                rec.steady_s = Some(seconds);
+            }
+        }
+    }
+
     /// The steady aggregate over all sessions: each session's periods with every slot
     /// producing, their work summed over their time summed.
     fn steady_into(&self, sum: &mut Summary, unit: &str) {
         let (mut work, mut seconds) = (0.0, 0.0);
-        for s in &self.sessions {
-            let series: Vec<Vec<Sample>> = self
-                .runs
-                .iter()
-                .flat_map(|r| &r.attempts)
-                .filter(|a| a.session == s.session && a.unit.as_deref() == Some(unit))
-                .map(|a| {
-                    a.samples
-                        .iter()
-                        .map(|&(t, rate)| Sample { t, rate })
-                        .collect()
-                })
-                .collect();
-            let refs: Vec<&[Sample]> = series.iter().map(Vec::as_slice).collect();
-            if let Some(st) = steady(&refs, s.slots.len()) {
-                work += st.throughput * st.seconds;
-                seconds += st.seconds;
+        for i in 0..self.sessions.len() {
+            if let Some((throughput, secs)) = self.session_steady(i, unit) {
+                work += throughput * secs;
+                seconds += secs;
             }
         }
         if seconds > 0.0 {

@@ -328,6 +328,74 @@ fn sessions_add_up_and_later_attempts_keep_the_earlier() {
 }
 
 #[test]
+fn a_resumed_pack_has_each_sessions_span_and_figures_and_the_summary_over_all() {
+    // Sessions of one slot (the steady aggregate is while every slot produces).
+    let session = |n: u32, ts: f64, runs: Vec<RunIdentity>| {
+        let mut ev = session(n, ts, runs);
+        if let Event::Session { slots, .. } = &mut ev {
+            slots.push(crate::record::events::SlotRecord {
+                index: 0,
+                device: None,
+                node: None,
+                memory_mib: None,
+            });
+        }
+        ev
+    };
+    let mut f = Fold::new();
+    f.apply(session(1, 100.0, vec![id("a", "x"), id("b", "x")]));
+    f.apply(start("a", 1, 1, 100.0));
+    f.apply(end(
+        "a",
+        1,
+        110.0,
+        State::Succeeded,
+        samples(100.0, 110.0, 10.0),
+    ));
+    // requeued: back two hours later, b at twice the rate
+    f.apply(session(2, 7300.0, vec![id("a", "x"), id("b", "x")]));
+    f.apply(start("b", 1, 2, 7300.0));
+    f.apply(end(
+        "b",
+        1,
+        7308.0,
+        State::Succeeded,
+        samples(7300.0, 7308.0, 20.0),
+    ));
+    let r = f.report(8000.0, None);
+    let (s1, s2) = (&r.sessions[0], &r.sessions[1]);
+    assert_eq!((s1.start_s, s1.end_s), (Some(0.0), Some(10.0)));
+    assert_eq!((s2.start_s, s2.end_s), (Some(7200.0), Some(7208.0)));
+    assert_eq!((s1.makespan_s, s2.makespan_s), (10.0, 8.0));
+    let work = |run: usize| r.runs[run].throughput.as_ref().unwrap().work;
+    let (wa, wb) = (work(0), work(1));
+    assert!(wa > 0.0 && wb > 0.0);
+    let close = |x: Option<f64>, want: f64| (x.unwrap() - want).abs() < 1e-9;
+    assert!(close(s1.aggregate_throughput, wa / 10.0), "{s1:?}");
+    assert!(close(s2.aggregate_throughput, wb / 8.0), "{s2:?}");
+    assert!(close(r.summary.aggregate_throughput, (wa + wb) / 18.0));
+    // One run alone at a steady rate: each session's steady figure is its rate.
+    assert!(close(s1.steady_throughput, 10.0), "{s1:?}");
+    assert!(close(s2.steady_throughput, 20.0), "{s2:?}");
+    // One session: nothing the summary does not already say.
+    let mut g = Fold::new();
+    g.apply(session(1, 100.0, vec![id("a", "x")]));
+    g.apply(start("a", 1, 1, 100.0));
+    g.apply(end(
+        "a",
+        1,
+        110.0,
+        State::Succeeded,
+        samples(100.0, 110.0, 10.0),
+    ));
+    let s = &g.report(200.0, None).sessions[0];
+    assert_eq!(
+        (s.start_s, s.aggregate_throughput, s.steady_throughput),
+        (None, None, None)
+    );
+}
+
+#[test]
 fn user_metrics_keep_the_last_value_and_the_best() {
     let mut f = Fold::new();
     f.apply(session(1, 0.0, vec![id("a", "x")]));
