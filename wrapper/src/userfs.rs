@@ -575,6 +575,19 @@ impl CheckedDir {
     /// # Errors
     /// [`UserFsError`]: not writable, or I/O (`ENOSPC`, …).
     pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> Result<(), UserFsError> {
+        self.write_atomic_with(name, &mut |f| f.write_all(bytes))
+    }
+
+    /// [`CheckedDir::write_atomic`] of what `fill` writes, as it writes it (through a
+    /// buffer): a report of 100,000 runs is not held whole in memory first.
+    ///
+    /// # Errors
+    /// As [`CheckedDir::write_atomic`]; an error of `fill` is a write error.
+    pub fn write_atomic_with(
+        &self,
+        name: &str,
+        fill: &mut dyn FnMut(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<(), UserFsError> {
         self.check_writable()?;
         let mut tries = 0;
         let (tmp, mut f) = loop {
@@ -589,8 +602,11 @@ impl CheckedDir {
                 Err(e) => return Err(e),
             }
         };
-        let written = f
-            .write_all(bytes)
+        let filled = {
+            let mut buffered = std::io::BufWriter::with_capacity(1 << 16, &mut f);
+            fill(&mut buffered).and_then(|()| buffered.flush())
+        };
+        let written = filled
             .and_then(|()| f.sync_all())
             .map_err(|source| UserFsError::Io {
                 what: "write",

@@ -4,17 +4,19 @@
 //! it is the caller's, or `--out`). The charts are drawn apart ([`super::chart`]): they
 //! cost more and are drawn only at the end.
 
+use std::io::Write;
+
 use super::runs;
 use crate::record::model::Report;
 use crate::record::store::{ReportDir, REPORT_CSV, REPORT_JSON};
 
-/// A report file: its name in the directory, and how it is rendered (the error names what
-/// could not be encoded).
+/// A report file: its name in the directory, and how it is written (as it is rendered:
+/// the report of a large pack is not held whole in memory twice).
 pub struct RunFile {
     /// The file's name.
     pub name: &'static str,
-    /// Its bytes.
-    pub render: fn(&Report) -> Result<Vec<u8>, String>,
+    /// Writes its bytes.
+    pub render: fn(&Report, &mut dyn Write) -> std::io::Result<()>,
 }
 
 /// Every file written from the report, in the order they are written.
@@ -30,16 +32,15 @@ pub const RUN_FILES: &[RunFile] = &[
 ];
 
 /// `colloc-report.json`: the report, pretty, one newline at the end.
-fn json(report: &Report) -> Result<Vec<u8>, String> {
-    let mut json =
-        serde_json::to_vec_pretty(report).map_err(|e| format!("cannot encode the report: {e}"))?;
-    json.push(b'\n');
-    Ok(json)
+fn json(report: &Report, out: &mut dyn Write) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, report)?;
+    out.write_all(b"\n")
 }
 
 /// `colloc-runs.csv`: one row per run.
-fn csv(report: &Report) -> Result<Vec<u8>, String> {
-    runs::csv(report).map_err(|e| format!("cannot encode the CSV: {e}"))
+fn csv(report: &Report, out: &mut dyn Write) -> std::io::Result<()> {
+    let bytes = runs::csv(report).map_err(std::io::Error::other)?;
+    out.write_all(&bytes)
 }
 
 /// Write every file of [`RUN_FILES`] into `dir`, each atomically, in order.
@@ -48,8 +49,8 @@ fn csv(report: &Report) -> Result<Vec<u8>, String> {
 /// What failed, naming the file; the files after it are not written.
 pub fn write_report(dir: &ReportDir, report: &Report) -> Result<(), String> {
     for f in RUN_FILES {
-        let bytes = (f.render)(report)?;
-        dir.write(f.name, &bytes).map_err(|e| e.to_string())?;
+        dir.write_with(f.name, &mut |out| (f.render)(report, out))
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::scan::Best;
 use crate::engine::throughput::Stats;
 use crate::engine::State;
+use crate::record::pairs::Pairs;
 
 /// Version of the event format (in every `session` event).
 pub const EVENTS_VERSION: u32 = 1;
@@ -30,7 +31,7 @@ pub struct RunIdentity {
     pub workdir: Option<String>,
     /// Its sweep point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grid: Option<BTreeMap<String, String>>,
+    pub grid: Option<Pairs>,
     /// Its user metrics and which value is best.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<(String, Best)>,

@@ -6,4 +6,5 @@
 pub mod events;
 pub mod fold;
 pub mod model;
+pub mod pairs;
 pub mod store;

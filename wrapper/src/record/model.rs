@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::events::{Escaped, SlotRecord};
 use crate::engine::scan::Best;
 use crate::engine::State;
+use crate::record::pairs::Pairs;
 
 /// Report format version.
 pub const SCHEMA: u32 = 2;
@@ -106,22 +107,22 @@ pub struct AttemptRecord {
     /// Its output showed a CUDA out-of-memory error.
     pub oom: bool,
     /// Its throughput (without samples).
-    pub throughput: Option<ThroughputRecord>,
+    pub throughput: Option<Box<ThroughputRecord>>,
     /// GPU figures.
-    pub gpu: Option<AttemptGpu>,
+    pub gpu: Option<Box<AttemptGpu>>,
     /// Processes that had left its session (killed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escaped: Vec<Escaped>,
     /// Its Slurm step, where it ran as one (runs across nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<AttemptStep>,
+    pub step: Option<Box<AttemptStep>>,
     /// Start-up: seconds from its start to its first throughput line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_s: Option<f64>,
     /// The definition it ran, where that is not its run's (the manifest was edited and
     /// the pack resumed since).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub definition: Option<Definition>,
+    pub definition: Option<Box<Definition>>,
 }
 
 /// What a run is: its command, environment, working directory and grid values.
@@ -130,11 +131,11 @@ pub struct Definition {
     /// Program and arguments.
     pub command: Vec<String>,
     /// The manifest's environment for it.
-    pub env: BTreeMap<String, String>,
+    pub env: Pairs,
     /// Working directory.
     pub workdir: Option<String>,
     /// Its sweep point.
-    pub grid: Option<BTreeMap<String, String>>,
+    pub grid: Option<Pairs>,
 }
 
 /// The Slurm step an attempt ran as.
@@ -178,11 +179,11 @@ pub struct RunRecord {
     /// Program and arguments.
     pub command: Vec<String>,
     /// The manifest's environment for it.
-    pub env: BTreeMap<String, String>,
+    pub env: Pairs,
     /// Working directory.
     pub workdir: Option<String>,
     /// Its sweep point (null for a `[[run]]`).
-    pub grid: Option<BTreeMap<String, String>>,
+    pub grid: Option<Pairs>,
     /// How its last attempt ended (`not_started` without one).
     pub state: State,
     /// Exit code of its last attempt.
@@ -221,7 +222,7 @@ pub struct RunRecord {
     /// Log of its last attempt (earlier ones are `logs/NAME.K.log`).
     pub log: Option<String>,
     /// Throughput over all attempts: their work over their sampled time.
-    pub throughput: Option<ThroughputRecord>,
+    pub throughput: Option<Box<ThroughputRecord>>,
     /// A `metric` regex was given and no line of it matched.
     #[serde(default)]
     pub throughput_unmatched: bool,
@@ -232,7 +233,7 @@ pub struct RunRecord {
     pub epochs: Vec<EpochRecord>,
     /// GPU figures over all attempts (peak memory, time-weighted utilization, energy share
     /// summed).
-    pub gpu: Option<AttemptGpu>,
+    pub gpu: Option<Box<AttemptGpu>>,
     /// Its throughput alone on the GPU, where known.
     pub solo_throughput: Option<f64>,
     /// Processes of it that had left its session.

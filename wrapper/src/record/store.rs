@@ -177,6 +177,18 @@ impl ReportDir {
         self.dir.write_atomic(name, bytes)
     }
 
+    /// [`ReportDir::write`] of what `fill` writes, as it writes it.
+    ///
+    /// # Errors
+    /// As [`ReportDir::write`].
+    pub fn write_with(
+        &self,
+        name: &str,
+        fill: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<(), UserFsError> {
+        self.dir.write_atomic_with(name, fill)
+    }
+
     /// The runs' log folder (made when writable), or the solo calibrations' inside it.
     ///
     /// # Errors

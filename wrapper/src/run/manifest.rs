@@ -20,6 +20,7 @@ use toml::Spanned;
 use super::retry::{self, RetryOn, Rule};
 use crate::duration;
 use crate::engine::scan::{Best, Pattern, Scanner, Throughput, UserMetric};
+use crate::record::pairs::Pairs;
 use template::{check_template, combinations, fill};
 
 /// Largest manifest colloc reads (16 MiB): a sweep of 100,000 runs fits many times over;
@@ -43,7 +44,7 @@ pub struct RunSpec {
     /// Per-run time limit.
     pub timeout: Option<Duration>,
     /// The grid values of its sweep point (`None` for a `[[run]]`).
-    pub grid: Option<BTreeMap<String, String>>,
+    pub grid: Option<Pairs>,
     /// GPU memory it declared it needs (`gpu_memory`), bytes: it goes only onto a slot
     /// that holds it.
     pub gpu_memory: Option<u64>,

@@ -88,3 +88,30 @@ fn fifos_and_devices_are_refused_at_once() {
         .contains("FIFO"));
     assert!(d.lock_file("fifo").is_err());
 }
+
+#[test]
+fn a_file_written_as_it_is_made_is_whole_or_not_there() {
+    let t = tempfile::tempdir().unwrap();
+    let (d, _) = CheckedDir::create_or_adopt(&t.path().join("r"), 0o755).unwrap();
+    // Larger than the buffer: written in pieces, read back whole.
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    d.write_atomic_with("big.json", &mut |f| {
+        for chunk in big.chunks(777) {
+            f.write_all(chunk)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(std::fs::read(t.path().join("r/big.json")).unwrap(), big);
+    // A failure half-way leaves the file as it was and no temporary file.
+    let e = d
+        .write_atomic_with("big.json", &mut |f| {
+            f.write_all(b"half")?;
+            Err(std::io::Error::other("encoding failed"))
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("encoding failed"), "{e}");
+    assert_eq!(std::fs::read(t.path().join("r/big.json")).unwrap(), big);
+    let names: Vec<String> = d.entries().unwrap().into_iter().map(|e| e.0).collect();
+    assert_eq!(names, ["big.json"]);
+}

@@ -77,10 +77,10 @@ struct Att {
     samples: Vec<(f64, f64)>,
     metrics: BTreeMap<String, MetricValue>,
     epochs: Vec<(u64, f64)>,
-    gpu: Option<AttemptGpu>,
+    gpu: Option<Box<AttemptGpu>>,
     escaped: Vec<Escaped>,
     lines: u64,
-    step: Option<StepInfo>,
+    step: Option<Box<StepInfo>>,
 }
 
 impl Att {
@@ -397,6 +397,10 @@ impl Fold {
     fn manifest(&mut self, session: u32, runs: Vec<RunIdentity>) {
         self.listings += 1;
         let listing = self.listings;
+        // Room for the listed runs at once (a large pack's list grown by doubling kept up
+        // to twice its runs' room).
+        self.runs
+            .reserve_exact(runs.len().saturating_sub(self.runs.len()));
         for (index, id) in runs.into_iter().enumerate() {
             let name = id.name.clone();
             let r = self.run_mut(&name);
@@ -456,6 +460,9 @@ impl Fold {
             Kind::Run => {
                 let r = self.run_mut(&run);
                 r.latest.insert(attempt, r.attempts.len());
+                // Most runs have one attempt: room for one, not the four a first push
+                // makes (an attempt's state is large; 100,000 runs held three spare each).
+                r.attempts.reserve_exact(1);
                 r.attempts.push(a);
             }
             Kind::Solo => {
@@ -498,8 +505,8 @@ impl Fold {
             a.signal = signal;
             a.error = error;
             a.escaped = escaped;
-            a.gpu = gpu;
-            a.step = step.map(|s| *s);
+            a.gpu = gpu.map(Box::new);
+            a.step = step;
         }
     }
 }

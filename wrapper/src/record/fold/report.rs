@@ -80,11 +80,16 @@ impl Fold {
         }
         // Runs removed from the manifest after the manifest's own (the summary pairs the
         // fold's runs with the report's in one order: only now).
-        let (current, removed): (Vec<RunRecord>, Vec<RunRecord>) = std::mem::take(&mut report.runs)
-            .into_iter()
-            .partition(|r| !r.removed);
-        report.runs = current;
-        report.runs.extend(removed);
+        // (Only where a run was removed: two more lists of every run cost the memory of a
+        // large pack.)
+        if report.runs.iter().any(|r| r.removed) {
+            let (current, removed): (Vec<RunRecord>, Vec<RunRecord>) =
+                std::mem::take(&mut report.runs)
+                    .into_iter()
+                    .partition(|r| !r.removed);
+            report.runs = current;
+            report.runs.extend(removed);
+        }
         report
     }
 
@@ -195,13 +200,16 @@ impl Fold {
             throughput: a
                 .unit
                 .as_ref()
-                .and_then(|u| throughput(u, &a.stats, Vec::new())),
+                .and_then(|u| throughput(u, &a.stats, Vec::new()))
+                .map(Box::new),
             gpu,
             escaped: a.escaped.clone(),
-            step: a.step.as_ref().map(|s| AttemptStep {
-                id: s.id.clone(),
-                dispatch_s: s.dispatch_s,
-                failed: s.failed.clone(),
+            step: a.step.as_ref().map(|s| {
+                Box::new(AttemptStep {
+                    id: s.id.clone(),
+                    dispatch_s: s.dispatch_s,
+                    failed: s.failed.clone(),
+                })
             }),
             startup_s: a.stats.first_t.map(|f| (f - a.start).max(0.0)),
             definition: None,
@@ -226,7 +234,7 @@ impl Fold {
                     self.attempt_record(a, (Kind::Run, &r.id.name), t0, now, live, remote);
                 let def = r.definition_in(a.session);
                 if !std::ptr::eq(def, &r.id) && def.changed(&r.id).is_some() {
-                    rec.definition = Some(definition(def));
+                    rec.definition = Some(Box::new(definition(def)));
                 }
                 rec
             })
@@ -319,7 +327,7 @@ impl Fold {
             }),
             oom: attempts.iter().any(|a| a.oom),
             log: last.map(|a| a.log.clone()),
-            throughput: tp,
+            throughput: tp.map(Box::new),
             throughput_unmatched: r.id.metric.is_some() && ended_any && count == 0,
             metrics,
             epochs: r
@@ -333,7 +341,7 @@ impl Fold {
                     })
                 })
                 .collect(),
-            gpu: combine_gpu(&attempts),
+            gpu: combine_gpu(&attempts).map(Box::new),
             startup_s: attempts.iter().rev().find_map(|a| a.startup_s),
             solo_throughput: self
                 .solos
@@ -599,7 +607,7 @@ fn throughput(unit: &str, s: &Stats, samples: Vec<(f64, f64)>) -> Option<Through
 fn combine_gpu(attempts: &[AttemptRecord]) -> Option<AttemptGpu> {
     let with: Vec<(&AttemptGpu, f64)> = attempts
         .iter()
-        .filter_map(|a| a.gpu.as_ref().map(|g| (g, a.wall_s)))
+        .filter_map(|a| a.gpu.as_deref().map(|g| (g, a.wall_s)))
         .collect();
     if with.is_empty() {
         return None;
