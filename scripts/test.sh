@@ -98,25 +98,23 @@ cargo build --workspace --locked || build_ok=0
 cargo build --locked -p colloc-spank --features test-seams --profile test-seams || build_ok=0
 ((build_ok)) || { failed_steps+=("build"); echo "step failed: build"; }
 
-tally "unit and CLI tests" cargo test --workspace --locked --no-fail-fast --exclude colloc-slurm-tests
-
-# Builds the release binaries for glibc 2.28 (cargo zigbuild), the .deb and .rpm from
-# them, installs the .deb and checks it.
-tally "packages: build .deb and .rpm, install the .deb, check it" packaging/test-packages.sh
-
-step "real Slurm cluster tests: 22.05 (the installed .deb) and 24.11 (a Debian 13 root), two configurations each, and 24.11 under cgroup v2, at once"
-# Five lanes, each one `cargo test` of the suites against one Slurm under one
-# configuration (tests/slurm/cluster.sh profiles: simple; production with cgroups,
-# ConstrainDevices, PrologFlags=Contain, job_container/tmpfs; production-v2 on cgroup/v2),
-# run at the same time: the suites mostly wait for Slurm (a whole CI run keeps 2
-# processors about a third busy), and each cluster has its own ports, folders, mount
-# namespaces, munged and job ids. 24.11 runs in a root made by debootstrap from Debian's
-# archive and cached (tests/slurm/slurm-root.sh; /var/cache/colloc-test/slurm-24.11),
-# with the plugin built against its headers and the workspace's colloc; the root and
-# those builds are made while the 22.05 lanes start. The cgroup-v2 lane runs only the
-# suites whose paths depend on the cgroup version (production: where the MPS daemons
-# land, what they may open, a cancel ends them and their cgroup; cluster_profiles: three
-# nodes, namespaces, /dev/shm, the devices a job reaches), once the 22.05 lanes are done.
+# The real-Slurm suites run in lanes: each one `cargo test` of the suites against one
+# Slurm under one configuration (tests/slurm/cluster.sh profiles: simple; production with
+# cgroups, ConstrainDevices, PrologFlags=Contain, job_container/tmpfs; production-v2 on
+# cgroup/v2). 22.05 is the host's, against the installed .deb; 24.11 runs in a root made
+# by debootstrap from Debian's archive and cached (tests/slurm/slurm-root.sh;
+# /var/cache/colloc-test/slurm-24.11), with the plugin built against its headers and the
+# workspace's colloc. The suites mostly wait for Slurm (a whole run keeps the 2
+# processors about a third busy), so lanes overlap, as far as they can share the host:
+# - simple lanes run beside anything (no cgroups, no job containers);
+# - a production-type cluster of a 24.11 lane (its own mount namespace, holding a copy
+#   of the host's /var/tmp mounts) and one of a 22.05 lane (the host's namespace) break
+#   each other's job containers ("ns base mount failed", "launch failed requeued held":
+#   seen when they ran at once), so the 22.05 production lanes start after every 24.11
+#   lane ended; two production clusters of one namespace are fine (the suites run
+#   clusters side by side themselves), so the 22.05 production suites run in two lanes.
+# The 24.11 lanes start after the unit tests (their builds are the workspace's), beside
+# the package step; the 22.05 lanes need the .deb it installs.
 #
 # Each lane's lines are shown as they come, marked with the lane's name (CI keeps only
 # the end of its log: a run cut short still shows where each lane was), and kept whole
@@ -125,39 +123,39 @@ step "real Slurm cluster tests: 22.05 (the installed .deb) and 24.11 (a Debian 1
 # stops at 90) is stopped, its clusters' daemons with it, and counted as a failure that
 # names the test it was in.
 deadline=${COLLOC_TEST_DEADLINE_S:-4800}
-declare -A lane_pid=() lane_file=()
 lane_names=()
-# start_lane NAME CMD...: run CMD in the background as the lane NAME.
-start_lane() {
+# lane NAME CMD...: run CMD as the lane NAME in the calling shell (which may be a
+# background one): its exit status goes to $log.lane.NAME.rc.
+lane() {
   local name=$1
   shift
-  lane_file[$name]=$log.lane.$name
-  lane_names+=("$name")
-  local left=$((deadline - SECONDS))
+  local file=$log.lane.$name left=$((deadline - SECONDS))
   ((left > 60)) || left=60
-  (
-    set -o pipefail
-    timeout --kill-after=30 "$left" "$@" 2>&1 | tee "${lane_file[$name]}" | sed -u "s/^/[$name] /"
-  ) &
-  lane_pid[$name]=$!
   echo "lane $name started at ${SECONDS} s (until ${deadline} s at the latest): $*"
-}
-# wait_lane NAME: wait for it; its failure is counted by its test counts, or, when it
-# was stopped at the deadline or ended without a count, as a failure of its own.
-lanes_timed_out=()
-wait_lane() {
-  local name=$1 rc=0
-  wait "${lane_pid[$name]}" || rc=$?
+  timeout --kill-after=30 "$left" "$@" 2>&1 | tee "$file" | sed -u "s/^/[$name] /"
+  local rc=${PIPESTATUS[0]}
+  echo "$rc" >"$file.rc"
   echo "lane $name ended at ${SECONDS} s (exit status $rc)"
-  if ((rc == 124 || rc == 137)); then
-    local last
-    last=$(grep -E '^(running [0-9]+ tests|-- .* on Slurm|     Running |test .* \.\.\. )' "${lane_file[$name]}" | tail -2 | paste -sd' ')
-    lanes_timed_out+=("$name")
-    failed_steps+=("lane $name stopped at the deadline (${deadline} s): last seen: ${last:-nothing}")
-  elif ((rc != 0)); then
-    counted_steps+=("real Slurm tests, lane $name")
-  fi
-  cat "${lane_file[$name]}" >>"$log"
+}
+# The lanes' results, in the order they were declared: counted by their test counts,
+# or, when stopped at the deadline or ended without a status, as failures of their own.
+lanes_timed_out=()
+collect_lanes() {
+  local name file rc last
+  for name in "${lane_names[@]}"; do
+    file=$log.lane.$name
+    rc=$(cat "$file.rc" 2>/dev/null || echo none)
+    [[ -f $file ]] && cat "$file" >>"$log"
+    if [[ $rc == none ]]; then
+      failed_steps+=("lane $name ended without an exit status")
+    elif ((rc == 124 || rc == 137)); then
+      last=$(grep -E '^(running [0-9]+ tests|-- .* on Slurm|     Running |test .* \.\.\. )' "$file" | tail -2 | paste -sd' ')
+      lanes_timed_out+=("$name")
+      failed_steps+=("lane $name stopped at the deadline (${deadline} s): last seen: ${last:-nothing}")
+    elif ((rc != 0)); then
+      counted_steps+=("real Slurm tests, lane $name")
+    fi
+  done
 }
 # After a lane was stopped: the daemons of the clusters it left (their pid files; for
 # 24.11 lanes too, whose processes this host sees).
@@ -169,12 +167,53 @@ stop_left_clusters() {
   done
   return 0
 }
-
 slurm_root=tests/slurm/slurm-root.sh
-plugin="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so"
-# The 24.11 root and its builds, meanwhile (most of it waits on Debian's archive).
+# The 24.11 root (most of making it waits on Debian's archive) and its builds, meanwhile.
 "$slurm_root" prepare >"$log.prepare" 2>&1 &
 prepare_pid=$!
+
+tally "unit and CLI tests" cargo test --workspace --locked --no-fail-fast --exclude colloc-slurm-tests
+
+step "real Slurm cluster tests on 24.11 (a Debian 13 root) start: simple, production, then production under cgroup v2"
+lanes_2411=()
+if wait "$prepare_pid"; then
+  sed 's/^/[24.11 prepare] /' "$log.prepare"
+  lane_names+=(24.11-simple 24.11-production 24.11-production-v2)
+  lane 24.11-simple env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=simple "$slurm_root" test &
+  lanes_2411+=($!)
+  # The cgroup-v2 lane: only the suites whose paths depend on the cgroup version
+  # (production: where the MPS daemons land, what they may open, a cancel ends them and
+  # their cgroup; cluster_profiles: three nodes, namespaces, /dev/shm, the devices a job
+  # reaches), after the production lane (one production-type cluster namespace at once).
+  (
+    lane 24.11-production env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=production \
+      "$slurm_root" test
+    lane 24.11-production-v2 env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=production-v2 \
+      "$slurm_root" test production cluster_profiles
+  ) &
+  lanes_2411+=($!)
+else
+  sed 's/^/[24.11 prepare] /' "$log.prepare"
+  failed_steps+=("Slurm 24.11: the root or its builds")
+fi
+
+# Builds the release binaries for glibc 2.28 (cargo zigbuild), the .deb and .rpm from
+# them, installs the .deb and checks it.
+tally "packages: build .deb and .rpm, install the .deb, check it" packaging/test-packages.sh
+
+step "real Slurm cluster tests on 22.05 (the installed .deb): simple now, production once the 24.11 lanes ended"
+plugin="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so"
+lanes_2205=()
+suites_2205=(env COLLOC_SPANK_PLUGIN="$plugin" COLLOC_BIN=/usr/bin/colloc
+  cargo test --locked --no-fail-fast -p colloc-slurm-tests)
+# The production suites in two lanes of about the same length (their times on 22.05):
+# these five, and every other suite.
+production_a=(security node_state admin_ops mig_driver production)
+production_b=()
+for f in tests/slurm/tests/*.rs; do
+  name=$(basename "$f" .rs)
+  [[ " ${production_a[*]} " == *" $name "* ]] || production_b+=("$name")
+done
 have_2205=0
 if [ ! -f "$plugin" ] || [ ! -x /usr/bin/colloc ]; then
   echo "the .deb is not installed (see the package step): no real-Slurm tests on 22.05"
@@ -183,33 +222,23 @@ elif ! cargo build --locked -p colloc-slurm-tests --tests; then
   failed_steps+=("build the real-Slurm tests")
 else
   have_2205=1
-  for profile in simple production; do
-    start_lane "22.05-$profile" env COLLOC_CLUSTER_PROFILE=$profile COLLOC_SPANK_PLUGIN="$plugin" \
-      COLLOC_BIN=/usr/bin/colloc cargo test --locked --no-fail-fast -p colloc-slurm-tests --tests \
-      -- --test-threads=1
-  done
+  lane_names+=(22.05-simple)
+  lane 22.05-simple env COLLOC_CLUSTER_PROFILE=simple "${suites_2205[@]}" --tests \
+    -- --test-threads=1 &
+  lanes_2205+=($!)
 fi
-prepared=1
-wait "$prepare_pid" || prepared=0
-sed 's/^/[24.11 prepare] /' "$log.prepare"
-if ((prepared == 0)); then
-  failed_steps+=("Slurm 24.11: the root or its builds")
-else
-  for profile in simple production; do
-    start_lane "24.11-$profile" env COLLOC_CLUSTER_PROFILE=$profile "$slurm_root" test
-  done
-fi
+for pid in "${lanes_2411[@]}"; do wait "$pid"; done
 if ((have_2205)); then
-  wait_lane 22.05-simple
-  wait_lane 22.05-production
+  lane_names+=(22.05-production-a 22.05-production-b)
+  lane 22.05-production-a env COLLOC_CLUSTER_PROFILE=production "${suites_2205[@]}" \
+    $(printf -- '--test %s ' "${production_a[@]}") -- --test-threads=1 &
+  lanes_2205+=($!)
+  lane 22.05-production-b env COLLOC_CLUSTER_PROFILE=production "${suites_2205[@]}" \
+    $(printf -- '--test %s ' "${production_b[@]}") -- --test-threads=1 &
+  lanes_2205+=($!)
 fi
-((prepared)) && start_lane 24.11-production-v2 \
-  env COLLOC_CLUSTER_PROFILE=production-v2 "$slurm_root" test production cluster_profiles
-if ((prepared)); then
-  wait_lane 24.11-simple
-  wait_lane 24.11-production
-  wait_lane 24.11-production-v2
-fi
+for pid in "${lanes_2205[@]}"; do wait "$pid"; done
+collect_lanes
 ((${#lanes_timed_out[@]} == 0)) || stop_left_clusters
 
 # Nothing of the test clusters may stay mounted (each cluster's stop unmounts its own).

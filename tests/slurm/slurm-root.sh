@@ -17,12 +17,12 @@
 # ROOT defaults to $COLLOC_SLURM_ROOT, else /var/cache/colloc-test/slurm-24.11. Only
 # Debian's archive is used (debootstrap --variant=minbase, then apt-get inside the root).
 #
-# test: builds the plugin against the root's Slurm headers into $TARGET/slurm-RELEASE
-# (debug, and the test-seams build the panic test loads: the host's own plugins are not
-# touched), the host's workspace and the suites' binaries (cargo test --no-run: they are
-# run inside the root, whose C library is newer), then runs each suite in the root with
-# COLLOC_SPANK_PLUGIN and COLLOC_SPANK_TEST_PLUGIN on those plugins and COLLOC_BIN on the
-# workspace's target/debug/colloc. Output is each suite's own ("test result: …" lines);
+# test: builds the workspace with the plugin against the root's Slurm headers into
+# $TARGET/slurm-RELEASE (debug, and the test-seams plugin the panic test loads: the
+# host's own builds are not touched) and the suites' binaries (cargo test --no-run: they
+# are run inside the root, whose C library is newer), then runs each suite in the root
+# with COLLOC_SPANK_PLUGIN and COLLOC_SPANK_TEST_PLUGIN on those plugins, COLLOC_BIN on
+# that colloc and CARGO_TARGET_DIR on that folder (the fake libnvidia-ml and stand-ins). Output is each suite's own ("test result: …" lines);
 # the exit status is 0 when every suite passed.
 #
 # exec: CMD runs in a mount namespace of its own whose root is an overlay of ROOT (the
@@ -178,8 +178,14 @@ exec_in() {
 root_release() { chroot "$1" dpkg-query -W -f '${Version}' slurmd | sed -E 's/^([0-9]+\.[0-9]+).*/\1/'; }
 
 # Set root, top, target, release and tdir for the default ROOT (made if needed), and build
-# what the suites load there: the plugin against the root's headers, the workspace, the
-# suites' binaries (listed in $exes: "name path" lines).
+# what the suites load there, all in a target folder of its own, $TARGET/slurm-RELEASE
+# (tdir): the plugin against the root's headers, the workspace (colloc, the fake
+# libnvidia-ml, the stand-ins) and the suites' binaries (listed in $exes: "name path"
+# lines). A folder of its own, because `cargo build` and `cargo test` of the host's
+# workspace rebuild target/debug's fake libnvidia-ml in turn (their features differ),
+# and scripts/test.sh runs those beside the suites here. With COLLOC_SLURM_ROOT_BUILT=1
+# (the caller ran `prepare` already) only the suites are listed: two suites started at
+# once build nothing under each other.
 prepare() {
   root=$(realpath -m "${COLLOC_SLURM_ROOT:-$DEFAULT_ROOT}")
   make_root "$root"
@@ -188,12 +194,13 @@ prepare() {
   target=$(realpath -m "${CARGO_TARGET_DIR:-$top/target}")
   release=$(root_release "$root")
   tdir=$target/slurm-$release
-  echo "slurm-root.sh: building the plugin for Slurm $release into $tdir"
-  SLURM_INCLUDE_DIR=$root/usr/include CARGO_TARGET_DIR=$tdir cargo build --locked -q -p colloc-spank &&
-    SLURM_INCLUDE_DIR=$root/usr/include CARGO_TARGET_DIR=$tdir cargo build --locked -q \
-      -p colloc-spank --features test-seams --profile test-seams ||
-    die "the plugin did not build against Slurm $release's headers"
-  cargo build --locked -q --workspace || die "the workspace did not build"
+  export SLURM_INCLUDE_DIR=$root/usr/include CARGO_TARGET_DIR=$tdir
+  if [[ ${COLLOC_SLURM_ROOT_BUILT:-} != 1 ]]; then
+    echo "slurm-root.sh: building the workspace for Slurm $release into $tdir"
+    cargo build --locked -q --workspace &&
+      cargo build --locked -q -p colloc-spank --features test-seams --profile test-seams ||
+      die "the workspace did not build against Slurm $release's headers"
+  fi
   exes=$(cargo test --locked -q -p colloc-slurm-tests --tests --no-run --message-format=json |
     python3 -c 'import json, sys
 for line in sys.stdin:
@@ -216,7 +223,7 @@ run_tests() {
     printf '\n-- %s on Slurm %s (%s profile)\n' "$name" "$release" "${COLLOC_CLUSTER_PROFILE:-simple}"
     COLLOC_SPANK_PLUGIN=$tdir/debug/libcolloc_spank.so \
       COLLOC_SPANK_TEST_PLUGIN=$tdir/test-seams/libcolloc_spank.so \
-      COLLOC_BIN=$target/debug/colloc \
+      COLLOC_BIN=$tdir/debug/colloc \
       "$SELF" exec "$root" -- "$exe" --test-threads=1 || rc=1
   done <<<"$exes"
   ((ran > 0)) || die "no suite named $*"

@@ -125,7 +125,18 @@ pub fn fake_ctl() -> PathBuf {
 /// When the compiler is missing or fails.
 pub fn build_spank_probe() -> PathBuf {
     let src = repo_root().join("tests/slurm/probes/spank_probe.c");
-    let out = target_dir().join("spank_probe.so");
+    // Named after the Slurm whose headers it is built against: suites of two Slurm
+    // releases may run at once from one checkout (scripts/test.sh), and one's build in
+    // the other's place fails to load ("Incompatible Slurm plugin", seen in CI).
+    let version = std::fs::read_to_string("/usr/include/slurm/slurm_version.h")
+        .ok()
+        .and_then(|h| {
+            h.lines()
+                .find_map(|l| l.strip_prefix("#define SLURM_VERSION_NUMBER"))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".to_string());
+    let out = target_dir().join(format!("spank_probe-{version}.so"));
     // Another test process may build it at the same time: compile aside, then rename.
     let tmp = target_dir().join(format!("spank_probe.so.{}", std::process::id()));
     let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".to_string());

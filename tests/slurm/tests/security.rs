@@ -1680,7 +1680,10 @@ fn mig_mps_slow_mps_part_keeps_mig_budget(c: &Cluster) {
 /// the production profile's `mig:…:mps` daemons of another test (its prolog's start and
 /// its epilog's quit then waited out their budgets).
 fn profile_account(c: &Cluster, role: &str) -> String {
-    format!("sec-{role}-{}", c.profile().name())
+    // Its Slurm's release too: the suites of two releases run at once (scripts/test.sh),
+    // and a test that looks for the account's processes must see only its own cluster's.
+    let (major, minor) = c.slurm_release();
+    format!("sec-{role}-{}-{major}{minor:02}", c.profile().name())
 }
 
 fn stop_colloc_children(c: &Cluster, check_gpu_right_after: bool) {
