@@ -22,7 +22,7 @@
 # host's own builds are not touched) and the suites' binaries (cargo test --no-run: they
 # are run inside the root, whose C library is newer), then runs each suite in the root
 # with COLLOC_SPANK_PLUGIN and COLLOC_SPANK_TEST_PLUGIN on those plugins, COLLOC_BIN on
-# that colloc and CARGO_TARGET_DIR on that folder (the fake libnvidia-ml and stand-ins). Output is each suite's own ("test result: …" lines);
+# that colloc and COLLOC_FAKE_NVML_LIB/_CTL on its fake libnvidia-ml and control tool. Output is each suite's own ("test result: …" lines);
 # the exit status is 0 when every suite passed.
 #
 # exec: CMD runs in a mount namespace of its own whose root is an overlay of ROOT (the
@@ -194,14 +194,18 @@ prepare() {
   target=$(realpath -m "${CARGO_TARGET_DIR:-$top/target}")
   release=$(root_release "$root")
   tdir=$target/slurm-$release
-  export SLURM_INCLUDE_DIR=$root/usr/include CARGO_TARGET_DIR=$tdir
+  # Only for cargo: the suites get each artifact's path (run_tests), and a
+  # CARGO_TARGET_DIR in their environment made exec bind that folder a second time inside
+  # the root, where requeued jobs of the production profile then failed to join their
+  # job container (container_p_join: .ns missing; launch failed requeued held).
+  local build=(env SLURM_INCLUDE_DIR="$root/usr/include" CARGO_TARGET_DIR="$tdir" cargo)
   if [[ ${COLLOC_SLURM_ROOT_BUILT:-} != 1 ]]; then
     echo "slurm-root.sh: building the workspace for Slurm $release into $tdir"
-    cargo build --locked -q --workspace &&
-      cargo build --locked -q -p colloc-spank --features test-seams --profile test-seams ||
+    "${build[@]}" build --locked -q --workspace &&
+      "${build[@]}" build --locked -q -p colloc-spank --features test-seams --profile test-seams ||
       die "the workspace did not build against Slurm $release's headers"
   fi
-  exes=$(cargo test --locked -q -p colloc-slurm-tests --tests --no-run --message-format=json |
+  exes=$("${build[@]}" test --locked -q -p colloc-slurm-tests --tests --no-run --message-format=json |
     python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -224,6 +228,8 @@ run_tests() {
     COLLOC_SPANK_PLUGIN=$tdir/debug/libcolloc_spank.so \
       COLLOC_SPANK_TEST_PLUGIN=$tdir/test-seams/libcolloc_spank.so \
       COLLOC_BIN=$tdir/debug/colloc \
+      COLLOC_FAKE_NVML_LIB=$tdir/debug/libfake_nvml.so \
+      COLLOC_FAKE_NVML_CTL=$tdir/debug/fake-nvml-ctl \
       "$SELF" exec "$root" -- "$exe" --test-threads=1 || rc=1
   done <<<"$exes"
   ((ran > 0)) || die "no suite named $*"

@@ -85,19 +85,69 @@ impl Cluster {
         Some(parse_kv(&text(&out.stdout)))
     }
 
+    /// Slurm 24.11's `job_container/tmpfs` at times cannot make the namespace of a job
+    /// that was requeued and is started again on its node ("_create_ns: ns base mount
+    /// failed: Invalid argument" in slurmd's log, the extern step gone; the job goes back
+    /// to the queue held, `launch_failed_requeued_held`). Seen with jobs without
+    /// `--colloc` as well: not colloc's doing. Where job `id` is held so and its nodes'
+    /// logs name more such failures for it than `handled`, release it and start it now,
+    /// count the failures into `handled` and return true; else false.
+    pub fn release_if_container_failed(&self, id: u32, handled: &mut usize) -> bool {
+        let held = self
+            .job_info(id)
+            .and_then(|i| i.get("Reason").cloned())
+            .is_some_and(|r| r == "launch_failed_requeued_held");
+        if !held {
+            return false;
+        }
+        let needle = format!("[{id}.extern] error: _create_ns: ns base mount failed");
+        let failures: usize = self
+            .nodes()
+            .iter()
+            .map(|n| {
+                std::fs::read_to_string(n.slurmd_log())
+                    .unwrap_or_default()
+                    .matches(&needle)
+                    .count()
+            })
+            .sum();
+        if failures <= *handled {
+            return false;
+        }
+        *handled = failures;
+        eprintln!(
+            "job {id}: Slurm's job_container/tmpfs could not make its namespace on a start after a requeue (ns base mount failed); released it to start again"
+        );
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        let id = id.to_string();
+        let _ = self.slurm("scontrol").args(["release", &id]).output();
+        let _ = self
+            .slurm("scontrol")
+            .args(["update", &format!("JobId={id}"), "StartTime=now"])
+            .output();
+        true
+    }
+
     /// Wait until the job has ended and its epilog has finished on every node (the job's
-    /// nodes are no longer completing it).
+    /// nodes are no longer completing it); a start that Slurm's job container failed
+    /// after a requeue is started again ([`Cluster::release_if_container_failed`]).
     ///
     /// # Panics
     /// After [`HANG_GUARD`], or when Slurm forgets the job before it ends.
     pub fn wait_done(&self, id: u32) -> JobEnd {
         let mut nodes = String::new();
+        let mut container_failures = 0;
         let end = self.wait_until_telling(
             &format!("job {id} to end"),
             || self.job_story(id),
             || {
                 let info = self.job_info(id)?;
                 let state = info.get("JobState")?.clone();
+                if state == "PENDING"
+                    && self.release_if_container_failed(id, &mut container_failures)
+                {
+                    return None;
+                }
                 if let Some(n) = info.get("NodeList").filter(|n| *n != "(null)") {
                     nodes.clone_from(n);
                 }

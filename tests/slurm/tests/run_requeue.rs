@@ -106,7 +106,12 @@ fn requeued_job_resumes(c: &Cluster) {
     assert_eq!(r["summary"]["succeeded"], 6, "{}", r["summary"]);
     let sessions = r["sessions"].as_array().unwrap();
     assert_eq!(sessions.len(), 2, "{sessions:?}");
-    assert_eq!(sessions[1]["restart_count"], 1);
+    // 1, or more where Slurm's job container failed a start after the requeue (that
+    // start never ran: Cluster::release_if_container_failed).
+    assert!(
+        sessions[1]["restart_count"].as_u64() >= Some(1),
+        "{sessions:?}"
+    );
     for name in ["r4", "r5"] {
         let run = r["runs"]
             .as_array()

@@ -112,15 +112,30 @@ fn tagged(dir: &Path) -> Vec<(u32, String)> {
 /// how many times it started.
 fn follow(c: &Cluster, id: u32, dir: &Path) -> (colloc_slurm_tests::JobEnd, u32) {
     let mut starts = 0;
+    // Starts that Slurm's job container failed after a requeue (they count in Restarts
+    // but never ran: Cluster::release_if_container_failed).
+    let mut failed: u32 = 0;
+    let mut handled = 0;
     loop {
         c.wait_until(&format!("job {id} to start (start {})", starts + 1), || {
             let i = c.job_info(id)?;
+            if c.release_if_container_failed(id, &mut handled) {
+                failed += 1;
+                return None;
+            }
             let restarts: u32 = i.get("Restarts")?.parse().ok()?;
-            (restarts == starts && i.get("JobState")? != "PENDING").then_some(())
+            (restarts == starts + failed && i.get("JobState")? != "PENDING").then_some(())
         });
         starts += 1;
-        // It ends, or goes back to the queue (Restarts counts up), and its node is idle.
+        let expected = starts + failed;
+        // It ends, or goes back to the queue (Restarts counts up), and its node is idle; or
+        // Slurm's job container failed this start (it never ran: start it again).
+        let mut lost = false;
         let (state, restarts) = c.wait_until(&format!("start {starts} of job {id} to end"), || {
+            if c.release_if_container_failed(id, &mut handled) {
+                lost = true;
+                return Some((String::new(), 0));
+            }
             let i = c.job_info(id)?;
             let state = i.get("JobState")?.clone();
             let restarts: u32 = i.get("Restarts")?.parse().ok()?;
@@ -128,9 +143,14 @@ fn follow(c: &Cluster, id: u32, dir: &Path) -> (colloc_slurm_tests::JobEnd, u32)
                 let s = c.node_state();
                 !s.contains("comp") && !s.contains("alloc") && !s.contains("mix")
             };
-            ((restarts == starts || !matches!(state.as_str(), "RUNNING" | "COMPLETING")) && idle)
+            ((restarts == expected || !matches!(state.as_str(), "RUNNING" | "COMPLETING")) && idle)
                 .then_some((state, restarts))
         });
+        if lost {
+            starts -= 1;
+            failed += 1;
+            continue;
+        }
         // Nothing of this start outlives it: not colloc, not a run, not a run's sleep.
         // (A process Slurm sent SIGKILL may take a moment to go.)
         let mut left = tagged(dir);
@@ -146,7 +166,7 @@ fn follow(c: &Cluster, id: u32, dir: &Path) -> (colloc_slurm_tests::JobEnd, u32)
             "start {starts} of job {id} left processes behind: {left:?}\n{}",
             c.job_out(id)
         );
-        if restarts < starts {
+        if restarts < expected {
             assert!(!matches!(state.as_str(), "PENDING" | "RUNNING"), "{state}");
             return (c.wait_done(id), starts);
         }
