@@ -132,6 +132,14 @@ pub fn failure_reason(said: &[String], srun_end: Option<&str>, ran: bool) -> Str
     }
 }
 
+/// Is this error of the step side about the step itself, not the run it ran (the run
+/// then goes back to the queue as after any failed step)? Seen: a node lost mid-sweep
+/// killed a run's supervisor before the step side, which said so, and the run was
+/// counted failed where its neighbour on that node went elsewhere.
+pub fn is_step_error(e: &str) -> bool {
+    e == protocol::SUPERVISOR_GONE
+}
+
 /// Does this failure say the node is gone from the job (no use trying it again)?
 pub fn node_gone(reason: &str) -> bool {
     [
@@ -306,6 +314,9 @@ impl StepLauncher {
                     StepMsg::Signaled(s) => {
                         facts.reported_end = true;
                         out.push((att.id, Msg::Signaled(s)));
+                    }
+                    StepMsg::Error(e) if is_step_error(&e) => {
+                        facts.failure = Some(format!("{e} (on {node})"));
                     }
                     StepMsg::Error(e) => {
                         facts.reported_end = true;
@@ -597,6 +608,15 @@ mod tests {
         assert!(node_gone(
             "srun: error: Unable to create step for job 3: Requested node configuration is not available"
         ));
+    }
+
+    #[test]
+    fn a_supervisor_gone_is_the_steps_failure_and_a_runs_error_is_the_runs() {
+        assert!(is_step_error(protocol::SUPERVISOR_GONE));
+        assert!(!is_step_error(
+            "cannot start python3: No such file or directory"
+        ));
+        assert!(!is_step_error(""));
     }
 
     #[test]

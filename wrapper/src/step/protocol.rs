@@ -26,6 +26,11 @@ pub const PREFIX: &str = "@colloc-step ";
 /// Longest line read on either side (a run's spec, a step's GPU report).
 pub const MAX_LINE: usize = 16 << 20;
 
+/// The error the step side sends when its supervisor (the process that runs the run)
+/// died without saying how the run ended: the step failed, not the run (a node lost
+/// mid-run kills them in either order), so the run goes back to the queue.
+pub const SUPERVISOR_GONE: &str = "the step's supervisor ended unexpectedly";
+
 /// The run a step starts: the first line on its stdin.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepSpec {

@@ -285,9 +285,7 @@ pub fn main(nvml_library: &str) -> anyhow::Result<ExitCode> {
             }
         }
         if gone {
-            say(&StepMsg::Error(
-                "the step's supervisor ended unexpectedly".into(),
-            ));
+            say(&StepMsg::Error(super::protocol::SUPERVISOR_GONE.into()));
             say(&StepMsg::Done {
                 left: 0,
                 ts: unix_now(),
