@@ -172,7 +172,9 @@ node_ns() {
 write_configs() {
   local dir=$1 host=$2 gpus=$3 profile=$4 plugin=$5 fake_lib=$6 mps=$7
   local port ctld_port nodes_conf="" gres="" cpus mem=1000
-  cpus=$(nproc)
+  # Every processor of the machine, whatever this process may run on (scripts/test.sh runs
+  # each lane on one: `nproc` would then give 1, and jobs meant to run side by side queue).
+  cpus=$(nproc --all)
   next_port
   ctld_port=$port
   local n i devdir
