@@ -132,8 +132,13 @@ deadline=${COLLOC_TEST_DEADLINE_S:-4800}
 # hands those numbers out of order across processors is our reading of what we measured
 # here: 12 of 23 launches of `sbatch --wrap true` under
 # the production profile failed, with or without colloc's plugin; 0 of 16 with the
-# cluster on one processor. The lanes mostly wait: one processor serves them.
-lane_cpu=${COLLOC_TEST_LANE_CPU:-0}
+# cluster on one processor. The production-type lanes (one at a time but for the two
+# 22.05 ones) take processor 0, the simple lanes and the second 22.05 production lane
+# the last one (with every lane on processor 0, two tests with tight time budgets, a
+# user's SIGSTOPs against an MPS start-up and two serial MPS jobs, failed: we take it
+# for that processor's load).
+lane_cpu_production=0
+lane_cpu_other=$(($(nproc --all) - 1))
 lane_names=()
 # lane NAME CMD...: run CMD as the lane NAME in the calling shell (which may be a
 # background one): its exit status goes to $log.lane.NAME.rc.
@@ -142,8 +147,10 @@ lane() {
   shift
   local file=$log.lane.$name left=$((deadline - SECONDS))
   ((left > 60)) || left=60
-  echo "lane $name started at ${SECONDS} s (until ${deadline} s at the latest): $*"
-  timeout --kill-after=30 "$left" taskset -c "$lane_cpu" "$@" 2>&1 | tee "$file" |
+  local cpu=$lane_cpu_other
+  [[ $name == *production* && $name != *-b ]] && cpu=$lane_cpu_production
+  echo "lane $name started at ${SECONDS} s on processor $cpu (until ${deadline} s at the latest): $*"
+  timeout --kill-after=30 "$left" taskset -c "$cpu" "$@" 2>&1 | tee "$file" |
     sed -u "s/^/[$name] /"
   local rc=${PIPESTATUS[0]}
   echo "$rc" >"$file.rc"
