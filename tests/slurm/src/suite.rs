@@ -61,25 +61,9 @@ fn was_stopped(dir: &Path) -> bool {
 /// The processes under this one (the test's commands, their children): pid, seconds
 /// running, command line, one a line.
 fn descendants() -> String {
-    let mut parent_of: Vec<(u32, u32)> = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // pid (comm) state ppid ...: comm may hold spaces, so split after its ')'.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(ppid) = ppid {
-            parent_of.push((pid, ppid));
-        }
-    }
+    let parent_of: Vec<(u32, u32)> = crate::pids()
+        .filter_map(|pid| Some((pid, colloc_core::sys::ProcStat::of(pid)?.ppid()?)))
+        .collect();
     let mut family = vec![std::process::id()];
     let mut i = 0;
     while i < family.len() {
