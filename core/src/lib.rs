@@ -22,10 +22,7 @@
 //!   `run_dir` (a full one refuses jobs).
 //! - [`fs`]: root-side file system work that never follows a path a user can change.
 //! - [`sys`]: the libc calls std does not offer (signals, pidfds, a forked child as a user).
-//! - [`telemetry`]: GPU figures per attempt and per GPU, sampled through NVML.
-//! - [`energy`]: the one rule that shares a GPU's energy out among what ran on it.
 //! - [`text`]: the one escape rule for names shown to people.
-//! - [`num`]: small numeric rules (the median) defined once.
 //! - [`publish`]: the node's colloc state in its Slurm node comment, for the cluster view.
 //! - [`buildid`]: the GNU build id of an ELF file (which plugin build runs where).
 #![deny(missing_docs)]
@@ -36,7 +33,6 @@ pub mod container;
 pub mod devfiles;
 pub mod dirholders;
 pub mod drain;
-pub mod energy;
 pub mod fs;
 pub mod gpu;
 pub mod holders;
@@ -50,7 +46,6 @@ pub mod migconf;
 pub mod migmps;
 pub mod mode;
 pub mod mps;
-pub mod num;
 pub mod nvml;
 pub mod publish;
 pub mod reconfig;
@@ -62,5 +57,4 @@ pub mod slurmconf;
 pub mod slurmdmark;
 pub mod statedir;
 pub mod sys;
-pub mod telemetry;
 pub mod text;

@@ -28,15 +28,7 @@ macro_rules! errln {
     }};
 }
 
-/// Bad input: usage, mode, manifest or config. Exits with code 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
-
-/// Shorthand: an `anyhow::Error` that exits with code 2.
-pub fn bad_input(msg: impl Into<String>) -> anyhow::Error {
-    BadInput(msg.into()).into()
-}
+pub use colloc_results::{bad_input, BadInput};
 
 /// Options every subcommand can read.
 pub struct Global {

@@ -19,7 +19,7 @@ impl Log for StderrLog {
             };
             // Run and host names in a message never reach the terminal raw.
             let msg = r.args().to_string();
-            errln!("colloc: {level}: {}", crate::text::escape(&msg));
+            errln!("colloc: {level}: {}", colloc_results::text::escape(&msg));
         }
     }
     fn flush(&self) {}

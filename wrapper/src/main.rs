@@ -15,22 +15,16 @@ use clap::{Parser, Subcommand};
 mod cli;
 mod admin;
 mod bench;
-mod duration;
 mod engine;
-mod export;
 mod logger;
 mod nodecfg;
-mod output;
 mod plan;
-mod record;
 mod report;
 mod run;
 mod slurm;
 mod slurmcheck;
 mod status;
 mod step;
-mod text;
-mod userfs;
 
 pub use cli::{bad_input, BadInput, Global};
 
@@ -150,7 +144,10 @@ fn main() -> ExitCode {
             } else {
                 1
             };
-            errln!("colloc: error: {}", text::escape(&error_line(&e)));
+            errln!(
+                "colloc: error: {}",
+                colloc_results::text::escape(&error_line(&e))
+            );
             ExitCode::from(code)
         }
         Err(_) => ExitCode::from(1),
@@ -190,7 +187,7 @@ mod tests {
 
     #[test]
     fn an_error_line_says_each_cause_once() {
-        let e = userfs::UserFsError::Io {
+        let e = colloc_results::userfs::UserFsError::Io {
             what: "create",
             path: "/x/y".into(),
             source: std::io::ErrorKind::NotFound.into(),

@@ -12,8 +12,8 @@ use colloc_core::mps;
 use serde::Serialize;
 
 use crate::admin::{catalog_of, config_or_default, open_gpus, parse_mode};
-use crate::output::{self, Exporter, Formats, Json};
 use crate::{bad_input, Global};
+use colloc_results::output::{self, Exporter, Formats, Json};
 
 /// `colloc plan MODE (--gpu-model NAME | --gpu INDEX) [--json | --format NAME]`
 #[derive(clap::Args, Debug)]

@@ -11,12 +11,12 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::bad_input;
-use crate::export::files::write_report;
-use crate::export::printed::{self, Shown};
-use crate::export::{chart, html};
-use crate::output::{self, Formats, Json};
-use crate::record::store::{self, LockState, RecordError, ReportDir, REPORT_JSON};
-use crate::userfs::UserFsError;
+use colloc_results::export::files::write_report;
+use colloc_results::export::printed::{self, Shown};
+use colloc_results::export::{chart, html};
+use colloc_results::output::{self, Formats, Json};
+use colloc_results::record::store::{self, LockState, RecordError, ReportDir, REPORT_JSON};
+use colloc_results::userfs::UserFsError;
 
 /// Arguments of `colloc report`.
 #[derive(clap::Args, Debug)]
@@ -190,7 +190,7 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
     if let Some(e) = failed {
         errln!(
             "colloc: error: {} (--out DIR writes elsewhere, --no-write only prints)",
-            crate::text::escape(&e.to_string())
+            colloc_results::text::escape(&e.to_string())
         );
         return Ok(ExitCode::from(1));
     }

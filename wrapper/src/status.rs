@@ -17,9 +17,9 @@ use std::process::ExitCode;
 use colloc_core::buildid;
 use colloc_core::publish::NodeRecord;
 
-use crate::output::{self, Formats, Json};
 use crate::slurm::{self, NodeFilter};
 use crate::Global;
+use colloc_results::output::{self, Formats, Json};
 
 use cluster::{ClusterStatus, NodeView};
 use model::NodeStatus;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 /// The crates' own source trees (tests' suites are not modules of a crate).
 const TREES: &[&str] = &[
     "core/src",
+    "results/src",
     "wrapper/src",
     "spank/src",
     "tests/fake-nvml/src",
@@ -21,24 +22,24 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "wrapper/src",
         &[
-            // the command line's globals, terminal-safe text, durations as users write them,
-            // the user's files, process supervision, the site's config, Slurm's facts
-            &[
-                "cli",
-                "text",
-                "duration",
-                "userfs",
-                "engine",
-                "logger",
-                "nodecfg",
-                "slurm",
-                "slurmcheck",
-            ],
-            // what a pack measured: the record, its schema and fold; its outputs and the
-            // Exporter trait every command prints through
-            &["record", "export", "output"],
+            // the command line's globals, process supervision, the site's config, Slurm's
+            // facts (what a pack measured, and every output format, are colloc-results')
+            &["cli", "engine", "logger", "nodecfg", "slurm", "slurmcheck"],
             // the commands
             &["run", "bench", "step", "report", "status", "admin", "plan"],
+        ],
+    ),
+    (
+        "results/src",
+        &[
+            // terminal-safe text, durations as users write them, the median, the user's files
+            &["text", "duration", "num", "userfs"],
+            // what was measured and the rules that make figures of it
+            &["telemetry", "energy", "rules"],
+            // the record of a pack: its schema, event log and fold into the report's model
+            &["record"],
+            // the Exporter trait and the formats every command prints and writes through
+            &["output", "export"],
         ],
     ),
     (
@@ -77,8 +78,6 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             ],
             // prolog/epilog reconfiguration and restore
             &["reconfig", "migmps"],
-            // the user side's measurement: no root-side module may reach it
-            &["telemetry", "energy", "num"],
         ],
     ),
     (

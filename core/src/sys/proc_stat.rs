@@ -30,6 +30,13 @@ impl ProcStat {
             .nth(n.checked_sub(3)?)
     }
 
+    /// Field 2: the command name, without its parentheses (the kernel cuts it to 15
+    /// bytes); `None` without an opening `(`.
+    pub fn comm(&self) -> Option<&str> {
+        let open = self.line.find('(')?;
+        self.line.get(open + 1..self.after_comm - 1)
+    }
+
     /// Field 3: the state (`R`, `S`, `Z` for a zombie, `X` for dead, …).
     pub fn state(&self) -> Option<char> {
         self.field(3)?.chars().next()
@@ -77,6 +84,8 @@ mod tests {
             (Some('S'), Some(1), Some(4243), Some(4244), Some(987_654))
         );
         assert!(!s.ended());
+        assert_eq!(s.comm(), Some("slurm d) (x"));
+        assert_eq!(ProcStat::parse("12 x) S").unwrap().comm(), None);
         let short = ProcStat::parse("12 (x) Z 1").unwrap();
         assert_eq!(
             (short.state(), short.pgrp(), short.start_time()),

@@ -1,6 +1,6 @@
 //! The arithmetic of a benchmark that is not the common window (that is
-//! [`crate::engine::window`]) nor a GPU figure (those are [`colloc_core::telemetry`] and
-//! [`colloc_core::energy`], as for `colloc run`): slowdown against solo, whether N copies
+//! [`colloc_results::rules::window`]) nor a GPU figure (those are [`colloc_results::telemetry`] and
+//! [`colloc_results::energy`], as for `colloc run`): slowdown against solo, whether N copies
 //! fit, and whether the solo figure can be trusted (the recommendation is
 //! [`super::answer`]). No I/O here, so every rule is unit-tested.
 

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::bad_input;
-use crate::duration;
 use crate::engine::scan::Throughput;
+use colloc_results::duration;
 
 /// Which GPU: an NVML index or a UUID.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +76,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "60s", value_name = "TIME")]
     duration: String,
     /// Time after every copy's first throughput line before measuring.
-    #[arg(long, default_value = crate::engine::solo::DEFAULT_WARMUP, value_name = "TIME")]
+    #[arg(long, default_value = colloc_results::rules::solo::DEFAULT_WARMUP, value_name = "TIME")]
     warmup: String,
     /// Longest wait for every copy's first throughput line.
     #[arg(long, default_value = "300s", value_name = "TIME")]

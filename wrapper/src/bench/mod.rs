@@ -13,7 +13,7 @@
 //! - [`runner`]: running the configurations through the engine.
 //! - [`stats`]: the spread of repeated measurements and the uncertainty of ratios.
 //! - [`analysis`]: slowdown, whether copies fit in memory, how far solo can be trusted
-//!   (GPU figures are the engine's, as for `colloc run`: [`crate::engine::gpu`]).
+//!   (GPU figures are the engine's, as for `colloc run`: [`colloc_results::telemetry::attempts`]).
 //! - [`answer`]: wide cells and the rule that names the configuration to run.
 //! - [`cell`]: how a configuration is named; [`busy`]: how busy one copy keeps the GPU
 //!   (GPM's SM activity, else utilization).

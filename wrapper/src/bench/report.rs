@@ -103,7 +103,7 @@ pub struct Measurement {
     /// Each copy's throughput in the window.
     pub per_copy: Vec<f64>,
     /// Peak GPU memory of the copies' own processes, each copy's peak summed, bytes
-    /// ([`crate::engine::gpu::bench_legend`]).
+    /// ([`colloc_results::telemetry::attempts::bench_legend`]).
     pub peak_memory_bytes: Option<u64>,
     /// Each copy's peak memory, bytes (empty where NVML was not read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -5,21 +5,22 @@
 //! run on for `warmup` + `duration` after the last of those first samples, and then all
 //! are stopped (SIGTERM, SIGKILL after the grace period). A copy that fails ends the
 //! measurement as failed; a copy that ends by itself ends it early (the common-window
-//! analysis, [`super::window`], decides whether enough was measured); no first sample from
+//! analysis, [`colloc_results::rules::window`], decides whether enough was measured); no first sample from
 //! some copy within `startup_timeout` fails it. What the copies printed after the stop
 //! (their shutdown) is the caller's to leave out: it gets the time of the stop.
 //!
 //! Each copy is an attempt of the pack engine, so a GPU sampler given here reads each
-//! copy's own processes exactly as `colloc run` reads each run's ([`super::gpu`]).
+//! copy's own processes exactly as `colloc run` reads each run's ([`colloc_results::telemetry::attempts`]).
 
 use std::time::Duration;
 
 use super::launch::Launcher;
 use super::pack::{Ctl, Driver, Ended, Engine, Exit, Job, LogFile, Options, Slot};
 use super::signals::{Signals, STOP};
-use super::throughput::Sample;
-use super::{signal_name, Clock, State};
-use colloc_core::telemetry::{AttemptGpu, Sampler};
+use super::{signal_name, Clock};
+use colloc_results::record::State;
+use colloc_results::rules::throughput::Sample;
+use colloc_results::telemetry::{AttemptGpu, Sampler};
 
 /// How often the window is checked.
 const TICK: Duration = Duration::from_millis(50);

@@ -9,64 +9,23 @@
 //! - [`pack`]: the pack engine: jobs on slots, one event loop over every run's output and
 //!   supervisor, timeouts, grace periods, forwarded signals.
 //! - [`scan`]: what a line of output says (throughput, user metrics, epochs, OOM).
-//! - [`throughput`]: the one throughput estimator and its window rule.
-//! - [`window`]: the common-window analysis of copies running side by side.
-//! - [`steady`]: the steady aggregate of a pack (while every slot was producing).
-//! - [`solo`]: a solo figure, `n = 1` of the copies' window, with one warm-up rule.
 //! - [`copies`]: N copies of one command on N slots until their measurement window is
 //!   complete (the engine call under `colloc bench`).
-//! - [`gpu`]: the GPU sampler of a pack of attempts and what its figures are called.
+//!
+//! What the runs measured, and the rules that make figures of it (throughput, windows,
+//! steady and solo figures, GPU telemetry), belong to the results library,
+//! [`colloc_results`].
 
 pub mod control;
 pub mod copies;
-pub mod gpu;
 pub mod launch;
 pub mod pack;
 pub mod scan;
 pub mod signals;
-pub mod solo;
-pub mod steady;
 pub mod supervisor;
 pub mod sys;
-pub mod throughput;
-pub mod window;
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
-use serde::{Deserialize, Serialize};
-
-/// How an attempt (one start of a run) ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum State {
-    /// Exited 0.
-    Succeeded,
-    /// Exited non-zero, died of a signal of its own, or could not start.
-    Failed,
-    /// Hit its timeout and was stopped.
-    TimedOut,
-    /// Stopped by colloc (a signal to colloc, `--fail-fast`) or by colloc's death before
-    /// it finished.
-    Interrupted,
-    /// Never started (colloc stopped first).
-    NotStarted,
-    /// Still running (only in a report made while its pack runs).
-    Running,
-}
-
-impl State {
-    /// The name used in the JSON and CSV.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Succeeded => "succeeded",
-            State::Failed => "failed",
-            State::TimedOut => "timed_out",
-            State::Interrupted => "interrupted",
-            State::NotStarted => "not_started",
-            State::Running => "running",
-        }
-    }
-}
 
 /// The engine's clock: seconds since `t0`, and the wall-clock time of `t0`.
 #[derive(Debug, Clone, Copy)]

@@ -14,12 +14,13 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::time::{Duration, Instant};
 
-use colloc_core::telemetry::Sampler;
+use colloc_results::telemetry::Sampler;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use super::launch::{Cmd, Launcher, Msg};
 use super::signals::{Signals, FORWARD};
-use super::{signal_name, Clock, State};
+use super::{signal_name, Clock};
+use colloc_results::record::State;
 
 mod driver;
 mod output;
@@ -546,7 +547,7 @@ impl<'a> Engine<'a> {
             "{reason}: sending {} to {} running run(s); they have {} to save a checkpoint and exit, and are run again when the pack resumes",
             signal_name(w.signal),
             running.len(),
-            crate::duration::show(w.grace)
+            colloc_results::duration::show(w.grace)
         );
         let now = Instant::now();
         let mut targets = Vec::new();
@@ -644,7 +645,7 @@ impl<'a> Engine<'a> {
                 log::warn!(
                     "{}: still running {} after {}; sending SIGTERM",
                     r.job.label,
-                    crate::duration::show(w.grace),
+                    colloc_results::duration::show(w.grace),
                     signal_name(w.signal)
                 );
                 r.term_at = Some(now);
@@ -655,7 +656,7 @@ impl<'a> Engine<'a> {
             log::warn!(
                 "{}: still running {} after SIGTERM; killing it",
                 r.job.label,
-                crate::duration::show(self.opts.grace)
+                colloc_results::duration::show(self.opts.grace)
             );
             self.launcher.send(r.slot, id, Cmd::Kill);
             r.killed = true;

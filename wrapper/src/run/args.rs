@@ -9,7 +9,7 @@ pub use super::retry::RetryOn;
 use super::retry::MAX_RETRIES;
 use super::slots::MAX_SLOTS;
 use crate::bad_input;
-use crate::duration;
+use colloc_results::duration;
 
 /// Arguments of `colloc run`.
 #[derive(clap::Args, Debug)]
@@ -77,7 +77,7 @@ pub struct RunArgs {
     pub solo_window: String,
     /// Time after the command's first throughput line left out of its --solo-baseline
     /// figure (as `colloc bench --warmup`).
-    #[arg(long, value_name = "DUR", default_value = crate::engine::solo::DEFAULT_WARMUP)]
+    #[arg(long, value_name = "DUR", default_value = colloc_results::rules::solo::DEFAULT_WARMUP)]
     pub solo_warmup: String,
     /// Most time all --solo-baseline measurements together may take.
     #[arg(long, value_name = "DUR", default_value = "10m")]

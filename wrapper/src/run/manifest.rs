@@ -18,9 +18,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::retry::{self, RetryOn, Rule};
-use crate::duration;
 use crate::engine::scan::{Best, Pattern, Scanner, Throughput, UserMetric};
-use crate::record::pairs::Pairs;
+use colloc_results::duration;
+use colloc_results::record::pairs::Pairs;
 use template::{check_template, combinations, fill};
 
 /// Largest manifest colloc reads (16 MiB): a sweep of 100,000 runs fits many times over;
@@ -213,7 +213,7 @@ struct RawSweep {
 
 /// Most runs one manifest may expand to (a typo in a grid should not start a million):
 /// the record's own limit, which it keeps (the record is the lower layer).
-pub use crate::record::store::MAX_RUNS;
+pub use colloc_results::record::store::MAX_RUNS;
 
 struct Ctx<'a> {
     path: String,
@@ -382,13 +382,14 @@ pub fn load(path: &Path) -> Result<Vec<RunSpec>, ManifestError> {
         msg,
     };
     // Non-blocking, a regular file, capped: a FIFO or /dev/zero is refused at once.
-    let bytes = crate::userfs::read_user_file(path, MAX_MANIFEST_BYTES).map_err(|e| match e {
-        crate::userfs::UserFsError::TooLarge { .. } => err(format!(
-            "the run manifest is larger than {} MiB; a manifest is at most that big",
-            MAX_MANIFEST_BYTES / (1024 * 1024)
-        )),
-        e => err(format!("cannot read the run manifest: {}", e.reason())),
-    })?;
+    let bytes =
+        colloc_results::userfs::read_user_file(path, MAX_MANIFEST_BYTES).map_err(|e| match e {
+            colloc_results::userfs::UserFsError::TooLarge { .. } => err(format!(
+                "the run manifest is larger than {} MiB; a manifest is at most that big",
+                MAX_MANIFEST_BYTES / (1024 * 1024)
+            )),
+            e => err(format!("cannot read the run manifest: {}", e.reason())),
+        })?;
     let text =
         String::from_utf8(bytes).map_err(|_| err("the run manifest is not UTF-8 text".into()))?;
     let base = path

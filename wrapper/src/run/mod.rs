@@ -27,10 +27,10 @@ use crate::engine::pack::{
 };
 use crate::engine::signals::Signals;
 use crate::engine::Clock;
-use crate::export::runs;
-use crate::record::events::{Event, RunIdentity, SlotRecord, EVENTS_VERSION};
-use crate::record::fold::Fold;
-use colloc_core::telemetry::Sampler;
+use colloc_results::export::runs;
+use colloc_results::record::events::{Event, RunIdentity, SlotRecord, EVENTS_VERSION};
+use colloc_results::record::fold::Fold;
+use colloc_results::telemetry::Sampler;
 
 pub mod args;
 pub mod fit;
@@ -116,7 +116,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     }
     let dir = std::sync::Arc::new(dir);
     dir.logs(false)
-        .map_err(crate::userfs::UserFsError::into_anyhow)?;
+        .map_err(colloc_results::userfs::UserFsError::into_anyhow)?;
     let fold = match start {
         Start::Fresh => Fold::new(),
         Start::Resume(f) => *f,
@@ -499,7 +499,7 @@ fn warn_solo_budget_spent(cal: &scheduler::Calibrate, out: &Outcome, opts: &args
     if cal.left() > 0 && out.stopped_by.is_none() {
         log::warn!(
             "--solo-baseline: the budget ({}) is spent; {} of {} distinct commands were not measured alone, so their runs have no solo figure (raise --solo-budget)",
-            crate::duration::show(opts.solo_budget),
+            colloc_results::duration::show(opts.solo_budget),
             cal.left(),
             cal.total
         );
@@ -511,7 +511,7 @@ fn warn_solo_budget_spent(cal: &scheduler::Calibrate, out: &Outcome, opts: &args
 /// Exit 0 only when every run succeeded and the report was written.
 fn finish(
     rec: record::Recorder,
-    dir: &crate::record::store::ReportDir,
+    dir: &colloc_results::record::store::ReportDir,
     opts: &args::Options,
     warned: bool,
     job_id: Option<&str>,
@@ -528,7 +528,10 @@ fn finish(
         ];
         files.extend(charts.iter().map(|c| c.display().to_string()));
         if error.is_none() {
-            outln!("report: {}", crate::text::escape(&files.join(", ")));
+            outln!(
+                "report: {}",
+                colloc_results::text::escape(&files.join(", "))
+            );
         }
     }
     if let Some(e) = &error {
@@ -541,7 +544,7 @@ fn finish(
     let left = report
         .runs
         .iter()
-        .filter(|r| !r.removed && r.state != crate::engine::State::Succeeded)
+        .filter(|r| !r.removed && r.state != colloc_results::record::State::Succeeded)
         .count();
     let all_ok = left == 0;
     // The record is written: now the job may go back to the queue.

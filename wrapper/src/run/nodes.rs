@@ -12,9 +12,9 @@ use colloc_core::mode::Mode;
 use super::slots::{self, Layout, Source};
 use crate::bad_input;
 use crate::engine::pack::Slot;
-use crate::record::events::SlotRecord;
 use crate::slurm;
 use crate::step::discover::{self, NodeReport};
+use colloc_results::record::events::SlotRecord;
 
 /// Longest wait for the discovery step (an `srun -N<n>` naming a node the job lost waits
 /// for ever).
@@ -335,7 +335,7 @@ mod tests {
     use super::*;
     use crate::step::discover::DeviceInfo;
     use colloc_core::jobenv::JobEnv;
-    use colloc_core::telemetry::GpuId;
+    use colloc_results::telemetry::GpuId;
 
     fn node(name: &str, devices: &str) -> NodeReport {
         NodeReport {

@@ -12,13 +12,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::engine::Clock;
-use crate::export::chart;
-pub use crate::export::files::write_report;
-use crate::record::events::Event;
-use crate::record::fold::Fold;
-use crate::record::model::Report;
-use crate::record::store::{EventLog, ReportDir};
-pub use crate::record::store::{REPORT_CSV, REPORT_JSON};
+use colloc_results::export::chart;
+pub use colloc_results::export::files::write_report;
+use colloc_results::record::events::Event;
+use colloc_results::record::fold::Fold;
+use colloc_results::record::model::Report;
+use colloc_results::record::store::{EventLog, ReportDir};
+pub use colloc_results::record::store::{REPORT_CSV, REPORT_JSON};
 
 /// Least time between two report rewrites after finished runs.
 pub const MIN_GAP: Duration = Duration::from_millis(250);
@@ -140,7 +140,7 @@ impl Recorder {
         session: u32,
         clock: Clock,
         fold: Fold,
-    ) -> Result<Recorder, crate::userfs::UserFsError> {
+    ) -> Result<Recorder, colloc_results::userfs::UserFsError> {
         let log = dir.event_log(session, "main")?;
         Ok(Recorder {
             writer: Writer::start(Arc::clone(&dir)),

@@ -19,11 +19,12 @@ use super::record::Recorder;
 use super::steps::{self, StepBook, StepFacts};
 use crate::engine::launch::LaunchSpec;
 use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, LogFile, Seen, View};
-use crate::engine::{signal_name, State};
-use crate::record::events::{Escaped, Event, Kind, MetricValue, Progress, StepInfo};
-use crate::userfs::CheckedDir;
+use crate::engine::signal_name;
 use colloc_core::jobenv;
-use colloc_core::telemetry::Sampler;
+use colloc_results::record::events::{Escaped, Event, Kind, MetricValue, Progress, StepInfo};
+use colloc_results::record::State;
+use colloc_results::telemetry::Sampler;
+use colloc_results::userfs::CheckedDir;
 
 mod calibrate;
 
@@ -50,8 +51,8 @@ pub struct StepCtx {
     pub slot_nodes: Vec<String>,
 }
 
-pub use crate::record::store::LOGS_DIR;
-use crate::record::store::SOLO_LOGS_DIR;
+pub use colloc_results::record::store::LOGS_DIR;
+use colloc_results::record::store::SOLO_LOGS_DIR;
 
 /// Node name for the record: Slurm's, else the short host name (one rule, in core).
 pub use colloc_core::publish::node_name;
@@ -517,7 +518,7 @@ impl<'a> Pack<'a> {
         for (u, v) in agg {
             line.push_str(&format!("; aggregate now {v:.1} {u}"));
         }
-        outln!("{}", crate::text::escape(&line));
+        outln!("{}", colloc_results::text::escape(&line));
     }
 
     /// A run's extra attempts and which failures they cover: its manifest's, else the

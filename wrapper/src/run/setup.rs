@@ -12,7 +12,7 @@ use colloc_core::jobenv;
 use colloc_core::mode::Mode;
 use colloc_core::mps;
 use colloc_core::nvml::NvmlGpus;
-use colloc_core::telemetry::{self, Sampler, SlotMap};
+use colloc_results::telemetry::{self, Sampler, SlotMap};
 
 use super::args::RunArgs;
 use super::manifest::{self, RunSpec};
@@ -20,11 +20,11 @@ use super::slots::{self, Layout, Source};
 use crate::bad_input;
 use crate::engine::pack::Slot;
 use crate::engine::scan::{Scanner, Throughput};
-use crate::record::events::RunIdentity;
-use crate::record::fold::Fold;
-use crate::record::model::{Report, SCHEMA};
-use crate::record::store::{self, RecordError, ReportDir};
-use crate::userfs::UserFsError;
+use colloc_results::record::events::RunIdentity;
+use colloc_results::record::fold::Fold;
+use colloc_results::record::model::{Report, SCHEMA};
+use colloc_results::record::store::{self, RecordError, ReportDir};
+use colloc_results::userfs::UserFsError;
 
 /// Largest report read as a `--baseline`.
 const MAX_BASELINE_BYTES: u64 = 256 * 1024 * 1024;
@@ -175,7 +175,7 @@ fn announce(diff: &Diff, quiet: bool) {
         format!("resume: {n} was removed from the manifest; its record is kept and it does not run")
     }));
     for l in lines {
-        let l = crate::text::escape(&l);
+        let l = colloc_results::text::escape(&l);
         if quiet {
             log::info!("{l}");
         } else {
@@ -581,7 +581,7 @@ pub fn slot_env(
 /// Start the GPU sampler over the slots' GPUs.
 pub fn sampler(g: &Gpus, interval: std::time::Duration, base: Instant) -> Option<Sampler> {
     let (nvml, map) = g.nvml.as_ref()?;
-    Some(crate::engine::gpu::sampler(
+    Some(colloc_results::telemetry::attempts::sampler(
         nvml,
         map.clone(),
         matches!(g.layout.mode, Mode::Mps { .. } | Mode::MigMps { .. }),
@@ -598,7 +598,7 @@ pub fn sampler(g: &Gpus, interval: std::time::Duration, base: Instant) -> Option
 /// A message: unreadable, too big, not a colloc report of this schema, no solo figures.
 pub fn baseline(path: &Path) -> Result<Vec<(String, f64, String)>, String> {
     let shown = path.display();
-    let text = crate::userfs::read_user_file(path, MAX_BASELINE_BYTES)
+    let text = colloc_results::userfs::read_user_file(path, MAX_BASELINE_BYTES)
         .map_err(|e| format!("baseline report: {e}"))?;
     let v: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| format!("baseline report {shown} is not JSON: {e}"))?;

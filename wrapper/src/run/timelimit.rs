@@ -12,9 +12,9 @@
 use std::time::{Duration, Instant};
 
 use super::args::Settings;
-use crate::duration::show;
 use crate::engine::pack::Deadline;
 use crate::slurm::job::{self, JobFacts};
+use colloc_results::duration::show;
 
 /// How often colloc asks Slurm again how long the job has left.
 const RECHECK: Duration = Duration::from_secs(300);

@@ -10,8 +10,8 @@ use colloc_core::publish::NodeRecord;
 use serde::Serialize;
 
 use super::model::SlurmState;
-use crate::output::Exporter;
 use crate::slurm::{self, JobState};
+use colloc_results::output::Exporter;
 
 /// A node of the cluster view: its Slurm state and what it published.
 pub struct NodeView {
@@ -313,7 +313,7 @@ impl Exporter<ClusterStatus> for Text {
         for n in &c.notes {
             let _ = writeln!(t, "note: {n}");
         }
-        Ok(crate::text::escape_lines(&t).into_owned())
+        Ok(colloc_results::text::escape_lines(&t).into_owned())
     }
 }
 

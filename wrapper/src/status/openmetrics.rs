@@ -19,7 +19,7 @@ use colloc_core::gpu::HoldReason;
 use colloc_core::journal::Phase;
 
 use super::model::{GpusError, Instances, JournalEntry, NodeStatus};
-use crate::output::Exporter;
+use colloc_results::output::Exporter;
 
 /// The OpenMetrics format.
 pub struct OpenMetrics;

@@ -7,8 +7,8 @@ use colloc_core::publish::{JobEntry, NodeRecord};
 use serde_json::{json, Value};
 
 use super::cluster::{self, when, ClusterStatus, NodeView};
-use crate::output::{Exporter, Json};
 use crate::slurm::{self, JobState};
+use colloc_results::output::{Exporter, Json};
 
 fn view(name: &str, comment: Option<&str>) -> NodeView {
     NodeView {

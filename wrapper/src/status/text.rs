@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use colloc_core::gpu::HoldReason;
 
 use super::model::{GpuStatus, GpusError, Instances, JournalEntry, JournalStatus, NodeStatus};
-use crate::output::Exporter;
 use crate::slurm::JobState;
+use colloc_results::output::Exporter;
 
 /// The text format, `colloc status`'s default.
 pub struct Text;
@@ -75,7 +75,7 @@ impl Exporter<NodeStatus> for Text {
             let _ = writeln!(t, "{l}");
         }
         holders(&mut t, s);
-        Ok(crate::text::escape_lines(&t).into_owned())
+        Ok(colloc_results::text::escape_lines(&t).into_owned())
     }
 }
 

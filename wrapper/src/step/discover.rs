@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use colloc_core::jobenv::JobEnv;
 use colloc_core::nvml::NvmlGpus;
-use colloc_core::telemetry::{self, GpuId};
+use colloc_results::telemetry::{self, GpuId};
 use serde::{Deserialize, Serialize};
 
 /// Prefix of a node's line on the discovery step's stdout.

@@ -15,7 +15,7 @@
 //! are srun's and slurmstepd's own (`srun: error: Node failure on n3`): colloc keeps them
 //! as the reason when a step fails.
 
-use colloc_core::telemetry::{AttemptGpu, GpuId};
+use colloc_results::telemetry::{AttemptGpu, GpuId};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::launch::LaunchSpec;
@@ -70,7 +70,7 @@ pub struct StepGpu {
     /// Its physical GPU.
     pub gpu: GpuId,
     /// Memory and utilization of the run (energy is shared out by colloc run, which
-    /// sees every run on the GPU: see [`colloc_core::energy`]).
+    /// sees every run on the GPU: see [`colloc_results::energy`]).
     pub figures: AttemptGpu,
     /// The GPU's energy counter while the run ran.
     #[serde(default)]

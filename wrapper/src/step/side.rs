@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use colloc_core::nvml::NvmlGpus;
-use colloc_core::telemetry::{self, NvmlProbe, Probe, Sampler, SamplerConfig, Tick, Want};
+use colloc_results::telemetry::{self, NvmlProbe, Probe, Sampler, SamplerConfig, Tick, Want};
 use rustix::event::{poll, PollFd, PollFlags};
 
 use super::protocol::{Control, EnergyReading, StepGpu, StepMsg, StepSpec, MAX_LINE};

@@ -4,7 +4,7 @@
 use super::{cell_name, ConfigResult, Report, Status};
 use crate::bench::analysis::gib;
 use crate::bench::answer::{Candidate, Recommendation, Verdict, AS_GOOD, WIDE_FACTOR, WIDE_FLOOR};
-use crate::export::table::{dash_or as opt, Table};
+use colloc_results::export::table::{dash_or as opt, Table};
 
 /// `x ± u` with `d` decimals, or `x` where `u` is unknown.
 pub fn pm(x: f64, u: Option<f64>, d: usize) -> String {
@@ -320,7 +320,10 @@ fn lines_below(report: &Report, out: &mut String) {
             .clone()
             .any(|(r, _)| r.mode.starts_with("mps") && r.status == Status::Measured);
         let server = measured.filter_map(|(_, m)| m.mps_server_bytes).max();
-        line(out, &crate::engine::gpu::bench_legend(mps_seen, server));
+        line(
+            out,
+            &colloc_results::telemetry::attempts::bench_legend(mps_seen, server),
+        );
     }
     if let (Some(solo), Some(row)) = (report.solo, report.row("solo", 1)) {
         let spread = match (row.aggregate_min, row.aggregate_max) {

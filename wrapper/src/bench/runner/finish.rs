@@ -11,8 +11,8 @@ use crate::bench::report::{
     self, cell_name, pm, times, ConfigResult, MpsLimit, RecommendationOut, Report, Status,
 };
 use crate::bench::stats::{self, Spread};
-use crate::export::chart::{self, BenchPoint};
-use crate::record::store;
+use colloc_results::export::chart::{self, BenchPoint};
+use colloc_results::record::store;
 
 impl Ctx<'_> {
     /// Settle the figures, recommend, print the table, write JSON, CSVs and PNG.

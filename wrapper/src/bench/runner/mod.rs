@@ -2,7 +2,7 @@
 //! of [`super::plan`]: a warm-up run (discarded), then rounds of solo, the reference
 //! command, and each mode's counts as N copies of the workload on N slots with the MPS
 //! daemon and MIG layout a mode needs; the closing solo run. Each measurement is taken
-//! over the copies' common window ([`crate::engine::window`]) with its noise from the
+//! over the copies' common window ([`colloc_results::rules::window`]) with its noise from the
 //! window's blocks; the figures and their spread are settled at the end and the reports
 //! written.
 //!
@@ -38,8 +38,8 @@ use crate::engine::launch::LocalLauncher;
 use crate::engine::scan::Scanner;
 use crate::engine::signals::{Signals, STOP};
 use crate::engine::{signal_name, Clock};
-use crate::record::store::{self, ReportDir};
-use crate::userfs::CheckedDir;
+use colloc_results::record::store::{self, ReportDir};
+use colloc_results::userfs::CheckedDir;
 
 /// How long copies get to stop on SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -199,19 +199,19 @@ fn open_gpu(spec: &Spec, config: &Config) -> Result<(BenchGpu, Arc<NvmlGpus>), S
 /// # Errors
 /// Bad input (exit 2): someone else's directory, earlier results without `--replace`.
 fn open_report_dir(spec: &Spec) -> anyhow::Result<ReportDir> {
-    let (dir, made) =
-        ReportDir::create(&spec.report_dir).map_err(crate::userfs::UserFsError::into_anyhow)?;
+    let (dir, made) = ReportDir::create(&spec.report_dir)
+        .map_err(colloc_results::userfs::UserFsError::into_anyhow)?;
     if made {
         return Ok(dir);
     }
     let logs = dir
         .dir()
         .subdir(store::LOGS_DIR, None)
-        .map_err(crate::userfs::UserFsError::into_anyhow)?;
+        .map_err(colloc_results::userfs::UserFsError::into_anyhow)?;
     let old_logs = match &logs {
         Some(l) => l
             .entries()
-            .map_err(crate::userfs::UserFsError::into_anyhow)?,
+            .map_err(colloc_results::userfs::UserFsError::into_anyhow)?,
         None => Vec::new(),
     };
     let old_files: Vec<&str> = store::BENCH_FILES
@@ -232,7 +232,7 @@ fn open_report_dir(spec: &Spec) -> anyhow::Result<ReportDir> {
             spec.report_dir.display()
         )));
     }
-    let gone = |e: crate::userfs::UserFsError| e.into_anyhow().context("--replace");
+    let gone = |e: colloc_results::userfs::UserFsError| e.into_anyhow().context("--replace");
     for f in old_files {
         dir.dir().unlink(f).map_err(gone)?;
     }
@@ -264,7 +264,7 @@ pub fn run(
     let out = open_report_dir(spec)?;
     let logs = Arc::new(
         out.logs(false)
-            .map_err(crate::userfs::UserFsError::into_anyhow)?,
+            .map_err(colloc_results::userfs::UserFsError::into_anyhow)?,
     );
     let clock = Clock::start();
     let (gpu, nvml, gpu_note) = match open_gpu(spec, config) {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use colloc_core::telemetry::{GpuTotals, Reading, Sampler};
+use colloc_results::telemetry::{GpuTotals, Reading, Sampler};
 
 use super::{
     Cell, Ctx, Interrupted, Kind, Taken, BLOCKS, SAMPLE_EVERY, STOP_GRACE, WARMUP_RUN_MAX,
@@ -12,11 +12,11 @@ use super::{
 use crate::bench::report::{pm, secs, BusySource, ConfigResult, Measurement};
 use crate::bench::stats::{self, Obs};
 use crate::engine::copies::{self, Window};
-use crate::engine::gpu;
 use crate::engine::launch::LaunchSpec;
 use crate::engine::pack::{Job, LogFile, Slot};
-use crate::engine::throughput::Sample;
-use crate::engine::window::Measured;
+use colloc_results::rules::throughput::Sample;
+use colloc_results::rules::window::Measured;
+use colloc_results::telemetry::attempts;
 
 impl Ctx<'_> {
     /// Measure `cell` in `round` and record it; its observation where it was measured.
@@ -81,7 +81,7 @@ impl Ctx<'_> {
         // Each copy is read as `colloc run` reads each run: its own processes.
         let mps = matches!(cell.kind, Kind::Mps | Kind::MpsLimited);
         let sampler = self.nvml.as_ref().map(|nvml| {
-            gpu::sampler_for_devices(nvml, &copies.devices, mps, SAMPLE_EVERY, self.clock.t0)
+            attempts::sampler_for_devices(nvml, &copies.devices, mps, SAMPLE_EVERY, self.clock.t0)
         });
         let out = copies::run(
             self.launcher,
@@ -337,13 +337,13 @@ fn gpu_figures(
     let readings = history.first().map(Vec::as_slice).unwrap_or_default();
     let (start, end) = (m.window.start, m.window.end);
     let window_gpm =
-        |f: fn(&Reading) -> Option<f64>| colloc_core::energy::mean_in(readings, start, end, f);
+        |f: fn(&Reading) -> Option<f64>| colloc_results::energy::mean_in(readings, start, end, f);
     GpuFigures {
         peak: copy_peaks
             .iter()
             .any(Option::is_some)
             .then(|| copy_peaks.iter().flatten().sum::<u64>()),
-        energy: colloc_core::energy::energy_in(readings, m.window.start, m.window.end),
+        energy: colloc_results::energy::energy_in(readings, m.window.start, m.window.end),
         mps_server: totals.iter().filter_map(|g| g.mps_server_peak_bytes).max(),
         busy: busy_of(&out.gpu, window_gpm(|r| r.sm_activity)),
         occupancy: window_gpm(|r| r.sm_occupancy).or_else(|| {
@@ -364,7 +364,7 @@ fn gpu_figures(
 /// of no SM busy at all, over copies that did work, says GPM saw none of it: the
 /// utilization is taken instead.
 fn busy_of(
-    gpu: &[Option<colloc_core::telemetry::AttemptGpu>],
+    gpu: &[Option<colloc_results::telemetry::AttemptGpu>],
     window_gpm: Option<f64>,
 ) -> Option<(f64, BusySource)> {
     let gpm = window_gpm.or_else(|| {
@@ -405,7 +405,7 @@ fn gpm_note(m: &Measurement) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use colloc_core::telemetry::AttemptGpu;
+    use colloc_results::telemetry::AttemptGpu;
 
     fn copy(gpm: Option<f64>, own: Option<f64>, gpu: Option<f64>) -> Option<AttemptGpu> {
         Some(AttemptGpu {

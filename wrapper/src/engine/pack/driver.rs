@@ -7,14 +7,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use colloc_core::telemetry::AttemptGpu;
+use colloc_results::telemetry::AttemptGpu;
 
 use super::super::launch::LaunchSpec;
 use super::super::scan::{Epochs, Scanner};
-use super::super::throughput::Series;
-use super::super::State;
 use super::Ctl;
-use crate::userfs::CheckedDir;
+use colloc_results::record::State;
+use colloc_results::rules::throughput::Series;
+use colloc_results::userfs::CheckedDir;
 
 /// Number of an attempt, unique within the process (engines run one after another share
 /// the launcher's supervisors).

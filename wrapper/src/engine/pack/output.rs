@@ -72,7 +72,7 @@ pub(super) fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock
         return;
     }
     let raw_text = String::from_utf8_lossy(raw);
-    let text = crate::text::plain(&raw_text, false);
+    let text = colloc_results::text::plain(&raw_text, false);
     if text.trim().is_empty() {
         return;
     }
@@ -104,15 +104,15 @@ pub(super) fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock
             }
             r.last_cr = Some(now);
         }
-        let shown = if crate::text::colour_ok() {
-            crate::text::plain(&raw_text, true)
+        let shown = if colloc_results::text::colour_ok() {
+            colloc_results::text::plain(&raw_text, true)
         } else {
             std::borrow::Cow::Borrowed(text.as_ref())
         };
         let mut out = io::stdout().lock();
         let _ = out
             .write_all(b"[")
-            .and_then(|_| out.write_all(crate::text::escape(&r.job.label).as_bytes()))
+            .and_then(|_| out.write_all(colloc_results::text::escape(&r.job.label).as_bytes()))
             .and_then(|_| out.write_all(b"] "))
             .and_then(|_| out.write_all(shown.as_bytes()))
             .and_then(|_| out.write_all(b"\n"));

@@ -5,14 +5,15 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::{describe, Common, Logs, StepCtx, LOGS_DIR, SOLO_LOGS_DIR};
-use crate::duration;
 use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Job, View};
-use crate::engine::{solo, State};
-use crate::record::events::{Event, Kind, RunIdentity};
 use crate::run::args::Options;
 use crate::run::manifest::RunSpec;
 use crate::run::record::Recorder;
-use colloc_core::telemetry::Sampler;
+use colloc_results::duration;
+use colloc_results::record::events::{Event, Kind, RunIdentity};
+use colloc_results::record::State;
+use colloc_results::rules::solo;
+use colloc_results::telemetry::Sampler;
 
 /// How long a `--solo-baseline` measurement may take to print its first throughput line
 /// (CUDA start-up, an MPS server's first client, autotuning: over a minute seen on a cold
@@ -102,7 +103,7 @@ impl Driver for Calibrate<'_> {
         if !self.quiet {
             outln!(
                 "colloc: measuring {} alone for up to {} after a {} warm-up from its first throughput line ({} of {} distinct commands)",
-                crate::text::escape(name),
+                colloc_results::text::escape(name),
                 duration::show(window),
                 duration::show(self.warmup),
                 self.total - self.queue.len(),
@@ -154,8 +155,8 @@ impl Driver for Calibrate<'_> {
                 if !self.quiet {
                     outln!(
                         "colloc: solo throughput of {}: {rate:.1} {}",
-                        crate::text::escape(&name),
-                        crate::text::escape(&unit)
+                        colloc_results::text::escape(&name),
+                        colloc_results::text::escape(&unit)
                     );
                 }
             }
