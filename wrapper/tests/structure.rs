@@ -38,8 +38,10 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["telemetry", "energy", "rules"],
             // the record of a pack: its schema, event log and fold into the report's model
             &["record"],
-            // the Exporter trait and the formats every command prints and writes through
-            &["output", "export"],
+            // the typed bench report, the Exporter trait and the formats every command
+            // prints and writes through (a bench report's forms and the formats' bench
+            // files name each other)
+            &["bench", "output", "export"],
         ],
     ),
     (

@@ -2,8 +2,10 @@
 //! directory holds ([`files`], one line each), text tables ([`table`]), the
 //! run report's CSV, table and one-line summary ([`runs`]) and the formats `colloc report`
 //! prints them in ([`printed`]), the report as one HTML page ([`html`]), and PNG charts
-//! with an embedded font ([`chart`], [`font`]).
+//! with an embedded font ([`chart`], [`font`]); what `colloc bench` prints and writes
+//! ([`bench`]).
 
+pub mod bench;
 pub mod chart;
 pub mod files;
 pub mod font;

@@ -222,7 +222,11 @@ mod tests {
     fn the_rate_rule() {
         assert_eq!(rate(0, 0.0, 0.0, Some(5.0)), None);
         assert_eq!(rate(1, 0.0, 0.0, Some(5.0)), Some(5.0));
-        assert_eq!(rate(2, 30.0, 0.0, Some(4.0)), Some(4.0), "no time: the last sample");
+        assert_eq!(
+            rate(2, 30.0, 0.0, Some(4.0)),
+            Some(4.0),
+            "no time: the last sample"
+        );
         assert_eq!(rate(3, 30.0, 10.0, Some(5.0)), Some(3.0));
         let mut s = Stats::default();
         for (t, v) in [(0.0, 9.0), (1.0, 10.0), (3.0, 20.0)] {

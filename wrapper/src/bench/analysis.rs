@@ -2,10 +2,11 @@
 //! [`colloc_results::rules::window`]) nor a GPU figure (those are [`colloc_results::telemetry`] and
 //! [`colloc_results::energy`], as for `colloc run`): slowdown against solo, whether N copies
 //! fit, and whether the solo figure can be trusted (the recommendation is
-//! [`super::answer`]). No I/O here, so every rule is unit-tested.
+//! [`colloc_results::bench::answer`]). No I/O here, so every rule is unit-tested.
 
 use super::plan::MIN_RISE;
-use super::stats::Spread;
+use colloc_results::bench::report::gib;
+use colloc_results::bench::stats::Spread;
 
 /// Per-run slowdown against the solo run: how much longer an epoch takes.
 /// `(mean, max)` over copies; `None` where a copy made no progress or solo is unknown.
@@ -40,11 +41,6 @@ pub fn memory_fits(solo_peak: Option<u64>, total: Option<u64>, n: usize) -> Resu
         ));
     }
     Ok(())
-}
-
-/// Bytes as GiB with one decimal.
-pub fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
 /// Is a configuration's per-copy slowdown below 1 by more than the noise and by

@@ -11,34 +11,24 @@
 //! - [`plan`]: which counts (`--counts auto`), in which order (rounds of `--repeat`), and
 //!   what fits `--budget`.
 //! - [`runner`]: running the configurations through the engine.
-//! - [`stats`]: the spread of repeated measurements and the uncertainty of ratios.
 //! - [`analysis`]: slowdown, whether copies fit in memory, how far solo can be trusted
 //!   (GPU figures are the engine's, as for `colloc run`: [`colloc_results::telemetry::attempts`]).
-//! - [`answer`]: wide cells and the rule that names the configuration to run.
-//! - [`cell`]: how a configuration is named; [`busy`]: how busy one copy keeps the GPU
-//!   (GPM's SM activity, else utilization).
-//! - [`host`]: the host a report comes from; [`compare`]: two reports side by side, and
-//!   [`comparison`] what bench.json records of it.
-//! - [`report`]: the table, JSON and CSV.
+//!
+//! What a benchmark found — its report, the spread and answer rules, the comparison of
+//! two reports — is the results library's: [`colloc_results::bench`].
 
 mod analysis;
-mod answer;
 mod args;
-mod busy;
-mod cell;
-mod compare;
-mod comparison;
-mod host;
 mod plan;
-mod report;
 mod runner;
-mod stats;
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 
 pub use args::BenchArgs;
+
+use colloc_results::bench::compare;
 
 use crate::engine::launch::LocalLauncher;
 use crate::engine::signals::Signals;

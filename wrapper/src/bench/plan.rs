@@ -5,12 +5,12 @@
 //!   mode's limit, or what the GPU's memory holds over the solo run's peak), starting
 //!   where the solo run puts the answer ([`auto_plan`]: a workload keeping a seventh of
 //!   the SMs busy starts at 7; read from GPM's SM activity on Hopper and later, else from
-//!   utilization, [`super::busy`]); up while each step raises the aggregate by more than the
+//!   utilization, [`colloc_results::bench::busy`]); up while each step raises the aggregate by more than the
 //!   noise and by at least [`MIN_RISE`] ([`step_rises`]), then down while fewer copies
 //!   stay as good. One copy is the solo run. MIG takes the counts of the GPU's largest
 //!   equal layouts instead.
 //! - **Order.** The search measures each count once; rounds 2 to R then measure again
-//!   what could still change the answer ([`super::answer::could_matter`]), every other
+//!   what could still change the answer ([`colloc_results::bench::answer::could_matter`]), every other
 //!   round in reverse, so a drift that runs through the benchmark falls on every
 //!   configuration alike ([`in_round_order`]); under MPS `mps:N` at the chosen N
 //!   follows. The solo run opens the search and closes the benchmark.
@@ -18,17 +18,17 @@
 //!   with the closing solo run kept (and, under MPS, one `mps:N`: [`kept_for_limit`]);
 //!   repeats get what is left, each started only if it fits. Costs are estimated from
 //!   what was measured so far, start-up included ([`Budget`]). Wide cells are measured
-//!   again with what is left after that ([`super::answer`]).
+//!   again with what is left after that ([`colloc_results::bench::answer`]).
 
-use super::busy::{Busy, BusySource};
-use super::stats::{Obs, COVERAGE};
+use colloc_results::bench::busy::{Busy, BusySource};
+use colloc_results::bench::stats::{Obs, COVERAGE};
 
 /// The steps of `--counts auto` before a mode's limit.
 pub const AUTO_STEPS: [usize; 9] = [2, 4, 7, 10, 14, 20, 28, 40, 56];
 
 /// Least rise of the aggregate worth more copies: a step of `--counts auto` must raise
 /// it by this much (besides beating the noise) for the search to go on (the
-/// recommendation's like line is [`super::answer::AS_GOOD`]). More copies for less gain
+/// recommendation's like line is [`colloc_results::bench::answer::AS_GOOD`]). More copies for less gain
 /// slow every run down for little.
 pub const MIN_RISE: f64 = 0.05;
 

@@ -3,7 +3,7 @@
 //! and recorded when one does not.
 
 use super::{Block, Cell, Ctx};
-use crate::bench::report::{cell_name, secs, ConfigResult};
+use colloc_results::bench::report::{cell_name, secs, ConfigResult};
 
 impl Ctx<'_> {
     /// Estimated seconds of one repeat round: the reference (solo where there is

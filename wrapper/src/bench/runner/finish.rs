@@ -4,15 +4,15 @@
 
 use super::Ctx;
 use crate::bench::analysis;
-use crate::bench::answer::{self, Candidate};
-use crate::bench::compare;
 use crate::bench::plan;
-use crate::bench::report::{
+use colloc_results::bench::answer::{self, Candidate};
+use colloc_results::bench::compare;
+use colloc_results::bench::report::{
     self, cell_name, pm, times, ConfigResult, MpsLimit, RecommendationOut, Report, Status,
 };
-use crate::bench::stats::{self, Spread};
-use colloc_results::export::chart::{self, BenchPoint};
-use colloc_results::record::store;
+use colloc_results::bench::stats::{self, Spread};
+use colloc_results::export::bench;
+use colloc_results::output;
 
 impl Ctx<'_> {
     /// Settle the figures, recommend, print the table, write JSON, CSVs and PNG.
@@ -54,81 +54,9 @@ impl Ctx<'_> {
             let c = compare::compare(&path.display().to_string(), old, report);
             report.comparison = Some(c);
         }
-        out!("{}", report::table(&self.report));
-        self.write_reports()
-    }
-
-    /// bench.json, the CSVs, the plot and the page into the report directory.
-    fn write_reports(&self) -> anyhow::Result<()> {
-        let report = &self.report;
-        let dir = &self.out;
-        let write = |name: &str, bytes: &[u8]| -> anyhow::Result<()> {
-            dir.write(name, bytes).map_err(anyhow::Error::from)
-        };
-        write(
-            store::BENCH_JSON,
-            (serde_json::to_string_pretty(report)? + "\n").as_bytes(),
-        )?;
-        write(store::BENCH_CSV, &report::csv(report)?)?;
-        write(
-            store::BENCH_MEASUREMENTS_CSV,
-            &report::measurements_csv(report)?,
-        )?;
-        let png = dir.shown(store::BENCH_PNG);
-        let title = format!(
-            "colloc bench: {}",
-            report
-                .gpu
-                .as_ref()
-                .map_or("aggregate throughput", |g| g.info.name.as_str())
-        );
-        let max_n = report.results.iter().map(|r| r.n).max().unwrap_or(1);
-        let solo_point = report.row("solo", 1).and_then(|r| {
-            let mean = r.aggregate?;
-            let u = r.aggregate_u.unwrap_or(0.0);
-            Some(BenchPoint {
-                n: 1.0,
-                mean,
-                lo: mean - u,
-                hi: mean + u,
-            })
-        });
-        let marked = report
-            .recommendation
-            .as_ref()
-            .filter(|r| r.pays)
-            .map(|r| chart::BenchMark {
-                n: r.n as f64,
-                mean: r.aggregate,
-                label: format!("{} x {}", r.n, r.mode),
-            });
-        let drawn = chart::bench(
-            &lines(report),
-            solo_point,
-            report.reference,
-            marked.as_ref(),
-            max_n,
-            &title,
-            &report.unit,
-            &png,
-        )
-        .and_then(|bytes| {
-            dir.write(store::BENCH_PNG, &bytes)
-                .map(|()| bytes)
-                .map_err(|e| e.to_string())
-        });
-        let png = match drawn {
-            Ok(bytes) => Some(bytes),
-            Err(e) => {
-                log::warn!("no plot: {e}");
-                None
-            }
-        };
-        write(
-            store::BENCH_HTML,
-            report::html::page(report, png.as_deref())?.as_bytes(),
-        )?;
-        errln!("colloc bench: reports in {}", dir.path().display());
+        output::print(&bench::TABLE, &self.report)?;
+        bench::write(&self.out, &self.report)?;
+        errln!("colloc bench: reports in {}", self.out.path().display());
         Ok(())
     }
 }
@@ -235,43 +163,6 @@ fn base_mode(mode: &str) -> &str {
     }
 }
 
-/// Lines of the plot: each mode's measured (N, aggregate ± u) points, naive with solo as
-/// N = 1 where naive was measured (solo alone is the dashed line).
-pub fn lines(report: &Report) -> Vec<(String, Vec<BenchPoint>)> {
-    let point = |r: &ConfigResult| {
-        let mean = r.aggregate?;
-        let u = r.aggregate_u.unwrap_or(0.0);
-        Some(BenchPoint {
-            n: r.n as f64,
-            mean,
-            lo: mean - u,
-            hi: mean + u,
-        })
-    };
-    let mut out: Vec<(String, Vec<BenchPoint>)> = Vec::new();
-    for r in &report.results {
-        if r.status != Status::Measured || r.mode == "solo" || r.mode == "reference" {
-            continue;
-        }
-        let Some(p) = point(r) else { continue };
-        match out.iter_mut().find(|(m, _)| *m == r.mode) {
-            Some((_, pts)) => pts.push(p),
-            None => out.push((r.mode.clone(), vec![p])),
-        }
-    }
-    if let Some(solo) = report.row("solo", 1).and_then(point) {
-        if let Some((_, pts)) = out.iter_mut().find(|(m, _)| m == "naive") {
-            if !pts.iter().any(|p| p.n == 1.0) {
-                pts.push(solo);
-            }
-        }
-    }
-    for (_, pts) in &mut out {
-        pts.sort_by(|a, b| a.n.total_cmp(&b.n));
-    }
-    out
-}
-
 /// Every measured configuration but solo, with the cells whose repeats stayed wide
 /// marked ([`answer::wide_cells`]).
 pub(super) fn judged_candidates(report: &Report) -> Vec<Candidate> {
@@ -352,34 +243,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_plot_joins_solo_to_naive_only_where_naive_ran() {
-        use crate::bench::report::tests::{measurement, report};
-        let mut r = report();
-        let mut mps = ConfigResult::new("mps", 2);
-        mps.add(measurement(1, 2, 190.0), vec![]);
-        mps.add(measurement(2, 4, 210.0), vec![]);
-        mps.settle();
-        r.results.push(mps);
-        let l = lines(&r);
-        assert_eq!(l.len(), 1, "{l:?}");
-        assert_eq!(l[0].0, "mps");
-        let p = l[0].1[0];
-        // mean 200, u = 2 x max(sd/√2 = 10, √2/2) = 20: the error bar.
-        assert_eq!((p.n, p.mean, p.lo, p.hi), (2.0, 200.0, 180.0, 220.0));
-        let mut naive = ConfigResult::new("naive", 2);
-        naive.add(measurement(1, 3, 150.0), vec![]);
-        naive.settle();
-        r.results.push(naive);
-        let l = lines(&r);
-        let naive = l.iter().find(|(m, _)| m == "naive").unwrap();
-        let ns: Vec<f64> = naive.1.iter().map(|p| p.n).collect();
-        assert_eq!(ns, [1.0, 2.0]);
-        assert_eq!(naive.1[0].mean, 100.0);
-    }
-
-    #[test]
     fn the_mps_limit_is_better_only_beyond_the_noise_and_five_percent() {
-        use crate::bench::report::tests::{measurement, report};
+        use colloc_results::bench::report::sample::{measurement, report};
         let with = |limited: f64| {
             let mut r = report();
             for (mode, v) in [("mps", 200.0), ("mps:2", limited)] {

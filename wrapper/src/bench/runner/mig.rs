@@ -11,8 +11,8 @@ use colloc_core::reconfig::{self, JobSpec, Outcome};
 
 use super::{Cell, Ctx, Kind, Taken};
 use crate::bench::plan;
-use crate::bench::report::BenchGpu;
-use crate::bench::stats::Obs;
+use colloc_results::bench::report::BenchGpu;
+use colloc_results::bench::stats::Obs;
 
 impl Ctx<'_> {
     /// MIG with `n` copies in `round`: the largest layout of `n` equal instances, made

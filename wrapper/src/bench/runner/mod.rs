@@ -28,16 +28,18 @@ use colloc_core::config::Config;
 use colloc_core::gpu::GpuControl;
 use colloc_core::nvml::NvmlGpus;
 
-use super::answer;
 use super::args::{BenchMode, GpuSel, Spec};
-use super::compare;
-use super::host::Host;
 use super::plan::{self, Budget};
-use super::report::{cell_name, secs, BenchGpu, Measurement, Report, Status, SCHEMA};
 use crate::engine::launch::LocalLauncher;
 use crate::engine::scan::Scanner;
 use crate::engine::signals::{Signals, STOP};
 use crate::engine::{signal_name, Clock};
+use colloc_results::bench::answer;
+use colloc_results::bench::compare;
+use colloc_results::bench::host::Host;
+use colloc_results::bench::report::{
+    cell_name, secs, BenchGpu, Measurement, Report, Status, SCHEMA,
+};
 use colloc_results::record::store::{self, ReportDir};
 use colloc_results::userfs::CheckedDir;
 

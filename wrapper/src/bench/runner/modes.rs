@@ -11,12 +11,12 @@ use super::finish::judged_candidates;
 use super::mig::{mig_auto_counts, mig_unavailable};
 use super::{Block, Cell, Ctx, Kind, RisingCut};
 use crate::bench::analysis;
-use crate::bench::answer::{self, Candidate};
 use crate::bench::args::{BenchMode, Counts, MAX_COUNT};
-use crate::bench::busy::{Busy, BusySource};
 use crate::bench::plan::{self, MPS_MAX_CLIENTS};
-use crate::bench::report::{cell_name, ConfigResult, Measurement};
-use crate::bench::stats::Obs;
+use colloc_results::bench::answer::{self, Candidate};
+use colloc_results::bench::busy::{Busy, BusySource};
+use colloc_results::bench::report::{cell_name, ConfigResult, Measurement};
+use colloc_results::bench::stats::Obs;
 
 impl Ctx<'_> {
     /// The counts to try for `mode`.

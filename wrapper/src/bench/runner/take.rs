@@ -9,11 +9,11 @@ use colloc_results::telemetry::{GpuTotals, Reading, Sampler};
 use super::{
     Cell, Ctx, Interrupted, Kind, Taken, BLOCKS, SAMPLE_EVERY, STOP_GRACE, WARMUP_RUN_MAX,
 };
-use crate::bench::report::{pm, secs, BusySource, ConfigResult, Measurement};
-use crate::bench::stats::{self, Obs};
 use crate::engine::copies::{self, Window};
 use crate::engine::launch::LaunchSpec;
 use crate::engine::pack::{Job, LogFile, Slot};
+use colloc_results::bench::report::{pm, secs, BusySource, ConfigResult, Measurement};
+use colloc_results::bench::stats::{self, Obs};
 use colloc_results::rules::throughput::Sample;
 use colloc_results::rules::window::Measured;
 use colloc_results::telemetry::attempts;

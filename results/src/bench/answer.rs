@@ -22,7 +22,7 @@
 //! solo clears `--min-gain` (and 1) at the low end of its uncertainty; only when none
 //! does is the answer "run one at a time".
 
-use colloc_results::num::median;
+use crate::num::median;
 
 use super::stats::{self, Ratio, Spread, COVERAGE};
 

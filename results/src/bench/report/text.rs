@@ -2,9 +2,8 @@
 //! results table with the lines below it.
 
 use super::{cell_name, ConfigResult, Report, Status};
-use crate::bench::analysis::gib;
 use crate::bench::answer::{Candidate, Recommendation, Verdict, AS_GOOD, WIDE_FACTOR, WIDE_FLOOR};
-use colloc_results::export::table::{dash_or as opt, Table};
+use crate::export::table::{dash_or as opt, Table};
 
 /// `x ± u` with `d` decimals, or `x` where `u` is unknown.
 pub fn pm(x: f64, u: Option<f64>, d: usize) -> String {
@@ -322,7 +321,7 @@ fn lines_below(report: &Report, out: &mut String) {
         let server = measured.filter_map(|(_, m)| m.mps_server_bytes).max();
         line(
             out,
-            &colloc_results::telemetry::attempts::bench_legend(mps_seen, server),
+            &crate::telemetry::attempts::bench_legend(mps_seen, server),
         );
     }
     if let (Some(solo), Some(row)) = (report.solo, report.row("solo", 1)) {
@@ -404,4 +403,9 @@ fn lines_below(report: &Report, out: &mut String) {
     if let Some(c) = &report.comparison {
         out.push_str(&c.text);
     }
+}
+
+/// Bytes as GiB with one decimal.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }

@@ -27,13 +27,15 @@ use super::stats::{Obs, Ratio, Spread};
 
 mod csv_files;
 pub mod html;
+#[cfg(any(test, feature = "test-support"))]
+pub mod sample;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
 mod text;
 
 pub use super::cell::cell_name;
 pub use csv_files::{csv, measurements_csv};
-pub use text::{pm, recommendation_text, secs, table, times, wide_text};
+pub use text::{gib, pm, recommendation_text, secs, table, times, wide_text};
 
 /// A `gpu` record as a report of any schema holds it: one that reads as [`BenchGpu`], or
 /// something else (an older or damaged record).
@@ -103,7 +105,7 @@ pub struct Measurement {
     /// Each copy's throughput in the window.
     pub per_copy: Vec<f64>,
     /// Peak GPU memory of the copies' own processes, each copy's peak summed, bytes
-    /// ([`colloc_results::telemetry::attempts::bench_legend`]).
+    /// ([`crate::telemetry::attempts::bench_legend`]).
     pub peak_memory_bytes: Option<u64>,
     /// Each copy's peak memory, bytes (empty where NVML was not read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,11 +1,11 @@
 //! `bench.html` (issue 38): the benchmark as one self-contained page, beside bench.json:
 //! the answer first, what was run and where, the table as the terminal showed it, every
 //! configuration and every measurement (bench.csv, bench-measurements.csv), and the chart
-//! with the recommended configuration ringed. Built from [`colloc_results::export::html`]'s pieces
+//! with the recommended configuration ringed. Built from [`crate::export::html`]'s pieces
 //! (no script, nothing fetched, every text escaped).
 
 use super::{csv, measurements_csv, table, Report};
-use colloc_results::export::html::{csv_table, document, escape, facts, figure, pre};
+use crate::export::html::{csv_table, document, escape, facts, figure, pre};
 
 /// The page; `png` is bench.png where it was drawn.
 ///

@@ -12,7 +12,7 @@ use super::cell::cell_name;
 use super::comparison::{CellChange, Comparison};
 use super::host::{differences, Host};
 use super::report::{Report, Status};
-use colloc_results::export::table::Table;
+use crate::export::table::Table;
 
 /// Why a report cannot be compared.
 #[derive(Debug, thiserror::Error)]
@@ -55,17 +55,16 @@ struct Head {
 pub fn load(path: &Path) -> Result<Report, CompareError> {
     let shown = path.display().to_string();
     // Non-blocking, a regular file, capped: a FIFO or /dev/zero is refused at once.
-    let text =
-        colloc_results::userfs::read_user_file(path, MAX_BENCH_REPORT).map_err(|e| match e {
-            colloc_results::userfs::UserFsError::Io { source, .. } => CompareError::Read {
-                path: shown.clone(),
-                source,
-            },
-            e => CompareError::NotAReport {
-                path: shown.clone(),
-                why: e.reason(),
-            },
-        })?;
+    let text = crate::userfs::read_user_file(path, MAX_BENCH_REPORT).map_err(|e| match e {
+        crate::userfs::UserFsError::Io { source, .. } => CompareError::Read {
+            path: shown.clone(),
+            source,
+        },
+        e => CompareError::NotAReport {
+            path: shown.clone(),
+            why: e.reason(),
+        },
+    })?;
     let not = |why: String| CompareError::NotAReport {
         path: shown.clone(),
         why,
@@ -362,7 +361,7 @@ mod tests {
         // One model for both: what runner/finish.rs writes is what --compare reads.
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("bench.json");
-        let mut written = crate::bench::report::tests::report();
+        let mut written = crate::bench::report::sample::report();
         written.gpu = Some(report(3, None, 1.0, 2.0, None).gpu.unwrap());
         written.notes.push("a note".into());
         std::fs::write(&p, serde_json::to_string_pretty(&written).unwrap() + "\n").unwrap();

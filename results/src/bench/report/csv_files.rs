@@ -2,7 +2,7 @@
 //! `bench-measurements.csv` (one row per measurement).
 
 use super::{Measurement, Report, SCHEMA};
-use colloc_results::export::table::{csv_num, csv_opt, csv_text};
+use crate::export::table::{csv_num, csv_opt, csv_text};
 
 /// One CSV row per configuration.
 ///
