@@ -2,7 +2,7 @@
 //! and forms: the command's runner measures, this module judges and writes.
 //!
 //! - [`report`]: the report's model and its table, JSON, CSV and HTML forms;
-//!   [`report::BENCH_FILES`] the files of a bench directory, one line each.
+//!   [`crate::export::bench::BENCH_FILES`] the files of a bench directory, one line each.
 //! - [`stats`]: the spread of repeated measurements and the uncertainty of ratios.
 //! - [`answer`]: wide cells and the rule that names the configuration to run.
 //! - [`cell`]: how a configuration is named; [`busy`]: how busy one copy keeps the GPU

@@ -10,7 +10,7 @@
 //!   typed model, the files of a report directory).
 //! - [`output`]: the [`output::Exporter`] trait every command prints through, chosen by
 //!   name; [`export`]: the formats (table, JSON, CSV, HTML, charts) and the report files.
-//! - [`bench`]: what `colloc bench` found: its report, the spread and answer rules, and
+//! - [`bench`](mod@bench): what `colloc bench` found: its report, the spread and answer rules, and
 //!   its files.
 //! - [`userfs`]: the user's directories, written without following another user's links.
 //! - [`text`]: terminal-safe text; [`duration`]: durations as users write them.

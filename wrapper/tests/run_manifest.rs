@@ -1,5 +1,6 @@
 //! Manifest handling of `colloc run`: sweeps expand to named runs; every manifest error
-//! names the file and line, exits 2 and starts nothing.
+//! names the file and line (read through the command's library), exits 2 and starts
+//! nothing (through the binary).
 
 mod run_support;
 
@@ -30,9 +31,10 @@ fn a_2x2_sweep_expands_to_four_named_runs() {
     assert_eq!(run(&rep, "bs128-lr0.01")["index"], 3);
 }
 
-/// Each bad manifest: its error (file:line: message), exit 2, and no run started.
+/// Each bad manifest's error names the file and line and says what is wrong: read through
+/// the command's library (`colloc::run::manifest`), as `colloc run` reads it.
 #[test]
-fn manifest_errors_say_where_and_start_nothing() {
+fn manifest_errors_say_where() {
     let ok = "command = ['touch', 'STARTED']";
     let cases: &[(&str, String, &str)] = &[
         (
@@ -112,8 +114,36 @@ fn manifest_errors_say_where_and_start_nothing() {
         ),
     ];
     for (what, text, want) in cases {
+        let e = colloc::run::manifest::parse(text, "sweep.toml", std::path::Path::new("/"))
+            .expect_err(what)
+            .to_string();
+        assert!(
+            e.starts_with(&format!("sweep.toml{want}")),
+            "{what}: want sweep.toml{want:?} at the start of {e:?}"
+        );
+        assert!(!e.contains('\n'), "{what}: one line: {e:?}");
+    }
+}
+
+/// A bad manifest, through the command: its one line on stderr, exit 2, no run started
+/// and no report directory made.
+#[test]
+fn a_bad_manifest_exits_2_and_starts_nothing() {
+    let ok = "command = ['touch', 'STARTED']";
+    for (what, text, want) in [
+        (
+            "unknown key",
+            format!("[[run]]\nname = 'a'\n{ok}\ngpus = 2\n"),
+            ":4: unknown field `gpus`",
+        ),
+        (
+            "bad timeout",
+            format!("[[run]]\n{ok}\ntimeout = 'soon'\n"),
+            ":3: invalid duration \"soon\"",
+        ),
+    ] {
         let env = Env::new();
-        let m = env.manifest(text);
+        let m = env.manifest(&text);
         let out = env.colloc().arg("-f").arg(&m).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");

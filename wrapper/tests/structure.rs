@@ -27,6 +27,8 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["cli", "engine", "logger", "nodecfg", "slurm", "slurmcheck"],
             // the commands
             &["run", "bench", "step", "report", "status", "admin", "plan"],
+            // the command line and its dispatch (main.rs calls app::main)
+            &["app"],
         ],
     ),
     (

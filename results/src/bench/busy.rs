@@ -1,5 +1,5 @@
 //! How busy one copy keeps the GPU, as the solo run showed it, and what says so (below
-//! both [`super::plan`], which starts `--counts auto` from it, and [`super::report`],
+//! both the bench command's plan, which starts `--counts auto` from it, and [`super::report`],
 //! which records it, so neither imports the other for it).
 
 use serde::{Deserialize, Serialize};

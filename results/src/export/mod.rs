@@ -3,7 +3,7 @@
 //! run report's CSV, table and one-line summary ([`runs`]) and the formats `colloc report`
 //! prints them in ([`printed`]), the report as one HTML page ([`html`]), and PNG charts
 //! with an embedded font ([`chart`], [`font`]); what `colloc bench` prints and writes
-//! ([`bench`]).
+//! ([`bench`](mod@bench)).
 
 pub mod bench;
 pub mod chart;

@@ -15,7 +15,7 @@
 //!   when some runs have none, the speed-up covers the others and is a lower bound.
 //! - **Energy across nodes**: where runs ran as Slurm steps, each step read its run's GPU;
 //!   the readings of all runs on one GPU are put together and shared out by
-//!   [`super::energy`].
+//!   [`crate::energy`].
 //!
 //! This module takes the events ([`Fold::apply`]); `report` computes the report's records
 //! from them, `summary` its summary (counts, makespan, aggregate, speed-up).
