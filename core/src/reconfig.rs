@@ -36,13 +36,15 @@ pub mod leftover;
 pub mod mig_fit;
 mod modes;
 mod mps_setup;
+mod preflight;
 mod restore;
 #[cfg(test)]
 mod tests;
 
-pub use apply::{prolog, prolog_with, record_refusal, EXITING_GRACE};
+pub use apply::{prolog, prolog_with, record_refusal};
 pub use create::catalog_for;
 pub use mps_setup::{mps_reachable, start_mps_in_extern_step, ExternStart};
+pub use preflight::EXITING_GRACE;
 pub use restore::{restore, restore_all, restore_within, Quarantined, RestoreReport};
 
 /// How long restore waits for killed processes to leave an instance (within
