@@ -390,9 +390,12 @@ fn apply_makes_mps_inside_mig_where_the_node_allows_both_and_restore_undoes_it()
     for p in &pipes {
         let pid = std::fs::read_to_string(format!("{p}/nvidia-cuda-mps-control.pid"))
             .unwrap_or_else(|e| panic!("{p}: {e}"));
-        let proc_dir = format!("/proc/{}", pid.trim());
-        assert!(std::path::Path::new(&proc_dir).exists());
-        daemons.push(proc_dir);
+        let pid: u32 = pid.trim().parse().unwrap();
+        assert!(
+            colloc_core::sys::ProcStat::of(pid).is_some(),
+            "daemon {pid} not running"
+        );
+        daemons.push(pid);
         let d = std::fs::read_to_string(format!("{p}/devices")).unwrap();
         assert!(d.starts_with("MIG-"), "{p} serves {d}");
         served.push(d);
@@ -407,10 +410,10 @@ fn apply_makes_mps_inside_mig_where_the_node_allows_both_and_restore_undoes_it()
     }
     for d in &daemons {
         // Gone, or a zombie of this test's children that is never reaped.
-        let stat = std::fs::read_to_string(format!("{d}/stat")).unwrap_or_default();
+        let stat = colloc_core::sys::ProcStat::of(*d);
         assert!(
-            stat.is_empty() || stat.contains(") Z "),
-            "daemon {d} still runs: {stat}"
+            stat.as_ref().is_none_or(|s| s.state() == Some('Z')),
+            "daemon {d} still runs: {stat:?}"
         );
     }
 }

@@ -129,11 +129,7 @@ pub fn processes_with_env(entry: &str) -> Vec<u32> {
     rd.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().next())
-                .is_some_and(|s| s == "Z");
+            let zombie = colloc_core::sys::ProcStat::of(*pid).is_some_and(|s| s.ended());
             !zombie
                 && std::fs::read(format!("/proc/{pid}/environ"))
                     .map(|env| env.split(|&b| b == 0).any(|kv| kv == entry.as_bytes()))
