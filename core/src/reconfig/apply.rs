@@ -7,14 +7,14 @@
 use std::time::Instant;
 
 use super::modes::{self, Setup};
-use super::preflight::{preflight, Checked};
+use super::preflight::{marked_refusal, preflight, stop, Checked, Stop};
 use super::restore::{keep_marked, restore_job, restore_locked};
 use super::{
-    refuse, restore::restore, run_post_hook, Failure, JobSpec, NodeFault, Outcome, Refusal,
+    refuse, restore::restore, run_post_hook, Failure, JobSpec, NodeFault, Outcome,
     MARKED_RETRY_BUDGET, MIG_RESTORE_BUDGET,
 };
 use crate::config::Config;
-use crate::gpu::{GpuControl, GpuError, GpuHold, GpuInfo};
+use crate::gpu::{GpuControl, GpuError, GpuInfo};
 use crate::hooks;
 use crate::journal::{self, GpuLock, Journal, JournalError, Phase};
 use crate::migmps;
@@ -131,16 +131,6 @@ pub(super) fn retry_marked(cfg: &Config, ctl: &dyn GpuControl, spec: &JobSpec) {
     }
 }
 
-/// Why a job may not use a GPU another job's restore left marked.
-pub(super) fn marked_refusal(job: u32, h: &GpuHold) -> String {
-    format!(
-        "GPU {} is not available: job {job}'s {}; once that is stopped, an admin runs \
-         `colloc restore --job {job}` (colloc status shows what may hold it)",
-        h.index,
-        h.describe()
-    )
-}
-
 /// The job's GPUs as recorded: sorted, without duplicates.
 pub(super) fn requested(spec: &JobSpec) -> Vec<u32> {
     let mut g = spec.gpus.clone();
@@ -187,26 +177,6 @@ fn record_refusal_of(cfg: &Config, spec: &JobSpec, message: String, bad_request:
             refuse(message, bad_request)
         }
     }
-}
-
-/// Why the checks before a reconfiguration stopped: the job is refused (nothing
-/// changed), or a node fault.
-pub(super) enum Stop {
-    Refuse(Refusal),
-    Fault(NodeFault),
-}
-
-impl<E: Into<NodeFault>> From<E> for Stop {
-    fn from(e: E) -> Stop {
-        Stop::Fault(e.into())
-    }
-}
-
-pub(super) fn stop(message: impl Into<String>, bad_request: bool) -> Stop {
-    Stop::Refuse(Refusal {
-        message: message.into(),
-        bad_request,
-    })
 }
 
 /// Set up a job that has no journal: check the request, lock the GPUs, check them

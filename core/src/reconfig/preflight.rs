@@ -6,14 +6,43 @@
 
 use std::time::Instant;
 
-use super::apply::{marked_refusal, stop, Stop};
-use super::{create, mig_fit, Failure, JobSpec};
+use super::{create, mig_fit, Failure, JobSpec, NodeFault, Refusal};
 use crate::config::Config;
-use crate::gpu::{GpuControl, GpuInfo, Instance};
+use crate::gpu::{GpuControl, GpuHold, GpuInfo, Instance};
 use crate::journal::{self, GpuRecord, Journal};
 use crate::mig::{Catalog, PlannedInstance};
 use crate::migmps;
 use crate::mode::{MigRequest, Mode};
+
+/// Why the checks before a reconfiguration stopped: the job is refused (nothing
+/// changed), or a node fault.
+pub(super) enum Stop {
+    Refuse(Refusal),
+    Fault(NodeFault),
+}
+
+impl<E: Into<NodeFault>> From<E> for Stop {
+    fn from(e: E) -> Stop {
+        Stop::Fault(e.into())
+    }
+}
+
+pub(super) fn stop(message: impl Into<String>, bad_request: bool) -> Stop {
+    Stop::Refuse(Refusal {
+        message: message.into(),
+        bad_request,
+    })
+}
+
+/// Why a job may not use a GPU another job's restore left marked.
+pub(super) fn marked_refusal(job: u32, h: &GpuHold) -> String {
+    format!(
+        "GPU {} is not available: job {job}'s {}; once that is stopped, an admin runs \
+         `colloc restore --job {job}` (colloc status shows what may hold it)",
+        h.index,
+        h.describe()
+    )
+}
 
 /// What the checks found: each GPU's record (as it is now) and, for MIG, its plan and
 /// the catalog it was planned from.
