@@ -8,6 +8,8 @@
 //!   median.
 //! - [`record`]: the durable record of a pack (event log, schema, fold into the report's
 //!   typed model, the files of a report directory).
+//! - [`live`]: what a running `colloc run` says of its running runs, for the node's
+//!   metrics.
 //! - [`output`]: the [`output::Exporter`] trait every command prints through, chosen by
 //!   name; [`export`]: the formats (table, JSON, CSV, HTML, charts) and the report files.
 //! - [`bench`](mod@bench): what `colloc bench` found: its report, the spread and answer rules, and
@@ -23,6 +25,7 @@ pub mod bench;
 pub mod duration;
 pub mod energy;
 pub mod export;
+pub mod live;
 pub mod num;
 pub mod output;
 pub mod record;

@@ -609,6 +609,17 @@ impl Fold {
             // Its processes' pids may be reused by a later attempt's.
             self.proc_cache.retain(|_, i| i.sid != sid);
         }
+        self.figures(&a)
+    }
+
+    /// A running attempt's figures so far (as [`Fold::end`] would give them now, without
+    /// ending it): its peak memory and means up to the last tick, its energy share up to
+    /// its GPU's last energy reading.
+    pub fn current(&self, key: u64) -> Option<AttemptGpu> {
+        self.figures(self.attempts.get(&key)?)
+    }
+
+    fn figures(&self, a: &AttemptAcc) -> Option<AttemptGpu> {
         a.gpu?;
         Some(AttemptGpu {
             mean_util_percent: if self.process_util
@@ -621,7 +632,7 @@ impl Fold {
             mean_gpu_util_percent: mean(a.gpu_util),
             mean_sm_activity_percent: mean(a.sm_activity),
             mean_sm_occupancy_percent: mean(a.sm_occupancy),
-            ..a.fig
+            ..a.fig.clone()
         })
     }
 

@@ -171,6 +171,7 @@ pub fn own_build_id() -> Option<String> {
 }
 
 mod cluster;
+pub mod live;
 mod model;
 mod openmetrics;
 mod rundir;

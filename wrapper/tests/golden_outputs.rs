@@ -793,3 +793,135 @@ fn status_output_writes_the_file_atomically_and_refuses_an_unsafe_directory() {
     assert!(written.contains("\ncolloc_config_valid 0\n"), "{written}");
     assert!(!written.contains("colloc_gpus"), "{written}");
 }
+
+/// A `colloc run` in job 51 on a node whose journal gives job 51 to root: root's metrics
+/// show its running runs, with their device and throughput, read from its socket; a
+/// socket another user (nobody) serves under job 51's name is left out and counted, and
+/// nobody reading the real socket is told nothing (issue 38).
+#[test]
+fn running_runs_are_in_the_node_metrics_from_their_own_user_only() {
+    if !is_root() {
+        eprintln!("skipped: the metrics of a job's runs take root (journals, a tmpfs run_dir)");
+        return;
+    }
+    let n = Node::new("H100-80GB", None, ROOMY);
+    n.ctl(&["set-mig", "--gpu", "0", "off"]);
+    n.ok(&["apply", "naive", "--gpu", "0", "--job", "51"]);
+    let manifest = n.dir.path().join("runs.toml");
+    std::fs::write(
+        &manifest,
+        "[[sweep]]\nname = 'seed{s}'\ncommand = ['sh', '-c', 'while :; do echo img/s=100.5; sleep 0.2; done']\ngrid = { s = ['1', '2'] }\n",
+    )
+    .unwrap();
+    let mut run = std::process::Command::new(assert_cmd::cargo::cargo_bin("colloc"))
+        .env("COLLOC_FAKE_NVML_STATE", n.state())
+        .env("SLURM_CONF", "/nonexistent/slurm.conf")
+        .env("SLURM_JOB_ID", "51")
+        .env_remove("SLURMD_NODENAME")
+        .env_remove("COLLOC_CONFIG")
+        .arg("--config")
+        .arg(n.dir.path().join("colloc.toml"))
+        .args([
+            "run",
+            "-q",
+            "-j",
+            "2",
+            "--mode",
+            "naive",
+            "--interval",
+            "200ms",
+        ])
+        .arg("--report-dir")
+        .arg(n.dir.path().join("report"))
+        .arg("-f")
+        .arg(&manifest)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // nobody, in job 51's name: a snapshot of a run that does not exist.
+    let forged = r#"{"schema":1,"job":51,"runs":[{"name":"forged","index":0,"attempt":1,"device":null,"started_unix":1.0,"throughput":1e9,"unit":"img/s","memory_peak_bytes":null,"util_ratio":null,"energy_joules":null}]}"#;
+    let server = format!(
+        "import socket,time\ns=socket.socket(socket.AF_UNIX)\ns.bind('\\0colloc-live/51/forged.1')\ns.listen(4)\nwhile True:\n c,_=s.accept()\n try:\n  c.sendall(b'{forged}')\n except OSError:\n  pass\n c.close()\n"
+    );
+    let as_nobody = [
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "/usr/bin/python3",
+        "-c",
+    ];
+    let mut nobody = std::process::Command::new("setpriv")
+        .args(as_nobody)
+        .arg(&server)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !std::fs::read_to_string("/proc/net/unix")
+        .unwrap()
+        .contains("@colloc-live/51/forged.1")
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let f = loop {
+        let out = n.colloc(&["status", "--format", "openmetrics"]);
+        let f = parse_openmetrics(&out.stdout);
+        let running = f
+            .as_ref()
+            .map_or(0, |f| om_samples(f, "colloc_run_throughput").len());
+        if running == 2 || std::time::Instant::now() > deadline {
+            break f;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    // What nobody reads of the real socket: nothing.
+    let names = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let real = names
+        .split_whitespace()
+        .find(|w| w.starts_with("@colloc-live/51/") && !w.contains("forged"))
+        .map(|w| w[1..].to_string());
+    let peek = real.as_ref().map(|name| {
+        std::process::Command::new("setpriv")
+            .args(as_nobody)
+            .arg(format!(
+                "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect('\\0{name}')\nsys.stdout.write(repr(s.recv(65536)))\n"
+            ))
+            .output()
+            .unwrap()
+    });
+    let _ = nobody.kill();
+    let _ = nobody.wait();
+    unsafe_free_kill(run.id());
+    let _ = run.wait();
+    let Some(f) = f else { return };
+    let peek = peek.expect("colloc run's socket is listed in /proc/net/unix");
+    assert_eq!(String::from_utf8_lossy(&peek.stdout), "b''", "{peek:?}");
+    let info = om_samples(&f, "colloc_run_info");
+    let mut runs: Vec<String> = info
+        .iter()
+        .map(|(l, _)| l["run"].as_str().unwrap().to_string())
+        .collect();
+    runs.sort();
+    assert_eq!(runs, ["seed1", "seed2"], "{info:?}");
+    for (l, _) in &info {
+        assert_eq!(l["job"], "51");
+        assert!(l["UUID"].as_str().unwrap().starts_with("GPU-"), "{l}");
+    }
+    for (l, v) in om_samples(&f, "colloc_run_throughput") {
+        assert_eq!((l["unit"].as_str(), v), (Some("img/s"), 100.5));
+    }
+    assert_eq!(om_samples(&f, "colloc_job_runs_running")[0].1, 2.0);
+    assert!(
+        om_samples(&f, "colloc_live_refused")[0].1 >= 1.0,
+        "{:?}",
+        om_samples(&f, "colloc_live_refused")
+    );
+}
+
+/// SIGTERM to a child process by pid (`colloc run` stops its runs and exits).
+fn unsafe_free_kill(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+}

@@ -38,8 +38,9 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["text", "duration", "num", "userfs"],
             // what was measured and the rules that make figures of it
             &["telemetry", "energy", "rules"],
-            // the record of a pack: its schema, event log and fold into the report's model
-            &["record"],
+            // the record of a pack: its schema, event log and fold into the report's model;
+            // what a running pack says of its running runs
+            &["record", "live"],
             // the typed bench report, the Exporter trait and the formats every command
             // prints and writes through (a bench report's forms and the formats' bench
             // files name each other)

@@ -14,6 +14,7 @@ pub(super) enum Cmd {
     Begin(u64, usize, f64),
     Session(u64, u32),
     End(u64, Sender<Option<AttemptGpu>>),
+    Current(Vec<u64>, Sender<Vec<Option<AttemptGpu>>>),
     Totals(Sender<(Vec<GpuTotals>, Vec<Vec<Reading>>)>),
     Stop(Sender<(Vec<GpuTotals>, Vec<Vec<Reading>>)>),
 }
@@ -98,6 +99,13 @@ impl Sampler {
         rx.recv().ok().flatten()
     }
 
+    /// Running attempts' figures so far, in `keys`' order (`None` for one not sampled).
+    pub fn current(&self, keys: &[u64]) -> Vec<Option<AttemptGpu>> {
+        let (tx, rx) = mpsc::channel();
+        self.send(Cmd::Current(keys.to_vec(), tx));
+        rx.recv().unwrap_or_default()
+    }
+
     /// Per-GPU figures and histories so far.
     pub fn totals(&self) -> (Vec<GpuTotals>, Vec<Vec<Reading>>) {
         let (tx, rx) = mpsc::channel();
@@ -165,6 +173,9 @@ pub(super) fn sampler_loop(
                     tick(&mut fold, gpu, false);
                 }
                 let _ = reply.send(fold.end(k));
+            }
+            Ok(Cmd::Current(keys, reply)) => {
+                let _ = reply.send(keys.iter().map(|&k| fold.current(k)).collect());
             }
             Ok(Cmd::Totals(reply)) => {
                 let hist = (0..n).map(|g| fold.history(g)).collect();

@@ -39,7 +39,15 @@ fn energy_is_split_by_time_share_and_adds_up() {
     f.begin(2, 1, 2.0);
     f.apply(3.0, &energy(300_000), |_| None);
     f.apply(4.0, &energy(400_000), |_| None);
+    // While they run, their figures so far are what ending them now gives, and reading
+    // them ends nothing.
+    let (a_now, b_now) = (f.current(1).unwrap(), f.current(2).unwrap());
+    assert!((a_now.energy_j.unwrap() - 300.0).abs() < 1e-6, "{a_now:?}");
+    assert!((b_now.energy_j.unwrap() - 100.0).abs() < 1e-6, "{b_now:?}");
+    assert_eq!(f.current(3), None, "no such attempt");
     let a = f.end(1).unwrap();
+    assert_eq!(a, a_now);
+    assert_eq!(f.current(1), None, "ended");
     let b = f.end(2).unwrap();
     f.apply(5.0, &energy(500_000), |_| None);
     // A: 2 s alone (200 J) + half of 2 s together (100 J); B: the other half.

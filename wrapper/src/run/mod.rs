@@ -34,6 +34,7 @@ use colloc_results::telemetry::Sampler;
 
 pub mod args;
 pub mod fit;
+pub mod live;
 pub mod manifest;
 pub mod memsize;
 pub mod nodes;
@@ -154,6 +155,11 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
             .collect(),
     });
     let mut launcher = launcher_for(launcher, topo, step_ctx.as_ref(), &opts);
+    // After the launcher's fork: the server is a thread.
+    let live = job_id
+        .as_deref()
+        .and_then(|j| j.trim().parse().ok())
+        .and_then(live::LiveServer::start);
     let mut passes = Passes {
         launcher: &mut *launcher,
         signals: &signals,
@@ -162,6 +168,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         opts: &opts,
         watch: watch.as_mut(),
         step_ctx,
+        live: live.as_ref(),
     };
     let fit = placed.then_some(fit);
     let ran = passes.execute(args.solo_baseline, &specs, &ids, &mut rec, &gpus, fit);
@@ -417,6 +424,8 @@ struct Passes<'a> {
     watch: Option<&'a mut timelimit::EndWatch>,
     /// Across nodes: the steps' book and each slot's node.
     step_ctx: Option<scheduler::StepCtx>,
+    /// Where the running runs are served to the node's metrics.
+    live: Option<&'a live::LiveServer>,
 }
 
 impl Passes<'_> {
@@ -459,7 +468,8 @@ impl Passes<'_> {
                 self.sampler,
                 self.opts,
                 self.step_ctx.clone(),
-            );
+            )
+            .with_live(self.live);
             if let Some(f) = fit {
                 pack = pack.with_fit(f);
             }

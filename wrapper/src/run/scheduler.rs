@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::args::{Options, RetryOn};
 use super::fit::{Fit, Placer};
+use super::live::LiveServer;
 use super::manifest::RunSpec;
 use super::record::Recorder;
 use super::steps::{self, StepBook, StepFacts};
@@ -21,6 +22,7 @@ use crate::engine::launch::LaunchSpec;
 use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, LogFile, Seen, View};
 use crate::engine::signal_name;
 use colloc_core::jobenv;
+use colloc_results::live::{self, Live, LiveRun};
 use colloc_results::record::events::{Escaped, Event, Kind, MetricValue, Progress, StepInfo};
 use colloc_results::record::State;
 use colloc_results::telemetry::Sampler;
@@ -177,6 +179,8 @@ struct Common<'a> {
     sampler: Option<&'a Sampler>,
     last_gpus: Instant,
     steps: Option<StepCtx>,
+    /// Where the running runs are served to the node's metrics (in a Slurm job).
+    publisher: Option<&'a LiveServer>,
 }
 
 impl<'a> Common<'a> {
@@ -201,6 +205,7 @@ impl<'a> Common<'a> {
             sampler,
             last_gpus: Instant::now(),
             steps,
+            publisher: None,
         }
     }
 
@@ -261,6 +266,7 @@ impl<'a> Common<'a> {
             return;
         }
         self.last_progress = Instant::now();
+        self.publish_live(ctl);
         let ids: Vec<(AttemptId, String, u32)> = ctl
             .running()
             .map(|v| (v.id, v.job.label.clone(), v.job.attempt))
@@ -299,6 +305,48 @@ impl<'a> Common<'a> {
             self.rec.emit(ev);
         }
         self.rec.maybe_write();
+    }
+
+    /// What each running run is doing now, to the node's metrics ([`LiveServer`]).
+    fn publish_live(&self, ctl: &Ctl<'_>) {
+        let Some(p) = self.publisher else { return };
+        let views: Vec<View<'_>> = ctl.running().take(live::MAX_RUNS).collect();
+        let keys: Vec<AttemptId> = views.iter().map(|v| v.id).collect();
+        let gpu = self.sampler.map(|s| s.current(&keys)).unwrap_or_default();
+        let runs = views
+            .iter()
+            .zip(gpu.into_iter().chain(std::iter::repeat(None)))
+            .map(|(v, g)| {
+                let g = g.unwrap_or_default();
+                LiveRun {
+                    name: v.job.label.clone(),
+                    index: u32::try_from(v.job.run).unwrap_or(u32::MAX),
+                    attempt: v.job.attempt,
+                    device: self.devices.get(v.slot).cloned().flatten(),
+                    started_unix: self.rec.ts(v.start),
+                    throughput: v
+                        .seen
+                        .series
+                        .stats
+                        .last
+                        .filter(|x| x.is_finite() && *x >= 0.0),
+                    unit: v
+                        .seen
+                        .series
+                        .unit
+                        .as_ref()
+                        .map(|u| u.chars().filter(|c| !c.is_control()).take(24).collect()),
+                    memory_peak_bytes: g.peak_memory_bytes,
+                    util_ratio: g.mean_util_percent.map(|u| (u / 100.0).clamp(0.0, 1.0)),
+                    energy_joules: g.energy_j,
+                }
+            })
+            .collect();
+        p.publish(&Live {
+            schema: live::SCHEMA,
+            job: p.job(),
+            runs,
+        });
     }
 
     /// Record an attempt's end; what is known of its step, where it ran as one.
@@ -473,6 +521,12 @@ impl<'a> Pack<'a> {
     }
 
     /// Place runs by their declared `gpu_memory` on slots of these sizes.
+    /// Serve the running runs to the node's metrics through `server`.
+    pub fn with_live(mut self, server: Option<&'a LiveServer>) -> Self {
+        self.common.publisher = server;
+        self
+    }
+
     pub fn with_fit(mut self, fit: Fit) -> Self {
         self.placer = Some(Placer::new(fit));
         self

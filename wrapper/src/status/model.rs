@@ -19,6 +19,7 @@ use colloc_core::runroom::Room;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
+use super::live::{self, LiveRead, Speaker};
 use crate::slurm::{self, JobState};
 
 /// What `colloc status` says of an instance list it may not read.
@@ -60,6 +61,10 @@ pub struct NodeStatus {
     /// Processes with NVIDIA device files open, where a journal marks a GPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_users: Option<Vec<DeviceUser>>,
+    /// The runs the node's `colloc run`s are running now, read from their sockets
+    /// (issue 38); in JSON only where there are any (or sockets were refused).
+    #[serde(skip_serializing_if = "LiveRead::is_empty")]
+    pub live: LiveRead,
     /// Everything that could not be read, `; `-joined; the exit status is 1 with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -299,6 +304,7 @@ impl NodeStatus {
         if let Some(why) = &slurm_error {
             errors.push(format!("Slurm: {why}"));
         }
+        let live = live::read(&speakers(&journals, gpus.as_deref()));
         let (leftovers, leftovers_error) = read_leftovers(cfg, &mut errors);
         let run_dir = colloc_core::runroom::room(cfg).ok();
         let run_dir_lines = run_dir.as_ref().map(|r| r.lines(cfg)).unwrap_or_default();
@@ -317,6 +323,7 @@ impl NodeStatus {
             run_dir,
             run_dir_lines,
             device_users,
+            live,
             error: (!errors.is_empty()).then(|| errors.join("; ")),
         }
     }
@@ -364,6 +371,61 @@ fn read_journals(
 }
 
 /// Each journal with its job's Slurm state.
+/// The jobs whose `colloc run`s may speak for them: every job a journal holds GPUs for
+/// here that Slurm does not say has ended, with its user and its devices (its GPUs, by
+/// UUID and NVML index, their MIG instances' UUIDs, its MPS daemons' devices).
+fn speakers(journals: &[JournalEntry], gpus: Option<&[GpuStatus]>) -> Vec<Speaker> {
+    journals
+        .iter()
+        .filter_map(|j| match j {
+            JournalEntry::Read(j) if j.state.0.live() != Some(false) => Some(j),
+            _ => None,
+        })
+        .map(|j| {
+            let mut devices = BTreeMap::new();
+            let mut add = |name: &str, uuid: &str| {
+                devices.insert(name.to_string(), uuid.to_string());
+            };
+            for d in j
+                .mps_devices
+                .iter()
+                .flat_map(|d| d.split(','))
+                .map(str::trim)
+            {
+                if !d.is_empty() {
+                    add(d, d);
+                }
+            }
+            for g in gpus
+                .unwrap_or_default()
+                .iter()
+                .filter(|g| j.gpus.contains(&g.index))
+            {
+                add(&g.uuid, &g.uuid);
+                add(&g.index.to_string(), &g.uuid);
+                match &g.instances {
+                    Instances::Listed(l) => {
+                        for u in l.iter().filter_map(|i| i.uuid.as_deref()) {
+                            add(u, u);
+                        }
+                    }
+                    Instances::NeedsRoot { devices: d, .. } => {
+                        for m in d {
+                            add(&m.uuid, &m.uuid);
+                        }
+                    }
+                    Instances::Failed(_) => {}
+                }
+            }
+            Speaker {
+                job: j.job,
+                uid: j.uid,
+                devices,
+            }
+        })
+        .collect()
+}
+
 fn journal_entries(
     journals: &[Result<Journal, JournalError>],
     states: &BTreeMap<u32, JobState>,

@@ -37,6 +37,7 @@ impl Exporter<NodeStatus> for OpenMetrics {
         gpus(&mut d, s);
         jobs(&mut d, s);
         node_files(&mut d, s);
+        runs(&mut d, s);
         Ok(d.render())
     }
 }
@@ -374,6 +375,87 @@ def!(
     "no labels."
 );
 
+def!(
+    LIVE_REFUSED,
+    "colloc_live_refused",
+    None,
+    [],
+    "Sockets under colloc run's names that colloc status left out this time: of a user \
+     who is not their job's, an answer that is not a snapshot of that job, or none in time.",
+    "no labels."
+);
+def!(
+    JOB_RUNS,
+    "colloc_job_runs_running",
+    None,
+    ["job"],
+    "Runs a job's colloc run says are running now (read from its own socket, checked to \
+     be the job user's).",
+    "one series per job with a colloc run, so a few at a time."
+);
+def!(
+    RUN_INFO,
+    "colloc_run_info",
+    None,
+    ["job", "run", "index", "UUID"],
+    "A run colloc run is running now: its job, its name and index in the manifest, and \
+     the device of its slot (GPU or MIG UUID; empty where it is none of the job's here), \
+     value 1.",
+    "per job, the runs running now (at most 256 per job, 8 colloc runs per job); a \
+     run's series end when it ends, so a sweep of 5,000 runs has only its slots' runs \
+     at a time."
+);
+def!(
+    RUN_START,
+    "colloc_run_start_time_seconds",
+    Some("seconds"),
+    ["job", "run"],
+    "When the run's current attempt started, Unix seconds.",
+    "as colloc_run_info."
+);
+def!(
+    RUN_ATTEMPT,
+    "colloc_run_attempt",
+    None,
+    ["job", "run"],
+    "The run's current attempt (1 the first; more after retries).",
+    "as colloc_run_info."
+);
+def!(
+    RUN_THROUGHPUT,
+    "colloc_run_throughput",
+    None,
+    ["job", "run", "unit"],
+    "The run's last throughput sample, in the unit its output names (img/s, it/s, …).",
+    "as colloc_run_info; a run prints one unit."
+);
+def!(
+    RUN_MEMORY,
+    "colloc_run_memory_peak_bytes",
+    Some("bytes"),
+    ["job", "run"],
+    "The most GPU memory the run's processes held at once so far (its MIG instance's \
+     memory on a MIG slot).",
+    "as colloc_run_info."
+);
+def!(
+    RUN_UTIL,
+    "colloc_run_gpu_utilization_ratio",
+    Some("ratio"),
+    ["job", "run"],
+    "Mean SM utilization of the run's own processes so far, 0 to 1 (absent where NVML \
+     cannot say: under MPS and on MIG).",
+    "as colloc_run_info."
+);
+def!(
+    RUN_ENERGY,
+    "colloc_run_energy_joules",
+    Some("joules"),
+    ["job", "run"],
+    "The run's time share of its GPU's energy so far.",
+    "as colloc_run_info."
+);
+
 /// Every family, in the order the format prints them.
 pub const FAMILIES: &[&Def] = &[
     &BUILD_INFO,
@@ -412,6 +494,15 @@ pub const FAMILIES: &[&Def] = &[
     &RUN_DIR_FREE_INODES,
     &RUN_DIR_OWN_FS,
     &RUN_DIR_HIDDEN_BYTES,
+    &LIVE_REFUSED,
+    &JOB_RUNS,
+    &RUN_INFO,
+    &RUN_START,
+    &RUN_ATTEMPT,
+    &RUN_THROUGHPUT,
+    &RUN_MEMORY,
+    &RUN_UTIL,
+    &RUN_ENERGY,
 ];
 
 /// The job kinds a GPU may serve (`mig_fit`'s words), each said 1 or 0.
@@ -427,6 +518,17 @@ impl Doc {
     /// A sample of `def` with these label values (in `def.labels`' order). A label set
     /// said twice keeps its first value (OpenMetrics allows each once).
     fn set(&mut self, def: &'static Def, values: &[&str], value: u64) {
+        self.put(def, values, &value.to_string());
+    }
+
+    /// [`Doc::set`] of a finite figure (Rust's `f64` display: no exponent, `.` decimal).
+    fn set_f(&mut self, def: &'static Def, values: &[&str], value: f64) {
+        if value.is_finite() {
+            self.put(def, values, &value.to_string());
+        }
+    }
+
+    fn put(&mut self, def: &'static Def, values: &[&str], value: &str) {
         debug_assert_eq!(def.labels.len(), values.len(), "{}", def.name);
         let mut line = def.name.to_string();
         if !values.is_empty() {
@@ -614,6 +716,38 @@ fn jobs(d: &mut Doc, s: &NodeStatus) {
                 HoldReason::ModePending { .. } => "mode_pending",
             };
             d.set(&JOB_HELD, &[&job, &h.index.to_string(), &h.uuid, reason], 1);
+        }
+    }
+}
+
+/// The runs `colloc run`s are running now, as their sockets said.
+fn runs(d: &mut Doc, s: &NodeStatus) {
+    if s.journals_error.is_some() || s.readable().next().is_none() {
+        return;
+    }
+    d.set(&LIVE_REFUSED, &[], u64::from(s.live.refused));
+    for j in &s.live.jobs {
+        let job = j.job.to_string();
+        d.set(&JOB_RUNS, &[&job], j.runs.len() as u64);
+        for r in &j.runs {
+            let run = r.name.as_str();
+            let uuid = r.device.as_deref().unwrap_or_default();
+            d.set(&RUN_INFO, &[&job, run, &r.index.to_string(), uuid], 1);
+            d.set_f(&RUN_START, &[&job, run], r.started_unix);
+            d.set(&RUN_ATTEMPT, &[&job, run], u64::from(r.attempt));
+            if let Some(t) = r.throughput {
+                let unit = r.unit.as_deref().unwrap_or_default();
+                d.set_f(&RUN_THROUGHPUT, &[&job, run, unit], t);
+            }
+            if let Some(b) = r.memory_peak_bytes {
+                d.set(&RUN_MEMORY, &[&job, run], b);
+            }
+            if let Some(u) = r.util_ratio {
+                d.set_f(&RUN_UTIL, &[&job, run], u);
+            }
+            if let Some(e) = r.energy_joules {
+                d.set_f(&RUN_ENERGY, &[&job, run], e);
+            }
         }
     }
 }

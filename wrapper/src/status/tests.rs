@@ -325,6 +325,7 @@ pub(super) fn every_kind_of_node_status() -> super::model::NodeStatus {
             name: "nv-hostengine\u{1b}[2J".into(),
             devices: vec!["/dev/nvidia2".into()],
         }]),
+        live: crate::status::live::LiveRead::default(),
         error: Some("GPU 2: instances: refused to root; GPU 3 instances: Unknown".into()),
     }
 }

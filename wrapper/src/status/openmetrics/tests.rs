@@ -205,6 +205,91 @@ fn hostile_names_and_modes_round_trip_through_the_parser() {
     );
 }
 
+/// The runs a job's `colloc run` serves: one series each per family, labelled with the
+/// job, the run (a hostile name stays inside its label) and, for the info, its device;
+/// figures as they were served, floats too; a figure not served has no sample.
+#[test]
+fn the_running_runs_are_series_of_their_job() {
+    use colloc_results::live::LiveRun;
+    let mut s = every_kind_of_node_status();
+    let hostile = "lr\"0.1\"\n} 1\ncolloc_fake 2";
+    s.live = crate::status::live::LiveRead {
+        jobs: vec![crate::status::live::JobRuns {
+            job: 4,
+            sources: 1,
+            runs: vec![
+                LiveRun {
+                    name: "seed1".into(),
+                    index: 0,
+                    attempt: 2,
+                    device: Some("MIG-1".into()),
+                    started_unix: 1_700_000_000.25,
+                    throughput: Some(812.5),
+                    unit: Some("img/s".into()),
+                    memory_peak_bytes: Some(3 << 30),
+                    util_ratio: Some(0.375),
+                    energy_joules: Some(1234.5),
+                },
+                LiveRun {
+                    name: hostile.into(),
+                    index: 1,
+                    attempt: 1,
+                    started_unix: 1_700_000_001.0,
+                    ..LiveRun::default()
+                },
+            ],
+        }],
+        refused: 2,
+    };
+    let text = OpenMetrics.render(&s).unwrap();
+    assert!(
+        !text.contains("colloc_fake 2\n"),
+        "a name broke out of its label"
+    );
+    assert!(
+        text.contains("\ncolloc_run_throughput{job=\"4\",run=\"seed1\",unit=\"img/s\"} 812.5\n"),
+        "{text}"
+    );
+    let Some(f) = parse(&text) else {
+        return;
+    };
+    let one = |name: &str| samples(&f, name);
+    assert_eq!(one("colloc_live_refused")[0].1, 2.0);
+    assert_eq!(
+        one("colloc_job_runs_running")[0],
+        (serde_json::json!({"job": "4"}), 2.0)
+    );
+    let info = one("colloc_run_info");
+    assert_eq!(info.len(), 2);
+    assert_eq!(
+        info[0].0,
+        serde_json::json!({"job": "4", "run": "seed1", "index": "0", "UUID": "MIG-1"})
+    );
+    assert_eq!(info[1].0["run"], hostile);
+    assert_eq!(info[1].0["UUID"], "");
+    let seed1 = serde_json::json!({"job": "4", "run": "seed1"});
+    assert_eq!(
+        one("colloc_run_start_time_seconds")[0],
+        (seed1.clone(), 1_700_000_000.25)
+    );
+    assert_eq!(one("colloc_run_attempt")[0], (seed1.clone(), 2.0));
+    assert_eq!(
+        one("colloc_run_memory_peak_bytes"),
+        [(seed1.clone(), f64::from(3u32 << 30))]
+    );
+    assert_eq!(
+        one("colloc_run_gpu_utilization_ratio"),
+        [(seed1.clone(), 0.375)]
+    );
+    assert_eq!(one("colloc_run_energy_joules"), [(seed1, 1234.5)]);
+    assert_eq!(
+        one("colloc_run_throughput").len(),
+        1,
+        "the hostile run served none"
+    );
+    assert!(one("colloc_fake").is_empty());
+}
+
 #[test]
 fn no_nvml_is_a_health_gauge_not_a_gpu_count_of_zero() {
     let mut s = every_kind_of_node_status();
