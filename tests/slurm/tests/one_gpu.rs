@@ -46,6 +46,10 @@ fn main() {
             "prolog_killed_half_way_is_undone_by_the_epilog",
             prolog_killed_half_way,
         ),
+        (
+            "a_jobs_running_runs_are_in_the_node_metrics_while_they_run",
+            running_runs_in_metrics,
+        ),
     ];
     // The time-limit test mostly waits for slurmctld's periodic check: it runs on its
     // own cluster while the others run.
@@ -649,5 +653,64 @@ fn prolog_killed_half_way(c: &Cluster) {
         (c.node_state() == "idle").then_some(())
     });
     c.reset_fake_gpus();
+    assert_idle_and_clean(c);
+}
+
+/// `colloc run` in a `--colloc=naive` job serves its running runs; root's `colloc status
+/// --format openmetrics` on the node shows them under the job's id, with their slot's
+/// device (the job's GPU) and throughput, and no longer once the job ended (issue 38).
+fn running_runs_in_metrics(c: &Cluster) {
+    let _whole = c.whole_gpus();
+    let dir = c.jobs_dir().join("live-metrics");
+    std::fs::create_dir_all(&dir).unwrap();
+    let stop = dir.join("stop");
+    std::fs::write(
+        dir.join("runs.toml"),
+        format!(
+            "[[sweep]]\nname = 'r{{i}}'\ncommand = ['sh', '-c', 'while [ ! -e {} ]; do echo img/s=12.5; sleep 0.2; done']\ngrid = {{ i = [1, 2] }}\n",
+            stop.display()
+        ),
+    )
+    .unwrap();
+    let job = format!(
+        "export COLLOC_CONFIG=/nonexistent/colloc.toml\ncd {}\nexec {} run -j 2 -q --grace 2s -f runs.toml\n",
+        dir.display(),
+        colloc_slurm_tests::colloc_bin().display()
+    );
+    let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], &job);
+    let uuid = c.fake_state()["gpus"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let metrics = || {
+        let out = c.colloc(&["status", "--format", "openmetrics"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = c.wait_until("both runs in the node's metrics", || {
+        let t = metrics();
+        (t.matches("\ncolloc_run_info{").count() == 2
+            && t.matches("\ncolloc_run_throughput{").count() == 2)
+            .then_some(t)
+    });
+    std::fs::write(&stop, "").unwrap();
+    for run in ["r1", "r2"] {
+        let info = format!("colloc_run_info{{job=\"{id}\",run=\"{run}\",index=\"");
+        let line = text.lines().find(|l| l.starts_with(&info));
+        assert!(
+            line.is_some_and(|l| l.ends_with(&format!(",UUID=\"{uuid}\"}} 1"))),
+            "{run}: {line:?}\n{text}"
+        );
+        let tp = format!("colloc_run_throughput{{job=\"{id}\",run=\"{run}\",unit=\"img/s\"}} 12.5");
+        assert!(text.lines().any(|l| l == tp), "{tp}\n{text}");
+    }
+    assert!(
+        text.contains(&format!("\ncolloc_job_runs_running{{job=\"{id}\"}} 2\n")),
+        "{text}"
+    );
+    assert!(text.contains("\ncolloc_live_refused 0\n"), "{text}");
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
+    let after = metrics();
+    assert!(!after.contains("colloc_run_info{"), "{after}");
     assert_idle_and_clean(c);
 }
