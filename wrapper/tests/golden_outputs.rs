@@ -890,6 +890,7 @@ fn running_runs_are_in_the_node_metrics_from_their_own_user_only() {
             .output()
             .unwrap()
     });
+    let text_view = n.colloc(&["status"]);
     let _ = nobody.kill();
     let _ = nobody.wait();
     unsafe_free_kill(run.id());
@@ -912,6 +913,11 @@ fn running_runs_are_in_the_node_metrics_from_their_own_user_only() {
         assert_eq!((l["unit"].as_str(), v), (Some("img/s"), 100.5));
     }
     assert_eq!(om_samples(&f, "colloc_job_runs_running")[0].1, 2.0);
+    let said = String::from_utf8_lossy(&text_view.stdout);
+    assert!(
+        said.contains("  running 2 run(s) (colloc run): seed") && said.contains(" 100.5 img/s"),
+        "{said}"
+    );
     assert!(
         om_samples(&f, "colloc_live_refused")[0].1 >= 1.0,
         "{:?}",

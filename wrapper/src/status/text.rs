@@ -36,7 +36,12 @@ impl Exporter<NodeStatus> for Text {
         }
         for j in &s.journals {
             match j {
-                JournalEntry::Read(j) => journal(&mut t, j),
+                JournalEntry::Read(j) => {
+                    journal(&mut t, j);
+                    if let Some(r) = s.live.jobs.iter().find(|r| r.job == j.job) {
+                        runs(&mut t, r);
+                    }
+                }
                 JournalEntry::Unreadable(e) => {
                     let _ = writeln!(
                         t,
@@ -172,6 +177,25 @@ fn journal(t: &mut String, j: &JournalStatus) {
             j.job
         );
     }
+}
+
+/// What a job's `colloc run` says it is running: one line, each run with its last
+/// throughput (the whole text is escaped for the terminal at the end).
+fn runs(t: &mut String, r: &super::live::JobRuns) {
+    let list: Vec<String> = r
+        .runs
+        .iter()
+        .map(|x| match (x.throughput, &x.unit) {
+            (Some(v), Some(u)) => format!("{} {v:.1} {u}", x.name),
+            _ => x.name.clone(),
+        })
+        .collect();
+    let _ = writeln!(
+        t,
+        "  running {} run(s) (colloc run): {}",
+        r.runs.len(),
+        list.join(", ")
+    );
 }
 
 /// Who may hold a marked GPU: processes with NVIDIA device files open (DCGM's
