@@ -310,7 +310,16 @@ impl<'a> Common<'a> {
     /// What each running run is doing now, to the node's metrics ([`LiveServer`]).
     fn publish_live(&self, ctl: &Ctl<'_>) {
         let Some(p) = self.publisher else { return };
-        let views: Vec<View<'_>> = ctl.running().take(live::MAX_RUNS).collect();
+        // Across nodes, this node's metrics speak of the runs on this node only.
+        let here = |slot: usize| match &self.steps {
+            Some(s) => s.slot_nodes.get(slot) == self.node.as_ref(),
+            None => true,
+        };
+        let views: Vec<View<'_>> = ctl
+            .running()
+            .filter(|v| here(v.slot))
+            .take(live::MAX_RUNS)
+            .collect();
         let keys: Vec<AttemptId> = views.iter().map(|v| v.id).collect();
         let gpu = self.sampler.map(|s| s.current(&keys)).unwrap_or_default();
         let runs = views
@@ -322,7 +331,14 @@ impl<'a> Common<'a> {
                     name: v.job.label.clone(),
                     index: u32::try_from(v.job.run).unwrap_or(u32::MAX),
                     attempt: v.job.attempt,
-                    device: self.devices.get(v.slot).cloned().flatten(),
+                    // A name a reader would refuse (it would drop the whole snapshot)
+                    // is left out instead.
+                    device: self
+                        .devices
+                        .get(v.slot)
+                        .cloned()
+                        .flatten()
+                        .filter(|d| d.len() <= 64 && !d.chars().any(char::is_control)),
                     started_unix: self.rec.ts(v.start),
                     throughput: v
                         .seen
