@@ -18,6 +18,9 @@ pub const SCHEMA: u32 = 1;
 pub const MAX_BYTES: usize = 256 * 1024;
 /// The most runs one snapshot may list (more than any node runs at once).
 pub const MAX_RUNS: usize = 256;
+/// The largest figure a reader takes: 2^53, the largest integer every reader of the
+/// metrics (a float parser and an integer parser alike) reads the same.
+pub const MAX_FIGURE: f64 = 9_007_199_254_740_992.0;
 /// The longest run name, device and unit, in characters (a run name is at most 100).
 const MAX_NAME: usize = 100;
 const MAX_DEVICE: usize = 64;
@@ -45,6 +48,9 @@ pub struct LiveRun {
     pub index: u32,
     /// Its attempt (1 the first).
     pub attempt: u32,
+    /// The slot it runs on (below [`MAX_RUNS`]): the metrics' figures are per slot, so
+    /// their series last the pack, not each run.
+    pub slot: u32,
     /// The CUDA device of its slot (GPU or MIG UUID), where known.
     pub device: Option<String>,
     /// When this attempt started, Unix seconds.
@@ -100,8 +106,22 @@ impl Live {
                 r.util_ratio,
                 r.energy_joules,
             ];
-            if figures.iter().flatten().any(|x| !x.is_finite() || *x < 0.0) {
-                return Err(format!("run {:?}: a figure not finite or below 0", r.name));
+            if figures
+                .iter()
+                .flatten()
+                .any(|x| !x.is_finite() || *x < 0.0 || *x > MAX_FIGURE)
+                || r.memory_peak_bytes.is_some_and(|b| b > 1 << 53)
+            {
+                return Err(format!(
+                    "run {:?}: a figure not finite, below 0 or above 2^53",
+                    r.name
+                ));
+            }
+            if r.slot as usize >= MAX_RUNS {
+                return Err(format!(
+                    "run {:?}: slot {} (below {MAX_RUNS})",
+                    r.name, r.slot
+                ));
             }
             if r.util_ratio.is_some_and(|u| u > 1.0) {
                 return Err(format!("run {:?}: a utilization above 1", r.name));
@@ -120,10 +140,19 @@ fn check_text(what: &str, s: &str, max: usize) -> Result<(), String> {
     if s.chars().count() > max {
         return Err(format!("a {what} longer than {max} characters"));
     }
-    if s.chars().any(char::is_control) {
-        return Err(format!("a {what} with a control character"));
+    if s.chars().any(|c| c.is_control() || invisible(c)) {
+        return Err(format!("a {what} with a control or format character"));
     }
     Ok(())
+}
+
+/// Characters that change how the text around them shows without showing themselves:
+/// bidirectional overrides and isolates, zero-width ones, the byte order mark.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}'
+        | '\u{fff9}'..='\u{fffb}')
 }
 
 /// The job an abstract socket name says it serves (`colloc-live/<job>/…`), or `None`
@@ -146,6 +175,7 @@ mod tests {
             name: name.into(),
             index: 3,
             attempt: 1,
+            slot: 2,
             device: Some("MIG-0123".into()),
             started_unix: 1_700_000_000.5,
             throughput: Some(812.5),
@@ -185,10 +215,14 @@ mod tests {
         assert!(with(&|l| l.runs[0].unit = Some("u".repeat(25))).contains("unit"));
         assert!(with(&|l| l.runs[0].device = Some("\u{1b}[2J".into())).contains("control"));
         assert!(with(&|l| l.runs[0].throughput = Some(-1.0)).contains("below 0"));
+        assert!(with(&|l| l.runs[0].throughput = Some(1e23)).contains("2^53"));
+        assert!(with(&|l| l.runs[0].memory_peak_bytes = Some((1 << 53) + 1)).contains("2^53"));
+        assert!(with(&|l| l.runs[0].name = "bidi\u{202e}x".into()).contains("format"));
+        assert!(with(&|l| l.runs[0].slot = MAX_RUNS as u32).contains("slot"));
         assert!(with(&|l| l.runs[0].util_ratio = Some(1.5)).contains("above 1"));
         // JSON has no NaN: a serializer writes null, which is simply no figure.
         assert!(Live::parse(br#"{"schema":1,"job":1,"runs":[],"extra":1}"#).is_err());
-        assert!(Live::parse(br#"{"schema":1,"job":1,"runs":[{"name":"a","index":0,"attempt":1,"device":null,"started_unix":1e999,"throughput":null,"unit":null,"memory_peak_bytes":null,"util_ratio":null,"energy_joules":null}]}"#).is_err());
+        assert!(Live::parse(br#"{"schema":1,"job":1,"runs":[{"name":"a","index":0,"attempt":1,"slot":0,"device":null,"started_unix":1e999,"throughput":null,"unit":null,"memory_peak_bytes":null,"util_ratio":null,"energy_joules":null}]}"#).is_err());
         assert!(Live::parse(&vec![b' '; MAX_BYTES + 1])
             .unwrap_err()
             .contains("bytes"));

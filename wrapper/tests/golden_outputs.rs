@@ -840,7 +840,7 @@ fn running_runs_are_in_the_node_metrics_from_their_own_user_only() {
         .spawn()
         .unwrap();
     // nobody, in job 51's name: a snapshot of a run that does not exist.
-    let forged = r#"{"schema":1,"job":51,"runs":[{"name":"forged","index":0,"attempt":1,"device":null,"started_unix":1.0,"throughput":1e9,"unit":"img/s","memory_peak_bytes":null,"util_ratio":null,"energy_joules":null}]}"#;
+    let forged = r#"{"schema":1,"job":51,"runs":[{"name":"forged","index":0,"attempt":1,"slot":0,"device":null,"started_unix":1.0,"throughput":1e9,"unit":"img/s","memory_peak_bytes":null,"util_ratio":null,"energy_joules":null}]}"#;
     let server = format!(
         "import socket,time\ns=socket.socket(socket.AF_UNIX)\ns.bind('\\0colloc-live/51/forged.1')\ns.listen(4)\nwhile True:\n c,_=s.accept()\n try:\n  c.sendall(b'{forged}')\n except OSError:\n  pass\n c.close()\n"
     );
@@ -909,6 +909,12 @@ fn running_runs_are_in_the_node_metrics_from_their_own_user_only() {
         assert_eq!(l["job"], "51");
         assert!(l["UUID"].as_str().unwrap().starts_with("GPU-"), "{l}");
     }
+    let mut slots: Vec<&str> = info
+        .iter()
+        .map(|(l, _)| l["slot"].as_str().unwrap())
+        .collect();
+    slots.sort();
+    assert_eq!(slots, ["0", "1"]);
     for (l, v) in om_samples(&f, "colloc_run_throughput") {
         assert_eq!((l["unit"].as_str(), v), (Some("img/s"), 100.5));
     }

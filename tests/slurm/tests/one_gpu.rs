@@ -694,13 +694,18 @@ fn running_runs_in_metrics(c: &Cluster) {
     });
     std::fs::write(&stop, "").unwrap();
     for run in ["r1", "r2"] {
-        let info = format!("colloc_run_info{{job=\"{id}\",run=\"{run}\",index=\"");
-        let line = text.lines().find(|l| l.starts_with(&info));
+        let line = text.lines().find(|l| {
+            l.starts_with(&format!("colloc_run_info{{job=\"{id}\",slot=\""))
+                && l.contains(&format!(",run=\"{run}\","))
+        });
         assert!(
             line.is_some_and(|l| l.ends_with(&format!(",UUID=\"{uuid}\"}} 1"))),
             "{run}: {line:?}\n{text}"
         );
-        let tp = format!("colloc_run_throughput{{job=\"{id}\",run=\"{run}\",unit=\"img/s\"}} 12.5");
+    }
+    for slot in ["0", "1"] {
+        let tp =
+            format!("colloc_run_throughput{{job=\"{id}\",slot=\"{slot}\",unit=\"img/s\"}} 12.5");
         assert!(text.lines().any(|l| l == tp), "{tp}\n{text}");
     }
     assert!(

@@ -23,6 +23,8 @@ pub struct LiveServer {
     snapshot: Arc<Mutex<Vec<u8>>>,
     name: String,
     job: u32,
+    /// Each slot's device as NVML names it (GPU or MIG UUID), where known.
+    slot_devices: Vec<Option<String>>,
 }
 
 impl LiveServer {
@@ -57,6 +59,7 @@ impl LiveServer {
             snapshot,
             name,
             job,
+            slot_devices: Vec::new(),
         })
     }
 
@@ -66,6 +69,18 @@ impl LiveServer {
         if let Ok(mut s) = self.snapshot.lock() {
             *s = bytes;
         }
+    }
+
+    /// Name each slot's device by its UUID (as root's reader knows the job's devices).
+    #[must_use]
+    pub fn with_slot_devices(mut self, devices: Vec<Option<String>>) -> LiveServer {
+        self.slot_devices = devices;
+        self
+    }
+
+    /// Slot `slot`'s device UUID, where known.
+    pub fn slot_device(&self, slot: usize) -> Option<&str> {
+        self.slot_devices.get(slot)?.as_deref()
     }
 
     /// The job it serves.
@@ -101,7 +116,9 @@ fn bind(job: u32) -> std::io::Result<(OwnedFd, String)> {
         let addr = SocketAddrUnix::new_abstract_name(name.as_bytes())?;
         match rustix::net::bind(&fd, &addr) {
             Ok(()) => {
-                rustix::net::listen(&fd, 16)?;
+                // Room for a burst of readers (another user's connections are dropped at
+                // once, but may fill a short queue while root's read waits).
+                rustix::net::listen(&fd, 1024)?;
                 return Ok((fd, name));
             }
             Err(e) if e == Errno::ADDRINUSE => last = e,
@@ -170,6 +187,7 @@ mod tests {
                 name: "a".into(),
                 index: 0,
                 attempt: 1,
+                slot: 0,
                 started_unix: 1.0,
                 throughput: Some(10.0),
                 unit: Some("it/s".into()),

@@ -159,7 +159,8 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
     let live = job_id
         .as_deref()
         .and_then(|j| j.trim().parse().ok())
-        .and_then(live::LiveServer::start);
+        .and_then(live::LiveServer::start)
+        .map(|s| s.with_slot_devices(slot_uuids(&gpus)));
     let mut passes = Passes {
         launcher: &mut *launcher,
         signals: &signals,
@@ -411,6 +412,27 @@ fn launcher_for(
         opts.interval,
         Rc::clone(&ctx.book),
     ))
+}
+
+/// Each slot's device as NVML names it: its MIG instance's UUID, else its GPU's.
+fn slot_uuids(gpus: &setup::Gpus) -> Vec<Option<String>> {
+    let Some((_, m)) = &gpus.nvml else {
+        return Vec::new();
+    };
+    (0..m.slot_gpu.len())
+        .map(|s| {
+            if m.slot_mig.get(s).copied().unwrap_or(false) {
+                m.slot_device.get(s).cloned().flatten()
+            } else {
+                m.slot_gpu
+                    .get(s)
+                    .copied()
+                    .flatten()
+                    .and_then(|g| m.gpus.get(g))
+                    .map(|g| g.uuid.clone())
+            }
+        })
+        .collect()
 }
 
 /// What both passes of the engine (the solo baseline, then the pack) run with.

@@ -322,40 +322,42 @@ impl<'a> Common<'a> {
             .collect();
         let keys: Vec<AttemptId> = views.iter().map(|v| v.id).collect();
         let gpu = self.sampler.map(|s| s.current(&keys)).unwrap_or_default();
+        let figure =
+            |x: Option<f64>| x.filter(|x| x.is_finite() && (0.0..=live::MAX_FIGURE).contains(x));
         let runs = views
             .iter()
             .zip(gpu.into_iter().chain(std::iter::repeat(None)))
-            .map(|(v, g)| {
+            .filter_map(|(v, g)| {
                 let g = g.unwrap_or_default();
-                LiveRun {
+                Some(LiveRun {
                     name: v.job.label.clone(),
                     index: u32::try_from(v.job.run).unwrap_or(u32::MAX),
                     attempt: v.job.attempt,
-                    // A name a reader would refuse (it would drop the whole snapshot)
-                    // is left out instead.
-                    device: self
-                        .devices
-                        .get(v.slot)
-                        .cloned()
-                        .flatten()
-                        .filter(|d| d.len() <= 64 && !d.chars().any(char::is_control)),
+                    slot: u32::try_from(v.slot)
+                        .ok()
+                        .filter(|s| (*s as usize) < live::MAX_RUNS)?,
+                    // NVML's name of the slot's device, else the job's (a UUID in a
+                    // colloc job's COLLOC_DEVICES; an index is not said: its number is
+                    // the job's view, not the node's).
+                    device: p.slot_device(v.slot).map(String::from).or_else(|| {
+                        self.devices.get(v.slot).cloned().flatten().filter(|d| {
+                            (d.starts_with("GPU-") || d.starts_with("MIG-"))
+                                && d.len() <= 64
+                                && !d.chars().any(char::is_control)
+                        })
+                    }),
                     started_unix: self.rec.ts(v.start),
-                    throughput: v
-                        .seen
-                        .series
-                        .stats
-                        .last
-                        .filter(|x| x.is_finite() && *x >= 0.0),
+                    throughput: figure(v.seen.series.stats.last),
                     unit: v
                         .seen
                         .series
                         .unit
                         .as_ref()
                         .map(|u| u.chars().filter(|c| !c.is_control()).take(24).collect()),
-                    memory_peak_bytes: g.peak_memory_bytes,
+                    memory_peak_bytes: g.peak_memory_bytes.filter(|b| *b <= 1 << 53),
                     util_ratio: g.mean_util_percent.map(|u| (u / 100.0).clamp(0.0, 1.0)),
-                    energy_joules: g.energy_j,
-                }
+                    energy_joules: figure(g.energy_j),
+                })
             })
             .collect();
         p.publish(&Live {

@@ -372,8 +372,8 @@ fn read_journals(
 
 /// Each journal with its job's Slurm state.
 /// The jobs whose `colloc run`s may speak for them: every job a journal holds GPUs for
-/// here that Slurm does not say has ended, with its user and its devices (its GPUs, by
-/// UUID and NVML index, their MIG instances' UUIDs, its MPS daemons' devices).
+/// here that Slurm does not say has ended, with its user and its devices (its GPUs' and
+/// their MIG instances' UUIDs, its MPS daemons' devices).
 fn speakers(journals: &[JournalEntry], gpus: Option<&[GpuStatus]>) -> Vec<Speaker> {
     journals
         .iter()
@@ -402,7 +402,6 @@ fn speakers(journals: &[JournalEntry], gpus: Option<&[GpuStatus]>) -> Vec<Speake
                 .filter(|g| j.gpus.contains(&g.index))
             {
                 add(&g.uuid, &g.uuid);
-                add(&g.index.to_string(), &g.uuid);
                 match &g.instances {
                     Instances::Listed(l) => {
                         for u in l.iter().filter_map(|i| i.uuid.as_deref()) {

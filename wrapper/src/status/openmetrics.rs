@@ -397,63 +397,65 @@ def!(
     RUN_INFO,
     "colloc_run_info",
     None,
-    ["job", "run", "index", "UUID"],
-    "A run colloc run is running now: its job, its name and index in the manifest, and \
-     the device of its slot (GPU or MIG UUID; empty where it is none of the job's here), \
-     value 1.",
-    "per job, the runs running now (at most 256 per job, 8 colloc runs per job); a \
-     run's series end when it ends, so a sweep of 5,000 runs has only its slots' runs \
-     at a time."
+    ["job", "slot", "run", "index", "UUID"],
+    "A run colloc run is running now: its job, the slot it runs on, its name and index in \
+     the manifest, and its slot's device (GPU or MIG UUID; empty where it is none of the \
+     job's here), value 1. The other colloc_run_ families are per slot: join on job and \
+     slot for the run's name.",
+    "per job, the runs running now (at most one per slot, slots below 256, 8 colloc runs \
+     per job); a run's info ends when it ends, so a sweep of 5,000 runs has only its \
+     slots' runs at a time, and its figures' series are its slots', for the whole pack."
 );
 def!(
     RUN_START,
     "colloc_run_start_time_seconds",
     Some("seconds"),
-    ["job", "run"],
+    ["job", "slot"],
     "When the run's current attempt started, Unix seconds.",
-    "as colloc_run_info."
+    "per job, its slots (below 256), for the whole pack."
 );
 def!(
     RUN_ATTEMPT,
     "colloc_run_attempt",
     None,
-    ["job", "run"],
+    ["job", "slot"],
     "The run's current attempt (1 the first; more after retries).",
-    "as colloc_run_info."
+    "per job, its slots (below 256), for the whole pack."
 );
 def!(
     RUN_THROUGHPUT,
     "colloc_run_throughput",
     None,
-    ["job", "run", "unit"],
-    "The run's last throughput sample, in the unit its output names (img/s, it/s, …).",
-    "as colloc_run_info; a run prints one unit."
+    ["job", "slot", "unit"],
+    "The last throughput sample of the run on the slot, in the unit its output names \
+     (img/s, it/s, …).",
+    "per job, its slots; a run prints one unit."
 );
 def!(
     RUN_MEMORY,
     "colloc_run_memory_peak_bytes",
     Some("bytes"),
-    ["job", "run"],
+    ["job", "slot"],
     "The most GPU memory the run's processes held at once so far (its MIG instance's \
      memory on a MIG slot).",
-    "as colloc_run_info."
+    "per job, its slots (below 256), for the whole pack."
 );
 def!(
     RUN_UTIL,
     "colloc_run_gpu_utilization_ratio",
     Some("ratio"),
-    ["job", "run"],
+    ["job", "slot"],
     "Mean SM utilization of the run's own processes so far, 0 to 1 (absent where NVML \
      cannot say: under MPS and on MIG).",
-    "as colloc_run_info."
+    "per job, its slots (below 256), for the whole pack."
 );
 def!(
     RUN_ENERGY,
     "colloc_run_energy_joules",
     Some("joules"),
-    ["job", "run"],
+    ["job", "slot"],
     "The run's time share of its GPU's energy so far.",
-    "as colloc_run_info."
+    "per job, its slots (below 256), for the whole pack."
 );
 
 /// Every family, in the order the format prints them.
@@ -730,23 +732,25 @@ fn runs(d: &mut Doc, s: &NodeStatus) {
         let job = j.job.to_string();
         d.set(&JOB_RUNS, &[&job], j.runs.len() as u64);
         for r in &j.runs {
-            let run = r.name.as_str();
+            let slot = r.slot.to_string();
             let uuid = r.device.as_deref().unwrap_or_default();
-            d.set(&RUN_INFO, &[&job, run, &r.index.to_string(), uuid], 1);
-            d.set_f(&RUN_START, &[&job, run], r.started_unix);
-            d.set(&RUN_ATTEMPT, &[&job, run], u64::from(r.attempt));
+            let info = [job.as_str(), &slot, &r.name, &r.index.to_string(), uuid];
+            d.set(&RUN_INFO, &info, 1);
+            let at = [job.as_str(), &slot];
+            d.set_f(&RUN_START, &at, r.started_unix);
+            d.set(&RUN_ATTEMPT, &at, u64::from(r.attempt));
             if let Some(t) = r.throughput {
                 let unit = r.unit.as_deref().unwrap_or_default();
-                d.set_f(&RUN_THROUGHPUT, &[&job, run, unit], t);
+                d.set_f(&RUN_THROUGHPUT, &[&job, &slot, unit], t);
             }
             if let Some(b) = r.memory_peak_bytes {
-                d.set(&RUN_MEMORY, &[&job, run], b);
+                d.set(&RUN_MEMORY, &at, b);
             }
             if let Some(u) = r.util_ratio {
-                d.set_f(&RUN_UTIL, &[&job, run], u);
+                d.set_f(&RUN_UTIL, &at, u);
             }
             if let Some(e) = r.energy_joules {
-                d.set_f(&RUN_ENERGY, &[&job, run], e);
+                d.set_f(&RUN_ENERGY, &at, e);
             }
         }
     }

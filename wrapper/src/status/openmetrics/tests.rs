@@ -205,9 +205,9 @@ fn hostile_names_and_modes_round_trip_through_the_parser() {
     );
 }
 
-/// The runs a job's `colloc run` serves: one series each per family, labelled with the
-/// job, the run (a hostile name stays inside its label) and, for the info, its device;
-/// figures as they were served, floats too; a figure not served has no sample.
+/// The runs a job's `colloc run` serves: an info series per run (its name, a hostile one
+/// staying inside its label, and device), its figures per slot, as they were served,
+/// floats too; a figure not served has no sample.
 #[test]
 fn the_running_runs_are_series_of_their_job() {
     use colloc_results::live::LiveRun;
@@ -222,6 +222,7 @@ fn the_running_runs_are_series_of_their_job() {
                     name: "seed1".into(),
                     index: 0,
                     attempt: 2,
+                    slot: 0,
                     device: Some("MIG-1".into()),
                     started_unix: 1_700_000_000.25,
                     throughput: Some(812.5),
@@ -234,6 +235,7 @@ fn the_running_runs_are_series_of_their_job() {
                     name: hostile.into(),
                     index: 1,
                     attempt: 1,
+                    slot: 1,
                     started_unix: 1_700_000_001.0,
                     ..LiveRun::default()
                 },
@@ -247,7 +249,7 @@ fn the_running_runs_are_series_of_their_job() {
         "a name broke out of its label"
     );
     assert!(
-        text.contains("\ncolloc_run_throughput{job=\"4\",run=\"seed1\",unit=\"img/s\"} 812.5\n"),
+        text.contains("\ncolloc_run_throughput{job=\"4\",slot=\"0\",unit=\"img/s\"} 812.5\n"),
         "{text}"
     );
     let Some(f) = parse(&text) else {
@@ -263,11 +265,11 @@ fn the_running_runs_are_series_of_their_job() {
     assert_eq!(info.len(), 2);
     assert_eq!(
         info[0].0,
-        serde_json::json!({"job": "4", "run": "seed1", "index": "0", "UUID": "MIG-1"})
+        serde_json::json!({"job": "4", "slot": "0", "run": "seed1", "index": "0", "UUID": "MIG-1"})
     );
     assert_eq!(info[1].0["run"], hostile);
     assert_eq!(info[1].0["UUID"], "");
-    let seed1 = serde_json::json!({"job": "4", "run": "seed1"});
+    let seed1 = serde_json::json!({"job": "4", "slot": "0"});
     assert_eq!(
         one("colloc_run_start_time_seconds")[0],
         (seed1.clone(), 1_700_000_000.25)
