@@ -147,12 +147,13 @@ fn check_text(what: &str, s: &str, max: usize) -> Result<(), String> {
 }
 
 /// Characters that change how the text around them shows without showing themselves:
-/// bidirectional overrides and isolates, zero-width ones, the byte order mark.
+/// bidirectional overrides and isolates, zero-width ones, line and paragraph
+/// separators, the soft hyphen, the byte order mark, tag characters.
 fn invisible(c: char) -> bool {
     matches!(c,
-        '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+        '\u{00ad}' | '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
         | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}'
-        | '\u{fff9}'..='\u{fffb}')
+        | '\u{fff9}'..='\u{fffb}' | '\u{e0000}'..='\u{e007f}')
 }
 
 /// The job an abstract socket name says it serves (`colloc-live/<job>/…`), or `None`
@@ -218,6 +219,8 @@ mod tests {
         assert!(with(&|l| l.runs[0].throughput = Some(1e23)).contains("2^53"));
         assert!(with(&|l| l.runs[0].memory_peak_bytes = Some((1 << 53) + 1)).contains("2^53"));
         assert!(with(&|l| l.runs[0].name = "bidi\u{202e}x".into()).contains("format"));
+        assert!(with(&|l| l.runs[0].name = "a\u{2028}b".into()).contains("format"));
+        assert!(with(&|l| l.runs[0].name = "tag\u{e0041}".into()).contains("format"));
         assert!(with(&|l| l.runs[0].slot = MAX_RUNS as u32).contains("slot"));
         assert!(with(&|l| l.runs[0].util_ratio = Some(1.5)).contains("above 1"));
         // JSON has no NaN: a serializer writes null, which is simply no figure.

@@ -179,3 +179,4 @@ mod rundir;
 mod tests;
 mod text;
 mod textfile;
+pub mod unixdiag;

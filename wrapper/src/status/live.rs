@@ -2,11 +2,13 @@
 //! 38): read from each one's abstract socket ([`crate::run::live`]), never from a file a
 //! user could swap.
 //!
-//! Which sockets: those `/proc/net/unix` lists as listening under
-//! `colloc-live/<job>/…` for a job that holds GPUs here through colloc (a journal of
-//! it) and that Slurm does not say has ended. Whose: the kernel's credentials of the
-//! socket's owner (`SO_PEERCRED`) must be the job's user, as the journal says, so a user
-//! can speak only of their own jobs; a socket of another uid, an answer that is not a
+//! Which sockets: the listening ones named `colloc-live/<job>/…` (the kernel's list,
+//! [`super::unixdiag`], never the text of `/proc/net/unix`, where a name can forge lines)
+//! for a job that holds GPUs here through colloc (a journal of it) and that Slurm does
+//! not say has ended, and whose owner the kernel says is the job's user, as the journal
+//! says. A socket someone else made in a job's name costs a comparison, never a
+//! connection, however many there are. On the connection the peer's credentials are
+//! checked again (`SO_PEERCRED`). A socket of another uid, an answer that is not a
 //! snapshot of that job, or one not read in time is left out and counted
 //! ([`LiveRead::refused`]). Every socket is read at once, side by side, within one
 //! deadline, so one that never answers delays nothing else. What a snapshot says is its
@@ -14,11 +16,13 @@
 //! ([`colloc_results::live::Live::parse`]); a device it names that is none of the job's
 //! is dropped.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use colloc_results::live::{self, Live, LiveRun};
+
+use super::unixdiag::{self, Listening};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{sockopt, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
@@ -75,120 +79,38 @@ pub fn read(speakers: &[Speaker]) -> LiveRead {
     if speakers.is_empty() {
         return LiveRead::default();
     }
-    let text = std::fs::File::open("/proc/net/unix")
-        .ok()
-        .and_then(|f| colloc_core::fs::read_at_most(f, 256 << 20).ok().flatten())
-        .unwrap_or_default();
-    read_names(
-        &listening_names(&String::from_utf8_lossy(&text)),
-        speakers,
-        &mut ProcHolders::default(),
-    )
-}
-
-/// The listening stream sockets with abstract names under colloc's prefix: each name and
-/// its inode, once each.
-pub fn listening_names(proc_net_unix: &str) -> Vec<(String, u64)> {
-    let mut names = BTreeMap::new();
-    for line in proc_net_unix.lines().skip(1) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        // Num RefCount Protocol Flags Type St Inode Path: listening (__SO_ACCEPTCON),
-        // a stream, unconnected, with an abstract name.
-        let [_, _, _, flags, kind, st, inode, path] = f[..] else {
-            continue;
-        };
-        let listening = u32::from_str_radix(flags, 16).is_ok_and(|x| x & 0x0001_0000 != 0);
-        let Ok(inode) = inode.parse::<u64>() else {
-            continue;
-        };
-        if !listening || kind != "0001" || st != "01" {
-            continue;
-        }
-        if let Some(name) = path.strip_prefix('@') {
-            if live::job_of_name(name).is_some() {
-                names.entry(name.to_string()).or_insert(inode);
-            }
+    match unixdiag::listening_abstract(live::SOCKET_PREFIX.as_bytes()) {
+        Ok(list) => read_listed(&list, speakers),
+        Err(e) => {
+            log::warn!("no live metrics: the kernel's list of sockets: {e}");
+            LiveRead::default()
         }
     }
-    names.into_iter().collect()
 }
 
-/// Who holds a socket, as `/proc` says: a process's real uid and the socket inodes among
-/// its open files, read once per process and only for processes a name points at.
-pub trait Holders {
-    /// Process `pid`'s real uid (`None`: no such process).
-    fn uid(&mut self, pid: u32) -> Option<u32>;
-    /// Whether process `pid` has the socket of inode `inode` open.
-    fn holds(&mut self, pid: u32, inode: u64) -> bool;
-}
-
-/// [`Holders`] from `/proc`.
-#[derive(Default)]
-pub struct ProcHolders {
-    uids: BTreeMap<u32, Option<u32>>,
-    sockets: BTreeMap<u32, BTreeSet<u64>>,
-}
-
-/// The most open files read of one process.
-const MAX_FDS: usize = 65_536;
-
-impl Holders for ProcHolders {
-    fn uid(&mut self, pid: u32) -> Option<u32> {
-        *self.uids.entry(pid).or_insert_with(|| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
-            line.split_whitespace().next()?.parse().ok()
-        })
-    }
-
-    fn holds(&mut self, pid: u32, inode: u64) -> bool {
-        self.sockets
-            .entry(pid)
-            .or_insert_with(|| {
-                let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-                    return BTreeSet::new();
-                };
-                rd.flatten()
-                    .take(MAX_FDS)
-                    .filter_map(|e| std::fs::read_link(e.path()).ok())
-                    .filter_map(|l| {
-                        let l = l.to_str()?;
-                        l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
-                    })
-                    .collect()
-            })
-            .contains(&inode)
-    }
-}
-
-/// The pid a socket name says serves it (`colloc-live/<job>/<pid>.<n>`).
-fn pid_of_name(name: &str) -> Option<u32> {
-    let tail = name.strip_prefix(live::SOCKET_PREFIX)?.split_once('/')?.1;
-    tail.split_once('.')?.0.parse().ok()
-}
-
-/// Read the sockets `names` (with their inodes) for `speakers`. Only a socket that the
-/// process its name points at holds, and whose user is the job's, is connected to: a
-/// socket someone else made in a job's name costs a look-up, not a connection, however
-/// many there are.
-pub fn read_names(
-    names: &[(String, u64)],
-    speakers: &[Speaker],
-    holders: &mut dyn Holders,
-) -> LiveRead {
+/// Read the listed sockets of `speakers`' jobs: only those the job's user owns.
+pub fn read_listed(list: &[Listening], speakers: &[Speaker]) -> LiveRead {
     let by_job: BTreeMap<u32, &Speaker> = speakers.iter().map(|s| (s.job, s)).collect();
     let mut out = LiveRead::default();
     let mut per_job: BTreeMap<u32, usize> = BTreeMap::new();
     let mut chosen: Vec<(u32, &str)> = Vec::new();
-    for (name, inode) in names {
+    // In name order: the kernel lists them in no order that means anything.
+    let mut list: Vec<&Listening> = list.iter().collect();
+    list.sort_by(|a, b| a.name.cmp(&b.name));
+    for l in list {
+        let Ok(name) = std::str::from_utf8(&l.name) else {
+            continue;
+        };
         let Some(job) = live::job_of_name(name) else {
             continue;
         };
         let Some(sp) = by_job.get(&job) else { continue };
-        let owned = pid_of_name(name)
-            .is_some_and(|pid| holders.uid(pid) == Some(sp.uid) && holders.holds(pid, *inode));
         let n = per_job.entry(job).or_default();
-        if !owned || *n >= PER_JOB || chosen.len() >= ALL {
+        if l.uid != Some(sp.uid)
+            || name.chars().any(char::is_control)
+            || *n >= PER_JOB
+            || chosen.len() >= ALL
+        {
             out.refused += 1;
             continue;
         }
@@ -198,7 +120,9 @@ pub fn read_names(
     let deadline = Instant::now() + DEADLINE;
     let mut open: Vec<(u32, OwnedFd)> = Vec::new();
     for (job, name) in chosen {
-        match connect(name, by_job[&job].uid, deadline) {
+        // Each socket's full queue is tried again for a share of the time, never all.
+        let until = deadline.min(Instant::now() + DEADLINE / 8);
+        match connect(name, by_job[&job].uid, until) {
             Some(fd) => open.push((job, fd)),
             None => out.refused += 1,
         }
@@ -316,25 +240,6 @@ fn drain(fd: std::os::fd::BorrowedFd<'_>, buf: &mut Vec<u8>) -> Option<bool> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn only_listening_colloc_names_are_taken() {
-        let text = "Num       RefCount Protocol Flags    Type St Inode Path\n\
-            0000000051dfd720: 00000002 00000000 00010000 0001 01 42687918 @colloc-live/42/7.1\n\
-            0000000051dfd721: 00000002 00000000 00010000 0001 01 42687919 @colloc-live/42/7.1\n\
-            0000000051dfd722: 00000003 00000000 00000000 0001 03 42687920 @colloc-live/43/8.1\n\
-            0000000051dfd723: 00000002 00000000 00010000 0002 01 42687921 @colloc-live/44/9.1\n\
-            0000000051dfd724: 00000002 00000000 00010000 0001 01 42687922 /tmp/colloc-live/45/1\n\
-            0000000051dfd725: 00000002 00000000 00010000 0001 01 42687923 @other/46/1\n\
-            0000000051dfd726: 00000002 00000000 00010000 0001 01 42687924 @colloc-live/47/a b\n\
-            0000000051dfd727: 00000002 00000000 00010000 0001 01 42687925\n";
-        assert_eq!(
-            listening_names(text),
-            [("colloc-live/42/7.1".to_string(), 42_687_918)]
-        );
-        assert_eq!(pid_of_name("colloc-live/42/7.1"), Some(7));
-        assert_eq!(pid_of_name("colloc-live/42/x.1"), None);
-    }
-
     /// A socket of this process under `name`, answering `answer` once (or holding the
     /// connection open without a word where it is empty).
     fn serve(name: &str, answer: Vec<u8>) -> std::thread::JoinHandle<()> {
@@ -377,12 +282,12 @@ mod tests {
         .to_bytes()
     }
 
-    /// The listed sockets of this process's names, as `/proc/net/unix` has them now.
-    fn listed(names: &[&String]) -> Vec<(String, u64)> {
-        let text = std::fs::read_to_string("/proc/net/unix").unwrap();
-        listening_names(&text)
+    /// The kernel's list of this process's sockets among `names`.
+    fn listed(names: &[&String]) -> Vec<Listening> {
+        unixdiag::listening_abstract(live::SOCKET_PREFIX.as_bytes())
+            .unwrap()
             .into_iter()
-            .filter(|(n, _)| names.contains(&n))
+            .filter(|l| names.iter().any(|n| n.as_bytes() == l.name))
             .collect()
     }
 
@@ -403,15 +308,12 @@ mod tests {
         let other_job = format!("colloc-live/901/{pid}.c");
         let silent = format!("colloc-live/902/{pid}.d");
         let wrong_uid_job = format!("colloc-live/903/{pid}.e");
-        // Served here, but its name says another process (pid 1) serves it.
-        let not_its_pid = "colloc-live/900/1.f".to_string();
         let handles = vec![
             serve(&ok, snap(900, &["a", "b"])),
             serve(&twin, snap(900, &["b", "c"])),
             serve(&other_job, snap(900, &["x"])),
             serve(&silent, Vec::new()),
             serve(&wrong_uid_job, snap(903, &["y"])),
-            serve(&not_its_pid, snap(900, &["z"])),
         ];
         let speakers = [
             speaker(900, me),
@@ -419,61 +321,50 @@ mod tests {
             speaker(902, me),
             speaker(903, me + 1),
         ];
-        let names = listed(&[
-            &ok,
-            &twin,
-            &other_job,
-            &silent,
-            &wrong_uid_job,
-            &not_its_pid,
-        ]);
-        assert_eq!(names.len(), 6, "{names:?}");
+        let list = listed(&[&ok, &twin, &other_job, &silent, &wrong_uid_job]);
+        assert_eq!(list.len(), 5, "{list:?}");
         let t = Instant::now();
-        let got = read_names(&names, &speakers, &mut ProcHolders::default());
+        let got = read_listed(&list, &speakers);
         assert!(t.elapsed() < DEADLINE * 3, "{:?}", t.elapsed());
         // 900: two sources, "b" once; 901 said it was 900; 902 never answered; 903's
-        // socket is not its user's; the one that names pid 1 is not pid 1's.
+        // socket is not its user's.
         assert_eq!(got.jobs.len(), 1, "{got:?}");
         let j = &got.jobs[0];
         assert_eq!((j.job, j.sources), (900, 2));
         let runs: Vec<&str> = j.runs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(runs, ["a", "b", "c"]);
-        assert_eq!(got.refused, 4, "{got:?}");
+        assert_eq!(got.refused, 3, "{got:?}");
         drop(handles);
     }
 
-    /// A job's name on many sockets that are not its user's: each is a look-up, none a
-    /// connection (a holder that counts proves it), and the job's own is still read.
+    /// Many sockets in a job's name that the kernel says are not its user's (or carry a
+    /// control character): each refused by a comparison, and the job's own still read.
     #[test]
     fn sockets_in_a_jobs_name_that_are_not_its_users_are_never_connected_to() {
-        struct Counting {
-            asked: usize,
-            uid: u32,
-        }
-        impl Holders for Counting {
-            fn uid(&mut self, pid: u32) -> Option<u32> {
-                self.asked += 1;
-                (pid == std::process::id()).then_some(self.uid)
-            }
-            fn holds(&mut self, pid: u32, _: u64) -> bool {
-                pid == std::process::id()
-            }
-        }
         let me = rustix::process::getuid().as_raw();
         let pid = std::process::id();
         let ok = format!("colloc-live/920/{pid}.a");
         let h = serve(&ok, snap(920, &["a"]));
-        let mut names: Vec<(String, u64)> = (0..50_000)
-            .map(|i| (format!("colloc-live/920/{}.x", 100_000 + i), 1))
+        // Names of sockets that do not exist: a connection would fail and count the same,
+        // but none is tried (the time bound says so: 50,000 connects take longer).
+        let mut list: Vec<Listening> = (0..50_000)
+            .map(|i| Listening {
+                name: format!("colloc-live/920/{i}.x").into_bytes(),
+                inode: i,
+                uid: Some(me + 1),
+            })
             .collect();
-        names.extend(listed(&[&ok]));
-        let mut holders = Counting { asked: 0, uid: me };
+        list.push(Listening {
+            name: format!("colloc-live/920/{pid}.a\n").into_bytes(),
+            inode: 1,
+            uid: Some(me),
+        });
+        list.extend(listed(&[&ok]));
         let t = Instant::now();
-        let got = read_names(&names, &[speaker(920, me)], &mut holders);
+        let got = read_listed(&list, &[speaker(920, me)]);
         assert!(t.elapsed() < DEADLINE, "{:?}", t.elapsed());
-        assert_eq!(got.refused, 50_000);
+        assert_eq!(got.refused, 50_001);
         assert_eq!(got.jobs[0].runs[0].name, "a");
-        assert_eq!(holders.asked, 50_001);
         h.join().unwrap();
     }
 
@@ -484,7 +375,7 @@ mod tests {
         let h = serve(&name, snap(910, &["a"]));
         let mut sp = speaker(910, me);
         sp.devices = [("GPU-2".to_string(), "GPU-2".to_string())].into();
-        let got = read_names(&listed(&[&name]), &[sp], &mut ProcHolders::default());
+        let got = read_listed(&listed(&[&name]), &[sp]);
         assert_eq!(got.jobs[0].runs[0].device, None);
         h.join().unwrap();
     }
