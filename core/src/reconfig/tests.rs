@@ -128,6 +128,7 @@ impl GpuControl for MemGpus {
         Ok(builtin_catalog(&self.gpus.borrow()[gpu as usize].name).unwrap())
     }
     fn instances(&self, gpu: u32) -> GpuResult<Vec<Instance>> {
+        self.answer("list instances")?;
         Ok(self.gpus.borrow()[gpu as usize].instances.clone())
     }
     fn processes(&self, gpu: u32) -> GpuResult<Vec<GpuProcess>> {

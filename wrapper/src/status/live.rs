@@ -79,8 +79,21 @@ pub fn read(speakers: &[Speaker]) -> LiveRead {
     if speakers.is_empty() {
         return LiveRead::default();
     }
-    match unixdiag::listening_abstract(live::SOCKET_PREFIX.as_bytes()) {
-        Ok(list) => read_listed(&list, speakers),
+    // Only sockets the kernel says are a speaking job's user's are kept: what others make
+    // in a job's name is counted, never held.
+    let mut theirs = |l: &Listening| {
+        std::str::from_utf8(&l.name)
+            .ok()
+            .and_then(live::job_of_name)
+            .and_then(|job| speakers.iter().find(|s| s.job == job))
+            .is_some_and(|s| l.uid == Some(s.uid))
+    };
+    match unixdiag::listening_abstract(live::SOCKET_PREFIX.as_bytes(), &mut theirs) {
+        Ok((list, others)) => {
+            let mut got = read_listed(&list, speakers);
+            got.refused = got.refused.saturating_add(others);
+            got
+        }
         Err(e) => {
             log::warn!("no live metrics: the kernel's list of sockets: {e}");
             LiveRead::default()
@@ -284,8 +297,9 @@ mod tests {
 
     /// The kernel's list of this process's sockets among `names`.
     fn listed(names: &[&String]) -> Vec<Listening> {
-        unixdiag::listening_abstract(live::SOCKET_PREFIX.as_bytes())
+        unixdiag::listening_abstract(live::SOCKET_PREFIX.as_bytes(), &mut |_| true)
             .unwrap()
+            .0
             .into_iter()
             .filter(|l| names.iter().any(|n| n.as_bytes() == l.name))
             .collect()

@@ -35,14 +35,19 @@ const UDIAG_SHOW_UID: u32 = 0x40;
 const UNIX_DIAG_NAME: u16 = 0;
 const UNIX_DIAG_UID: u16 = 7;
 const SOCK_STREAM: u8 = 1;
-/// The most sockets kept (those whose name starts with `prefix`).
-const MAX_KEPT: usize = 1 << 20;
+/// The most sockets kept (those `keep` takes).
+const MAX_KEPT: usize = 4096;
 
-/// Every listening stream socket whose abstract name starts with `prefix`.
+/// Every listening stream socket whose abstract name starts with `prefix`: those `keep`
+/// takes (at most 4,096: a caller that keeps only what it will use is bounded by that,
+/// not by how many sockets others make), and how many it did not.
 ///
 /// # Errors
 /// The netlink socket could not be made or asked, or the kernel refused the dump.
-pub fn listening_abstract(prefix: &[u8]) -> io::Result<Vec<Listening>> {
+pub fn listening_abstract(
+    prefix: &[u8],
+    keep: &mut dyn FnMut(&Listening) -> bool,
+) -> io::Result<(Vec<Listening>, u32)> {
     let fd = rustix::net::socket_with(
         AddressFamily::NETLINK,
         SocketType::DGRAM,
@@ -56,14 +61,24 @@ pub fn listening_abstract(prefix: &[u8]) -> io::Result<Vec<Listening>> {
         &SocketAddrNetlink::new(0, 0),
     )?;
     let mut out = Vec::new();
+    let mut left = 0u32;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let (n, _) = rustix::net::recv(&fd, &mut buf[..], RecvFlags::empty())?;
         if n == 0 {
-            return Ok(out);
+            return Ok((out, left));
         }
-        if parse(&buf[..n.min(buf.len())], prefix, &mut out)? {
-            return Ok(out);
+        let mut found = Vec::new();
+        let done = parse(&buf[..n.min(buf.len())], prefix, &mut found)?;
+        for l in found {
+            if out.len() < MAX_KEPT && keep(&l) {
+                out.push(l);
+            } else {
+                left = left.saturating_add(1);
+            }
+        }
+        if done {
+            return Ok((out, left));
         }
     }
 }
@@ -116,13 +131,7 @@ fn parse(buf: &[u8], prefix: &[u8], out: &mut Vec<Listening>) -> io::Result<bool
                     return Err(io::Error::from_raw_os_error(-errno));
                 }
             }
-            SOCK_DIAG_BY_FAMILY => {
-                if let Some(l) = listening(msg, prefix) {
-                    if out.len() < MAX_KEPT {
-                        out.push(l);
-                    }
-                }
-            }
+            SOCK_DIAG_BY_FAMILY => out.extend(listening(msg, prefix)),
             _ => {}
         }
         at += align4(len);
@@ -201,7 +210,8 @@ mod tests {
         .unwrap();
         let addr = SocketAddrUnix::new_abstract_name(format!("{tag}d").as_bytes()).unwrap();
         rustix::net::bind(&bound_only, &addr).unwrap();
-        let mut got = listening_abstract(tag.as_bytes()).unwrap();
+        let (mut got, left) = listening_abstract(tag.as_bytes(), &mut |_| true).unwrap();
+        assert_eq!(left, 0);
         got.sort_by(|x, y| x.name.cmp(&y.name));
         let names: Vec<String> = got
             .iter()

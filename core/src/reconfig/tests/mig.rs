@@ -596,6 +596,29 @@ fn no_permission_refuses_mig_jobs_naming_the_capability() {
     assert_eq!(g.count(0), 0);
 }
 
+/// Listing a GPU's MIG instances refused to root (NVML_ERROR_NO_PERMISSION, issue 24)
+/// does not stop a job that makes no instance; any other failure to list them is a node
+/// fault, for every mode (the preflight cannot tell an idle GPU from one it cannot read).
+#[test]
+fn an_instance_list_refused_to_root_stops_only_mig_jobs_and_other_failures_stop_all() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = quick(tmp.path());
+    let g = MemGpus::a100s(1);
+    g.gpus.borrow_mut()[0].mig = Some(MigMode {
+        current: false,
+        pending: false,
+    });
+    g.answers.borrow_mut().push(("list instances", 4, None));
+    let env = env_of(&prolog(&c, &g, &spec(66, &[0], "naive")).unwrap());
+    assert_eq!(env["COLLOC_MODE"], "naive");
+    restore(&c, Some(&g), 66).unwrap();
+    g.answers.borrow_mut().clear();
+    g.answers.borrow_mut().push(("list instances", 999, None));
+    let out = prolog(&c, &g, &spec(67, &[0], "naive"));
+    assert!(out.is_err(), "an unreadable GPU is a node fault: {out:?}");
+    g.answers.borrow_mut().clear();
+}
+
 #[test]
 fn a_destroy_answered_unknown_once_and_a_mode_change_in_use_once_are_retried() {
     let tmp = tempfile::tempdir().unwrap();
