@@ -168,8 +168,48 @@ pub struct FsUser {
     /// Its real user id.
     pub uid: u32,
     /// How it uses the file system: "working directory", "root directory", "open file",
-    /// "mount in another namespace".
+    /// [`IN_ANOTHER_NAMESPACE`].
     pub how: &'static str,
+    /// Where it uses it only through a mount in another namespace: that namespace
+    /// (`/proc/PID/ns/mnt`'s inode), and whether it was made in this process's user
+    /// namespace (by root: a job container copied while the file system was mounted,
+    /// not a namespace its user made).
+    pub namespace: Option<(u64, bool)>,
+}
+
+/// [`FsUser::how`] of a process that sees the file system only as a mount in a mount
+/// namespace other than this process's.
+pub const IN_ANOTHER_NAMESPACE: &str = "mount in another namespace";
+
+/// The inode of a namespace link (`/proc/PID/ns/…`).
+fn ns_inode(path: &Path) -> Option<u64> {
+    std::fs::metadata(path)
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .ok()
+}
+
+/// Is the namespace at `path` owned by the user namespace `userns` (its inode)?
+fn owned_by(path: &Path, userns: Option<u64>) -> bool {
+    let Some(userns) = userns else { return false };
+    std::fs::File::open(path)
+        .ok()
+        .and_then(|ns| crate::sys::namespace_owner(ns.as_fd()).ok())
+        .and_then(|owner| rustix::fs::fstat(&owner).ok())
+        .is_some_and(|st| st.st_ino == userns)
+}
+
+/// Does process `pid` see a mount of device `dev` (`/proc/PID/mountinfo`)?
+pub fn sees_mount(pid: u32, dev: u64) -> bool {
+    let want = format!(" {}:{} ", rustix::fs::major(dev), rustix::fs::minor(dev));
+    std::fs::File::open(format!("/proc/{pid}/mountinfo"))
+        .ok()
+        .and_then(|f| crate::fs::read_at_most(f, 16 << 20).ok().flatten())
+        .is_some_and(|text| {
+            String::from_utf8_lossy(&text).lines().any(|l| {
+                // "ID PARENT MAJ:MIN ROOT …": the third field.
+                format!(" {} ", l.split(' ').nth(2).unwrap_or("")) == want
+            })
+        })
 }
 
 /// The processes that use the file system on device `dev` (a job's own tmpfs,
@@ -180,16 +220,15 @@ pub struct FsUser {
 /// namespace). Descriptors in flight in a socket (`SCM_RIGHTS`) and mounts in
 /// namespaces no process is in any more are out of reach. Until `deadline`.
 pub fn fs_users(dev: u64, deadline: Instant) -> Vec<FsUser> {
-    let own_ns = std::fs::metadata("/proc/self/ns/mnt")
-        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
-        .ok();
-    let want = format!(" {}:{} ", rustix::fs::major(dev), rustix::fs::minor(dev));
+    let own_ns = ns_inode(Path::new("/proc/self/ns/mnt"));
+    let own_userns = ns_inode(Path::new("/proc/self/ns/user"));
     let mut ns_seen: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
     let mut found = Vec::new();
     for (pid, handle) in other_processes(deadline) {
         let base = Path::new("/proc").join(pid.to_string());
         let on_dev = |p: &Path| rustix::fs::stat(p).is_ok_and(|st| st.st_dev == dev);
         let mut how = None;
+        let mut namespace = None;
         if on_dev(&base.join("cwd")) {
             how = Some("working directory");
         } else if on_dev(&base.join("root")) {
@@ -205,23 +244,11 @@ pub fn fs_users(dev: u64, deadline: Instant) -> Vec<FsUser> {
             }
         }
         if how.is_none() {
-            if let Ok(ns) = std::fs::metadata(base.join("ns/mnt")) {
-                let ns = std::os::unix::fs::MetadataExt::ino(&ns);
-                if Some(ns) != own_ns {
-                    let mounted = *ns_seen.entry(ns).or_insert_with(|| {
-                        std::fs::File::open(base.join("mountinfo"))
-                            .ok()
-                            .and_then(|f| crate::fs::read_at_most(f, 16 << 20).ok().flatten())
-                            .is_some_and(|text| {
-                                String::from_utf8_lossy(&text).lines().any(|l| {
-                                    // "ID PARENT MAJ:MIN ROOT …": the third field.
-                                    format!(" {} ", l.split(' ').nth(2).unwrap_or("")) == want
-                                })
-                            })
-                    });
-                    if mounted {
-                        how = Some("mount in another namespace");
-                    }
+            if let Some(ns) = ns_inode(&base.join("ns/mnt")) {
+                if Some(ns) != own_ns && *ns_seen.entry(ns).or_insert_with(|| sees_mount(pid, dev))
+                {
+                    how = Some(IN_ANOTHER_NAMESPACE);
+                    namespace = Some((ns, owned_by(&base.join("ns/mnt"), own_userns)));
                 }
             }
         }
@@ -236,7 +263,12 @@ pub fn fs_users(dev: u64, deadline: Instant) -> Vec<FsUser> {
             continue;
         };
         if handle.signal(0) {
-            found.push(FsUser { handle, uid, how });
+            found.push(FsUser {
+                handle,
+                uid,
+                how,
+                namespace,
+            });
         }
     }
     found

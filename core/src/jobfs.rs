@@ -3,9 +3,11 @@
 //! files unlinked but kept open, a bind mount of a leaf in a user namespace of their own,
 //! descriptors in flight over a socket — is held in that file system, never in
 //! `run_dir`'s. The epilog kills the user's processes that the kernel says use it (by
-//! device: working or root directory, open files, mounts in other namespaces), then
-//! detaches it (`MNT_DETACH`): what a holder it could not find keeps is its own capped,
-//! detached tmpfs, which no longer touches `run_dir` or the next job.
+//! device: working or root directory, open files, mounts in namespaces users made), then
+//! detaches it (`MNT_DETACH`); a copy in a namespace root made while it was mounted
+//! (another job's container) is detached inside that namespace, its processes untouched.
+//! What a holder it could not find keeps is its own capped, detached tmpfs, which no
+//! longer touches `run_dir` or the next job.
 //!
 //! The tmpfs is made detached (`fsopen`, `fsmount`) and attached on the root-owned
 //! `job-<id>` that root just made (`move_mount` onto its descriptor), so no name a user
@@ -15,7 +17,7 @@
 //! all see one file system.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rustix::mount::{
@@ -288,9 +290,11 @@ pub struct Detached {
     pub others: Vec<(u32, u32)>,
 }
 
-/// Where `run/name` is a job's own tmpfs: kill the processes of `uids` that the kernel
-/// says use it ([`crate::dirholders::fs_users`]), then detach it (repeatedly, should
-/// several be stacked). Nothing is done where it is a plain directory.
+/// Where `run/name` is a job's own tmpfs: detach the copies of it in mount namespaces
+/// root made ([`detach_copies`]: another job's container, copied while it was mounted),
+/// kill the processes of `uids` that the kernel says still use it
+/// ([`crate::dirholders::fs_users`]), then detach it (repeatedly, should several be
+/// stacked). Nothing is done where it is a plain directory.
 ///
 /// # Errors
 /// [`FsError`]: it cannot be opened or detached.
@@ -305,7 +309,7 @@ pub fn detach(run: &Dir, name: &str, uids: &[u32], deadline: Instant) -> Result<
         }
         let dev = dir.stat()?.st_dev;
         done.device = Some((rustix::fs::major(dev), rustix::fs::minor(dev)));
-        let users = crate::dirholders::fs_users(dev, deadline);
+        let users = detach_copies(run, name, dev, crate::dirholders::fs_users(dev, deadline));
         let (kill, others): (Vec<_>, Vec<_>) = users.into_iter().partition(|u| {
             uids.contains(&u.uid) && crate::mps::runs_wholly_as(u.handle.pid(), u.uid)
         });
@@ -330,6 +334,115 @@ pub fn detach(run: &Dir, name: &str, uids: &[u32], deadline: Instant) -> Result<
             .map_err(|e| io_err("detach the tmpfs at", dir.path(), e))?;
     }
     Ok(done)
+}
+
+/// The users of the tmpfs on `dev` (at `run/name`) left once its copies in mount
+/// namespaces root made are detached there. A namespace made while the tmpfs was mounted
+/// holds a copy of it: `job_container/tmpfs` makes each job's at its start, so a job of
+/// the same user that began while this one ran sees this job's tmpfs without using it.
+/// Its processes are not this job's and are never killed for that copy; the copy is
+/// detached inside the namespace (entered by a thread of its own, `run_dir` opened there
+/// as root's, the mount taken by device). Where that fails, or the namespace was made by
+/// a user (a user namespace of theirs: a holder hidden on purpose), its processes stay
+/// users, to be killed where they are the job's user's.
+fn detach_copies(
+    run: &Dir,
+    name: &str,
+    dev: u64,
+    users: Vec<crate::dirholders::FsUser>,
+) -> Vec<crate::dirholders::FsUser> {
+    let mut cleared: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
+    users
+        .into_iter()
+        .filter(|u| {
+            let Some((ns, true)) = u.namespace else {
+                return true;
+            };
+            let pid = u.handle.pid();
+            !*cleared.entry(ns).or_insert_with(|| {
+                let result = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+                    .map_err(|e| e.to_string())
+                    .and_then(|f| {
+                        // The namespace still the one found, its process still the one pinned.
+                        let same = rustix::fs::fstat(&f).is_ok_and(|st| st.st_ino == ns);
+                        if !same || !u.handle.signal(0) {
+                            return Err("its process is gone".into());
+                        }
+                        detach_copy(run.path(), name, dev, f.as_fd())
+                    })
+                    .and_then(|n| {
+                        if crate::dirholders::sees_mount(pid, dev) {
+                            Err(format!("{n} detached, another copy is left"))
+                        } else {
+                            Ok(n)
+                        }
+                    });
+                match result {
+                    Ok(n) => {
+                        log::info!(
+                            "{}: detached {n} copy of its tmpfs in mount namespace {ns} (of \
+                             process {pid}, uid {}): made while it was mounted",
+                            run.path().join(name).display(),
+                            u.uid
+                        );
+                        true
+                    }
+                    Err(why) => {
+                        log::warn!(
+                            "{}: its tmpfs in mount namespace {ns} (of process {pid}) could \
+                             not be detached there: {why}",
+                            run.path().join(name).display()
+                        );
+                        false
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// In the mount namespace `ns`, detach the mounts of device `dev` at `run_dir/name`.
+/// Returns how many.
+fn detach_copy(run_dir: &Path, name: &str, dev: u64, ns: BorrowedFd<'_>) -> Result<usize, String> {
+    in_namespace(ns, || {
+        let run = Dir::open_trusted(run_dir).map_err(|e| e.to_string())?;
+        let mut n = 0;
+        while n < 8 {
+            let Some(dir) = run.open_dir(name).map_err(|e| e.to_string())? else {
+                break;
+            };
+            if dir.stat().map_err(|e| e.to_string())?.st_dev != dev {
+                break;
+            }
+            let link = PathBuf::from(format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd()));
+            rustix::mount::unmount(&link, UnmountFlags::DETACH)
+                .map_err(|e| format!("cannot detach {}: {e}", dir.path().display()))?;
+            n += 1;
+        }
+        Ok(n)
+    })
+}
+
+/// Run `f` in a thread of its own that has entered the mount namespace `ns`, with a
+/// file-system context of its own: the rest of the process stays where it is.
+fn in_namespace<T: Send>(
+    ns: BorrowedFd<'_>,
+    f: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<T, String> {
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<T, String> {
+            crate::sys::unshare_fs()
+                .map_err(|e| format!("cannot unshare the file-system context: {e}"))?;
+            rustix::thread::move_into_link_name_space(
+                ns,
+                Some(rustix::thread::LinkNameSpaceType::Mount),
+            )
+            .map_err(|e| format!("cannot enter the mount namespace: {e}"))?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread entering the namespace failed".into()))
+    })
 }
 
 /// From the job's extern step: where the job's mount namespace `ns` (its container's)
@@ -358,60 +471,47 @@ pub fn graft(cfg: &Config, job: u32, name: &str, ns: BorrowedFd<'_>) -> Result<(
     )
     .map_err(|e| format!("cannot clone the mount at {}: {e}", dir.path().display()))?;
     let run_dir = cfg.run_dir.clone();
-    // A thread of its own, with its own file-system context, enters the namespace: the
-    // rest of the process stays where it is.
-    std::thread::scope(|s| {
-        s.spawn(|| -> Result<(), String> {
-            crate::sys::unshare_fs()
-                .map_err(|e| format!("cannot unshare the file-system context: {e}"))?;
-            rustix::thread::move_into_link_name_space(
-                ns,
-                Some(rustix::thread::LinkNameSpaceType::Mount),
-            )
-            .map_err(|e| format!("cannot enter the job's mount namespace: {e}"))?;
-            let run = Dir::open_trusted(&run_dir).map_err(|e| e.to_string())?;
-            let target = run
-                .open_dir(&name)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| {
-                    format!(
-                        "{} is missing in the job's namespace",
-                        run_dir.join(&name).display()
-                    )
-                })?;
-            let st = target.stat().map_err(|e| e.to_string())?;
-            if st.st_dev == dev {
-                log::info!("job {job}: its namespace sees its tmpfs already");
-                return Ok(());
-            }
-            if st.st_dev != run.stat().map_err(|e| e.to_string())?.st_dev {
-                return Err(format!(
-                    "{} is another file system in the job's namespace",
-                    target.path().display()
-                ));
-            }
-            target.check_private().map_err(|e| e.to_string())?;
-            rustix::mount::move_mount(
-                &clone,
-                "",
-                target.as_fd(),
-                "",
-                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
-            )
-            .map_err(|e| {
+    in_namespace(ns, || {
+        let run = Dir::open_trusted(&run_dir).map_err(|e| e.to_string())?;
+        let target = run
+            .open_dir(&name)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
                 format!(
-                    "cannot mount the job's tmpfs at {} in its namespace: {e}",
-                    target.path().display()
+                    "{} is missing in the job's namespace",
+                    run_dir.join(&name).display()
                 )
             })?;
-            log::info!(
-                "job {job}: its tmpfs mounted at {} in its namespace too",
+        let st = target.stat().map_err(|e| e.to_string())?;
+        if st.st_dev == dev {
+            log::info!("job {job}: its namespace sees its tmpfs already");
+            return Ok(());
+        }
+        if st.st_dev != run.stat().map_err(|e| e.to_string())?.st_dev {
+            return Err(format!(
+                "{} is another file system in the job's namespace",
                 target.path().display()
-            );
-            Ok(())
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the thread entering the job's namespace failed".into()))
+            ));
+        }
+        target.check_private().map_err(|e| e.to_string())?;
+        rustix::mount::move_mount(
+            &clone,
+            "",
+            target.as_fd(),
+            "",
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+        )
+        .map_err(|e| {
+            format!(
+                "cannot mount the job's tmpfs at {} in its namespace: {e}",
+                target.path().display()
+            )
+        })?;
+        log::info!(
+            "job {job}: its tmpfs mounted at {} in its namespace too",
+            target.path().display()
+        );
+        Ok(())
     })
 }
 
@@ -497,5 +597,104 @@ mod tests {
         .unwrap();
         assert!(done.device.is_some());
         run.rmdir("job-3").unwrap();
+    }
+    /// A process of `uid` in a private mount namespace copied from this one, made by
+    /// root (`unshare -m` then `setpriv`) or by the user in a user namespace of their own
+    /// (`setpriv` then `unshare -r -m`).
+    fn holder_in_namespace(uid: u32, user_made: bool) -> std::process::Child {
+        let id = uid.to_string();
+        let drop = [
+            "setpriv",
+            "--reuid",
+            id.as_str(),
+            "--regid",
+            id.as_str(),
+            "--clear-groups",
+        ];
+        let unshare = if user_made {
+            &["unshare", "-r", "-m", "--propagation", "private"][..]
+        } else {
+            &["unshare", "-m", "--propagation", "private"][..]
+        };
+        let argv: Vec<&str> = if user_made {
+            drop.iter().chain(unshare).copied().collect()
+        } else {
+            unshare.iter().chain(&drop).copied().collect()
+        };
+        let child = std::process::Command::new(argv[0])
+            .args(&argv[1..])
+            .args(["sleep", "60"])
+            .current_dir("/")
+            .spawn()
+            .unwrap();
+        let own = std::fs::metadata("/proc/self/ns/mnt").unwrap().ino();
+        let ns_path = format!("/proc/{}/ns/mnt", child.id());
+        for _ in 0..500 {
+            let moved = std::fs::metadata(&ns_path).is_ok_and(|m| m.ino() != own);
+            let dropped = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+                .is_ok_and(|s| s.contains("Name:\tsleep"));
+            if moved && dropped {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        child
+    }
+
+    /// The CI failure of 2026-12-06 (`PrologFlags=Serial`, two MPS jobs of one user): a
+    /// job container made while another job's tmpfs was mounted holds a copy of it. The
+    /// first job's epilog detaches that copy inside the other job's namespace and kills
+    /// nothing there; a namespace the user made on purpose still has its processes killed.
+    #[test]
+    fn a_copy_in_a_namespace_root_made_is_detached_there_and_its_processes_live() {
+        if crate::sys::euid() != 0 {
+            return; // mounting is root's
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cfg = Config {
+            state_dir: tmp.path().join("state"),
+            run_dir: tmp.path().join("run"),
+            ..Config::default()
+        };
+        let run = Dir::create_trusted(&cfg.run_dir, 0o755).unwrap();
+        let job = make(&cfg, &run, "job-5").unwrap();
+        let dev = job.stat().unwrap().st_dev;
+        drop(job);
+        // Another job of the same user, its container made while job 5's tmpfs is mounted.
+        let mut other_job = holder_in_namespace(65534, false);
+        // A holder the user hid in a namespace of their own.
+        let mut hidden = holder_in_namespace(65534, true);
+        for c in [&other_job, &hidden] {
+            assert!(
+                crate::dirholders::sees_mount(c.id(), dev),
+                "process {} has a copy of the tmpfs",
+                c.id()
+            );
+        }
+        let done = detach(
+            &run,
+            "job-5",
+            &[65534],
+            Instant::now() + std::time::Duration::from_secs(5),
+        )
+        .unwrap();
+        let other_alive = other_job.try_wait().unwrap().is_none();
+        let other_sees = crate::dirholders::sees_mount(other_job.id(), dev);
+        let hidden_end = hidden.wait().unwrap();
+        let _ = other_job.kill();
+        let _ = other_job.wait();
+        run.rmdir("job-5").unwrap();
+        assert!(other_alive, "the other job's process was killed: {done:?}");
+        assert!(
+            !other_sees,
+            "the copy is detached in the other job's namespace"
+        );
+        assert_eq!(done.killed, vec![hidden.id()], "only the hidden holder");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&hidden_end),
+            Some(libc::SIGKILL)
+        );
+        assert!(done.others.is_empty(), "{done:?}");
     }
 }

@@ -54,6 +54,10 @@ fn main() {
             "the_epilog_stops_the_daemons_of_a_killed_extern_step",
             killed_extern_step,
         ),
+        (
+            "a_later_job_of_the_same_user_lives_through_the_first_ones_epilog",
+            later_job_of_the_same_user,
+        ),
     ];
     run_suite_on(&spec, tests, &[]);
     // The profile's PrologFlags with Serial, on a cluster of its own.
@@ -745,6 +749,58 @@ fn killed_extern_step(c: &Cluster) {
     for d in dirs.iter().rev() {
         let _ = std::fs::remove_dir(d);
     }
+    assert_idle_and_clean(c);
+}
+
+/// Two jobs of one user: an MPS job, then a plain one that began while the first one's
+/// tmpfs was mounted, so that under `job_container/tmpfs` its container holds a copy of
+/// that tmpfs. The first job's epilog detaches the copy there and kills nothing of the
+/// second job, which ends COMPLETED (CI of 2026-12-06, `PrologFlags=Serial`: the second
+/// of two MPS jobs of one user ended FAILED 0:9, killed by the first one's epilog).
+fn later_job_of_the_same_user(c: &Cluster) {
+    let _whole = c.whole_gpus();
+    let file = |n: &str| c.jobs_dir().join(format!("later-{n}"));
+    let script = |k: &str| {
+        format!(
+            "echo \"PID $$\"\ntouch {}\nwhile [ ! -e {} ]; do sleep 0.1; done\n",
+            file(&format!("{k}-ready")).display(),
+            file(&format!("{k}-go")).display()
+        )
+    };
+    let user = ["--uid=nobody", "--gid=nogroup"];
+    let first = c.submit(
+        &[&["--gres=gpu:1", "--colloc=mps"][..], &user].concat(),
+        &script("a"),
+    );
+    c.wait_for_file(first, &file("a-ready"));
+    let second = c.submit(&user, &script("b"));
+    c.wait_for_file(second, &file("b-ready"));
+    let out = c.job_out(second);
+    let pid: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("PID "))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    let job_dir = c.run_dir().join(format!("job-{first}"));
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let copied = mounts
+        .lines()
+        .any(|l| l.split(' ').nth(4) == job_dir.to_str());
+    println!("  the second job's namespace holds a copy of the first one's tmpfs: {copied}");
+    if c.profile().production() {
+        assert!(copied, "no copy: the test shows nothing\n{mounts}");
+    }
+    std::fs::write(file("a-go"), "").unwrap();
+    c.wait_until("the first job's epilog", || {
+        let state = c.job_info(first)?.get("JobState")?.clone();
+        (state == "COMPLETED" && !job_dir.exists()).then_some(())
+    });
+    let state = c.job_info(second).and_then(|i| i.get("JobState").cloned());
+    assert_eq!(state.as_deref(), Some("RUNNING"), "{}", c.job_err(second));
+    assert!(pid_alive(pid), "the second job's shell was killed");
+    std::fs::write(file("b-go"), "").unwrap();
+    let end = c.wait_done(second);
+    assert_eq!(end.state, "COMPLETED", "{end:?}: {}", c.job_err(second));
     assert_idle_and_clean(c);
 }
 
