@@ -168,18 +168,9 @@ pub struct FsUser {
     /// Its real user id.
     pub uid: u32,
     /// How it uses the file system: "working directory", "root directory", "open file",
-    /// [`IN_ANOTHER_NAMESPACE`].
+    /// "mount in another namespace".
     pub how: &'static str,
-    /// Where it uses it only through a mount in another namespace: that namespace
-    /// (`/proc/PID/ns/mnt`'s inode), and whether it was made in this process's user
-    /// namespace (by root: a job container copied while the file system was mounted,
-    /// not a namespace its user made).
-    pub namespace: Option<(u64, bool)>,
 }
-
-/// [`FsUser::how`] of a process that sees the file system only as a mount in a mount
-/// namespace other than this process's.
-pub const IN_ANOTHER_NAMESPACE: &str = "mount in another namespace";
 
 /// The inode of a namespace link (`/proc/PID/ns/…`).
 fn ns_inode(path: &Path) -> Option<u64> {
@@ -188,28 +179,42 @@ fn ns_inode(path: &Path) -> Option<u64> {
         .ok()
 }
 
-/// Is the namespace at `path` owned by the user namespace `userns` (its inode)?
-fn owned_by(path: &Path, userns: Option<u64>) -> bool {
-    let Some(userns) = userns else { return false };
-    std::fs::File::open(path)
-        .ok()
-        .and_then(|ns| crate::sys::namespace_owner(ns.as_fd()).ok())
-        .and_then(|owner| rustix::fs::fstat(&owner).ok())
-        .is_some_and(|st| st.st_ino == userns)
+/// A path as `/proc/PID/mountinfo` writes it (space, tab, newline and backslash as
+/// octal escapes); `None` where it is not UTF-8.
+fn mountinfo_escaped(p: &Path) -> Option<String> {
+    let s = p.to_str()?;
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            ' ' => out.push_str("\\040"),
+            '\t' => out.push_str("\\011"),
+            '\n' => out.push_str("\\012"),
+            '\\' => out.push_str("\\134"),
+            c => out.push(c),
+        }
+    }
+    Some(out)
 }
 
-/// Does process `pid` see a mount of device `dev` (`/proc/PID/mountinfo`)?
-pub fn sees_mount(pid: u32, dev: u64) -> bool {
-    let want = format!(" {}:{} ", rustix::fs::major(dev), rustix::fs::minor(dev));
-    std::fs::File::open(format!("/proc/{pid}/mountinfo"))
+/// The mounts of device `dev` that process `pid` sees (`/proc/PID/mountinfo`, paths
+/// relative to its root directory): each as (the mount's root in the file system, its
+/// mount point), escaped as the kernel writes them.
+pub fn mounts_of(pid: u32, dev: u64) -> Vec<(String, String)> {
+    let want = format!("{}:{}", rustix::fs::major(dev), rustix::fs::minor(dev));
+    let Some(text) = std::fs::File::open(format!("/proc/{pid}/mountinfo"))
         .ok()
         .and_then(|f| crate::fs::read_at_most(f, 16 << 20).ok().flatten())
-        .is_some_and(|text| {
-            String::from_utf8_lossy(&text).lines().any(|l| {
-                // "ID PARENT MAJ:MIN ROOT …": the third field.
-                format!(" {} ", l.split(' ').nth(2).unwrap_or("")) == want
-            })
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|l| {
+            // "ID PARENT MAJ:MIN ROOT MOUNT-POINT …"
+            let f: Vec<&str> = l.splitn(6, ' ').collect();
+            (f.len() == 6 && f[2] == want).then(|| (f[3].to_string(), f[4].to_string()))
         })
+        .collect()
 }
 
 /// The processes that use the file system on device `dev` (a job's own tmpfs,
@@ -217,18 +222,28 @@ pub fn sees_mount(pid: u32, dev: u64) -> bool {
 /// bend: a working or root directory or an open descriptor on that device (`stat` of
 /// `/proc/PID/{cwd,root,fd/N}`, unlinked files included), or a mount of it in a mount
 /// namespace other than this process's (`/proc/PID/mountinfo`, read once per
-/// namespace). Descriptors in flight in a socket (`SCM_RIGHTS`) and mounts in
-/// namespaces no process is in any more are out of reach. Until `deadline`.
-pub fn fs_users(dev: u64, deadline: Instant) -> Vec<FsUser> {
+/// namespace and root directory). Descriptors in flight in a socket (`SCM_RIGHTS`) and
+/// mounts in namespaces no process is in any more are out of reach. Until `deadline`.
+///
+/// A mount of the whole file system at exactly `copies_at` is a copy, not a use: a
+/// namespace made while the file system was mounted there holds one (another job's
+/// container under `job_container/tmpfs`, a rootless container the user began in a
+/// later job), and removing that directory here once the file system is detached
+/// detaches every such copy, in every namespace, locked ones included (Linux 3.18 and
+/// later). Counting them killed a user's second job at the end of their first.
+pub fn fs_users(dev: u64, copies_at: Option<&Path>, deadline: Instant) -> Vec<FsUser> {
     let own_ns = ns_inode(Path::new("/proc/self/ns/mnt"));
-    let own_userns = ns_inode(Path::new("/proc/self/ns/user"));
-    let mut ns_seen: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
+    let copy_point = copies_at.and_then(mountinfo_escaped);
+    let is_use = |(root, at): &(String, String)| {
+        !(root == "/" && copy_point.as_deref() == Some(at.as_str()))
+    };
+    let mut seen: std::collections::HashMap<(u64, u64, u64), bool> =
+        std::collections::HashMap::new();
     let mut found = Vec::new();
     for (pid, handle) in other_processes(deadline) {
         let base = Path::new("/proc").join(pid.to_string());
         let on_dev = |p: &Path| rustix::fs::stat(p).is_ok_and(|st| st.st_dev == dev);
         let mut how = None;
-        let mut namespace = None;
         if on_dev(&base.join("cwd")) {
             how = Some("working directory");
         } else if on_dev(&base.join("root")) {
@@ -244,11 +259,16 @@ pub fn fs_users(dev: u64, deadline: Instant) -> Vec<FsUser> {
             }
         }
         if how.is_none() {
-            if let Some(ns) = ns_inode(&base.join("ns/mnt")) {
-                if Some(ns) != own_ns && *ns_seen.entry(ns).or_insert_with(|| sees_mount(pid, dev))
-                {
-                    how = Some(IN_ANOTHER_NAMESPACE);
-                    namespace = Some((ns, owned_by(&base.join("ns/mnt"), own_userns)));
+            if let Some(ns) = ns_inode(&base.join("ns/mnt")).filter(|&n| Some(n) != own_ns) {
+                // mountinfo shows what lies under the process's root: one reading per
+                // namespace and root, so a chrooted process hides nothing of the others.
+                let root =
+                    rustix::fs::stat(base.join("root")).map_or((0, 0), |st| (st.st_dev, st.st_ino));
+                let used = *seen
+                    .entry((ns, root.0, root.1))
+                    .or_insert_with(|| mounts_of(pid, dev).iter().any(is_use));
+                if used {
+                    how = Some("mount in another namespace");
                 }
             }
         }
@@ -263,12 +283,7 @@ pub fn fs_users(dev: u64, deadline: Instant) -> Vec<FsUser> {
             continue;
         };
         if handle.signal(0) {
-            found.push(FsUser {
-                handle,
-                uid,
-                how,
-                namespace,
-            });
+            found.push(FsUser { handle, uid, how });
         }
     }
     found

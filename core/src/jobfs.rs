@@ -3,10 +3,10 @@
 //! files unlinked but kept open, a bind mount of a leaf in a user namespace of their own,
 //! descriptors in flight over a socket — is held in that file system, never in
 //! `run_dir`'s. The epilog kills the user's processes that the kernel says use it (by
-//! device: working or root directory, open files, mounts in namespaces users made), then
-//! detaches it (`MNT_DETACH`); a copy in a namespace root made while it was mounted
-//! (another job's container) is detached inside that namespace, its processes untouched.
-//! What a holder it could not find keeps is its own capped, detached tmpfs, which no
+//! device: working or root directory, open files, mounts elsewhere in other namespaces),
+//! then detaches it (`MNT_DETACH`). A copy at the same place in a namespace made while
+//! it was mounted (another job's container) is not a use: removing the directory takes
+//! every copy away. What a holder it could not find keeps is its own capped, detached tmpfs, which no
 //! longer touches `run_dir` or the next job.
 //!
 //! The tmpfs is made detached (`fsopen`, `fsmount`) and attached on the root-owned
@@ -17,7 +17,7 @@
 //! all see one file system.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use rustix::mount::{
@@ -290,11 +290,11 @@ pub struct Detached {
     pub others: Vec<(u32, u32)>,
 }
 
-/// Where `run/name` is a job's own tmpfs: detach the copies of it in mount namespaces
-/// root made ([`detach_copies`]: another job's container, copied while it was mounted),
-/// kill the processes of `uids` that the kernel says still use it
-/// ([`crate::dirholders::fs_users`]), then detach it (repeatedly, should several be
-/// stacked). Nothing is done where it is a plain directory.
+/// Where `run/name` is a job's own tmpfs: kill the processes of `uids` that the kernel
+/// says use it ([`crate::dirholders::fs_users`]), then detach it (repeatedly, should
+/// several be stacked). Nothing is done where it is a plain directory. Copies of it at
+/// the same place in other namespaces (a job container made while it was mounted) are
+/// not uses: they go when the caller removes the directory.
 ///
 /// # Errors
 /// [`FsError`]: it cannot be opened or detached.
@@ -309,7 +309,7 @@ pub fn detach(run: &Dir, name: &str, uids: &[u32], deadline: Instant) -> Result<
         }
         let dev = dir.stat()?.st_dev;
         done.device = Some((rustix::fs::major(dev), rustix::fs::minor(dev)));
-        let users = detach_copies(run, name, dev, crate::dirholders::fs_users(dev, deadline));
+        let users = crate::dirholders::fs_users(dev, Some(dir.path()), deadline);
         let (kill, others): (Vec<_>, Vec<_>) = users.into_iter().partition(|u| {
             uids.contains(&u.uid) && crate::mps::runs_wholly_as(u.handle.pid(), u.uid)
         });
@@ -334,93 +334,6 @@ pub fn detach(run: &Dir, name: &str, uids: &[u32], deadline: Instant) -> Result<
             .map_err(|e| io_err("detach the tmpfs at", dir.path(), e))?;
     }
     Ok(done)
-}
-
-/// The users of the tmpfs on `dev` (at `run/name`) left once its copies in mount
-/// namespaces root made are detached there. A namespace made while the tmpfs was mounted
-/// holds a copy of it: `job_container/tmpfs` makes each job's at its start, so a job of
-/// the same user that began while this one ran sees this job's tmpfs without using it.
-/// Its processes are not this job's and are never killed for that copy; the copy is
-/// detached inside the namespace (entered by a thread of its own, `run_dir` opened there
-/// as root's, the mount taken by device). Where that fails, or the namespace was made by
-/// a user (a user namespace of theirs: a holder hidden on purpose), its processes stay
-/// users, to be killed where they are the job's user's.
-fn detach_copies(
-    run: &Dir,
-    name: &str,
-    dev: u64,
-    users: Vec<crate::dirholders::FsUser>,
-) -> Vec<crate::dirholders::FsUser> {
-    let mut cleared: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
-    users
-        .into_iter()
-        .filter(|u| {
-            let Some((ns, true)) = u.namespace else {
-                return true;
-            };
-            let pid = u.handle.pid();
-            !*cleared.entry(ns).or_insert_with(|| {
-                let result = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
-                    .map_err(|e| e.to_string())
-                    .and_then(|f| {
-                        // The namespace still the one found, its process still the one pinned.
-                        let same = rustix::fs::fstat(&f).is_ok_and(|st| st.st_ino == ns);
-                        if !same || !u.handle.signal(0) {
-                            return Err("its process is gone".into());
-                        }
-                        detach_copy(run.path(), name, dev, f.as_fd())
-                    })
-                    .and_then(|n| {
-                        if crate::dirholders::sees_mount(pid, dev) {
-                            Err(format!("{n} detached, another copy is left"))
-                        } else {
-                            Ok(n)
-                        }
-                    });
-                match result {
-                    Ok(n) => {
-                        log::info!(
-                            "{}: detached {n} copy of its tmpfs in mount namespace {ns} (of \
-                             process {pid}, uid {}): made while it was mounted",
-                            run.path().join(name).display(),
-                            u.uid
-                        );
-                        true
-                    }
-                    Err(why) => {
-                        log::warn!(
-                            "{}: its tmpfs in mount namespace {ns} (of process {pid}) could \
-                             not be detached there: {why}",
-                            run.path().join(name).display()
-                        );
-                        false
-                    }
-                }
-            })
-        })
-        .collect()
-}
-
-/// In the mount namespace `ns`, detach the mounts of device `dev` at `run_dir/name`.
-/// Returns how many.
-fn detach_copy(run_dir: &Path, name: &str, dev: u64, ns: BorrowedFd<'_>) -> Result<usize, String> {
-    in_namespace(ns, || {
-        let run = Dir::open_trusted(run_dir).map_err(|e| e.to_string())?;
-        let mut n = 0;
-        while n < 8 {
-            let Some(dir) = run.open_dir(name).map_err(|e| e.to_string())? else {
-                break;
-            };
-            if dir.stat().map_err(|e| e.to_string())?.st_dev != dev {
-                break;
-            }
-            let link = PathBuf::from(format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd()));
-            rustix::mount::unmount(&link, UnmountFlags::DETACH)
-                .map_err(|e| format!("cannot detach {}: {e}", dir.path().display()))?;
-            n += 1;
-        }
-        Ok(n)
-    })
 }
 
 /// Run `f` in a thread of its own that has entered the mount namespace `ns`, with a
@@ -544,6 +457,7 @@ pub fn check_room(cfg: &Config, run: &Dir, daemons: usize) -> Result<(), String>
 mod tests {
     use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::path::Path;
 
     /// A mount namespace copied before the prolog mounted the job's tmpfs (as a job
     /// container made early would be) gets the same tmpfs from [`graft`]: one file
@@ -598,42 +512,25 @@ mod tests {
         assert!(done.device.is_some());
         run.rmdir("job-3").unwrap();
     }
-    /// A process of `uid` in a private mount namespace copied from this one, made by
-    /// root (`unshare -m` then `setpriv`) or by the user in a user namespace of their own
-    /// (`setpriv` then `unshare -r -m`).
-    fn holder_in_namespace(uid: u32, user_made: bool) -> std::process::Child {
-        let id = uid.to_string();
-        let drop = [
-            "setpriv",
-            "--reuid",
-            id.as_str(),
-            "--regid",
-            id.as_str(),
-            "--clear-groups",
-        ];
-        let unshare = if user_made {
-            &["unshare", "-r", "-m", "--propagation", "private"][..]
+
+    /// A process of user nobody in a private mount namespace copied from this one: made
+    /// by root (`unshare -m`, then `setpriv`), or by the user in a user namespace of
+    /// their own (`setpriv`, then `unshare -r -m`) where it first runs `then` (`sh -c`).
+    fn nobody_in_namespace(user_made: bool, then: &str) -> std::process::Child {
+        let drop = "setpriv --reuid 65534 --regid 65534 --clear-groups";
+        let line = if user_made {
+            format!("{drop} unshare -r -m --propagation private sh -c '{then} exec sleep 60'")
         } else {
-            &["unshare", "-m", "--propagation", "private"][..]
+            format!("unshare -m --propagation private {drop} sh -c '{then} exec sleep 60'")
         };
-        let argv: Vec<&str> = if user_made {
-            drop.iter().chain(unshare).copied().collect()
-        } else {
-            unshare.iter().chain(&drop).copied().collect()
-        };
-        let child = std::process::Command::new(argv[0])
-            .args(&argv[1..])
-            .args(["sleep", "60"])
+        let child = std::process::Command::new("sh")
+            .args(["-c", &format!("exec {line}")])
             .current_dir("/")
             .spawn()
             .unwrap();
-        let own = std::fs::metadata("/proc/self/ns/mnt").unwrap().ino();
-        let ns_path = format!("/proc/{}/ns/mnt", child.id());
+        let status = format!("/proc/{}/status", child.id());
         for _ in 0..500 {
-            let moved = std::fs::metadata(&ns_path).is_ok_and(|m| m.ino() != own);
-            let dropped = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
-                .is_ok_and(|s| s.contains("Name:\tsleep"));
-            if moved && dropped {
+            if std::fs::read_to_string(&status).is_ok_and(|s| s.contains("Name:\tsleep")) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -642,11 +539,13 @@ mod tests {
     }
 
     /// The CI failure of 2026-12-06 (`PrologFlags=Serial`, two MPS jobs of one user): a
-    /// job container made while another job's tmpfs was mounted holds a copy of it. The
-    /// first job's epilog detaches that copy inside the other job's namespace and kills
-    /// nothing there; a namespace the user made on purpose still has its processes killed.
+    /// namespace made while a job's tmpfs was mounted holds a copy of it at the same
+    /// place. The job's epilog kills nothing for such a copy — in a job container root
+    /// made, or in a rootless container the user made in their next job — and removing
+    /// the directory takes every copy away; a mount of it elsewhere, in a namespace the
+    /// user made, is still a holder, killed.
     #[test]
-    fn a_copy_in_a_namespace_root_made_is_detached_there_and_its_processes_live() {
+    fn copies_in_later_namespaces_are_not_holders_and_go_with_the_directory() {
         if crate::sys::euid() != 0 {
             return; // mounting is root's
         }
@@ -661,17 +560,23 @@ mod tests {
         let job = make(&cfg, &run, "job-5").unwrap();
         let dev = job.stat().unwrap().st_dev;
         drop(job);
-        // Another job of the same user, its container made while job 5's tmpfs is mounted.
-        let mut other_job = holder_in_namespace(65534, false);
-        // A holder the user hid in a namespace of their own.
-        let mut hidden = holder_in_namespace(65534, true);
-        for c in [&other_job, &hidden] {
+        let job_dir = cfg.run_dir.join("job-5");
+        let mut other_job = nobody_in_namespace(false, "");
+        let mut rootless = nobody_in_namespace(true, "");
+        let mut hidden =
+            nobody_in_namespace(true, &format!("mount --bind {} /mnt &&", job_dir.display()));
+        for c in [&other_job, &rootless, &hidden] {
             assert!(
-                crate::dirholders::sees_mount(c.id(), dev),
+                crate::dirholders::mounts_of(c.id(), dev)
+                    .iter()
+                    .any(|(_, at)| Path::new(at) == job_dir),
                 "process {} has a copy of the tmpfs",
                 c.id()
             );
         }
+        assert!(crate::dirholders::mounts_of(hidden.id(), dev)
+            .iter()
+            .any(|(_, at)| at == "/mnt"));
         let done = detach(
             &run,
             "job-5",
@@ -679,18 +584,20 @@ mod tests {
             Instant::now() + std::time::Duration::from_secs(5),
         )
         .unwrap();
-        let other_alive = other_job.try_wait().unwrap().is_none();
-        let other_sees = crate::dirholders::sees_mount(other_job.id(), dev);
-        let hidden_end = hidden.wait().unwrap();
-        let _ = other_job.kill();
-        let _ = other_job.wait();
         run.rmdir("job-5").unwrap();
-        assert!(other_alive, "the other job's process was killed: {done:?}");
-        assert!(
-            !other_sees,
-            "the copy is detached in the other job's namespace"
-        );
-        assert_eq!(done.killed, vec![hidden.id()], "only the hidden holder");
+        let alive = [&mut other_job, &mut rootless].map(|c| c.try_wait().unwrap().is_none());
+        let copies: Vec<usize> = [&other_job, &rootless]
+            .iter()
+            .map(|c| crate::dirholders::mounts_of(c.id(), dev).len())
+            .collect();
+        let hidden_end = hidden.wait().unwrap();
+        for c in [&mut other_job, &mut rootless] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert_eq!(alive, [true, true], "killed for a copy: {done:?}");
+        assert_eq!(copies, [0, 0], "the copies went with the directory");
+        assert_eq!(done.killed, vec![hidden.id()], "only the holder elsewhere");
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&hidden_end),
             Some(libc::SIGKILL)

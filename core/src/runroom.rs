@@ -126,7 +126,7 @@ pub fn room_with(cfg: &Config, users: bool, look: Duration) -> Result<Room, FsEr
             room.hidden_bytes = used_bytes.saturating_sub(bytes);
         }
         if users && (room.hidden_inodes > 0 || room.hidden_bytes > 0) {
-            room.users = crate::dirholders::fs_users(st.st_dev, deadline)
+            room.users = crate::dirholders::fs_users(st.st_dev, None, deadline)
                 .into_iter()
                 .map(|u| (u.handle.pid(), u.uid, u.how.to_string()))
                 .collect();

@@ -569,25 +569,6 @@ pub fn unshare_fs() -> std::io::Result<()> {
     }
 }
 
-/// The user namespace that owns the namespace open at `ns` (`ioctl(NS_GET_USERNS)`):
-/// whoever has its capabilities there may change that namespace.
-///
-/// # Errors
-/// What ioctl(2) says (`EPERM` where the owner lies outside this process's user
-/// namespace).
-pub fn namespace_owner(ns: std::os::fd::BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
-    // NS_GET_USERNS, _IO(0xb7, 0x1) in <linux/nsfs.h>.
-    const NS_GET_USERNS: libc::c_ulong = 0xb701;
-    // SAFETY: the ioctl takes no argument and reads or writes no memory of ours; `ns` is
-    // a descriptor borrowed for the call.
-    let fd = unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_USERNS as _) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: on success the ioctl returns a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -798,6 +798,14 @@ fn later_job_of_the_same_user(c: &Cluster) {
     let state = c.job_info(second).and_then(|i| i.get("JobState").cloned());
     assert_eq!(state.as_deref(), Some("RUNNING"), "{}", c.job_err(second));
     assert!(pid_alive(pid), "the second job's shell was killed");
+    // Removing the first job's directory took the copy away there too.
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    assert!(
+        !mounts
+            .lines()
+            .any(|l| l.split(' ').nth(4) == job_dir.to_str()),
+        "the copy outlived the first job\n{mounts}"
+    );
     std::fs::write(file("b-go"), "").unwrap();
     let end = c.wait_done(second);
     assert_eq!(end.state, "COMPLETED", "{end:?}: {}", c.job_err(second));
