@@ -172,7 +172,11 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         live: live.as_ref(),
     };
     let fit = placed.then_some(fit);
+    // The runs' identities are in the record now; only the solo calibration needs them
+    // again (a 100,000-run pack's are tens of MB).
+    let ids = if args.solo_baseline { ids } else { Vec::new() };
     let ran = passes.execute(args.solo_baseline, &specs, &ids, &mut rec, &gpus, fit);
+    drop((ids, specs));
     if let Some(s) = sampler {
         let (totals, _) = s.finish();
         rec.emit(Event::Gpus {
