@@ -210,10 +210,13 @@ SlurmdTimeout=6
 MessageTimeout=5"
   fi
 
+  # Concurrent clusters on this host share the cgroup tree /slurm_<node>/uid_*/job_<id>
+  # and the abstract socket names of `colloc run`'s live metrics (colloc-live/<job>/…):
+  # job ids from a random start keep their jobs apart (a simple cluster's job 15 once
+  # counted another simple cluster's job 15 sockets as refused).
+  local first_job=$((1000 + (RANDOM * 32768 + RANDOM) % 50000000))
   local plugins
   if [[ $profile == production* ]]; then
-    # Concurrent clusters on this host share the cgroup tree /slurm_<node>/uid_*/job_<id>:
-    # job ids from a random start keep their jobs apart.
     plugins="ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup,task/affinity
 JobAcctGatherType=$([[ $profile == production-v2 ]] && echo jobacct_gather/linux || echo jobacct_gather/cgroup)
@@ -221,7 +224,7 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$((mem / cpus))
 PrologFlags=${COLLOC_CLUSTER_PROLOG_FLAGS:-Alloc,Contain}
 JobContainerType=job_container/tmpfs
-FirstJobId=$((1000 + (RANDOM * 32768 + RANDOM) % 50000000))"
+FirstJobId=$first_job"
     if [[ $profile == production-v2 ]]; then
       cat >"$dir/etc/cgroup.conf" <<EOF
 CgroupPlugin=cgroup/v2
@@ -249,7 +252,8 @@ EOF
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 SelectTypeParameters=CR_Core
-PrologFlags=${COLLOC_CLUSTER_PROLOG_FLAGS:-Alloc}"
+PrologFlags=${COLLOC_CLUSTER_PROLOG_FLAGS:-Alloc}
+FirstJobId=$first_job"
   fi
 
   cat >"$dir/etc/slurm.conf" <<EOF
@@ -616,7 +620,7 @@ exec_in() {
 # prolog and epilog, daemons the prolog started; with job_container/tmpfs not the tasks)
 # and those in the cgroups of this cluster's jobs on it (/slurm_<node>/uid_*/job_<id>/…:
 # the tasks, in their job's namespace). Other clusters on this host may have a node of
-# the same name, but not the same job ids (FirstJobId is random).
+# the same name, but not the same job ids (FirstJobId is random, in every profile).
 node_pids() {
   local dir=$1 n=$2 ns p jobs
   ns=$(node_ns "$dir" "$n")
