@@ -6,8 +6,8 @@
 //! device: working or root directory, open files, mounts elsewhere in other namespaces),
 //! then detaches it (`MNT_DETACH`). A copy at the same place in a namespace made while
 //! it was mounted (another job's container) is not a use: removing the directory takes
-//! every copy away. What a holder it could not find keeps is its own capped, detached tmpfs, which no
-//! longer touches `run_dir` or the next job.
+//! every copy away. What a holder it could not find keeps is its own capped, detached
+//! tmpfs, which no longer touches `run_dir` or the next job.
 //!
 //! The tmpfs is made detached (`fsopen`, `fsmount`) and attached on the root-owned
 //! `job-<id>` that root just made (`move_mount` onto its descriptor), so no name a user
@@ -336,28 +336,6 @@ pub fn detach(run: &Dir, name: &str, uids: &[u32], deadline: Instant) -> Result<
     Ok(done)
 }
 
-/// Run `f` in a thread of its own that has entered the mount namespace `ns`, with a
-/// file-system context of its own: the rest of the process stays where it is.
-fn in_namespace<T: Send>(
-    ns: BorrowedFd<'_>,
-    f: impl FnOnce() -> Result<T, String> + Send,
-) -> Result<T, String> {
-    std::thread::scope(|s| {
-        s.spawn(|| -> Result<T, String> {
-            crate::sys::unshare_fs()
-                .map_err(|e| format!("cannot unshare the file-system context: {e}"))?;
-            rustix::thread::move_into_link_name_space(
-                ns,
-                Some(rustix::thread::LinkNameSpaceType::Mount),
-            )
-            .map_err(|e| format!("cannot enter the mount namespace: {e}"))?;
-            f()
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the thread entering the namespace failed".into()))
-    })
-}
-
 /// From the job's extern step: where the job's mount namespace `ns` (its container's)
 /// does not see the job's tmpfs at `run_dir/<name>` (`job-<id>`) (it was copied before the prolog
 /// mounted it), attach a clone of that mount there. Nothing where there is no such mount
@@ -384,47 +362,60 @@ pub fn graft(cfg: &Config, job: u32, name: &str, ns: BorrowedFd<'_>) -> Result<(
     )
     .map_err(|e| format!("cannot clone the mount at {}: {e}", dir.path().display()))?;
     let run_dir = cfg.run_dir.clone();
-    in_namespace(ns, || {
-        let run = Dir::open_trusted(&run_dir).map_err(|e| e.to_string())?;
-        let target = run
-            .open_dir(&name)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| {
+    // A thread of its own, with its own file-system context, enters the namespace: the
+    // rest of the process stays where it is.
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<(), String> {
+            crate::sys::unshare_fs()
+                .map_err(|e| format!("cannot unshare the file-system context: {e}"))?;
+            rustix::thread::move_into_link_name_space(
+                ns,
+                Some(rustix::thread::LinkNameSpaceType::Mount),
+            )
+            .map_err(|e| format!("cannot enter the job's mount namespace: {e}"))?;
+            let run = Dir::open_trusted(&run_dir).map_err(|e| e.to_string())?;
+            let target = run
+                .open_dir(&name)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| {
+                    format!(
+                        "{} is missing in the job's namespace",
+                        run_dir.join(&name).display()
+                    )
+                })?;
+            let st = target.stat().map_err(|e| e.to_string())?;
+            if st.st_dev == dev {
+                log::info!("job {job}: its namespace sees its tmpfs already");
+                return Ok(());
+            }
+            if st.st_dev != run.stat().map_err(|e| e.to_string())?.st_dev {
+                return Err(format!(
+                    "{} is another file system in the job's namespace",
+                    target.path().display()
+                ));
+            }
+            target.check_private().map_err(|e| e.to_string())?;
+            rustix::mount::move_mount(
+                &clone,
+                "",
+                target.as_fd(),
+                "",
+                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+            )
+            .map_err(|e| {
                 format!(
-                    "{} is missing in the job's namespace",
-                    run_dir.join(&name).display()
+                    "cannot mount the job's tmpfs at {} in its namespace: {e}",
+                    target.path().display()
                 )
             })?;
-        let st = target.stat().map_err(|e| e.to_string())?;
-        if st.st_dev == dev {
-            log::info!("job {job}: its namespace sees its tmpfs already");
-            return Ok(());
-        }
-        if st.st_dev != run.stat().map_err(|e| e.to_string())?.st_dev {
-            return Err(format!(
-                "{} is another file system in the job's namespace",
+            log::info!(
+                "job {job}: its tmpfs mounted at {} in its namespace too",
                 target.path().display()
-            ));
-        }
-        target.check_private().map_err(|e| e.to_string())?;
-        rustix::mount::move_mount(
-            &clone,
-            "",
-            target.as_fd(),
-            "",
-            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
-        )
-        .map_err(|e| {
-            format!(
-                "cannot mount the job's tmpfs at {} in its namespace: {e}",
-                target.path().display()
-            )
-        })?;
-        log::info!(
-            "job {job}: its tmpfs mounted at {} in its namespace too",
-            target.path().display()
-        );
-        Ok(())
+            );
+            Ok(())
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread entering the job's namespace failed".into()))
     })
 }
 
@@ -459,14 +450,9 @@ mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::path::Path;
 
-    /// A mount namespace copied before the prolog mounted the job's tmpfs (as a job
-    /// container made early would be) gets the same tmpfs from [`graft`]: one file
-    /// system, seen from both.
-    #[test]
-    fn a_namespace_copied_before_the_mount_is_given_the_same_tmpfs() {
-        if crate::sys::euid() != 0 {
-            return; // mounting is root's
-        }
+    /// A root-owned `run_dir` (0755) in a temporary folder any user can pass, and the
+    /// configuration naming it; the folder goes when the first value is dropped.
+    fn run_dir_in_tempdir() -> (tempfile::TempDir, Config, Dir) {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let cfg = Config {
@@ -475,6 +461,18 @@ mod tests {
             ..Config::default()
         };
         let run = Dir::create_trusted(&cfg.run_dir, 0o755).unwrap();
+        (tmp, cfg, run)
+    }
+
+    /// A mount namespace copied before the prolog mounted the job's tmpfs (as a job
+    /// container made early would be) gets the same tmpfs from [`graft`]: one file
+    /// system, seen from both.
+    #[test]
+    fn a_namespace_copied_before_the_mount_is_given_the_same_tmpfs() {
+        if crate::sys::euid() != 0 {
+            return; // mounting is root's
+        }
+        let (_tmp, cfg, run) = run_dir_in_tempdir();
         // The "job container": a process in a private copy of this namespace.
         let mut holder = std::process::Command::new("unshare")
             .args(["-m", "--propagation", "private", "sleep", "60"])
@@ -549,14 +547,7 @@ mod tests {
         if crate::sys::euid() != 0 {
             return; // mounting is root's
         }
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let cfg = Config {
-            state_dir: tmp.path().join("state"),
-            run_dir: tmp.path().join("run"),
-            ..Config::default()
-        };
-        let run = Dir::create_trusted(&cfg.run_dir, 0o755).unwrap();
+        let (_tmp, cfg, run) = run_dir_in_tempdir();
         let job = make(&cfg, &run, "job-5").unwrap();
         let dev = job.stat().unwrap().st_dev;
         drop(job);
