@@ -7,7 +7,8 @@
 //! for a job that holds GPUs here through colloc (a journal of it) and that Slurm does
 //! not say has ended, and whose owner the kernel says is the job's user, as the journal
 //! says. A socket someone else made in a job's name costs a comparison, never a
-//! connection, however many there are. On the connection the peer's credentials are
+//! connection, however many there are; one named for a job that does not speak here is
+//! passed over and not counted. On the connection the peer's credentials are
 //! checked again (`SO_PEERCRED`). A socket of another uid, an answer that is not a
 //! snapshot of that job, or one not read in time is left out and counted
 //! ([`LiveRead::refused`]). Every socket is read at once, side by side, within one
@@ -80,18 +81,24 @@ pub fn read(speakers: &[Speaker]) -> LiveRead {
         return LiveRead::default();
     }
     // Only sockets the kernel says are a speaking job's user's are kept: what others make
-    // in a job's name is counted, never held.
+    // in a speaking job's name is counted, never held. A socket of a job that does not
+    // speak here (a `colloc run` in a job without `--colloc`, one of another node's job
+    // when nodes share a network namespace) is no one's refusal: passed over, not counted.
+    let mut elsewhere = 0u32;
     let mut theirs = |l: &Listening| {
-        std::str::from_utf8(&l.name)
+        let speaker = std::str::from_utf8(&l.name)
             .ok()
             .and_then(live::job_of_name)
-            .and_then(|job| speakers.iter().find(|s| s.job == job))
-            .is_some_and(|s| l.uid == Some(s.uid))
+            .and_then(|job| speakers.iter().find(|s| s.job == job));
+        if speaker.is_none() {
+            elsewhere = elsewhere.saturating_add(1);
+        }
+        speaker.is_some_and(|s| l.uid == Some(s.uid))
     };
     match unixdiag::listening_abstract(live::SOCKET_PREFIX.as_bytes(), &mut theirs) {
         Ok((list, others)) => {
             let mut got = read_listed(&list, speakers);
-            got.refused = got.refused.saturating_add(others);
+            got.refused = got.refused.saturating_add(others.saturating_sub(elsewhere));
             got
         }
         Err(e) => {
@@ -380,6 +387,29 @@ mod tests {
         assert_eq!(got.refused, 50_001);
         assert_eq!(got.jobs[0].runs[0].name, "a");
         h.join().unwrap();
+    }
+
+    /// Through the kernel's list: a socket of a job that does not speak here (a `colloc
+    /// run` without `--colloc`, or another test node's in the same network namespace) is
+    /// passed over and not counted as refused; one in a speaking job's name that is not
+    /// its user's still is. (CI: two test clusters side by side on one host counted each
+    /// other's runs as refused.)
+    #[test]
+    fn a_socket_of_a_job_that_does_not_speak_here_is_not_refused() {
+        let me = rustix::process::getuid().as_raw();
+        let pid = std::process::id();
+        // Job ids no other test (nor a real job here) uses.
+        let quiet = 3_000_000_000 + pid;
+        let speaking = 3_500_000_000 + pid;
+        let elsewhere = format!("colloc-live/{quiet}/{pid}.a");
+        let forged = format!("colloc-live/{speaking}/{pid}.b");
+        let h1 = serve(&elsewhere, snap(quiet, &["a"]));
+        let h2 = serve(&forged, snap(speaking, &["b"]));
+        assert_eq!(listed(&[&elsewhere, &forged]).len(), 2);
+        let got = read(&[speaker(speaking, me + 1)]);
+        assert_eq!(got.jobs, [], "{got:?}");
+        assert_eq!(got.refused, 1, "{got:?}");
+        drop((h1, h2));
     }
 
     #[test]

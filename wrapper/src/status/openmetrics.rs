@@ -380,8 +380,9 @@ def!(
     "colloc_live_refused",
     None,
     [],
-    "Sockets under colloc run's names that colloc status left out this time: of a user \
-     who is not their job's, an answer that is not a snapshot of that job, or none in time.",
+    "Sockets in the name of a job colloc serves here that colloc status left out this \
+     time: of a user who is not their job's, an answer that is not a snapshot of that job, \
+     or none in time.",
     "no labels."
 );
 def!(

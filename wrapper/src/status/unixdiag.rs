@@ -71,7 +71,7 @@ pub fn listening_abstract(
         let mut found = Vec::new();
         let done = parse(&buf[..n.min(buf.len())], prefix, &mut found)?;
         for l in found {
-            if out.len() < MAX_KEPT && keep(&l) {
+            if keep(&l) && out.len() < MAX_KEPT {
                 out.push(l);
             } else {
                 left = left.saturating_add(1);
