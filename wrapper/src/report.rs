@@ -169,7 +169,7 @@ pub fn main(a: ReportArgs) -> anyhow::Result<ExitCode> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let report = fold.report(now, live);
+    let report = fold.into_report(now, live);
     let mut shown_json = dir.shown(REPORT_JSON);
     let mut failed = None;
     if let Some(out) = destination(&a, dir)? {

@@ -40,8 +40,29 @@ fn columns(report: &Report) -> (Vec<String>, Vec<String>) {
 /// # Errors
 /// The CSV writer failed (out of memory).
 pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
+    csv_to(Vec::new(), report)
+}
+
+/// [`csv`] written to `out`, given back at the end.
+///
+/// # Errors
+/// Writing to `out` failed.
+pub fn csv_to<W: std::io::Write>(out: W, report: &Report) -> Result<W, csv::Error> {
     let (grid, metrics) = columns(report);
-    let mut w = csv::Writer::from_writer(Vec::new());
+    write_csv(out, (&grid, &metrics), report.runs.iter())
+}
+
+/// [`csv`] written to `out` as `runs` come (the grid keys and metric names of all of
+/// them given first), `out` given back at the end.
+///
+/// # Errors
+/// Writing to `out` failed.
+pub fn write_csv<W: std::io::Write, R: std::borrow::Borrow<RunRecord>>(
+    out: W,
+    (grid, metrics): (&[String], &[String]),
+    runs: impl Iterator<Item = R>,
+) -> Result<W, csv::Error> {
+    let mut w = csv::Writer::from_writer(out);
     let mut header: Vec<String> = [
         "name",
         "index",
@@ -78,12 +99,13 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
     .map(|s| s.to_string())
     .collect();
     header.extend(grid.iter().map(|k| csv_text(&format!("grid_{k}"))));
-    for m in &metrics {
+    for m in metrics {
         header.push(csv_text(&format!("{m}_last")));
         header.push(csv_text(&format!("{m}_best")));
     }
     w.write_record(&header)?;
-    for r in &report.runs {
+    for r in runs {
+        let r = r.borrow();
         let tp = r.throughput.as_ref();
         let gpu = r.gpu.as_ref();
         let text = |v: Option<String>| csv_text(&opt(v));
@@ -131,10 +153,10 @@ pub fn csv(report: &Report) -> Result<Vec<u8>, csv::Error> {
             opt(r.gpu_memory_mib),
             opt(r.slot_memory_mib),
         ];
-        for k in &grid {
+        for k in grid {
             row.push(text(r.grid.as_ref().and_then(|g| g.get(k).cloned())));
         }
-        for m in &metrics {
+        for m in metrics {
             let v = r.metrics.get(m);
             row.push(f3(v.and_then(|v| v.last)));
             row.push(f3(v.and_then(|v| v.best)));

@@ -425,9 +425,10 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// `colloc-report.json`.
+/// `colloc-report.json`. Its runs are a `Vec` but for a report written as it is made
+/// ([`crate::record::fold::Streamed`]), whose runs are made one at a time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Report {
+pub struct Report<R = Vec<RunRecord>> {
     /// Always [`SCHEMA`].
     pub schema: u32,
     /// colloc's version (of the latest session).
@@ -465,6 +466,33 @@ pub struct Report {
     /// The nodes, where runs went to several as Slurm steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeRecord>,
-    /// The runs, in manifest order.
-    pub runs: Vec<RunRecord>,
+    /// The runs, in manifest order (removed ones after). The last field: a report written
+    /// as its runs are made has every other field first.
+    pub runs: R,
+}
+
+impl<R> Report<R> {
+    /// The same report with `runs` for its runs.
+    pub fn with_runs<S>(self, runs: S) -> Report<S> {
+        Report {
+            schema: self.schema,
+            colloc_version: self.colloc_version,
+            mode: self.mode,
+            source: self.source,
+            job_id: self.job_id,
+            slots: self.slots,
+            started: self.started,
+            ended: self.ended,
+            running: self.running,
+            stopped_by: self.stopped_by,
+            interval_s: self.interval_s,
+            sessions: self.sessions,
+            summary: self.summary,
+            gpus: self.gpus,
+            signals: self.signals,
+            calibrations: self.calibrations,
+            nodes: self.nodes,
+            runs,
+        }
+    }
 }

@@ -56,6 +56,15 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
+    /// Let go of what only a start of the run needs (its command, environment, working
+    /// directory and grid values), once it will not start again: its record holds them.
+    pub fn let_go(&mut self) {
+        self.command = Vec::new();
+        self.env = Vec::new();
+        self.workdir = None;
+        self.grid = None;
+    }
+
     /// A run of `command` with the built-in throughput patterns and nothing else.
     pub fn plain(name: String, command: Vec<String>) -> RunSpec {
         RunSpec {

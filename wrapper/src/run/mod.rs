@@ -104,7 +104,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         },
         None => setup::gpus(&args, config.as_ref())?,
     };
-    let specs = setup::specs(&args, gpus.layout.slots.len())?;
+    let mut specs = setup::specs(&args, gpus.layout.slots.len())?;
     let (fit, placed) = fit_runs(topo.as_ref().map(|(_, t)| t), &gpus, &specs)?;
     let ids = setup::identities(&specs);
     let restarted = setup::restart_count().is_some_and(|n| n > 0);
@@ -134,10 +134,14 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         })?;
     let ts = rec.now();
     let topology = topo.as_ref().map(|(_, t)| t);
+    // The identities go into the record (a copy of them beside the manifest and the
+    // record's own was the start's peak of a 100,000-run pack); made again from the
+    // manifest where they are needed once more.
     rec.emit(session_event(
-        ts, session, topology, &gpus, &fit, &opts, &ids,
+        ts, session, topology, &gpus, &fit, &opts, ids,
     ));
     if let Some(figs) = baseline {
+        let ids = setup::identities(&specs);
         emit_baseline(&mut rec, figs, &ids, args.baseline.as_deref());
     }
     let job_id = std::env::var("SLURM_JOB_ID")
@@ -172,10 +176,14 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         live: live.as_ref(),
     };
     let fit = placed.then_some(fit);
-    // The runs' identities are in the record now; only the solo calibration needs them
-    // again (a 100,000-run pack's are tens of MB).
-    let ids = if args.solo_baseline { ids } else { Vec::new() };
-    let ran = passes.execute(args.solo_baseline, &specs, &ids, &mut rec, &gpus, fit);
+    // Only the solo calibration needs the runs' identities again (a 100,000-run pack's
+    // are tens of MB).
+    let ids = if args.solo_baseline {
+        setup::identities(&specs)
+    } else {
+        Vec::new()
+    };
+    let ran = passes.execute(args.solo_baseline, &mut specs, &ids, &mut rec, &gpus, fit);
     drop((ids, specs));
     if let Some(s) = sampler {
         let (totals, _) = s.finish();
@@ -311,7 +319,7 @@ fn session_event(
     gpus: &setup::Gpus,
     fit: &fit::Fit,
     opts: &args::Options,
-    ids: &[RunIdentity],
+    ids: Vec<RunIdentity>,
 ) -> Event {
     Event::Session {
         ts,
@@ -356,7 +364,7 @@ fn session_event(
                 .collect(),
         },
         interval_s: opts.interval.as_secs_f64(),
-        runs: ids.to_vec(),
+        runs: ids,
     }
 }
 
@@ -461,7 +469,7 @@ impl Passes<'_> {
     fn execute(
         &mut self,
         solo: bool,
-        specs: &[manifest::RunSpec],
+        specs: &mut [manifest::RunSpec],
         ids: &[RunIdentity],
         rec: &mut record::Recorder,
         gpus: &setup::Gpus,
@@ -471,7 +479,7 @@ impl Passes<'_> {
         let mut ran = Outcome::default();
         if solo {
             let mut cal = scheduler::Calibrate::new(
-                specs,
+                &mut *specs,
                 ids,
                 rec,
                 devices.clone(),

@@ -5,6 +5,12 @@
 //! [`MIN_GAP`], or ten times the last write's duration, so a pack of 2,000 short runs does
 //! not spend its time rewriting) and, for the progress of running attempts, every
 //! [`MAX_GAP`]; at the end once more, and the charts.
+//!
+//! The writer is handed a snapshot of the fold (a clone that shares every run: a pointer
+//! a run, and the main thread copies only a run it changes while the snapshot lives) and
+//! writes the report from it as its runs are made ([`Fold::streamed`]): no copy of the
+//! report is ever whole in memory (issue 39: a 100,000-run pack held its fold and a
+//! report as large beside it).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -14,6 +20,7 @@ use std::time::{Duration, Instant};
 use crate::engine::Clock;
 use colloc_results::export::chart;
 pub use colloc_results::export::files::write_report;
+use colloc_results::export::files::write_streamed;
 use colloc_results::record::events::Event;
 use colloc_results::record::fold::Fold;
 use colloc_results::record::model::Report;
@@ -25,9 +32,16 @@ pub const MIN_GAP: Duration = Duration::from_millis(250);
 /// Most time between two report rewrites while runs go on.
 pub const MAX_GAP: Duration = Duration::from_secs(30);
 
+/// A fold to write the report of, at `now` (Unix seconds), its session running.
+struct Snapshot {
+    fold: Fold,
+    now: f64,
+    session: u32,
+}
+
 #[derive(Default)]
 struct Shared {
-    next: Option<Report>,
+    next: Option<Snapshot>,
     stop: bool,
     busy: bool,
     last_took: Duration,
@@ -35,7 +49,7 @@ struct Shared {
     warned: bool,
 }
 
-/// Writes report snapshots on its own thread; the latest snapshot wins.
+/// Writes the reports of fold snapshots on its own thread; the latest snapshot wins.
 struct Writer {
     shared: Arc<(Mutex<Shared>, Condvar)>,
     thread: Option<JoinHandle<()>>,
@@ -48,7 +62,7 @@ impl Writer {
         let thread = std::thread::Builder::new()
             .name("report-writer".into())
             .spawn(move || loop {
-                let report = {
+                let snap = {
                     let (m, cv) = &*s;
                     let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
                     while g.next.is_none() && !g.stop {
@@ -63,7 +77,10 @@ impl Writer {
                     }
                 };
                 let t = Instant::now();
-                let result = write_report(&dir, &report);
+                let result =
+                    write_streamed(&dir, &snap.fold.streamed(snap.now, Some(snap.session)));
+                // The snapshot's runs are the main thread's alone again.
+                drop(snap);
                 let (m, cv) = &*s;
                 let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
                 g.busy = false;
@@ -85,7 +102,7 @@ impl Writer {
         Writer { shared, thread }
     }
 
-    fn submit(&self, r: Report) -> bool {
+    fn submit(&self, r: Snapshot) -> bool {
         if self.thread.is_none() {
             return false;
         }
@@ -97,8 +114,8 @@ impl Writer {
     }
 
     /// Is nothing being written or waiting to be? Then a new snapshot is the only one
-    /// held: a report of a 100,000-run pack is about 160 MB, and three at once (one
-    /// written, one waiting, one being built) were most of the pack's memory (issue 39).
+    /// held: while one is written, every run the main thread changes is copied once, so
+    /// a second one waiting would hold more copies for nothing.
     fn idle(&self) -> bool {
         let (m, _) = &*self.shared;
         let g = m.lock().unwrap_or_else(|p| p.into_inner());
@@ -198,9 +215,9 @@ impl Recorder {
         self.dirty = true;
     }
 
-    /// The report now, this session running.
-    pub fn report(&self) -> Report {
-        self.fold.report(self.now(), Some(self.session))
+    /// The runs by state now, as the report would count them (without building it).
+    pub fn state_counts(&self) -> colloc_results::record::model::Summary {
+        self.fold.state_counts(Some(self.session))
     }
 
     /// Rewrite the report if it changed and the last write is long enough ago.
@@ -216,7 +233,11 @@ impl Recorder {
         if self.last_write.elapsed() < gap || !self.writer.idle() {
             return;
         }
-        let r = self.report();
+        let r = Snapshot {
+            fold: self.fold.clone(),
+            now: self.now(),
+            session: self.session,
+        };
         if self.writer.submit(r) {
             self.last_write = Instant::now();
             self.dirty = false;
@@ -228,9 +249,10 @@ impl Recorder {
     /// The report, and what could not be written.
     pub fn finish(mut self) -> (Report, Option<String>, Vec<PathBuf>) {
         self.writer.close();
-        let report = self.fold.report(self.now(), None);
-        // The report holds what is shown and drawn from here on: the fold's memory goes.
-        self.fold = Fold::new();
+        // The report holds what is shown and drawn from here on: the fold is given up as
+        // the report is built.
+        let now = self.now();
+        let report = std::mem::take(&mut self.fold).into_report(now, None);
         let mut error = write_report(&self.dir, &report).err();
         if error.is_none() {
             if let Some(e) = &self.log.error {

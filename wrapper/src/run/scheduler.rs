@@ -168,7 +168,8 @@ fn describe(exit: &Exit) -> String {
 
 /// The common part of both drivers.
 struct Common<'a> {
-    specs: &'a [RunSpec],
+    /// The runs; a run done for good lets its definition go ([`RunSpec::let_go`]).
+    specs: &'a mut [RunSpec],
     rec: &'a mut Recorder,
     devices: Vec<Option<String>>,
     node: Option<String>,
@@ -185,7 +186,7 @@ struct Common<'a> {
 
 impl<'a> Common<'a> {
     fn new(
-        specs: &'a [RunSpec],
+        specs: &'a mut [RunSpec],
         rec: &'a mut Recorder,
         devices: Vec<Option<String>>,
         sampler: Option<&'a Sampler>,
@@ -493,7 +494,7 @@ pub struct Pack<'a> {
 impl<'a> Pack<'a> {
     /// The runs still to do: every run whose last recorded attempt did not succeed.
     pub fn new(
-        specs: &'a [RunSpec],
+        specs: &'a mut [RunSpec],
         rec: &'a mut Recorder,
         devices: Vec<Option<String>>,
         sampler: Option<&'a Sampler>,
@@ -525,9 +526,10 @@ impl<'a> Pack<'a> {
             }
         }
         let logs = Logs::open(rec, false);
+        let runs = specs.len();
         Pack {
             common: Common::new(specs, rec, devices, sampler, steps),
-            step_requeues: vec![0; specs.len()],
+            step_requeues: vec![0; runs],
             queue,
             attempts,
             opts,
@@ -570,8 +572,7 @@ impl<'a> Pack<'a> {
             return;
         }
         self.last_status = Instant::now();
-        let r = self.common.rec.report();
-        let s = &r.summary;
+        let s = self.common.rec.state_counts();
         let done = s.succeeded + s.failed + s.timed_out + s.interrupted;
         let mut agg: BTreeMap<String, f64> = BTreeMap::new();
         for v in ctl.running() {
@@ -711,6 +712,9 @@ impl Driver for Pack<'_> {
                 State::TimedOut => log::warn!("{name}: timed out"),
                 s => log::info!("{name}: {}", s.as_str()),
             }
+            // Done for good: its record holds its definition (a 100,000-run pack held
+            // every one to its end).
+            self.common.specs[e.job.run].let_go();
             if self.opts.fail_fast && matches!(e.state, State::Failed | State::TimedOut) {
                 let reason = format!("--fail-fast: {name} {}", e.state.as_str());
                 ctl.stop_all(&reason, libc::SIGTERM);

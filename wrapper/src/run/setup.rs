@@ -333,8 +333,8 @@ pub fn report_dir(
             return Ok((dir, Start::Resume(Box::new(fold)), l));
         }
         let (done, all) = {
-            let r = fold.report(0.0, None);
-            (r.summary.succeeded, r.summary.runs)
+            let c = fold.state_counts(None);
+            (c.succeeded, c.runs)
         };
         let other = if diff.is_empty() {
             String::new()

@@ -21,6 +21,7 @@
 //! from them, `summary` its summary (counts, makespan, aggregate, speed-up).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::telemetry::{AttemptGpu, GpuTotals};
@@ -28,6 +29,7 @@ use crate::telemetry::{AttemptGpu, GpuTotals};
 use super::events::{
     Escaped, Event, Kind, MetricValue, Progress, RunIdentity, SlotRecord, StepInfo,
 };
+use crate::record::model::Summary;
 use crate::record::State;
 use crate::rules::throughput::{keep, Stats};
 
@@ -121,7 +123,48 @@ struct RunSt {
     /// Where the latest attempt of each number is in `attempts`: a progress or end event
     /// finds its attempt at once, not by a scan (a forged record of a million attempts
     /// of one run made that quadratic).
-    latest: HashMap<u32, usize>,
+    latest: Latest,
+}
+
+/// Where the latest attempt of each number is in a run's attempts. Attempts numbered 1,
+/// 2, 3 … in order (as colloc records every run) need no map: number k is at k − 1. Any
+/// other order (an edited or forged record) gets one, so a lookup stays one step (a map
+/// a run was most of a 100,000-run fold's maps).
+#[derive(Debug, Clone, Default)]
+enum Latest {
+    #[default]
+    InOrder,
+    // Boxed on purpose: the enum is then one pointer a run, not a map's 48 bytes.
+    #[allow(clippy::box_collection)]
+    Map(Box<HashMap<u32, usize>>),
+}
+
+impl Latest {
+    /// Attempt number `attempt` is at `at`, the end of the attempts.
+    fn insert(&mut self, attempt: u32, at: usize) {
+        match self {
+            Latest::InOrder if usize::try_from(attempt).is_ok_and(|a| a == at + 1) => {}
+            Latest::InOrder => {
+                let mut m: HashMap<u32, usize> = (0..at).map(|i| ((i + 1) as u32, i)).collect();
+                m.insert(attempt, at);
+                *self = Latest::Map(Box::new(m));
+            }
+            Latest::Map(m) => {
+                m.insert(attempt, at);
+            }
+        }
+    }
+
+    /// Where the latest attempt numbered `attempt` is, of `len` attempts.
+    fn get(&self, attempt: u32, len: usize) -> Option<usize> {
+        match self {
+            Latest::InOrder => usize::try_from(attempt)
+                .ok()?
+                .checked_sub(1)
+                .filter(|&i| i < len),
+            Latest::Map(m) => m.get(&attempt).copied(),
+        }
+    }
 }
 
 impl RunSt {
@@ -139,6 +182,30 @@ impl RunSt {
     }
 }
 
+impl RunSt {
+    /// A run known so far by its name alone, at `index`.
+    fn named(name: String, index: usize) -> RunSt {
+        RunSt {
+            id: RunIdentity {
+                name,
+                command: Vec::new(),
+                env: Vec::new(),
+                workdir: None,
+                grid: None,
+                metrics: Vec::new(),
+                metric: None,
+                gpu_memory_mib: None,
+            },
+            since: 0,
+            before: Vec::new(),
+            listed: 0,
+            index,
+            attempts: Vec::new(),
+            latest: Latest::InOrder,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct SoloFig {
     throughput: f64,
@@ -152,12 +219,15 @@ pub struct Fold {
     sessions: Vec<Sess>,
     /// Where the first session of each number is in `sessions`.
     session_at: HashMap<u32, usize>,
-    runs: Vec<RunSt>,
-    by_name: HashMap<String, usize>,
-    calibrations: BTreeMap<String, Vec<Att>>,
+    /// Each run shared, and the maps of runs too: a clone of the fold (the snapshot
+    /// `colloc run`'s report writer writes from) costs a pointer a run, and a change
+    /// copies only the run it changes while a snapshot holds it.
+    runs: Vec<Arc<RunSt>>,
+    by_name: Arc<HashMap<String, usize>>,
+    calibrations: Arc<BTreeMap<String, Vec<Att>>>,
     /// As [`RunSt::latest`], for the calibrations.
-    calibration_latest: HashMap<String, HashMap<u32, usize>>,
-    solos: HashMap<String, SoloFig>,
+    calibration_latest: Arc<HashMap<String, HashMap<u32, usize>>>,
+    solos: Arc<HashMap<String, SoloFig>>,
     signals: Vec<(f64, String, Vec<String>)>,
     gpus: BTreeMap<u32, Vec<GpuTotals>>,
     /// Nodes given no more runs: session, time, node, why.
@@ -209,6 +279,38 @@ impl Fold {
         r.listed != self.listings
     }
 
+    /// The state of `r` as its report record has it: its last attempt's (one without an
+    /// end is running while its session runs, else interrupted), or not started.
+    fn run_state(r: &RunSt, live: Option<u32>) -> State {
+        r.attempts
+            .last()
+            .map_or(State::NotStarted, |a| match a.state {
+                Some(s) => s,
+                None if live == Some(a.session) => State::Running,
+                None => State::Interrupted,
+            })
+    }
+
+    /// The runs of the manifest as it stands, by state, as the report's summary counts
+    /// them: a summary with those counts alone (the rest left at its default), made
+    /// without building the report (a status line of a 100,000-run pack built one whole,
+    /// as large as the record itself, every 30 seconds).
+    pub fn state_counts(&self, live: Option<u32>) -> Summary {
+        let mut c = Summary::default();
+        for r in self.runs.iter().filter(|r| !self.removed(r)) {
+            c.runs += 1;
+            match Self::run_state(r, live) {
+                State::Succeeded => c.succeeded += 1,
+                State::Failed => c.failed += 1,
+                State::TimedOut => c.timed_out += 1,
+                State::Interrupted => c.interrupted += 1,
+                State::NotStarted => c.not_started += 1,
+                State::Running => c.running += 1,
+            }
+        }
+        c
+    }
+
     /// Per run name: its attempts so far and whether its last one succeeded with the
     /// definition it has now (one that ran before an edit of its definition runs again).
     pub fn attempts_of(&self, name: &str) -> (u32, bool) {
@@ -238,41 +340,26 @@ impl Fold {
             Some(&i) => i,
             None => {
                 let i = self.runs.len();
-                self.runs.push(RunSt {
-                    id: RunIdentity {
-                        name: name.to_string(),
-                        command: Vec::new(),
-                        env: Vec::new(),
-                        workdir: None,
-                        grid: None,
-                        metrics: Vec::new(),
-                        metric: None,
-                        gpu_memory_mib: None,
-                    },
-                    since: 0,
-                    before: Vec::new(),
-                    listed: 0,
-                    index: i,
-                    attempts: Vec::new(),
-                    latest: HashMap::new(),
-                });
-                self.by_name.insert(name.to_string(), i);
+                self.runs.push(Arc::new(RunSt::named(name.to_string(), i)));
+                Arc::make_mut(&mut self.by_name).insert(name.to_string(), i);
                 i
             }
         };
-        &mut self.runs[i]
+        Arc::make_mut(&mut self.runs[i])
     }
 
     fn attempt_mut(&mut self, name: &str, kind: Kind, attempt: u32) -> Option<&mut Att> {
         match kind {
             Kind::Run => self.by_name.get(name).and_then(|&i| {
-                let r = &mut self.runs[i];
-                let at = *r.latest.get(&attempt)?;
+                let r = Arc::make_mut(&mut self.runs[i]);
+                let at = r.latest.get(attempt, r.attempts.len())?;
                 r.attempts.get_mut(at)
             }),
             Kind::Solo => {
                 let at = *self.calibration_latest.get(name)?.get(&attempt)?;
-                self.calibrations.get_mut(name)?.get_mut(at)
+                Arc::make_mut(&mut self.calibrations)
+                    .get_mut(name)?
+                    .get_mut(at)
             }
         }
     }
@@ -322,7 +409,7 @@ impl Fold {
                 source,
                 ..
             } => {
-                self.solos.insert(
+                Arc::make_mut(&mut self.solos).insert(
                     key,
                     SoloFig {
                         throughput,
@@ -420,8 +507,9 @@ impl Fold {
         // forged record of many session events must not rebuild the map each.
         if !self.runs.is_sorted_by_key(|r| r.index) {
             self.runs.sort_by_key(|r| r.index);
+            let by_name = Arc::make_mut(&mut self.by_name);
             for (i, r) in self.runs.iter().enumerate() {
-                if let Some(at) = self.by_name.get_mut(&r.id.name) {
+                if let Some(at) = by_name.get_mut(&r.id.name) {
                     *at = i;
                 }
             }
@@ -466,8 +554,10 @@ impl Fold {
                 r.attempts.push(a);
             }
             Kind::Solo => {
-                let v = self.calibrations.entry(run.clone()).or_default();
-                self.calibration_latest
+                let v = Arc::make_mut(&mut self.calibrations)
+                    .entry(run.clone())
+                    .or_default();
+                Arc::make_mut(&mut self.calibration_latest)
                     .entry(run)
                     .or_default()
                     .insert(attempt, v.len());
@@ -513,6 +603,9 @@ impl Fold {
 
 mod report;
 mod summary;
+mod tally;
+
+pub use report::Streamed;
 
 #[cfg(test)]
 mod tests;

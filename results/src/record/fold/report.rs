@@ -2,9 +2,11 @@
 //! calibrations, nodes, GPUs) computed from the folded events.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::telemetry::{AttemptGpu, GpuTotals};
 
+use super::tally::Tally;
 use super::{rfc3339, Att, Fold, GpuAcc, Remote, RunSt, Sess};
 use crate::record::events::{Kind, RunIdentity};
 use crate::record::model::{
@@ -14,9 +16,107 @@ use crate::record::model::{
 use crate::record::State;
 use crate::rules::throughput::{keep, Stats};
 
+/// A report made as it is written ([`Fold::streamed`]): every part but its runs, made
+/// once; its runs made one at a time, in the report's order, each time they are asked
+/// for.
+pub struct Streamed<'a> {
+    head: Report<()>,
+    fold: &'a Fold,
+    /// `t0`, `now` and `live` of the report.
+    at: (f64, f64, Option<u32>),
+    remote: Remote,
+    grid: Vec<String>,
+    metrics: Vec<String>,
+}
+
+impl Streamed<'_> {
+    /// Every part of the report but its runs.
+    pub fn head(&self) -> &Report<()> {
+        &self.head
+    }
+
+    /// The runs' records in the report's order: the manifest's, then those removed from
+    /// it.
+    pub fn runs(&self) -> impl Iterator<Item = RunRecord> + '_ {
+        let f = self.fold;
+        let (t0, now, live) = self.at;
+        let current = f.runs.iter().filter(|r| !f.removed(r));
+        let removed = f.runs.iter().filter(|r| f.removed(r));
+        current
+            .chain(removed)
+            .map(move |r| f.run_record(r, t0, now, live, &self.remote))
+    }
+
+    /// The grid keys and metric names of all runs, sorted (the CSV's columns).
+    pub fn columns(&self) -> (&[String], &[String]) {
+        (&self.grid, &self.metrics)
+    }
+}
+
 impl Fold {
     /// The report at `now` (Unix seconds); `live`: the session still running, if any.
     pub fn report(&self, now: f64, live: Option<u32>) -> Report {
+        let (mut report, t0, remote) = self.report_without_runs(now, live);
+        report.runs = self
+            .runs
+            .iter()
+            .map(|r| self.run_record(r, t0, now, live, &remote))
+            .collect();
+        let tally = Tally::of(report.runs.iter());
+        self.complete(report, &tally, t0, now, live)
+    }
+
+    /// [`Fold::report`], the fold given up as the report is built: the summary is made
+    /// first (each record made and dropped), then each run goes once its record holds
+    /// it, so the fold and the report are never both whole in memory (the final report
+    /// of a 100,000-run pack, and `colloc report`'s: issue 39). The same report.
+    pub fn into_report(mut self, now: f64, live: Option<u32>) -> Report {
+        let (mut report, t0, remote) = self.report_without_runs(now, live);
+        let mut tally = Tally::with_room(self.runs.len());
+        for r in &self.runs {
+            tally.add(&self.run_record(r, t0, now, live, &remote));
+        }
+        self.fill(&mut report, &tally, t0, now, live);
+        // From here on a run's record needs only the run itself (and the sessions, solo
+        // figures and energy shares): each goes as its record is made, and the maps by
+        // name go first.
+        self.by_name = Arc::default();
+        self.calibration_latest = Arc::default();
+        let gone = Arc::new(RunSt::named(String::new(), 0));
+        let mut runs = Vec::with_capacity(self.runs.len());
+        for i in 0..self.runs.len() {
+            runs.push(self.run_record(&self.runs[i], t0, now, live, &remote));
+            self.runs[i] = Arc::clone(&gone);
+        }
+        report.runs = runs;
+        Self::removed_last(&mut report);
+        report
+    }
+
+    /// The report at `now` to be written as its runs are made ([`Streamed`]): the
+    /// records are made once here for the summary, and again as they are written, never
+    /// all held (a 100,000-run pack's report is as large as its fold).
+    pub fn streamed(&self, now: f64, live: Option<u32>) -> Streamed<'_> {
+        let (head, t0, remote) = self.report_without_runs(now, live);
+        let mut tally = Tally::with_room(self.runs.len());
+        for r in &self.runs {
+            tally.add(&self.run_record(r, t0, now, live, &remote));
+        }
+        let mut head = head.with_runs(());
+        self.fill(&mut head, &tally, t0, now, live);
+        Streamed {
+            head,
+            fold: self,
+            at: (t0, now, live),
+            remote,
+            grid: std::mem::take(&mut tally.grid).into_iter().collect(),
+            metrics: std::mem::take(&mut tally.metrics).into_iter().collect(),
+        }
+    }
+
+    /// Every part of the report but its runs, sessions and summary; its start (`t0`)
+    /// and the energy shares of runs measured on other nodes.
+    fn report_without_runs(&self, now: f64, live: Option<u32>) -> (Report, f64, Remote) {
         let t0 = self
             .sessions
             .iter()
@@ -25,27 +125,8 @@ impl Fold {
         let t0 = if t0.is_finite() { t0 } else { now };
         let latest = self.sessions.last().cloned().unwrap_or_default();
         let remote = self.remote_energy();
-        let runs: Vec<RunRecord> = self
-            .runs
-            .iter()
-            .map(|r| self.run_record(r, t0, now, live, &remote))
-            .collect();
-        let spans = self.session_spans(now, live);
-        let several = self.sessions.len() > 1;
-        let sessions: Vec<SessionRecord> = self
-            .sessions
-            .iter()
-            .map(|s| {
-                let mut rec = self.session_record(s, &spans, live);
-                if let (true, Some(span)) = (several, spans.get(&s.session)) {
-                    rec.start_s = Some(span.first - t0);
-                    rec.end_s = Some(span.last - t0);
-                }
-                rec
-            })
-            .collect();
         let last_event = self.sessions.iter().map(|s| s.last).fold(t0, f64::max);
-        let mut report = Report {
+        let report = Report {
             schema: SCHEMA,
             colloc_version: latest.colloc_version.clone(),
             mode: latest.mode.clone(),
@@ -71,15 +152,30 @@ impl Fold {
                 .collect(),
             calibrations: self.calibration_records(now, t0),
             nodes: self.node_records(&latest, t0),
-            runs,
-            sessions,
+            runs: Vec::new(),
+            sessions: Vec::new(),
         };
-        report.summary = self.summary(&report, now, live);
-        if several {
-            self.session_figures(&mut report);
-        }
-        // Runs removed from the manifest after the manifest's own (the summary pairs the
-        // fold's runs with the report's in one order: only now).
+        (report, t0, remote)
+    }
+
+    /// The report's sessions and summary (its runs' records counted in `tally`), and its
+    /// runs removed from the manifest put after the others.
+    fn complete(
+        &self,
+        mut report: Report,
+        tally: &Tally,
+        t0: f64,
+        now: f64,
+        live: Option<u32>,
+    ) -> Report {
+        self.fill(&mut report, tally, t0, now, live);
+        Self::removed_last(&mut report);
+        report
+    }
+
+    /// Runs removed from the manifest after the manifest's own (the summary pairs the
+    /// fold's runs with the tally's in one order: only once it is made).
+    fn removed_last(report: &mut Report) {
         // (Only where a run was removed: two more lists of every run cost the memory of a
         // large pack.)
         if report.runs.iter().any(|r| r.removed) {
@@ -90,7 +186,28 @@ impl Fold {
             report.runs = current;
             report.runs.extend(removed);
         }
-        report
+    }
+
+    /// Fill in the report's sessions and summary, its runs' records counted in `tally`.
+    fn fill<R>(&self, report: &mut Report<R>, tally: &Tally, t0: f64, now: f64, live: Option<u32>) {
+        let spans = self.session_spans(now, live);
+        let several = self.sessions.len() > 1;
+        report.sessions = self
+            .sessions
+            .iter()
+            .map(|s| {
+                let mut rec = self.session_record(s, &spans, live);
+                if let (true, Some(span)) = (several, spans.get(&s.session)) {
+                    rec.start_s = Some(span.first - t0);
+                    rec.end_s = Some(span.last - t0);
+                }
+                rec
+            })
+            .collect();
+        report.summary = self.summary(tally, &report.sessions, report.gpus.as_deref(), now, live);
+        if several {
+            self.session_figures(report);
+        }
     }
 
     fn session_record(

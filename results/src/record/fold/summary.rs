@@ -1,24 +1,31 @@
 //! The report's summary: counts, makespan, aggregate, speed-up and the steady aggregate
 //! (the rules in the parent module's documentation).
 
-use std::collections::BTreeMap;
-
 use crate::telemetry::GpuTotals;
 
 use super::report::median;
+use super::tally::Tally;
 use super::Fold;
-use crate::record::model::{FasterThanSolo, Report, Summary, FASTER_THAN_SOLO};
+use crate::record::model::{FasterThanSolo, Report, SessionRecord, Summary, FASTER_THAN_SOLO};
 use crate::record::State;
 use crate::rules::steady::steady;
 use crate::rules::throughput::Sample;
 
 impl Fold {
-    /// The summary of `rep`, the report being built.
-    pub(super) fn summary(&self, rep: &Report, now: f64, live: Option<u32>) -> Summary {
-        let mut sum = counts(rep);
+    /// The summary of a report with `sessions` and `gpus` whose runs' records `tally`
+    /// counted.
+    pub(super) fn summary(
+        &self,
+        tally: &Tally,
+        sessions: &[SessionRecord],
+        gpus: Option<&[GpuTotals]>,
+        now: f64,
+        live: Option<u32>,
+    ) -> Summary {
+        let mut sum = counts(tally, sessions);
         let makespan_s = sum.makespan_s;
-        energy_into(&mut sum, rep);
-        let Some(unit) = pack_unit(rep) else {
+        energy_into(&mut sum, gpus);
+        let Some(unit) = pack_unit(tally) else {
             return sum;
         };
         let work: f64 = self
@@ -32,7 +39,7 @@ impl Fold {
             sum.aggregate_throughput = Some(work / makespan_s);
         }
         self.steady_into(&mut sum, &unit);
-        self.speedup_into(&mut sum, rep, &unit, now, live);
+        self.speedup_into(&mut sum, tally, &unit, now, live);
         sum.throughput_unit = Some(unit);
         sum
     }
@@ -43,7 +50,7 @@ impl Fold {
     fn speedup_into(
         &self,
         sum: &mut Summary,
-        rep: &Report,
+        tally: &Tally,
         unit: &str,
         now: f64,
         live: Option<u32>,
@@ -53,8 +60,9 @@ impl Fold {
         let mut covered = 0;
         let mut ran = 0;
         let mut sources: Vec<String> = Vec::new();
-        // `rep.runs` is made from `self.runs`, in order.
-        for (r, rec) in self.runs.iter().zip(&rep.runs) {
+        // The tally counted the records of `self.runs`, in order.
+        let unit_at = tally.unit_names.iter().position(|u| u == unit);
+        for (i, (r, rec)) in self.runs.iter().zip(&tally.throughput).enumerate() {
             if r.attempts.is_empty() {
                 continue;
             }
@@ -72,15 +80,15 @@ impl Fold {
                 sources.push(solo.source.clone());
             }
             // Its throughput packed: work over sampled time of its attempts in this unit.
-            if let Some(t) = rec.throughput.as_ref().filter(|t| {
-                t.unit == unit
-                    && t.count >= 2
-                    && t.sampled_s > 0.0
-                    && t.mean > solo.throughput * FASTER_THAN_SOLO
+            if let Some(&(_, mean, _, _)) = rec.as_ref().filter(|&&(u, mean, count, sampled_s)| {
+                Some(u) == unit_at
+                    && count >= 2
+                    && sampled_s > 0.0
+                    && mean > solo.throughput * FASTER_THAN_SOLO
             }) {
                 sum.faster_than_solo.push(FasterThanSolo {
-                    run: rec.name.clone(),
-                    throughput: t.mean,
+                    run: tally.solo_names.get(&i).cloned().unwrap_or_default(),
+                    throughput: mean,
                     solo: solo.throughput,
                 });
             }
@@ -105,57 +113,33 @@ impl Fold {
     }
 }
 
-/// The summary's counts of `rep`: runs by state (and removed), attempts, OOMs,
-/// concurrency, makespan, failed steps and the median dispatch time.
-fn counts(rep: &Report) -> Summary {
+/// The summary's counts: runs by state (and removed), attempts, OOMs, concurrency,
+/// makespan, failed steps and the median dispatch time.
+fn counts(t: &Tally, sessions: &[SessionRecord]) -> Summary {
     // The runs by state are the manifest's as it stands; removed runs' attempts still
     // count as attempts.
-    let current = || rep.runs.iter().filter(|r| !r.removed);
-    let count = |s: State| current().filter(|r| r.state == s).count();
-    let makespan_s: f64 = rep.sessions.iter().map(|s| s.makespan_s).sum();
     Summary {
-        runs: current().count(),
-        removed: rep.runs.len() - current().count(),
-        succeeded: count(State::Succeeded),
-        failed: count(State::Failed),
-        timed_out: count(State::TimedOut),
-        interrupted: count(State::Interrupted),
-        not_started: count(State::NotStarted),
-        running: count(State::Running),
-        attempts: rep.runs.iter().map(|r| r.attempts.len()).sum(),
-        oom_attempts: rep
-            .runs
-            .iter()
-            .flat_map(|r| &r.attempts)
-            .filter(|a| a.oom)
-            .count(),
-        max_concurrent: rep
-            .sessions
-            .iter()
-            .map(|s| s.max_concurrent)
-            .max()
-            .unwrap_or(0),
-        makespan_s,
-        step_failures: rep
-            .runs
-            .iter()
-            .flat_map(|r| &r.attempts)
-            .filter(|a| a.step.as_ref().is_some_and(|s| s.failed.is_some()))
-            .count(),
-        median_dispatch_s: median(
-            rep.runs
-                .iter()
-                .flat_map(|r| &r.attempts)
-                .filter_map(|a| a.step.as_ref().and_then(|s| s.dispatch_s))
-                .collect(),
-        ),
+        runs: t.seen - t.removed,
+        removed: t.removed,
+        succeeded: t.state(State::Succeeded),
+        failed: t.state(State::Failed),
+        timed_out: t.state(State::TimedOut),
+        interrupted: t.state(State::Interrupted),
+        not_started: t.state(State::NotStarted),
+        running: t.state(State::Running),
+        attempts: t.attempts,
+        oom_attempts: t.oom_attempts,
+        max_concurrent: sessions.iter().map(|s| s.max_concurrent).max().unwrap_or(0),
+        makespan_s: sessions.iter().map(|s| s.makespan_s).sum(),
+        step_failures: t.step_failures,
+        median_dispatch_s: median(t.dispatch.clone()),
         ..Summary::default()
     }
 }
 
 /// The energy totals over the report's GPUs, where it has any.
-fn energy_into(sum: &mut Summary, rep: &Report) {
-    if let Some(gpus) = &rep.gpus {
+fn energy_into(sum: &mut Summary, gpus: Option<&[GpuTotals]>) {
+    if let Some(gpus) = gpus {
         let total = |f: fn(&GpuTotals) -> Option<f64>| {
             let v: Vec<f64> = gpus.iter().filter_map(f).collect();
             (!v.is_empty()).then(|| v.iter().sum())
@@ -168,17 +152,11 @@ fn energy_into(sum: &mut Summary, rep: &Report) {
 
 /// The pack's unit: the most common one among runs with throughput (ties: the first by
 /// name); `None` when no run has throughput.
-fn pack_unit(rep: &Report) -> Option<String> {
-    let mut units: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in &rep.runs {
-        if let Some(t) = &r.throughput {
-            *units.entry(t.unit.as_str()).or_default() += 1;
-        }
-    }
-    units
+fn pack_unit(t: &Tally) -> Option<String> {
+    t.units
         .iter()
         .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(u, _)| u.to_string())
+        .map(|(u, _)| u.clone())
 }
 
 impl Fold {
@@ -205,7 +183,7 @@ impl Fold {
     /// Each session's own figures in the pack's unit, for a pack of several sessions:
     /// the work of its attempts over its makespan, and its steady aggregate. The
     /// summary's are over all sessions (work summed over makespans summed).
-    pub(super) fn session_figures(&self, rep: &mut Report) {
+    pub(super) fn session_figures<R>(&self, rep: &mut Report<R>) {
         let Some(unit) = rep.summary.throughput_unit.clone() else {
             return;
         };

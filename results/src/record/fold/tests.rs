@@ -1,4 +1,6 @@
 use super::*;
+use crate::export::files::Source;
+use crate::record::model::Report;
 use crate::record::Best;
 
 fn id(name: &str, cmd: &str) -> RunIdentity {
@@ -168,7 +170,7 @@ fn runs_across_nodes_energy_nodes_and_failed_steps() {
         }
         f.apply(e);
     }
-    let r = f.report(40.0, None);
+    let r = report_of(&f, 40.0, None);
     // 10..20 shared by two runs (500 J each), 20..30 b alone (1 kJ).
     let ea = r.runs[0].gpu.as_ref().unwrap().energy_j.unwrap();
     let eb = r.runs[1].gpu.as_ref().unwrap().energy_j.unwrap();
@@ -230,7 +232,7 @@ fn single_sample_runs_add_no_work_and_retries_count_in_time() {
         samples(101.0, 111.0, 100.0),
     ));
     // b: never started
-    let r = f.report(200.0, None);
+    let r = report_of(&f, 200.0, None);
     let ra = &r.runs[0];
     assert_eq!(ra.attempts.len(), 2);
     assert!(ra.oom);
@@ -256,7 +258,7 @@ fn speedup_uses_each_runs_own_solo_figure_and_says_what_it_covers() {
     // alone a does 100/s, b 50/s; c has no solo figure
     f.apply(solo(&a.solo_key(), 100.0));
     f.apply(solo(&b.solo_key(), 50.0));
-    let r = f.report(20.0, None);
+    let r = report_of(&f, 20.0, None);
     assert_eq!(r.runs[0].solo_throughput, Some(100.0));
     assert_eq!(r.runs[1].solo_throughput, Some(50.0));
     assert_eq!(r.runs[2].solo_throughput, None);
@@ -265,6 +267,77 @@ fn speedup_uses_each_runs_own_solo_figure_and_says_what_it_covers() {
     assert_eq!(s.sequential_s, Some(12.0));
     assert!((s.speedup.unwrap() - 1.2).abs() < 1e-9);
     assert_eq!((s.speedup_runs, s.speedup_of), (Some(2), Some(3)));
+}
+
+/// A run faster packed than its solo figure is named in the summary, by every way of
+/// making the report (the fold given up names it too).
+#[test]
+fn a_run_faster_packed_than_alone_is_named() {
+    let mut f = Fold::new();
+    let (a, b) = (id("a", "bs32"), id("b", "bs64"));
+    f.apply(session(1, 0.0, vec![a.clone(), b.clone()]));
+    for (n, rate) in [("a", 60.0), ("b", 30.0)] {
+        f.apply(start(n, 1, 1, 0.0));
+        f.apply(end(n, 1, 10.0, State::Succeeded, samples(0.0, 10.0, rate)));
+    }
+    f.apply(solo(&a.solo_key(), 40.0));
+    f.apply(solo(&b.solo_key(), 50.0));
+    let r = report_of(&f, 20.0, None);
+    let named: Vec<(&str, f64, f64)> = r
+        .summary
+        .faster_than_solo
+        .iter()
+        .map(|x| (x.run.as_str(), x.throughput, x.solo))
+        .collect();
+    assert_eq!(named, [("a", 60.0, 40.0)]);
+}
+
+/// `f`'s report at `now`, made three ways that must agree: from the fold kept
+/// ([`Fold::report`]), from the fold given up ([`Fold::into_report`]), and written as its
+/// runs are made ([`Fold::streamed`]).
+fn report_of(f: &Fold, now: f64, live: Option<u32>) -> Report {
+    let r = f.report(now, live);
+    assert_eq!(f.clone().into_report(now, live), r, "into_report differs");
+    // And its files written as the runs are made ([`Fold::streamed`]): the same bytes.
+    let streamed = f.streamed(now, live);
+    for file in crate::export::files::RUN_FILES {
+        let (mut whole, mut made) = (Vec::new(), Vec::new());
+        (file.render)(Source::Whole(&r), &mut whole).unwrap();
+        (file.render)(Source::Streamed(&streamed), &mut made).unwrap();
+        assert_eq!(
+            String::from_utf8(made).unwrap(),
+            String::from_utf8(whole).unwrap(),
+            "{}",
+            file.name
+        );
+    }
+    r
+}
+
+/// [`Fold::state_counts`] (the status line's) says what the report's summary says.
+fn assert_counts_as_the_summary(f: &Fold, now: f64, live: Option<u32>) {
+    let s = report_of(f, now, live).summary;
+    let c = f.state_counts(live);
+    assert_eq!(
+        [
+            c.runs,
+            c.succeeded,
+            c.failed,
+            c.timed_out,
+            c.interrupted,
+            c.not_started,
+            c.running
+        ],
+        [
+            s.runs,
+            s.succeeded,
+            s.failed,
+            s.timed_out,
+            s.interrupted,
+            s.not_started,
+            s.running
+        ]
+    );
 }
 
 #[test]
@@ -279,10 +352,12 @@ fn an_attempt_without_an_end_is_running_or_interrupted() {
         attempt: 1,
         progress: samples(2.0, 5.0, 10.0),
     });
-    let live = f.report(6.0, Some(1));
+    let live = report_of(&f, 6.0, Some(1));
     assert_eq!(live.runs[0].state, State::Running);
+    assert_counts_as_the_summary(&f, 6.0, Some(1));
+    assert_counts_as_the_summary(&f, 60.0, None);
     assert!(live.running);
-    let dead = f.report(60.0, None);
+    let dead = report_of(&f, 60.0, None);
     assert_eq!(dead.runs[0].state, State::Interrupted);
     assert!(dead.runs[0].attempts[0]
         .error
@@ -316,7 +391,7 @@ fn sessions_add_up_and_later_attempts_keep_the_earlier() {
         State::Succeeded,
         samples(3600.0, 3608.0, 10.0),
     ));
-    let r = f.report(4000.0, None);
+    let r = report_of(&f, 4000.0, None);
     assert_eq!(r.sessions.len(), 2);
     let b = &r.runs[1];
     assert_eq!(b.attempts.len(), 2);
@@ -362,7 +437,7 @@ fn a_resumed_pack_has_each_sessions_span_and_figures_and_the_summary_over_all() 
         State::Succeeded,
         samples(7300.0, 7308.0, 20.0),
     ));
-    let r = f.report(8000.0, None);
+    let r = report_of(&f, 8000.0, None);
     let (s1, s2) = (&r.sessions[0], &r.sessions[1]);
     assert_eq!((s1.start_s, s1.end_s), (Some(0.0), Some(10.0)));
     assert_eq!((s2.start_s, s2.end_s), (Some(7200.0), Some(7208.0)));
@@ -421,7 +496,7 @@ fn user_metrics_keep_the_last_value_and_the_best() {
         },
     );
     f.apply(end("a", 2, 3.0, State::Succeeded, p));
-    let m = &f.report(4.0, None).runs[0].metrics["loss"];
+    let m = &report_of(&f, 4.0, None).runs[0].metrics["loss"];
     assert_eq!((m.last, m.best, m.count), (Some(0.3), Some(0.2), 4));
 }
 
@@ -454,7 +529,7 @@ fn an_edited_manifest_keeps_each_attempt_with_its_definition() {
     f.apply(start("b", 2, 2, 201.0));
     f.apply(end("b", 2, 202.0, State::Succeeded, Progress::default()));
     assert_eq!(f.attempts_of("b"), (2, true));
-    let rep = f.report(300.0, None);
+    let rep = report_of(&f, 300.0, None);
     let order: Vec<(&str, bool)> = rep
         .runs
         .iter()
@@ -478,14 +553,43 @@ fn an_edited_manifest_keeps_each_attempt_with_its_definition() {
     );
     assert_eq!(rep.summary.not_started, 1);
     assert_eq!(rep.summary.attempts, 4, "c's attempt still counts");
+    assert_counts_as_the_summary(&f, 300.0, None);
     // Back to the first definition: a third session, the history holds both.
     f.apply(session(3, 400.0, vec![id("b", "x")]));
     assert_eq!(f.attempts_of("b"), (2, false));
-    let rep = f.report(500.0, None);
+    let rep = report_of(&f, 500.0, None);
     let b = rep.runs.iter().find(|r| r.name == "b").unwrap();
     assert_eq!(b.attempts[0].definition, None, "ran x, and b is x again");
     assert_eq!(
         b.attempts[1].definition.as_ref().map(|d| d.command.clone()),
         Some(vec!["y".to_string()])
     );
+}
+
+/// A run's attempts by number: in order without a map, and any other order (numbers
+/// skipped, repeated, going back) with one; the latest of a repeated number wins.
+#[test]
+fn the_latest_attempt_of_each_number_is_found_in_any_order() {
+    let mut l = Latest::default();
+    for at in 0..3 {
+        l.insert(at as u32 + 1, at);
+    }
+    assert!(matches!(l, Latest::InOrder));
+    assert_eq!(
+        [0, 1, 2, 3, 4].map(|n| l.get(n, 3)),
+        [None, Some(0), Some(1), Some(2), None]
+    );
+    // 5 after 3, then 2 again, then 5 again.
+    l.insert(5, 3);
+    assert!(matches!(l, Latest::Map(_)));
+    l.insert(2, 4);
+    l.insert(5, 5);
+    assert_eq!(
+        [1, 2, 3, 4, 5].map(|n| l.get(n, 6)),
+        [Some(0), Some(4), Some(2), None, Some(5)]
+    );
+    // A first attempt not numbered 1.
+    let mut l = Latest::default();
+    l.insert(7, 0);
+    assert_eq!((l.get(1, 1), l.get(7, 1)), (None, Some(0)));
 }

@@ -44,7 +44,7 @@ pub struct Calibrate<'a> {
 impl<'a> Calibrate<'a> {
     /// The calibrations still to do: one per solo key without a figure in the record.
     pub fn new(
-        specs: &'a [RunSpec],
+        specs: &'a mut [RunSpec],
         ids: &[RunIdentity],
         rec: &'a mut Recorder,
         devices: Vec<Option<String>>,
