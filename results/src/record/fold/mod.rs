@@ -86,6 +86,16 @@ struct Att {
 }
 
 impl Att {
+    /// Its state as the report has it, `live` the session still running: its recorded
+    /// end's, else running while its session runs, else interrupted.
+    fn state_at(&self, live: Option<u32>) -> State {
+        match self.state {
+            Some(s) => s,
+            None if live == Some(self.session) => State::Running,
+            None => State::Interrupted,
+        }
+    }
+
     fn progress(&mut self, ts: f64, p: Progress) {
         self.last_ts = self.last_ts.max(ts);
         if self.unit.is_none() {
@@ -284,11 +294,7 @@ impl Fold {
     fn run_state(r: &RunSt, live: Option<u32>) -> State {
         r.attempts
             .last()
-            .map_or(State::NotStarted, |a| match a.state {
-                Some(s) => s,
-                None if live == Some(a.session) => State::Running,
-                None => State::Interrupted,
-            })
+            .map_or(State::NotStarted, |a| a.state_at(live))
     }
 
     /// The runs of the manifest as it stands, by state, as the report's summary counts

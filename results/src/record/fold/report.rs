@@ -72,10 +72,7 @@ impl Fold {
     /// of a 100,000-run pack, and `colloc report`'s: issue 39). The same report.
     pub fn into_report(mut self, now: f64, live: Option<u32>) -> Report {
         let (mut report, t0, remote) = self.report_without_runs(now, live);
-        let mut tally = Tally::with_room(self.runs.len());
-        for r in &self.runs {
-            tally.add(&self.run_record(r, t0, now, live, &remote));
-        }
+        let tally = self.tally((t0, now, live), &remote);
         self.fill(&mut report, &tally, t0, now, live);
         // From here on a run's record needs only the run itself (and the sessions, solo
         // figures and energy shares): each goes as its record is made, and the maps by
@@ -98,10 +95,7 @@ impl Fold {
     /// all held (a 100,000-run pack's report is as large as its fold).
     pub fn streamed(&self, now: f64, live: Option<u32>) -> Streamed<'_> {
         let (head, t0, remote) = self.report_without_runs(now, live);
-        let mut tally = Tally::with_room(self.runs.len());
-        for r in &self.runs {
-            tally.add(&self.run_record(r, t0, now, live, &remote));
-        }
+        let mut tally = self.tally((t0, now, live), &remote);
         let mut head = head.with_runs(());
         self.fill(&mut head, &tally, t0, now, live);
         Streamed {
@@ -112,6 +106,15 @@ impl Fold {
             grid: std::mem::take(&mut tally.grid).into_iter().collect(),
             metrics: std::mem::take(&mut tally.metrics).into_iter().collect(),
         }
+    }
+
+    /// A tally of every run's record at `(t0, now, live)`, each made and dropped.
+    fn tally(&self, (t0, now, live): (f64, f64, Option<u32>), remote: &Remote) -> Tally {
+        let mut tally = Tally::with_room(self.runs.len());
+        for r in &self.runs {
+            tally.add(&self.run_record(r, t0, now, live, remote));
+        }
+        tally
     }
 
     /// Every part of the report but its runs, sessions and summary; its start (`t0`)
@@ -286,16 +289,14 @@ impl Fold {
             g.energy_j = Some(*share);
         }
         let end = self.end_of(a, now, live);
-        let (state, error) = match (a.state, a.end) {
-            (Some(s), _) => (s, a.error.clone()),
-            (None, _) if live == Some(a.session) => (State::Running, None),
-            (None, _) => (
-                State::Interrupted,
-                Some(
-                    "colloc ended before it recorded this attempt's end (killed?); it counts as interrupted"
-                        .into(),
-                ),
+        let state = a.state_at(live);
+        let error = match (a.state, state) {
+            (Some(_), _) => a.error.clone(),
+            (None, State::Interrupted) => Some(
+                "colloc ended before it recorded this attempt's end (killed?); it counts as interrupted"
+                    .into(),
             ),
+            (None, _) => None,
         };
         AttemptRecord {
             attempt: a.attempt,
