@@ -315,6 +315,15 @@ impl Cluster {
             .join("\n")
     }
 
+    /// [`Node::slurmd_log_story`] of every node, each under its name.
+    pub fn slurmd_log_story(&self, n: usize) -> String {
+        self.nodes()
+            .iter()
+            .map(|node| format!("--- {} ---\n{}", node.name(), node.slurmd_log_story(n)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Run `colloc ARGS` against the (first) node's config and fake GPUs.
     pub fn colloc(&self, args: &[&str]) -> Output {
         self.first().colloc(args)

@@ -177,6 +177,24 @@ impl Node<'_> {
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
+    /// The last `n` lines of the node's slurmd log that tell what happened to jobs there:
+    /// colloc's own, Slurm's errors, and its prolog, epilog and drain lines (a debug log's
+    /// last lines are mostly a step's start-up, which says nothing of why a test failed).
+    pub fn slurmd_log_story(&self, n: usize) -> String {
+        let log = std::fs::read_to_string(self.slurmd_log()).unwrap_or_default();
+        // colloc's lines start "colloc: " (its paths, in every step's start-up, do not).
+        let telling = |l: &&str| {
+            l.contains("colloc: ") || {
+                let l = l.to_ascii_lowercase();
+                ["error:", "prolog", "epilog", "drain", "fatal", "killed"]
+                    .iter()
+                    .any(|w| l.contains(w))
+            }
+        };
+        let lines: Vec<&str> = log.lines().filter(telling).collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
     /// The pid of the node's slurmd, while it runs.
     pub fn slurmd_pid(&self) -> Option<u32> {
         let file = if self.cluster.several() {

@@ -160,8 +160,9 @@ fn run_one(cluster: &Cluster, (name, test): &Test) -> Outcome {
         }
     }
     println!(
-        "test {name} ... FAILED ({secs:.1}s)\n--- slurmd log (last lines) ---\n{}",
-        cluster.slurmd_log_tail(25)
+        "test {name} ... FAILED ({secs:.1}s)\n--- slurmd log: colloc, prolog, epilog and error lines ---\n{}\n--- slurmd log (last lines) ---\n{}",
+        cluster.slurmd_log_story(25),
+        cluster.slurmd_log_tail(10)
     );
     if was_stopped(cluster.dir()) {
         return (name, Verdict::Failed, secs);
