@@ -189,18 +189,22 @@ fn ensure_cap(cfg: &Config, cap: &str, deadline: Instant) -> Result<(), String> 
         .ok()
         .and_then(|t| device_major(&t, "nvidia-caps"));
     let file = cap_file(cfg, access.minor);
-    if device_ok(&file, major, access.minor) {
-        return Ok(());
-    }
-    if std::fs::symlink_metadata(&file).is_ok() {
-        return Err(format!(
-            "{} exists but is not the character device of {} (minor {}); an admin removes it \
+    // One look decides: the file may appear between two looks (another node's prolog
+    // making the same capability where the folder is shared, as in the test clusters),
+    // and a second look that finds it must not call it a wrong file.
+    match device_state(&file, major, access.minor) {
+        Device::Right => return Ok(()),
+        Device::Missing => {}
+        Device::Wrong => {
+            return Err(format!(
+                "{} exists but is not the character device of {} (minor {}); an admin removes it \
              and runs `nvidia-modprobe -f {}`",
-            file.display(),
-            cap,
-            access.minor,
-            access_path.display()
-        ));
+                file.display(),
+                cap,
+                access.minor,
+                access_path.display()
+            ))
+        }
     }
     let left = deadline
         .saturating_duration_since(Instant::now())
@@ -238,15 +242,35 @@ fn ensure_cap(cfg: &Config, cap: &str, deadline: Instant) -> Result<(), String> 
     }
 }
 
-/// Is `file` a character device with this minor (and major, where known)?
-fn device_ok(file: &Path, major: Option<u32>, minor: u32) -> bool {
+/// What one look at a capability's device file finds.
+#[derive(Debug, PartialEq, Eq)]
+enum Device {
+    /// A character device with the capability's minor (and major, where known).
+    Right,
+    /// Nothing there (or nothing colloc may look at).
+    Missing,
+    /// Something else under that name.
+    Wrong,
+}
+
+fn device_state(file: &Path, major: Option<u32>, minor: u32) -> Device {
     let Ok(m) = std::fs::symlink_metadata(file) else {
-        return false;
+        return Device::Missing;
     };
     let rdev = m.rdev();
-    m.file_type().is_char_device()
+    let right = m.file_type().is_char_device()
         && rustix::fs::minor(rdev) == minor
-        && major.is_none_or(|maj| rustix::fs::major(rdev) == maj)
+        && major.is_none_or(|maj| rustix::fs::major(rdev) == maj);
+    if right {
+        Device::Right
+    } else {
+        Device::Wrong
+    }
+}
+
+/// Is `file` a character device with this minor (and major, where known)?
+fn device_ok(file: &Path, major: Option<u32>, minor: u32) -> bool {
+    device_state(file, major, minor) == Device::Right
 }
 
 /// `nvidia-modprobe` where installed and root's alone.
@@ -421,5 +445,69 @@ mod tests {
         .unwrap();
         let e = ensure_instance(&cfg, 0, 3, &[], far()).unwrap_err();
         assert!(e.contains("is not the character device"), "{e}");
+    }
+
+    /// Prologs making the same instance's device files at once (the nodes of a test
+    /// cluster share the folder; CI saw a three-node MIG job refused on one node): each
+    /// succeeds, whoever makes a file first. Once, a file another made between two looks
+    /// was taken for a wrong one ("exists but is not the character device").
+    #[test]
+    fn prologs_making_the_same_device_files_at_once_all_succeed() {
+        if crate::sys::euid() != 0 {
+            eprintln!("skipped: mknod needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cfg = Config::default();
+        cfg.mig.caps_proc_dir = root.join("caps");
+        cfg.mig.mig_minors = root.join("mig-minors");
+        cfg.mig.proc_devices = root.join("devices");
+        cfg.mig.caps_dev_dir = root.join("dev/nvidia-caps");
+        cfg.mig.nvidia_modprobe = root.join("no-such-modprobe").display().to_string();
+        std::fs::create_dir_all(root.join("caps/gpu0/mig/gi1/ci0")).unwrap();
+        std::fs::create_dir_all(root.join("dev/nvidia-caps")).unwrap();
+        for (cap, minor) in [("gpu0/mig/gi1/access", 12), ("gpu0/mig/gi1/ci0/access", 13)] {
+            std::fs::write(
+                root.join("caps").join(cap),
+                format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\n"),
+            )
+            .unwrap();
+        }
+        std::fs::write(
+            root.join("devices"),
+            "Character devices:\n237 nvidia-caps\n",
+        )
+        .unwrap();
+        const PROLOGS: usize = 4;
+        let mut failures = Vec::new();
+        for _ in 0..2000 {
+            for minor in [12, 13] {
+                let _ = std::fs::remove_file(cap_file(&cfg, minor));
+            }
+            let start = std::sync::Barrier::new(PROLOGS);
+            let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..PROLOGS)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            ensure_instance(&cfg, 0, 1, &[0], far())
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            failures.extend(results.into_iter().filter_map(Result::err));
+            for minor in [12, 13] {
+                assert!(device_ok(&cap_file(&cfg, minor), Some(237), minor));
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} refused: {:?}",
+            failures.len(),
+            &failures[..1]
+        );
     }
 }
