@@ -361,6 +361,40 @@ mod tests {
         Instant::now() + Duration::from_secs(60)
     }
 
+    /// What the driver publishes for GPU 0's GPU instance 1 and its compute instance 0
+    /// (minors 12 and 13, mode 0444, nvidia-caps major 237) under `root`, and a config
+    /// that reads it there and makes device files in `root/dev/nvidia-caps` with `mknod`
+    /// (no nvidia-modprobe).
+    fn driver_files(root: &Path) -> Config {
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cfg = Config::default();
+        cfg.mig.caps_proc_dir = root.join("caps");
+        cfg.mig.mig_minors = root.join("mig-minors");
+        cfg.mig.proc_devices = root.join("devices");
+        cfg.mig.caps_dev_dir = root.join("dev/nvidia-caps");
+        cfg.mig.nvidia_modprobe = root.join("no-such-modprobe").display().to_string();
+        std::fs::create_dir_all(root.join("caps/gpu0/mig/gi1/ci0")).unwrap();
+        std::fs::create_dir_all(root.join("dev")).unwrap();
+        for (cap, minor) in [("gi1/access", 12), ("gi1/ci0/access", 13)] {
+            std::fs::write(
+                root.join("caps/gpu0/mig").join(cap),
+                format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"),
+            )
+            .unwrap();
+        }
+        std::fs::write(
+            root.join("mig-minors"),
+            "config 1\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("devices"),
+            "Character devices:\n237 nvidia-caps\n",
+        )
+        .unwrap();
+        cfg
+    }
+
     #[test]
     fn parses_what_the_driver_publishes() {
         assert_eq!(
@@ -389,35 +423,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut cfg = Config::default();
-        cfg.mig.caps_proc_dir = root.join("caps");
-        cfg.mig.mig_minors = root.join("mig-minors");
-        cfg.mig.proc_devices = root.join("devices");
-        cfg.mig.caps_dev_dir = root.join("dev/nvidia-caps");
-        cfg.mig.nvidia_modprobe = root.join("no-such-modprobe").display().to_string();
-        std::fs::create_dir_all(root.join("caps/gpu0/mig/gi1/ci0")).unwrap();
-        std::fs::create_dir_all(root.join("dev")).unwrap();
-        std::fs::write(
-            root.join("caps/gpu0/mig/gi1/access"),
-            "DeviceFileMinor: 12\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
-        )
-        .unwrap();
-        std::fs::write(
-            root.join("caps/gpu0/mig/gi1/ci0/access"),
-            "DeviceFileMinor: 13\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
-        )
-        .unwrap();
-        std::fs::write(
-            root.join("mig-minors"),
-            "config 1\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n",
-        )
-        .unwrap();
-        std::fs::write(
-            root.join("devices"),
-            "Character devices:\n237 nvidia-caps\n",
-        )
-        .unwrap();
+        let cfg = driver_files(root);
         ensure_instance(&cfg, 0, 1, &[0], far()).unwrap();
         for minor in [12, 13] {
             let m = std::fs::symlink_metadata(cap_file(&cfg, minor)).unwrap();
@@ -458,28 +464,8 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut cfg = Config::default();
-        cfg.mig.caps_proc_dir = root.join("caps");
-        cfg.mig.mig_minors = root.join("mig-minors");
-        cfg.mig.proc_devices = root.join("devices");
-        cfg.mig.caps_dev_dir = root.join("dev/nvidia-caps");
-        cfg.mig.nvidia_modprobe = root.join("no-such-modprobe").display().to_string();
-        std::fs::create_dir_all(root.join("caps/gpu0/mig/gi1/ci0")).unwrap();
-        std::fs::create_dir_all(root.join("dev/nvidia-caps")).unwrap();
-        for (cap, minor) in [("gpu0/mig/gi1/access", 12), ("gpu0/mig/gi1/ci0/access", 13)] {
-            std::fs::write(
-                root.join("caps").join(cap),
-                format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\n"),
-            )
-            .unwrap();
-        }
-        std::fs::write(
-            root.join("devices"),
-            "Character devices:\n237 nvidia-caps\n",
-        )
-        .unwrap();
+        let cfg = driver_files(dir.path());
+        std::fs::create_dir_all(&cfg.mig.caps_dev_dir).unwrap();
         const PROLOGS: usize = 4;
         let mut failures = Vec::new();
         for _ in 0..2000 {

@@ -305,21 +305,22 @@ impl Cluster {
     /// Last `n` lines of slurmd's log; of each node's, one after another, on a cluster of
     /// several.
     pub fn slurmd_log_tail(&self, n: usize) -> String {
+        self.each_node(|node| node.slurmd_log_tail(n))
+    }
+
+    /// [`Node::slurmd_log_story`], of each node in turn on a cluster of several.
+    pub fn slurmd_log_story(&self, n: usize) -> String {
+        self.each_node(|node| node.slurmd_log_story(n))
+    }
+
+    /// `what` of the only node; of each node under its name, on a cluster of several.
+    fn each_node(&self, what: impl Fn(&Node<'_>) -> String) -> String {
         if !self.several() {
-            return self.first().slurmd_log_tail(n);
+            return what(&self.first());
         }
         self.nodes()
             .iter()
-            .map(|node| format!("--- {} ---\n{}", node.name(), node.slurmd_log_tail(n)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    /// [`Node::slurmd_log_story`] of every node, each under its name.
-    pub fn slurmd_log_story(&self, n: usize) -> String {
-        self.nodes()
-            .iter()
-            .map(|node| format!("--- {} ---\n{}", node.name(), node.slurmd_log_story(n)))
+            .map(|node| format!("--- {} ---\n{}", node.name(), what(node)))
             .collect::<Vec<_>>()
             .join("\n")
     }

@@ -172,16 +172,13 @@ impl Node<'_> {
 
     /// Last `n` lines of the node's slurmd log.
     pub fn slurmd_log_tail(&self, n: usize) -> String {
-        let log = std::fs::read_to_string(self.slurmd_log()).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        self.last_log_lines(n, |_| true)
     }
 
     /// The last `n` lines of the node's slurmd log that tell what happened to jobs there:
     /// colloc's own, Slurm's errors, and its prolog, epilog and drain lines (a debug log's
     /// last lines are mostly a step's start-up, which says nothing of why a test failed).
     pub fn slurmd_log_story(&self, n: usize) -> String {
-        let log = std::fs::read_to_string(self.slurmd_log()).unwrap_or_default();
         // colloc's lines start "colloc: " (its paths, in every step's start-up, do not).
         let telling = |l: &&str| {
             l.contains("colloc: ") || {
@@ -191,7 +188,13 @@ impl Node<'_> {
                     .any(|w| l.contains(w))
             }
         };
-        let lines: Vec<&str> = log.lines().filter(telling).collect();
+        self.last_log_lines(n, telling)
+    }
+
+    /// The last `n` lines of the node's slurmd log that `keep` keeps.
+    fn last_log_lines(&self, n: usize, keep: impl Fn(&&str) -> bool) -> String {
+        let log = std::fs::read_to_string(self.slurmd_log()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().filter(keep).collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
