@@ -324,7 +324,7 @@ fn totals(out: &mut String, report: &Report) {
     let s = &report.summary;
     let _ = writeln!(
         out,
-        "{} runs: {} succeeded, {} failed, {} timed out, {} interrupted, {} not started{}; {} slots ({}), at most {} at once; {} attempts{}",
+        "{} runs: {} succeeded, {} failed, {} timed out, {} interrupted, {} not started{}; {} slots ({}), at most {} at once; {} attempts{}{}",
         s.runs,
         s.succeeded,
         s.failed,
@@ -337,6 +337,7 @@ fn totals(out: &mut String, report: &Report) {
         s.max_concurrent,
         s.attempts,
         if s.oom_attempts > 0 { format!(" ({} with CUDA out of memory)", s.oom_attempts) } else { String::new() },
+        if s.early_starts > 0 { format!(", {} started early over the end of the one before", s.early_starts) } else { String::new() },
     );
     let _ = write!(out, "makespan {:.1} s", s.makespan_s);
     if report.sessions.len() > 1 {
@@ -354,6 +355,9 @@ fn totals(out: &mut String, report: &Report) {
                     "; steady {st:.1} {u} (while all {} slots ran past start-up, {secs:.1} s)",
                     report.slots.len()
                 );
+                if st > 0.0 {
+                    let _ = write!(out, "; work over makespan {:.2} of steady", a / st);
+                }
             }
         }
         _ => out.push_str("; aggregate throughput unknown (no run printed a throughput we read)"),

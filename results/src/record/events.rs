@@ -228,6 +228,10 @@ pub enum Event {
         node: Option<String>,
         /// Its log, relative to the report directory.
         log: String,
+        /// It started while the slot's previous attempt still ran, so that its start-up
+        /// overlapped that attempt's end.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        early: bool,
     },
     /// Output facts of a running attempt.
     Progress {

@@ -119,6 +119,10 @@ pub struct AttemptRecord {
     /// Start-up: seconds from its start to its first throughput line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_s: Option<f64>,
+    /// It started while its slot's previous attempt still ran (its start-up overlapped
+    /// that attempt's end).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub started_early: bool,
     /// The definition it ran, where that is not its run's (the manifest was edited and
     /// the pack resumed since).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -361,6 +365,9 @@ pub struct Summary {
     pub attempts: usize,
     /// Attempts whose output showed a CUDA out-of-memory error.
     pub oom_attempts: usize,
+    /// Attempts started while their slot's previous attempt still ran.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub early_starts: usize,
     /// Most runs that ran at once.
     pub max_concurrent: usize,
     /// Sum over sessions of first start to last end, seconds.

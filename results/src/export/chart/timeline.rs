@@ -22,8 +22,10 @@ fn slot_label(report: &Report, k: usize) -> String {
 /// An attempt of the pack, with its run.
 type Attempt<'a> = (&'a RunRecord, &'a AttemptRecord);
 
-/// A bar of the timeline: slot, start, wall time, colour, label.
-type Bar = (usize, f64, f64, RGBColor, String);
+/// A bar of the timeline: slot, start, wall time, colour, label, and whether it started
+/// early (beside its slot's previous attempt: drawn in the row's lower half, over the
+/// other's end).
+type Bar = (usize, f64, f64, RGBColor, String, bool);
 
 /// Slot timeline: one row per slot, one bar per attempt; the time between the sessions
 /// of a resumed pack drawn as a grey gap (shortened where long: [`TimeAxis`]).
@@ -122,15 +124,22 @@ fn axes<'a, 'b>(
 }
 
 /// The timeline's bars on `axis` (shown start and width): calibrations first, then the
-/// pack's attempts (a retry's label names its attempt).
+/// pack's attempts (a retry's label names its attempt), those started early last.
 fn bars(report: &Report, attempts: &[Attempt], axis: &TimeAxis) -> Vec<Bar> {
     let shown = |start: f64, wall: f64| (axis.x(start), axis.x(start + wall) - axis.x(start));
-    report
+    let mut v: Vec<Bar> = report
         .calibrations
         .iter()
         .map(|c| {
             let (x, w) = shown(c.start_s, c.wall_s);
-            (c.slot, x, w, CALIBRATION, format!("{} alone", c.name))
+            (
+                c.slot,
+                x,
+                w,
+                CALIBRATION,
+                format!("{} alone", c.name),
+                false,
+            )
         })
         .chain(attempts.iter().map(|(r, a)| {
             let label = if a.attempt > 1 {
@@ -139,16 +148,19 @@ fn bars(report: &Report, attempts: &[Attempt], axis: &TimeAxis) -> Vec<Bar> {
                 r.name.clone()
             };
             let (x, w) = shown(a.start_s, a.wall_s);
-            (a.slot, x, w, outcome_color(a.state, a.oom), label)
+            let color = outcome_color(a.state, a.oom);
+            (a.slot, x, w, color, label, a.started_early)
         }))
-        .collect()
+        .collect();
+    v.sort_by_key(|b| b.5);
+    v
 }
 
 /// One bar on its slot's row (of `n`), outlined in white, with its label inside where
 /// the row is tall enough and the bar wide enough.
 fn draw_bar(
     chart: &mut Chart<'_, '_>,
-    (slot, start_s, wall_s, color, label): Bar,
+    (slot, start_s, wall_s, color, label, early): Bar,
     n: f64,
     x_max: f64,
     px_per_s: f64,
@@ -158,24 +170,26 @@ fn draw_bar(
     let e = err(path);
     let y = n - slot as f64 - 1.0;
     let (x0, x1) = (start_s, start_s + wall_s.max(x_max / 2000.0));
+    let (bottom, top) = if early { (0.12, 0.5) } else { (0.12, 0.88) };
     chart
         .draw_series(std::iter::once(Rectangle::new(
-            [(x0, y + 0.12), (x1, y + 0.88)],
+            [(x0, y + bottom), (x1, y + top)],
             color.filled(),
         )))
         .map_err(|x| e(&x))?;
     chart
         .draw_series(std::iter::once(Rectangle::new(
-            [(x0, y + 0.12), (x1, y + 0.88)],
+            [(x0, y + bottom), (x1, y + top)],
             WHITE.stroke_width(1),
         )))
         .map_err(|x| e(&x))?;
     let width_px = (x1 - x0) * px_per_s;
-    if row_h >= 14 && width_px > 7.0 * label.chars().count() as f64 + 6.0 {
+    let tall = if early { row_h >= 28 } else { row_h >= 14 };
+    if tall && width_px > 7.0 * label.chars().count() as f64 + 6.0 {
         chart
             .draw_series(std::iter::once(Text::new(
                 label,
-                (x0 + 3.0 / px_per_s, y + 0.5 + 0.3),
+                (x0 + 3.0 / px_per_s, y + top - 0.08),
                 font(12).color(if color == CALIBRATION { &BLACK } else { &WHITE }),
             )))
             .map_err(|x| e(&x))?;

@@ -83,6 +83,8 @@ struct Att {
     escaped: Vec<Escaped>,
     lines: u64,
     step: Option<Box<StepInfo>>,
+    /// Started while its slot's previous attempt still ran.
+    early: bool,
 }
 
 impl Att {
@@ -535,6 +537,7 @@ impl Fold {
             device,
             node,
             log,
+            early,
         } = ev
         else {
             return;
@@ -546,6 +549,7 @@ impl Fold {
             device,
             node,
             log,
+            early,
             start: ts,
             last_ts: ts,
             ..Att::default()

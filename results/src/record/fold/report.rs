@@ -330,6 +330,7 @@ impl Fold {
                 })
             }),
             startup_s: a.stats.first_t.map(|f| (f - a.start).max(0.0)),
+            started_early: a.early,
             definition: None,
         }
     }

@@ -129,6 +129,7 @@ fn counts(t: &Tally, sessions: &[SessionRecord]) -> Summary {
         running: t.state(State::Running),
         attempts: t.attempts,
         oom_attempts: t.oom_attempts,
+        early_starts: t.early_starts,
         max_concurrent: sessions.iter().map(|s| s.max_concurrent).max().unwrap_or(0),
         makespan_s: sessions.iter().map(|s| s.makespan_s).sum(),
         step_failures: t.step_failures,

@@ -17,6 +17,7 @@ pub struct Tally {
     pub(super) states: [usize; 6],
     pub(super) attempts: usize,
     pub(super) oom_attempts: usize,
+    pub(super) early_starts: usize,
     pub(super) step_failures: usize,
     pub(super) dispatch: Vec<f64>,
     /// Runs with throughput, per unit.
@@ -57,6 +58,7 @@ impl Tally {
         self.attempts += r.attempts.len();
         for a in &r.attempts {
             self.oom_attempts += usize::from(a.oom);
+            self.early_starts += usize::from(a.started_early);
             if let Some(step) = &a.step {
                 self.step_failures += usize::from(step.failed.is_some());
                 self.dispatch.extend(step.dispatch_s);

@@ -46,6 +46,7 @@ fn start(run: &str, attempt: u32, session: u32, ts: f64) -> Event {
         device: None,
         node: None,
         log: format!("logs/{run}.log"),
+        early: false,
     }
 }
 
@@ -129,6 +130,7 @@ fn runs_across_nodes_energy_nodes_and_failed_steps() {
         device: Some(format!("MIG-{slot}")),
         node: Some(node.into()),
         log: format!("logs/{run}.log"),
+        early: false,
     };
     // a's first attempt on n1: its step failed (the node went away).
     f.apply(on("a", 1, 0, "n1", 0.0));
@@ -592,4 +594,60 @@ fn the_latest_attempt_of_each_number_is_found_in_any_order() {
     let mut l = Latest::default();
     l.insert(7, 0);
     assert_eq!((l.get(1, 1), l.get(7, 1)), (None, Some(0)));
+}
+
+/// An attempt started early (beside its slot's previous one) says so in its record and
+/// the summary counts it; records written before the field existed read as not early, and
+/// reports without early starts do not mention them.
+#[test]
+fn early_starts_are_recorded_and_counted() {
+    let line = r#"{"ev":"start","ts":1.0,"run":"a","kind":"run","attempt":1,"session":1,"slot":0,"device":null,"node":null,"log":"logs/a.log"}"#;
+    let old: Event = serde_json::from_str(line).unwrap();
+    assert!(matches!(old, Event::Start { early: false, .. }));
+    let plain = serde_json::to_string(&old).unwrap();
+    assert!(!plain.contains("early"), "{plain}");
+
+    let mut f = Fold::new();
+    f.apply(session(1, 0.0, vec![id("a", "x"), id("b", "x")]));
+    f.apply(start("a", 1, 1, 0.0));
+    f.apply(end(
+        "a",
+        1,
+        10.0,
+        State::Succeeded,
+        samples(2.0, 10.0, 50.0),
+    ));
+    let mut b = start("b", 1, 1, 8.0);
+    if let Event::Start { early, .. } = &mut b {
+        *early = true;
+    }
+    let text = serde_json::to_string(&b).unwrap();
+    assert!(text.contains(r#""early":true"#), "{text}");
+    f.apply(serde_json::from_str(&text).unwrap());
+    f.apply(end(
+        "b",
+        1,
+        18.0,
+        State::Succeeded,
+        samples(10.0, 18.0, 50.0),
+    ));
+    let r = f.report(100.0, None);
+    assert_eq!(r.summary.early_starts, 1);
+    let started_early: Vec<bool> = r.runs.iter().map(|x| x.attempts[0].started_early).collect();
+    assert_eq!(started_early, vec![false, true]);
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains(r#""early_starts":1"#) && json.contains(r#""started_early":true"#));
+
+    let mut g = Fold::new();
+    g.apply(session(1, 0.0, vec![id("a", "x")]));
+    g.apply(start("a", 1, 1, 0.0));
+    g.apply(end(
+        "a",
+        1,
+        10.0,
+        State::Succeeded,
+        samples(2.0, 10.0, 50.0),
+    ));
+    let json = serde_json::to_string(&g.report(100.0, None)).unwrap();
+    assert!(!json.contains("early"), "{json}");
 }
