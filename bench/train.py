@@ -5,7 +5,7 @@ Trains a timm image model with synthetic data on the GPU (default) or from a gen
 on-disk image folder through a DataLoader with 4 workers (--data folder), and prints its
 throughput every ~1 s in the pattern colloc parses:
 
-    t=<monotonic s> step=<n> img/s=<float>
+    t=<monotonic s> step=<n> img/s=<float> loss=<float> progress=<fraction done>
     epoch=<k> epoch_time=<s> epoch_img_per_s=<float>   (one epoch = --epoch-size images)
 
 Workloads of the study (Robroek et al., arXiv 2209.06018), picked with --workload:
@@ -190,7 +190,10 @@ def main(argv=None):
             now = time.monotonic()
             rate = (step - last_step) * a.batch / (now - last_t)
             if now - start >= a.warmup:
-                print(f"t={now:.3f} step={step} img/s={rate:.2f} loss={loss.item():.3f}", flush=True)
+                fracs = [min((now - start) / a.duration, 1.0)] if a.duration else []
+                fracs += [min(step / a.steps, 1.0)] if a.steps else []
+                progress = f" progress={max(fracs):.4f}" if fracs else ""
+                print(f"t={now:.3f} step={step} img/s={rate:.2f} loss={loss.item():.3f}{progress}", flush=True)
             last_t, last_step = now, step
         if epoch_images >= a.epoch_size:
             sync()

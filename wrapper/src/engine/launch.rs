@@ -1,7 +1,8 @@
 //! Starting runs so that nothing of them outlives colloc, even `kill -9` of colloc.
 //!
 //! Every slot gets its own small **supervisor** process, which starts the slot's runs one
-//! after another:
+//! after another (a run started early, while the slot's current one ends, goes to the
+//! slot's second supervisor: [`Launcher::lanes_per_slot`]):
 //!
 //! ```text
 //! colloc ──socket──> launcher (forked at start, single-threaded)
@@ -76,6 +77,13 @@ pub trait Launcher {
     /// Called once per turn of the engine's loop (at least every tick), for launchers
     /// with deadlines of their own.
     fn tick(&mut self) {}
+
+    /// Lanes a slot may have at once. Every method takes a lane where it says slot: lane
+    /// `k` is slot `k`, and a launcher with two lanes per slot also takes lane
+    /// `k + slots` for slot `k`'s attempt started early beside its running one.
+    fn lanes_per_slot(&self) -> usize {
+        1
+    }
 }
 
 /// The pipes of a run started with [`LocalLauncher::launch_with`].
@@ -266,6 +274,12 @@ impl LocalLauncher {
 }
 
 impl Launcher for LocalLauncher {
+    /// A supervisor runs one attempt at a time (whatever is re-parented to it is its
+    /// attempt's), so a slot's second lane is a second supervisor.
+    fn lanes_per_slot(&self) -> usize {
+        2
+    }
+
     fn launch(&mut self, slot: usize, id: u64, spec: &LaunchSpec) -> io::Result<OwnedFd> {
         Ok(self.launch_with(slot, id, spec, false, false)?.output)
     }

@@ -1,4 +1,5 @@
-//! The pack engine: jobs on slots, at most one per slot at a time, in one event loop over
+//! The pack engine: jobs on slots, one per slot at a time (two for a moment where the
+//! driver starts a slot's next run early, [`Driver::start_early`]), in one event loop over
 //! every running attempt's output and supervisor, colloc's signals, timeouts and grace
 //! periods. What to run next and what an end means is the caller's ([`Driver`]): `colloc
 //! run` hands out its manifest's runs and retries, `colloc bench` N copies of one command
@@ -52,6 +53,9 @@ static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 struct Running {
     job: Job,
     slot: usize,
+    /// The launcher's lane it runs in: its slot, or (started early beside the slot's
+    /// running attempt) the slot's second lane, `slot + slots`.
+    lane: usize,
     start: f64,
     out: Option<File>,
     /// Its supervisor still reports on it (until `done`).
@@ -147,7 +151,7 @@ fn begin_stop(
         r.interrupted = true;
         r.term_at.get_or_insert(now);
         if r.sup_open {
-            launcher.send(r.slot, *id, Cmd::Signal(sig));
+            launcher.send(r.lane, *id, Cmd::Signal(sig));
         }
     }
     *stop = Some(reason.to_string());
@@ -247,8 +251,8 @@ impl<'a> Engine<'a> {
                     read_output(r, self.opts.live_view, &self.clock);
                 }
             }
-            for slot in slots {
-                self.read_control(slot, &mut running);
+            for lane in slots {
+                self.read_control(lane, &mut running);
             }
             self.launcher.tick();
             let now = Instant::now();
@@ -307,14 +311,16 @@ impl<'a> Engine<'a> {
     fn start_jobs(&mut self, driver: &mut dyn Driver, running: &mut BTreeMap<AttemptId, Running>) {
         let mut free = self.free_slots(running);
         free.sort_by_key(|&s| driver.slot_rank(s));
-        for slot in free {
+        let mut starts: Vec<(usize, usize)> = free.into_iter().map(|s| (s, s)).collect();
+        starts.extend(self.early_slots(driver, running));
+        for (slot, lane) in starts {
             // A driver may keep a slot idle (its node is out of service) while others
             // take work.
             let Some(job) = driver.next_job(slot) else {
                 continue;
             };
             let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let r = self.launch(id, job, slot);
+            let r = self.launch(id, job, slot, lane);
             let v = View {
                 id,
                 job: &r.job,
@@ -327,7 +333,49 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn launch(&mut self, id: AttemptId, job: Job, slot: usize) -> Running {
+    /// Slots whose one running attempt the driver wants followed now, before it ends
+    /// ([`Driver::start_early`]), each with the lane its next attempt takes: where the
+    /// launcher has a second lane per slot, and the attempt is not being stopped.
+    fn early_slots(
+        &self,
+        driver: &mut dyn Driver,
+        running: &BTreeMap<AttemptId, Running>,
+    ) -> Vec<(usize, usize)> {
+        let n = self.slots.len();
+        if self.launcher.lanes_per_slot() < 2 {
+            return Vec::new();
+        }
+        let mut count = vec![0usize; n];
+        for r in running.values() {
+            count[r.slot] += 1;
+        }
+        let now = self.clock.now();
+        let mut out = Vec::new();
+        for (id, r) in running {
+            let going = r.exit.is_none()
+                && r.sup_open
+                && r.term_at.is_none()
+                && r.warned_at.is_none()
+                && r.deadline.is_none_or(|d| d > Instant::now());
+            if count[r.slot] != 1 || !going {
+                continue;
+            }
+            let v = View {
+                id: *id,
+                job: &r.job,
+                slot: r.slot,
+                start: r.start,
+                seen: &r.seen,
+            };
+            if driver.start_early(&v, now) {
+                let lane = if r.lane == r.slot { r.slot + n } else { r.slot };
+                out.push((r.slot, lane));
+            }
+        }
+        out
+    }
+
+    fn launch(&mut self, id: AttemptId, job: Job, slot: usize, lane: usize) -> Running {
         let start = self.clock.now();
         let mut spec = job.spec.clone();
         let mut env = self.slots[slot].env.clone();
@@ -346,6 +394,7 @@ impl<'a> Engine<'a> {
             window_end: false,
             job,
             slot,
+            lane,
             start,
             out: None,
             sup_open: false,
@@ -369,7 +418,7 @@ impl<'a> Engine<'a> {
         if let Some(s) = self.sampler {
             s.begin(id, slot);
         }
-        match self.launcher.launch(slot, id, &spec) {
+        match self.launcher.launch(lane, id, &spec) {
             Ok(out) => {
                 r.out = Some(File::from(out));
                 r.sup_open = true;
@@ -500,7 +549,7 @@ impl<'a> Engine<'a> {
                 );
                 for (id, r) in running.iter() {
                     if r.sup_open {
-                        self.launcher.send(r.slot, *id, Cmd::Signal(sig));
+                        self.launcher.send(r.lane, *id, Cmd::Signal(sig));
                     }
                 }
                 driver.signal(sig, &targets);
@@ -510,7 +559,7 @@ impl<'a> Engine<'a> {
                 log::warn!("{name} again: killing all runs now");
                 for (id, r) in running.iter_mut() {
                     if r.sup_open {
-                        self.launcher.send(r.slot, *id, Cmd::Kill);
+                        self.launcher.send(r.lane, *id, Cmd::Kill);
                     }
                     r.killed = true;
                 }
@@ -556,7 +605,7 @@ impl<'a> Engine<'a> {
             r.warned_at = Some(now);
             targets.push((r.job.run, r.job.attempt));
             if r.sup_open {
-                self.launcher.send(r.slot, *id, Cmd::Signal(w.signal));
+                self.launcher.send(r.lane, *id, Cmd::Signal(w.signal));
             }
         }
         *stop = Some(reason.to_string());
@@ -565,8 +614,8 @@ impl<'a> Engine<'a> {
         driver.stopping(reason);
     }
 
-    fn read_control(&mut self, slot: usize, running: &mut BTreeMap<AttemptId, Running>) {
-        let (msgs, gone) = self.launcher.read(slot);
+    fn read_control(&mut self, lane: usize, running: &mut BTreeMap<AttemptId, Running>) {
+        let (msgs, gone) = self.launcher.read(lane);
         for (id, m) in msgs {
             let Some(r) = running.get_mut(&id) else {
                 continue;
@@ -610,7 +659,7 @@ impl<'a> Engine<'a> {
         if gone {
             for r in running
                 .values_mut()
-                .filter(|r| r.slot == slot && r.sup_open)
+                .filter(|r| r.lane == lane && r.sup_open)
             {
                 r.sup_open = false;
                 // The supervisor vanished: kill what may be left of the group.
@@ -638,7 +687,7 @@ impl<'a> Engine<'a> {
             }
             r.timed_out = true;
             r.term_at = Some(now);
-            self.launcher.send(r.slot, id, Cmd::Signal(libc::SIGTERM));
+            self.launcher.send(r.lane, id, Cmd::Signal(libc::SIGTERM));
         }
         if let (Some(t), Some(w)) = (r.warned_at, self.warn) {
             if r.term_at.is_none() && now >= t + w.grace {
@@ -649,7 +698,7 @@ impl<'a> Engine<'a> {
                     signal_name(w.signal)
                 );
                 r.term_at = Some(now);
-                self.launcher.send(r.slot, id, Cmd::Signal(libc::SIGTERM));
+                self.launcher.send(r.lane, id, Cmd::Signal(libc::SIGTERM));
             }
         }
         if !r.killed && r.term_at.is_some_and(|t| now >= t + self.opts.grace) {
@@ -658,7 +707,7 @@ impl<'a> Engine<'a> {
                 r.job.label,
                 colloc_results::duration::show(self.opts.grace)
             );
-            self.launcher.send(r.slot, id, Cmd::Kill);
+            self.launcher.send(r.lane, id, Cmd::Kill);
             r.killed = true;
         }
     }

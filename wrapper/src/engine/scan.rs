@@ -14,10 +14,20 @@
 //!   the first line of a later epoch is epoch N's time. The last epoch is not timed from
 //!   the process's exit (that would count its shutdown), so it has no time.
 //! - Out of memory: PyTorch's, CUDA's and cuBLAS's messages.
+//! - Progress through the whole run (for the estimate of when it ends): `progress=F`
+//!   (a fraction, or `P%`), `Epoch N/M` (epoch N of M has begun: N−1 done), `step N/M`,
+//!   `iter N/M`, `iteration N/M` (N done), or tqdm's `P%|`. The first of these forms an
+//!   attempt prints is the one followed; a count that goes back (a bar per epoch) is not
+//!   whole-run progress, and the attempt's progress is then ignored ([`Advance`]).
 
 use std::sync::OnceLock;
 
 use regex::Regex;
+
+mod progress;
+
+use progress::progress_of_line;
+pub use progress::{Advance, ProgressFact, ProgressForm, MIN_PACE_S};
 
 const NUM: &str = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)";
 
@@ -374,6 +384,8 @@ pub struct LineFacts<'a> {
     pub oom: bool,
     /// User metrics found: (index into the scanner's metrics, value).
     pub metrics: Vec<(usize, f64)>,
+    /// Progress through the whole run.
+    pub progress: Option<ProgressFact>,
 }
 
 impl Scanner {
@@ -385,6 +397,7 @@ impl Scanner {
             f.oom = line.contains("emory") && oom_re().is_match(line);
             return f;
         }
+        f.progress = progress_of_line(line);
         f.throughput = match &self.throughput {
             Throughput::Custom { pattern, unit } => pattern.find(line).map(|v| (v, unit.as_str())),
             Throughput::Builtin => builtin_throughput(line),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use colloc_results::telemetry::AttemptGpu;
 
 use super::super::launch::LaunchSpec;
-use super::super::scan::{Epochs, Scanner};
+use super::super::scan::{Advance, Epochs, Scanner};
 use super::Ctl;
 use colloc_results::record::State;
 use colloc_results::rules::throughput::Series;
@@ -95,6 +95,8 @@ pub struct Seen {
     pub series: Series,
     /// Epochs.
     pub epochs: Epochs,
+    /// Its progress through the whole run, for when it will end.
+    pub advance: Advance,
     /// A CUDA out-of-memory message appeared.
     pub oom: bool,
     /// User metrics, in the scanner's order.
@@ -171,6 +173,14 @@ pub trait Driver {
     }
     /// An attempt was handed to its supervisor.
     fn started(&mut self, _v: &View<'_>) {}
+
+    /// Should the next job of `v`'s slot start now, while `v` still runs (its start-up
+    /// then overlaps `v`'s end)? Asked at each turn for a slot with one running attempt
+    /// that is not being stopped, where the launcher can run two on a slot; on `true`
+    /// the engine asks [`Driver::next_job`] for the slot. `now`: the engine's clock.
+    fn start_early(&mut self, _v: &View<'_>, _now: f64) -> bool {
+        false
+    }
     /// An attempt ended.
     fn ended(&mut self, e: Ended, ctl: &mut Ctl<'_>);
     /// Called every tick, with the running attempts.

@@ -86,6 +86,9 @@ pub(super) fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock
     if facts.epoch.is_some() || facts.epoch_time.is_some() {
         r.seen.epochs.see(facts.epoch, facts.epoch_time, t);
     }
+    if let Some(p) = facts.progress {
+        r.seen.advance.see(p, t);
+    }
     r.seen.oom |= facts.oom;
     for (i, v) in facts.metrics {
         if let (Some(m), Some(um)) = (r.seen.metrics.get_mut(i), scanner.metrics.get(i)) {
