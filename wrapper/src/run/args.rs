@@ -135,6 +135,13 @@ pub struct RunArgs {
     /// nodes), on (also on one node) or off (this node only, as outside Slurm).
     #[arg(long, value_name = "WHEN", default_value = "auto")]
     pub steps: String,
+    /// Start each slot's next run only once its current one has ended. By default, where
+    /// the runs print throughput lines, a slot's next run starts while the current one
+    /// ends, so that its start-up (imports, CUDA context) overlaps the current run's last
+    /// seconds instead of leaving the slot's share of the GPU idle; only within the
+    /// slot's memory as measured, and on this node only.
+    #[arg(long)]
+    pub no_overlap: bool,
     /// Print only the one-line summary at the end (warnings still go to stderr); the
     /// runs' output still goes to their logs.
     #[arg(short = 'q', long)]
@@ -180,6 +187,8 @@ pub struct Options {
     pub quiet: bool,
     /// Stop at the first failure.
     pub fail_fast: bool,
+    /// Start a slot's next run early, over its start-up (not `--no-overlap`).
+    pub overlap: bool,
     /// Runs as Slurm steps.
     pub steps: Steps,
     /// The time-limit warning and the requeue.
@@ -234,6 +243,7 @@ impl Options {
             retry_on,
             quiet: a.quiet,
             fail_fast: a.fail_fast,
+            overlap: !a.no_overlap,
         })
     }
 }

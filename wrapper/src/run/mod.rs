@@ -175,7 +175,7 @@ pub fn main(args: RunArgs, g: &crate::Global) -> anyhow::Result<ExitCode> {
         step_ctx,
         live: live.as_ref(),
     };
-    let fit = placed.then_some(fit);
+    let fit = (fit, placed);
     // Only the solo calibration needs the runs' identities again (a 100,000-run pack's
     // are tens of MB).
     let ids = if args.solo_baseline {
@@ -464,7 +464,9 @@ struct Passes<'a> {
 
 impl Passes<'_> {
     /// `--solo-baseline` (`solo`): each distinct command alone on the first slot; then,
-    /// unless that was stopped, the pack on every slot, placed by `fit` where given.
+    /// unless that was stopped, the pack on every slot, placed by the slots' sizes (`fit`)
+    /// where `placed`, a slot's next run started early where they allow (unless
+    /// `--no-overlap`).
     /// How the last pass ended (the most attempts at once: the pack's).
     fn execute(
         &mut self,
@@ -473,7 +475,7 @@ impl Passes<'_> {
         ids: &[RunIdentity],
         rec: &mut record::Recorder,
         gpus: &setup::Gpus,
-        fit: Option<fit::Fit>,
+        (fit, placed): (fit::Fit, bool),
     ) -> Outcome {
         let devices = &gpus.layout.slots;
         let mut ran = Outcome::default();
@@ -504,8 +506,11 @@ impl Passes<'_> {
                 self.step_ctx.clone(),
             )
             .with_live(self.live);
-            if let Some(f) = fit {
-                pack = pack.with_fit(f);
+            if self.opts.overlap {
+                pack = pack.with_overlap(fit.clone(), devices);
+            }
+            if placed {
+                pack = pack.with_fit(fit);
             }
             ran = self.run(gpus.slots.clone(), &mut pack);
         }

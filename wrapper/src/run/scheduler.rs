@@ -19,18 +19,22 @@ use super::manifest::RunSpec;
 use super::record::Recorder;
 use super::steps::{self, StepBook, StepFacts};
 use crate::engine::launch::LaunchSpec;
-use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Exit, Job, LogFile, Seen, View};
+use crate::engine::pack::{AttemptId, Ctl, Driver, Ended, Job, LogFile, View};
 use crate::engine::signal_name;
 use colloc_core::jobenv;
 use colloc_results::live::{self, Live, LiveRun};
-use colloc_results::record::events::{Escaped, Event, Kind, MetricValue, Progress, StepInfo};
+use colloc_results::record::events::{Event, Kind};
 use colloc_results::record::State;
 use colloc_results::telemetry::Sampler;
 use colloc_results::userfs::CheckedDir;
 
 mod calibrate;
+mod facts;
+mod overlap;
 
 pub use calibrate::Calibrate;
+use facts::{describe, end_event, in_unix, progress_of, step_info};
+use overlap::{Ask, Overlap};
 
 /// How often running attempts' new output facts go to the record.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -58,113 +62,6 @@ use colloc_results::record::store::SOLO_LOGS_DIR;
 
 /// Node name for the record: Slurm's, else the short host name (one rule, in core).
 pub use colloc_core::publish::node_name;
-
-/// The output facts of an attempt since the last call, as a progress body.
-fn progress_of(seen: &mut Seen, metric_names: &[String]) -> Progress {
-    let samples = seen.series.take_fresh();
-    Progress {
-        unit: seen.series.unit.clone(),
-        samples,
-        stats: seen.series.stats,
-        metrics: seen
-            .metrics
-            .iter()
-            .zip(metric_names)
-            .filter(|(m, _)| m.count > 0)
-            .map(|(m, n)| {
-                (
-                    n.clone(),
-                    MetricValue {
-                        last: m.last,
-                        best: m.best,
-                        count: m.count,
-                    },
-                )
-            })
-            .collect(),
-        epochs: seen.epochs.take_fresh(),
-        oom: seen.oom,
-        lines: seen.lines,
-    }
-}
-
-/// A progress body with its times made Unix seconds.
-fn in_unix(mut p: Progress, rec: &Recorder) -> Progress {
-    for s in &mut p.samples {
-        s.0 = rec.ts(s.0);
-    }
-    p.stats.first_t = p.stats.first_t.map(|t| rec.ts(t));
-    p.stats.last_t = p.stats.last_t.map(|t| rec.ts(t));
-    p
-}
-
-/// What the engine reports about an attempt, as an `end` event.
-fn end_event(rec: &Recorder, e: &mut Ended, kind: Kind, names: &[String]) -> Event {
-    let progress = in_unix(progress_of(&mut e.seen, names), rec);
-    let (exit_code, signal, error) = match &e.exit {
-        Exit::Code(c) => (Some(*c), None, None),
-        Exit::Signal(s) => (None, Some(*s), None),
-        Exit::NotStarted(m) => (None, None, Some(m.clone())),
-        Exit::Lost => (
-            None,
-            None,
-            Some("its supervisor vanished; how it ended is unknown".to_string()),
-        ),
-    };
-    let error = error
-        .or_else(|| {
-            (e.left > 0)
-                .then(|| format!("{} process(es) of it would not exit after SIGKILL", e.left))
-        })
-        .or_else(|| e.log_error.clone());
-    Event::End {
-        ts: rec.ts(e.end),
-        run: e.job.label.clone(),
-        kind,
-        attempt: e.job.attempt,
-        state: e.state,
-        exit_code,
-        signal,
-        error,
-        pid: e.pid,
-        escaped: e
-            .escaped
-            .iter()
-            .map(|(pid, c)| Escaped {
-                pid: *pid,
-                command: c.clone(),
-            })
-            .collect(),
-        gpu: e.gpu.clone(),
-        step: None,
-        progress,
-    }
-}
-
-/// What the record keeps of an attempt's step.
-fn step_info(f: &StepFacts) -> StepInfo {
-    StepInfo {
-        id: f.step.clone(),
-        dispatch_s: f.started_ts.map(|s| (s - f.launched_ts).max(0.0)),
-        failed: f.failure.clone(),
-        span: f.started_ts.map(|s| (s, f.done_ts.unwrap_or(s).max(s))),
-        gpu: f.gpu.as_ref().map(|g| g.gpu.clone()),
-        readings: f
-            .gpu
-            .as_ref()
-            .map(|g| g.readings.clone())
-            .unwrap_or_default(),
-    }
-}
-
-fn describe(exit: &Exit) -> String {
-    match exit {
-        Exit::Code(c) => format!("exit code {c}"),
-        Exit::Signal(s) => format!("killed by {}", signal_name(*s)),
-        Exit::NotStarted(m) => m.clone(),
-        Exit::Lost => "status unknown".into(),
-    }
-}
 
 /// The common part of both drivers.
 struct Common<'a> {
@@ -242,7 +139,8 @@ impl<'a> Common<'a> {
         }
     }
 
-    fn started(&mut self, v: &View<'_>, kind: Kind, log: &str) {
+    /// `early`: it started while its slot's previous attempt still ran.
+    fn started(&mut self, v: &View<'_>, kind: Kind, log: &str, early: bool) {
         self.live.insert(v.id, (v.job.run, kind));
         let ev = Event::Start {
             ts: self.rec.ts(v.start),
@@ -257,6 +155,7 @@ impl<'a> Common<'a> {
                 None => self.node.clone(),
             },
             log: log.to_string(),
+            early,
         };
         self.rec.emit(ev);
     }
@@ -489,6 +388,11 @@ pub struct Pack<'a> {
     step_requeues: Vec<u32>,
     /// Right-sized placement by declared GPU memory, where slot sizes are known.
     placer: Option<Placer>,
+    /// Starting a slot's next run early, over its start-up ([`Pack::with_overlap`]).
+    overlap: Option<Overlap>,
+    /// Per run: its command, for the start-up and length figures.
+    commands: Vec<usize>,
+    last_overlap_look: Instant,
 }
 
 impl<'a> Pack<'a> {
@@ -537,6 +441,63 @@ impl<'a> Pack<'a> {
             unmatched_warned: 0,
             last_status: Instant::now(),
             placer: None,
+            overlap: None,
+            commands: Vec::new(),
+            last_overlap_look: Instant::now(),
+        }
+    }
+
+    /// Start a slot's next run early, so that its start-up overlaps the end of the run
+    /// before it ([`overlap`]), on slots of these sizes (`fit`) and devices. Runs on this
+    /// node only: not across nodes (a Slurm step per attempt).
+    pub fn with_overlap(mut self, fit: Fit, devices: &[Option<String>]) -> Self {
+        if self.common.steps.is_some() {
+            return self;
+        }
+        let (commands, n) =
+            overlap::commands_of(self.common.specs.iter().map(|s| s.command.as_slice()));
+        self.commands = commands;
+        self.overlap = Some(Overlap::new(fit, devices, n));
+        self
+    }
+
+    /// The queue position of the run `slot` would take now.
+    fn pick(&self, slot: usize) -> Option<usize> {
+        match &self.placer {
+            Some(p) => {
+                let needs: Vec<Option<u64>> =
+                    self.common.specs.iter().map(|s| s.gpu_memory).collect();
+                p.choose(slot, &self.queue, &needs)
+            }
+            None => (!self.queue.is_empty()).then_some(0),
+        }
+    }
+
+    /// What the running attempts show now, for the early-start rule: their first
+    /// throughput line and memory peak (once a second).
+    fn overlap_look(&mut self, ctl: &Ctl<'_>) {
+        let Some(o) = &mut self.overlap else { return };
+        if self.last_overlap_look.elapsed() < PROGRESS_EVERY {
+            return;
+        }
+        self.last_overlap_look = Instant::now();
+        let views: Vec<(AttemptId, Option<f64>)> = ctl
+            .running()
+            .map(|v| (v.id, v.seen.series.stats.first_t))
+            .collect();
+        let keys: Vec<AttemptId> = views.iter().map(|(id, _)| *id).collect();
+        let gpu = self
+            .common
+            .sampler
+            .map(|s| s.current(&keys))
+            .unwrap_or_default();
+        for (i, (id, first)) in views.into_iter().enumerate() {
+            let peak = gpu
+                .get(i)
+                .cloned()
+                .flatten()
+                .and_then(|g| g.peak_memory_bytes);
+            o.seen(id, first, peak);
         }
     }
 
@@ -618,15 +579,8 @@ impl Driver for Pack<'_> {
         if !self.common.slot_open(slot) {
             return None;
         }
-        let idx = match &self.placer {
-            Some(p) => {
-                let needs: Vec<Option<u64>> =
-                    self.common.specs.iter().map(|s| s.gpu_memory).collect();
-                let pos = p.choose(slot, &self.queue, &needs)?;
-                self.queue.remove(pos)?
-            }
-            None => self.queue.pop_front()?,
-        };
+        let pos = self.pick(slot)?;
+        let idx = self.queue.remove(pos)?;
         self.attempts[idx] += 1;
         let attempt = self.attempts[idx];
         let spec = &self.common.specs[idx];
@@ -639,17 +593,56 @@ impl Driver for Pack<'_> {
         self.placer.as_ref().map_or(0, |p| p.rank(slot))
     }
 
+    fn start_early(&mut self, v: &View<'_>, now: f64) -> bool {
+        let Some(o) = &self.overlap else { return false };
+        // Cheap refusals first: this is asked at every turn of the engine's loop.
+        let producing = v.seen.series.stats.count > 0;
+        if !producing || self.queue.is_empty() || !self.common.slot_open(v.slot) {
+            return false;
+        }
+        let Some(next) = self.pick(v.slot).and_then(|p| self.queue.get(p).copied()) else {
+            return false;
+        };
+        let ask = Ask {
+            running: v.id,
+            remaining_by_progress: v.seen.advance.remaining(now),
+            producing,
+            next_command: self.commands.get(next).copied().unwrap_or(0),
+            next_declared: self.common.specs[next].gpu_memory,
+            now,
+        };
+        let Some(e) = o.decide(&ask) else {
+            return false;
+        };
+        log::info!(
+            "slot {}: {} ends in about {:.1} s and a start-up takes about {:.1} s: its next run starts now",
+            v.slot,
+            v.job.label,
+            e.ends_in,
+            e.startup
+        );
+        true
+    }
+
     fn started(&mut self, v: &View<'_>) {
         if let Some(p) = &mut self.placer {
             p.started(v.id, v.slot, self.common.specs[v.job.run].gpu_memory);
         }
+        let early = self.overlap.as_mut().is_some_and(|o| {
+            let c = self.commands.get(v.job.run).copied().unwrap_or(0);
+            o.started(v.id, v.slot, c, v.start)
+        });
         let log = format!("{LOGS_DIR}/{}.log", v.job.label);
-        self.common.started(v, Kind::Run, &log);
+        self.common.started(v, Kind::Run, &log, early);
     }
 
     fn ended(&mut self, mut e: Ended, ctl: &mut Ctl<'_>) {
         if let Some(p) = &mut self.placer {
             p.ended(e.id);
+        }
+        if let Some(o) = &mut self.overlap {
+            let peak = e.gpu.as_ref().and_then(|g| g.peak_memory_bytes);
+            o.ended(e.id, e.end, e.state == State::Succeeded, peak);
         }
         let facts = self.common.ended(&mut e, Kind::Run);
         let name = e.job.label.clone();
@@ -725,6 +718,7 @@ impl Driver for Pack<'_> {
     }
 
     fn tick(&mut self, ctl: &mut Ctl<'_>) {
+        self.overlap_look(ctl);
         self.common.progress(ctl);
         self.common.rec.maybe_write();
         self.status_line(ctl);

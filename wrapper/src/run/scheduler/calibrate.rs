@@ -121,7 +121,7 @@ impl Driver for Calibrate<'_> {
 
     fn started(&mut self, v: &View<'_>) {
         let log = format!("{LOGS_DIR}/{SOLO_LOGS_DIR}/{}.log", v.job.label);
-        self.common.started(v, Kind::Solo, &log);
+        self.common.started(v, Kind::Solo, &log, false);
     }
 
     fn ended(&mut self, mut e: Ended, _ctl: &mut Ctl<'_>) {

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Start-up overlap on a real GPU (issue 39): 14 runs of bench/train.py (the small ResNet,
+# 30 s of training each after its start-up) under MPS, 7 at once (colloc starts and stops
+# its own MPS daemon), with colloc's default overlap and with --no-overlap, alternately
+# REPEAT times each. Prints per pack: makespan, work over makespan, steady aggregate,
+# their ratio, runs started early, failed runs and attempts with CUDA out of memory.
+#
+#   COLLOC=target/release/colloc bash bench/overlap.sh [OUTDIR]
+#
+# OUTDIR (default bench/results/overlap): env.txt, runs.toml, colloc.toml, and per pack
+# NAME/ (the report directory), NAME.console.txt; summary.txt (one line per pack) and
+# the medians. About 6 minutes on an H100 with REPEAT=2. Env: PYTHON (python3), REPEAT
+# (2), RUNS (14), DURATION (30), JOBS (7), BATCH (128). Never changes a GPU setting.
+set -euo pipefail
+
+OUT=${1:-bench/results/overlap}
+PYTHON=${PYTHON:-python3}
+REPEAT=${REPEAT:-2}
+RUNS=${RUNS:-14}
+DURATION=${DURATION:-30}
+JOBS=${JOBS:-7}
+BATCH=${BATCH:-128}
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [[ -z "${COLLOC:-}" ]]; then
+  for c in "$HERE/../target/release/colloc" "$HERE/../target/debug/colloc"; do
+    if [[ -x "$c" ]]; then COLLOC=$c; break; fi
+  done
+fi
+: "${COLLOC:?no colloc binary: cargo build --release -p colloc, or set COLLOC}"
+COLLOC=$(cd "$(dirname "$COLLOC")" && pwd)/$(basename "$COLLOC")
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+{
+  echo "version = 1"
+  echo 'allowed_modes = ["naive", "mps", "mig"]'
+  for lib in /usr/local/nvidia/lib64/libnvidia-ml.so.1 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; do
+    if [[ -e "$lib" ]]; then echo "nvml_library = \"$lib\""; break; fi
+  done
+  for p in /usr/local/nvidia/bin/nvidia-cuda-mps-control /usr/bin/nvidia-cuda-mps-control; do
+    if [[ -x "$p" ]]; then echo "mps_control = \"$p\""; break; fi
+  done
+} >"$OUT/colloc.toml"
+export COLLOC_CONFIG=$OUT/colloc.toml
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+unset COLLOC_MODE COLLOC_DEVICES COLLOC_SLOTS SLURM_JOB_ID SLURM_RESTART_COUNT
+
+half=$(( (RUNS + 1) / 2 ))
+seeds=$(seq -s ', ' 1 "$half")
+cat >"$OUT/runs.toml" <<EOF
+# bench/overlap.sh: a learning-rate x seed sweep of the small ResNet, ${DURATION} s each.
+[defaults]
+env = { PYTHONUNBUFFERED = "1" }
+
+[[sweep]]
+name = "lr{lr}-s{seed}"
+command = ["$PYTHON", "$HERE/train.py", "--workload", "small", "--batch", "$BATCH", "--duration", "$DURATION", "--lr", "{lr}", "--seed", "{seed}", "--epoch-size", "100000"]
+grid = { lr = ["0.05", "0.1"], seed = [$seeds] }
+EOF
+
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current --format=csv,noheader || true
+  "$PYTHON" -c 'import torch, timm; print("torch", torch.__version__, "timm", timm.__version__)' || true
+  "$COLLOC" --version
+  nproc
+} >"$OUT/env.txt" 2>&1
+# A warm machine, as a sweep's second pack would find it: PyTorch, timm and CUDA read once.
+"$PYTHON" -c 'import torch, timm; torch.zeros(1, device="cuda"); print("warm")' >>"$OUT/env.txt" 2>&1 || true
+
+summary() {
+  "$PYTHON" - "$1" "$2" <<'PY'
+import json, sys
+name, path = sys.argv[1], sys.argv[2]
+s = json.load(open(path))["summary"]
+agg, st = s.get("aggregate_throughput"), s.get("steady_throughput")
+ratio = agg / st if agg and st else float("nan")
+print(f"{name}: makespan {s['makespan_s']:.1f} s, work over makespan {agg or 0:.0f}, "
+      f"steady {st or 0:.0f} img/s, ratio {ratio:.3f}, started early {s.get('early_starts', 0)}, "
+      f"succeeded {s['succeeded']}, failed {s['failed']}, oom attempts {s['oom_attempts']}, "
+      f"at most {s['max_concurrent']} at once")
+PY
+}
+
+: >"$OUT/summary.txt"
+for i in $(seq 1 "$REPEAT"); do
+  for variant in overlap no-overlap; do
+    name=$variant-$i
+    flags=(--mode mps -j "$JOBS" --interval 1s --status-every 20s --report-dir "$OUT/$name" -f "$OUT/runs.toml")
+    [[ $variant == no-overlap ]] && flags+=(--no-overlap)
+    rm -rf "${OUT:?}/$name"
+    set +e
+    COLLOC_LOG=info "$COLLOC" run "${flags[@]}" >"$OUT/$name.console.txt" 2>&1
+    rc=$?
+    set -e
+    echo "$name: colloc exit $rc" >>"$OUT/summary.txt"
+    summary "$name" "$OUT/$name/colloc-report.json" | tee -a "$OUT/summary.txt"
+  done
+done
+"$PYTHON" - "$OUT/summary.txt" <<'PY' | tee -a "$OUT/summary.txt"
+import re, statistics, sys
+by = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(no-overlap|overlap)-\d+: .*ratio ([0-9.]+)", line)
+    if m:
+        by.setdefault(m.group(1), []).append(float(m.group(2)))
+for k, v in sorted(by.items()):
+    print(f"median ratio {k}: {statistics.median(v):.3f} over {len(v)} packs {v}")
+PY
