@@ -12,6 +12,7 @@ Workloads of the study (Robroek et al., arXiv 2209.06018), picked with --workloa
     small   resnet26  at 32x32,   10 classes (CIFAR-10 size)
     medium  resnet50  at 64x64,   1000 classes (64x64 ImageNet)
     large   resnet152 at 224x224, 1000 classes (ImageNet)
+    tiny    a plain PyTorch CNN (--model plain: 4 conv layers, no timm import) at 32x32
 or any timm model with --model NAME --img-size S --num-classes C.
 
 FP32 by default (as in the paper); --amp bf16 for autocast in bfloat16. Stops after
@@ -28,6 +29,8 @@ WORKLOADS = {
     "small": ("resnet26", 32, 10, 50000),
     "medium": ("resnet50", 64, 1000, 1281167),
     "large": ("resnet152", 224, 1000, 1281167),
+    # A plain PyTorch CNN (no timm import): a run whose start-up is mostly PyTorch's own.
+    "tiny": ("plain", 32, 10, 50000),
 }
 
 
@@ -107,8 +110,8 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_signal)
 
     import torch
+    import torch.nn as nn
     import torch.nn.functional as F
-    import timm
 
     torch.manual_seed(a.seed)
     if a.device == "auto":
@@ -119,7 +122,21 @@ def main(argv=None):
         torch.backends.cudnn.benchmark = True
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
 
-    model = timm.create_model(a.model, pretrained=False, num_classes=a.num_classes)
+    if a.model == "plain":
+        timm = None
+
+        def block(i, o):
+            return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True)]
+
+        model = nn.Sequential(
+            *block(3, 64), *block(64, 128), nn.MaxPool2d(2),
+            *block(128, 256), nn.MaxPool2d(2), *block(256, 256),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, a.num_classes),
+        )
+    else:
+        import timm
+
+        model = timm.create_model(a.model, pretrained=False, num_classes=a.num_classes)
     model = model.to(dev, memory_format=fmt).train()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-5)
     amp = a.amp == "bf16"
@@ -166,7 +183,7 @@ def main(argv=None):
 
     print(
         f"train.py: model={a.model} img={a.img_size} classes={a.num_classes} batch={a.batch} "
-        f"data={a.data} amp={a.amp} device={dev} torch={torch.__version__} timm={timm.__version__}",
+        f"data={a.data} amp={a.amp} device={dev} torch={torch.__version__} timm={timm.__version__ if timm else '-'}",
         flush=True,
     )
     it = batches()

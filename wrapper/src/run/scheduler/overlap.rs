@@ -14,7 +14,8 @@
 //!   on their slot (else its declared `gpu_memory`), and it must fit beside what the
 //!   slot holds now: a slot of its own size (MIG instance, `mps:N` client limit) beside
 //!   the running run's peak; a GPU shared by slots beside every running run's peak (or
-//!   need, if larger) in the usable share of the GPU. Unknown memory: no early start
+//!   command's need, if it is still starting and that is larger) in the usable share of
+//!   the GPU. Unknown memory: no early start
 //!   (a slot without any GPU has none to overcommit).
 //!
 //! Nothing is estimated where nothing is known: no start-up or end figure, no early start.
@@ -231,8 +232,14 @@ impl Overlap {
                     if !same {
                         continue;
                     }
+                    // Past its start-up a run holds what it holds (its own peak);
+                    // before, what its command's runs took (it may still be loading).
                     let its_need = self.commands.get(a.command).and_then(|c| c.peak);
-                    match a.peak.max(its_need) {
+                    let counted = match (a.startup_seen, a.peak) {
+                        (true, Some(p)) => Some(p),
+                        (_, p) => p.max(its_need),
+                    };
+                    match counted {
                         Some(b) => held = held.saturating_add(b),
                         None => return false,
                     }
@@ -415,6 +422,25 @@ mod tests {
         p.seen(1, Some(1.0), Some(5 * GIB));
         p.seen(2, Some(1.0), Some(5 * GIB));
         assert_eq!(p.decide(&a), None, "20 GiB in 19");
+
+        // One run of the command once took 6 GiB (a cuDNN workspace): a run still
+        // starting counts that, runs past their start-up count their own peak.
+        let fit = Fit {
+            rooms: vec![Room::Shared { pool: 0 }; 4],
+            pools: vec![12 * GIB],
+        };
+        let mut q = Overlap::new(fit, &vec![Some("GPU-x".to_string()); 4], 1);
+        for (id, slot) in [(1, 0), (2, 1), (3, 2)] {
+            q.started(id, slot, 0, 0.0);
+            q.seen(id, Some(1.0), Some(GIB));
+        }
+        q.seen(3, None, Some(6 * GIB));
+        q.ended(3, 2.0, true, Some(6 * GIB));
+        // 1 + 1 held, 6 needed: fits in 12.
+        assert!(q.decide(&a).is_some());
+        // A fourth run still starting counts 6: 1 + 1 + 6 + 6 > 12.
+        q.started(4, 3, 0, 2.0);
+        assert_eq!(q.decide(&a), None);
     }
 
     #[test]
