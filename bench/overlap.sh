@@ -13,14 +13,15 @@
 # OUTDIR (default bench/results/overlap): env.txt, runs-WORKLOAD.toml, colloc.toml, and
 # per pack NAME/ (the report directory), NAME.console.txt; summary.txt (one line per
 # pack) and the medians. About 7 minutes on an H100 with REPEAT=1 and two workloads.
-# Env: PYTHON (python3), REPEAT (1), WORKLOADS ("small tiny"), RUNS (14), DURATION (30),
-# JOBS (7), BATCH (128). Never changes a GPU setting.
+# Env: PYTHON (python3), REPEAT (1), WORKLOADS ("small tiny"), VARIANTS ("no-overlap
+# overlap"), RUNS (14), DURATION (30), JOBS (7), BATCH (128). Never changes a GPU setting.
 set -euo pipefail
 
 OUT=${1:-bench/results/overlap}
 PYTHON=${PYTHON:-python3}
 REPEAT=${REPEAT:-1}
 WORKLOADS=${WORKLOADS:-small tiny}
+VARIANTS=${VARIANTS:-no-overlap overlap}
 RUNS=${RUNS:-14}
 DURATION=${DURATION:-30}
 JOBS=${JOBS:-7}
@@ -97,7 +98,7 @@ PY
 : >"$OUT/summary.txt"
 for w in $WORKLOADS; do
   for i in $(seq 1 "$REPEAT"); do
-    for variant in no-overlap overlap; do
+    for variant in $VARIANTS; do
       name=$w-$variant-$i
       flags=(--mode mps -j "$JOBS" --interval 1s --status-every 20s --report-dir "$OUT/$name" -f "$OUT/runs-$w.toml")
       [[ $variant == no-overlap ]] && flags+=(--no-overlap)
