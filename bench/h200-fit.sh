@@ -12,6 +12,9 @@
 set -euo pipefail
 OUT=${1:?usage: h200-fit.sh OUTDIR}
 PYTHON=${PYTHON:-python3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 : "${COLLOC:?set COLLOC to a colloc binary}"
 COLLOC=$(cd "$(dirname "$COLLOC")" && pwd)/$(basename "$COLLOC")
 mkdir -p "$OUT"
@@ -19,16 +22,7 @@ OUT=$(cd "$OUT" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-{
-  echo "version = 1"
-  echo 'allowed_modes = ["naive", "mps", "mig"]'
-  for lib in /usr/local/nvidia/lib64/libnvidia-ml.so.1 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; do
-    if [[ -e "$lib" ]]; then echo "nvml_library = \"$lib\""; break; fi
-  done
-  for p in /usr/local/nvidia/bin/nvidia-cuda-mps-control /usr/bin/nvidia-cuda-mps-control; do
-    if [[ -x "$p" ]]; then echo "mps_control = \"$p\""; break; fi
-  done
-} >"$work/colloc.toml"
+write_node_config "$work/colloc.toml"
 export COLLOC_CONFIG=$work/colloc.toml
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 unset COLLOC_MODE COLLOC_DEVICES COLLOC_SLOTS SLURM_JOB_ID SLURM_RESTART_COUNT

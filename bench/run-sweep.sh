@@ -21,13 +21,9 @@ SOLO_WINDOW=${SOLO_WINDOW:-25s}
 DURATION=${DURATION:-60}
 BATCHES=${BATCHES:-32 128 256}
 HERE=$(cd "$(dirname "$0")" && pwd)
-if [[ -z "${COLLOC:-}" ]]; then
-  for c in "$HERE/../target/release/colloc" "$HERE/../target/debug/colloc"; do
-    if [[ -x "$c" ]]; then COLLOC=$c; break; fi
-  done
-fi
-: "${COLLOC:?no colloc binary: cargo build --release -p colloc, or set COLLOC}"
-COLLOC=$(cd "$(dirname "$COLLOC")" && pwd)/$(basename "$COLLOC")
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
+find_colloc
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 if [[ -e "$OUT/report" ]]; then
@@ -35,18 +31,7 @@ if [[ -e "$OUT/report" ]]; then
   exit 2
 fi
 
-# A node config for this machine: NVML and the MPS control program by absolute path
-# where the driver keeps them outside the default search path.
-{
-  echo "version = 1"
-  echo 'allowed_modes = ["naive", "mps", "mig"]'
-  for lib in /usr/local/nvidia/lib64/libnvidia-ml.so.1 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; do
-    if [[ -e "$lib" ]]; then echo "nvml_library = \"$lib\""; break; fi
-  done
-  for p in /usr/local/nvidia/bin/nvidia-cuda-mps-control /usr/bin/nvidia-cuda-mps-control; do
-    if [[ -x "$p" ]]; then echo "mps_control = \"$p\""; break; fi
-  done
-} >"$OUT/colloc.toml"
+write_node_config "$OUT/colloc.toml"
 export COLLOC_CONFIG=$OUT/colloc.toml
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 unset COLLOC_MODE COLLOC_DEVICES COLLOC_SLOTS SLURM_JOB_ID SLURM_RESTART_COUNT

@@ -62,15 +62,11 @@ REPEAT=${REPEAT:-2}
 # workload's budget then only caps colloc's wall time (timeout, as below).
 NO_BUDGET=${NO_BUDGET:-0}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 TRAIN=${TRAIN:-$HERE/train.py}
 
-if [[ -z "${COLLOC:-}" ]]; then
-  for c in "$HERE/../target/release/colloc" "$HERE/../target/debug/colloc"; do
-    if [[ -x "$c" ]]; then COLLOC=$c; break; fi
-  done
-fi
-: "${COLLOC:?no colloc binary: cargo build --release -p colloc, or set COLLOC}"
-COLLOC=$(cd "$(dirname "$COLLOC")" && pwd)/$(basename "$COLLOC")
+find_colloc
 for v in SMALL_BUDGET MEDIUM_BUDGET SMALL_REF_BATCH MEDIUM_REF_BATCH; do
   if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
     echo "stability.sh: $v must be a whole number, got ${!v}" >&2

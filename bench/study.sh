@@ -33,6 +33,8 @@ WARMUP=${WARMUP:-3s}
 DURATION=${DURATION:-7s}
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 
 NAMES=()
 case "$PART" in
@@ -63,19 +65,8 @@ command -v "$COLLOC" >/dev/null || { echo "study.sh: no colloc binary (set COLLO
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 
-# A node config for this machine: NVML and the MPS control program by absolute path
-# where the driver keeps them outside the default search path.
 CONF="$OUTDIR/colloc-study.toml"
-{
-  echo "version = 1"
-  echo 'allowed_modes = ["naive", "mps", "mig"]'
-  for lib in /usr/local/nvidia/lib64/libnvidia-ml.so.1 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; do
-    if [[ -e "$lib" ]]; then echo "nvml_library = \"$lib\""; break; fi
-  done
-  for p in /usr/local/nvidia/bin/nvidia-cuda-mps-control /usr/bin/nvidia-cuda-mps-control; do
-    if [[ -x "$p" ]]; then echo "mps_control = \"$p\""; break; fi
-  done
-} >"$CONF"
+write_node_config "$CONF"
 
 ENVF="$OUTDIR/env-$LABEL.txt"
 {

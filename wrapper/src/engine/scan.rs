@@ -27,7 +27,7 @@ use regex::Regex;
 mod progress;
 
 use progress::progress_of_line;
-pub use progress::{Advance, ProgressFact, ProgressForm, MIN_PACE_S};
+pub use progress::{Advance, ProgressFact, ProgressForm};
 
 const NUM: &str = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)";
 

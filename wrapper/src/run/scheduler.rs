@@ -388,6 +388,8 @@ pub struct Pack<'a> {
     step_requeues: Vec<u32>,
     /// Right-sized placement by declared GPU memory, where slot sizes are known.
     placer: Option<Placer>,
+    /// Per run: its declared `gpu_memory`, for the placer (set with it).
+    needs: Vec<Option<u64>>,
     /// Starting a slot's next run early, over its start-up ([`Pack::with_overlap`]).
     overlap: Option<Overlap>,
     /// Per run: its command, for the start-up and length figures.
@@ -441,6 +443,7 @@ impl<'a> Pack<'a> {
             unmatched_warned: 0,
             last_status: Instant::now(),
             placer: None,
+            needs: Vec::new(),
             overlap: None,
             commands: Vec::new(),
             last_overlap_look: Instant::now(),
@@ -464,11 +467,7 @@ impl<'a> Pack<'a> {
     /// The queue position of the run `slot` would take now.
     fn pick(&self, slot: usize) -> Option<usize> {
         match &self.placer {
-            Some(p) => {
-                let needs: Vec<Option<u64>> =
-                    self.common.specs.iter().map(|s| s.gpu_memory).collect();
-                p.choose(slot, &self.queue, &needs)
-            }
+            Some(p) => p.choose(slot, &self.queue, &self.needs),
             None => (!self.queue.is_empty()).then_some(0),
         }
     }
@@ -510,6 +509,8 @@ impl<'a> Pack<'a> {
 
     pub fn with_fit(mut self, fit: Fit) -> Self {
         self.placer = Some(Placer::new(fit));
+        // Asked at every start (and every early-start check): made once.
+        self.needs = self.common.specs.iter().map(|s| s.gpu_memory).collect();
         self
     }
 

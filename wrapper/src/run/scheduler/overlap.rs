@@ -84,8 +84,6 @@ pub struct Overlap {
     no_gpu: Vec<bool>,
     commands: Vec<Command>,
     running: HashMap<AttemptId, Attempt>,
-    /// How many runs started early.
-    pub started_early: u32,
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -110,7 +108,6 @@ impl Overlap {
             no_gpu: devices.iter().map(Option::is_none).collect(),
             commands: vec![Command::default(); commands],
             running: HashMap::new(),
-            started_early: 0,
         }
     }
 
@@ -128,9 +125,6 @@ impl Overlap {
             if let Some(a) = self.running.get_mut(&k) {
                 a.shared = true;
             }
-        }
-        if shared {
-            self.started_early += 1;
         }
         self.running.insert(
             id,
@@ -297,6 +291,20 @@ mod tests {
         Overlap::new(fit, &vec![Some("MIG-x".to_string()); n], 1)
     }
 
+    /// `n` slots sharing one GPU of `usable` bytes, attempts 1..=`running` on slots
+    /// 0.. started at 0 s.
+    fn shared_gpu(n: usize, usable: u64, running: u64) -> Overlap {
+        let fit = Fit {
+            rooms: vec![Room::Shared { pool: 0 }; n],
+            pools: vec![usable],
+        };
+        let mut o = Overlap::new(fit, &vec![Some("GPU-x".to_string()); n], 1);
+        for id in 1..=running {
+            o.started(id, (id - 1) as usize, 0, 0.0);
+        }
+        o
+    }
+
     fn ask(running: AttemptId, now: f64) -> Ask {
         Ask {
             running,
@@ -399,39 +407,20 @@ mod tests {
         );
 
         // A shared GPU: every running run's peak (or its command's, if larger) + the need.
-        let fit = Fit {
-            rooms: vec![Room::Shared { pool: 0 }; 3],
-            pools: vec![20 * GIB],
-        };
-        let mut o = Overlap::new(fit, &vec![Some("GPU-x".to_string()); 3], 1);
-        for (id, slot) in [(1, 0), (2, 1), (3, 2)] {
-            o.started(id, slot, 0, 0.0);
-        }
+        let mut o = shared_gpu(3, 20 * GIB, 3);
         o.seen(1, Some(1.0), Some(5 * GIB));
         o.seen(2, Some(1.0), Some(5 * GIB));
         // Attempt 3 has no reading yet: its command's 5 GiB stands for it.
         assert!(o.decide(&a).is_some(), "3 x 5 + 5 GiB in 20");
-        let fit = Fit {
-            rooms: vec![Room::Shared { pool: 0 }; 3],
-            pools: vec![19 * GIB],
-        };
-        let mut p = Overlap::new(fit, &vec![Some("GPU-x".to_string()); 3], 1);
-        for (id, slot) in [(1, 0), (2, 1), (3, 2)] {
-            p.started(id, slot, 0, 0.0);
-        }
+        let mut p = shared_gpu(3, 19 * GIB, 3);
         p.seen(1, Some(1.0), Some(5 * GIB));
         p.seen(2, Some(1.0), Some(5 * GIB));
         assert_eq!(p.decide(&a), None, "20 GiB in 19");
 
         // One run of the command once took 6 GiB (a cuDNN workspace): a run still
         // starting counts that, runs past their start-up count their own peak.
-        let fit = Fit {
-            rooms: vec![Room::Shared { pool: 0 }; 4],
-            pools: vec![12 * GIB],
-        };
-        let mut q = Overlap::new(fit, &vec![Some("GPU-x".to_string()); 4], 1);
-        for (id, slot) in [(1, 0), (2, 1), (3, 2)] {
-            q.started(id, slot, 0, 0.0);
+        let mut q = shared_gpu(4, 12 * GIB, 3);
+        for id in 1..=3 {
             q.seen(id, Some(1.0), Some(GIB));
         }
         q.seen(3, None, Some(6 * GIB));
@@ -470,8 +459,7 @@ mod tests {
         let mut o = own(1, 40 * GIB);
         o.started(1, 0, 0, 0.0);
         o.seen(1, Some(1.0), Some(2 * GIB));
-        o.started(2, 0, 0, 5.0);
-        assert_eq!(o.started_early, 1);
+        assert!(o.started(2, 0, 0, 5.0), "it started early");
         assert_eq!(o.shared(), std::collections::HashSet::from([1, 2]));
         // A MIG instance's figure while both ran is both runs': not learnt as one's.
         o.seen(2, Some(8.0), Some(30 * GIB));
