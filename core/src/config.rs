@@ -110,6 +110,12 @@ pub struct Config {
     /// its record in one word of the comment and leaves the admin's text around it alone.
     #[serde(default = "default_true")]
     pub node_comment: bool,
+    /// Write a summary of each batch job that ran under a colloc mode into its Slurm
+    /// `AdminComment` (mode, GPUs, and what its `colloc run`s reported), for `sacct`
+    /// ([`crate::jobsummary`]). colloc keeps its summary in one word of the comment and
+    /// leaves the rest alone.
+    #[serde(default = "default_true")]
+    pub job_summary: bool,
     /// `[mig]`: driver retries and waits, reconfiguration hooks, MIG device files.
     #[serde(default)]
     pub mig: crate::migconf::MigConfig,
@@ -192,6 +198,7 @@ impl Default for Config {
             job_dir_inodes: default_job_dir_inodes(),
             allow_mig_mode_change: false,
             node_comment: true,
+            job_summary: true,
             mig: crate::migconf::MigConfig::default(),
             enabled: true,
         }

@@ -39,6 +39,7 @@ pub mod holders;
 pub mod hooks;
 pub mod jobenv;
 pub mod jobfs;
+pub mod jobsummary;
 pub mod journal;
 pub mod lastgood;
 pub mod mig;

@@ -398,10 +398,78 @@ pub(crate) fn run_scontrol(
     timeout: Duration,
     slurm_conf: Option<&std::ffi::OsStr>,
 ) -> Result<String, PublishError> {
+    run_tool(program, args, timeout, slurm_conf).map_err(|f| match f.kind {
+        ToolFault::Untrusted(e) => PublishError::Untrusted(*e),
+        ToolFault::Spawn(source) => PublishError::Spawn {
+            program: program.to_path_buf(),
+            source,
+        },
+        ToolFault::Failed => PublishError::Failed {
+            reading: args.first() == Some(&"show"),
+            node: node.to_string(),
+            status: f.status,
+            stderr: f.stderr,
+        },
+    })
+}
+
+/// Why a Slurm tool root ran did not succeed.
+#[derive(Debug, thiserror::Error)]
+#[error("`{command}` {}", match &self.kind {
+    ToolFault::Untrusted(e) => format!("not run: {e}"),
+    ToolFault::Spawn(e) => format!("could not be started: {e}"),
+    ToolFault::Failed => format!("failed ({}): {}", self.status, self.stderr),
+})]
+pub struct ToolFailure {
+    /// The program and its first two arguments.
+    pub command: String,
+    /// What went wrong.
+    pub kind: ToolFault,
+    /// Exit status, or "timed out after N s".
+    pub status: String,
+    /// What it said on stderr (one line, at most 4 KiB).
+    pub stderr: String,
+}
+
+/// How a tool failed.
+#[derive(Debug)]
+pub enum ToolFault {
+    /// It is not a file only root can change: root does not run it.
+    Untrusted(Box<crate::fs::FsError>),
+    /// It could not be started or waited for.
+    Spawn(std::io::Error),
+    /// It ran and failed, or timed out.
+    Failed,
+}
+
+/// Run a Slurm tool as root: only where it and its directories are root's alone, never
+/// through a shell, with an environment of its own (`PATH` and `SLURM_CONF` where given),
+/// killed after `timeout`. Its standard output (at most 64 KiB) on success.
+///
+/// # Errors
+/// [`ToolFailure`].
+pub(crate) fn run_tool(
+    program: &std::path::Path,
+    args: &[&str],
+    timeout: Duration,
+    slurm_conf: Option<&std::ffi::OsStr>,
+) -> Result<String, ToolFailure> {
+    let command = std::iter::once(program.file_name().map_or_else(
+        || program.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    ))
+    .chain(args.iter().take(2).map(|a| (*a).to_string()))
+    .collect::<Vec<_>>()
+    .join(" ");
+    let fail = |kind| ToolFailure {
+        command: command.clone(),
+        kind,
+        status: String::new(),
+        stderr: String::new(),
+    };
     // Root runs it: only if it and its directories are root's alone (as mps_control).
-    crate::fs::open_trusted_file(program).map_err(PublishError::Untrusted)?;
-    let program = program.to_path_buf();
-    let mut cmd = Command::new(&program);
+    crate::fs::open_trusted_file(program).map_err(|e| fail(ToolFault::Untrusted(Box::new(e))))?;
+    let mut cmd = Command::new(program);
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
         .args(args)
@@ -412,14 +480,10 @@ pub(crate) fn run_scontrol(
         cmd.env("SLURM_CONF", conf);
     }
     crate::sys::no_inherited_fds(&mut cmd);
-    let spawn = |source| PublishError::Spawn {
-        program: program.clone(),
-        source,
-    };
-    let mut child = cmd.spawn().map_err(spawn)?;
+    let mut child = cmd.spawn().map_err(|e| fail(ToolFault::Spawn(e)))?;
     let deadline = Instant::now() + timeout;
     let status = loop {
-        match child.try_wait().map_err(spawn)? {
+        match child.try_wait().map_err(|e| fail(ToolFault::Spawn(e)))? {
             Some(s) => break Some(s),
             None if Instant::now() >= deadline => {
                 let _ = child.kill();
@@ -432,7 +496,7 @@ pub(crate) fn run_scontrol(
     let (mut stdout, mut stderr) = (String::new(), String::new());
     {
         use std::io::Read as _;
-        // `show node` of one node is a few hundred bytes: it fits the pipe, so reading
+        // `show node` or `show job` of one is a few KiB: it fits the pipe, so reading
         // after the exit cannot block the child.
         if let Some(mut o) = child.stdout.take() {
             let _ = (&mut o).take(64 << 10).read_to_string(&mut stdout);
@@ -443,14 +507,13 @@ pub(crate) fn run_scontrol(
     }
     match status {
         Some(s) if s.success() => Ok(stdout),
-        other => Err(PublishError::Failed {
-            reading: args.first() == Some(&"show"),
-            node: node.to_string(),
+        other => Err(ToolFailure {
             status: other.map_or_else(
                 || format!("timed out after {} s", timeout.as_secs()),
                 |s| s.to_string(),
             ),
             stderr: stderr.trim().replace('\n', " "),
+            ..fail(ToolFault::Failed)
         }),
     }
 }

@@ -259,6 +259,11 @@ impl Host for Spank {
         unsafe { sys::spank_context() == sys::S_CTX_SLURMD }
     }
 
+    fn remote(&self) -> bool {
+        // SAFETY: as in `in_slurmd`.
+        unsafe { sys::spank_context() == sys::S_CTX_REMOTE }
+    }
+
     fn setenv(&mut self, name: &str, value: &str) -> Result<(), String> {
         let n = CString::new(name).map_err(|_| format!("variable name {name:?} contains NUL"))?;
         let v = CString::new(value).map_err(|_| format!("value of {name} contains NUL"))?;
@@ -303,6 +308,8 @@ callback!(slurm_spank_job_prolog => plugin::job_prolog);
 callback!(slurm_spank_task_init_privileged => plugin::task_init_privileged);
 callback!(slurm_spank_task_post_fork => plugin::task_post_fork);
 callback!(slurm_spank_job_epilog => plugin::job_epilog);
+callback!(slurm_spank_init_post_opt => plugin::init_post_opt);
+callback!(slurm_spank_exit => plugin::exit);
 
 /// The GNU build id of this plugin as loaded: the notes of the loaded object that holds
 /// [`plugin_name`]. Identifies the build exactly (the linker hashes the output), so

@@ -7,6 +7,8 @@
 //! | `job_prolog` | root, own process | apply the mode to the job's GPUs through colloc-core |
 //! | `task_post_fork` | root, the extern step (`PrologFlags=Contain`), once per node before the first task | start the job's MPS daemons inside its container and the extern step's cgroup |
 //! | `task_init_privileged` | root, each task | set the task environment from the journal, or fail the task with the refusal |
+//! | `init_post_opt` | root, the batch step's slurmstepd | where the job runs under a mode, listen for its packs' reports (`plugin/summary.rs`) |
+//! | `exit` | root, the batch step's slurmstepd | write the job's summary into its `AdminComment` (`plugin/summary.rs`) |
 //! | `job_epilog` | root, own process | restore what the journal recorded |
 //!
 //! A user's mistake never fails the prolog (that drains the node): the prolog records it
@@ -44,12 +46,14 @@ mod args;
 mod node_state;
 mod request;
 mod slurmd;
+mod summary;
 
 use args::test_panic;
 pub use args::{parse_args, usage, PluginArgs, TestPanic};
 #[cfg(test)]
 use request::option_value;
 pub use request::Request;
+pub use summary::{exit, init_post_opt, BATCH_STEP};
 
 /// What the plugin needs from Slurm in a callback; [`crate::ffi::Spank`] implements it
 /// over the SPANK API, tests with a fake.
@@ -104,6 +108,10 @@ pub trait Host {
     }
     /// Is this callback running inside slurmd (`S_CTX_SLURMD`)?
     fn in_slurmd(&self) -> bool {
+        false
+    }
+    /// Is this callback running in slurmstepd, for a step (`S_CTX_REMOTE`)?
+    fn remote(&self) -> bool {
         false
     }
 }

@@ -69,6 +69,19 @@ pub struct StatusArgs {
     /// With --cluster: only the nodes of this partition.
     #[arg(short = 'p', long, value_name = "NAME", requires = "cluster")]
     partition: Option<String>,
+    /// With --cluster: instead of the nodes now, what colloc jobs did from DATE on, from
+    /// Slurm's accounting (sacct): jobs, users, GPU-hours, runs per GPU-hour and energy
+    /// per mode. DATE: YYYY-MM-DD[THH:MM[:SS]].
+    #[arg(
+        long,
+        value_name = "DATE",
+        requires = "cluster",
+        conflicts_with_all = ["nodes", "partition"]
+    )]
+    since: Option<String>,
+    /// With --since: the period's end (default: now).
+    #[arg(long, value_name = "DATE", requires = "since")]
+    until: Option<String>,
 }
 
 impl StatusArgs {
@@ -84,6 +97,9 @@ impl StatusArgs {
 
 /// `colloc status`.
 pub fn main(a: StatusArgs, g: &Global) -> anyhow::Result<ExitCode> {
+    if let Some(since) = &a.since {
+        return period(&a, since);
+    }
     if a.cluster {
         return cluster(&a);
     }
@@ -163,6 +179,36 @@ fn cluster(a: &StatusArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// How long `sacct` may take over a period (a month of a busy cluster is a big query).
+const SACCT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `colloc status --cluster --since DATE [--until DATE]`.
+fn period(a: &StatusArgs, since: &str) -> anyhow::Result<ExitCode> {
+    let format = period::PERIOD_FORMATS.pick(a.format_name())?;
+    let since = period::check_date("--since", since).map_err(crate::bad_input)?;
+    let until = period::check_date("--until", a.until.as_deref().unwrap_or("now"))
+        .map_err(crate::bad_input)?;
+    let args = period::sacct_args(&since, &until);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let answer = slurm::ask_within("sacct", &args, SACCT_TIMEOUT)?;
+    if !answer.ok {
+        let hint = if answer.stderr.contains("accounting storage is disabled") {
+            "; the period summary reads Slurm's accounting database \
+             (AccountingStorageType=accounting_storage/slurmdbd)"
+        } else {
+            ""
+        };
+        anyhow::bail!(
+            "`sacct {}` failed: {}{hint}",
+            args.join(" ").replace(period::SEP, "\\x1f"),
+            answer.stderr
+        );
+    }
+    let p = period::Period::new(&since, &until, &period::parse_sacct(&answer.stdout));
+    output::print(format, &p)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The `colloc` binary's own build id, for `status --json` (which build runs here).
 pub fn own_build_id() -> Option<String> {
     std::env::current_exe()
@@ -174,6 +220,7 @@ mod cluster;
 pub mod live;
 mod model;
 mod openmetrics;
+pub mod period;
 mod rundir;
 #[cfg(test)]
 mod tests;

@@ -77,6 +77,7 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
                 "devfiles",
                 "hooks",
                 "publish",
+                "jobsummary",
                 "sharedfs",
                 "slurmdmark",
                 "drain",

@@ -32,6 +32,7 @@ use colloc_results::record::events::{Event, RunIdentity, SlotRecord, EVENTS_VERS
 use colloc_results::record::fold::Fold;
 use colloc_results::telemetry::Sampler;
 
+pub mod accounting;
 pub mod args;
 pub mod fit;
 pub mod live;
@@ -566,6 +567,7 @@ fn finish(
     job_id: Option<&str>,
 ) -> ExitCode {
     let (report, error, charts) = rec.finish();
+    accounting::tell(&report, job_id);
     let json = dir.shown(record::REPORT_JSON);
     if opts.quiet {
         outln!("{}", runs::one_line(&report, &json.display().to_string()));

@@ -1,0 +1,551 @@
+//! A colloc job's summary in Slurm's accounting (issue 38): at the end of a batch job
+//! that ran under a colloc mode, root writes one word into the job's `AdminComment`,
+//! which `scontrol show job` shows while slurmctld keeps the job and `sacct` shows from
+//! the accounting database for good:
+//!
+//! ```text
+//! colloc/1;mode=mps:4;gpus=2;packs=1;ok=18;failed=2;steady=69900;unit=img/s;energy_j=1234567
+//! ```
+//!
+//! `mode` and `gpus` are root's own: the job's journal, which the prolog wrote. The rest
+//! (`packs` onwards) is what the job's own `colloc run`s said when each pack ended, and
+//! only that: a user can make their own job's figures up, never another job's.
+//!
+//! **How the figures reach root without a file.** The batch step's slurmstepd (root, in
+//! the plugin's `init_post_opt`) listens on the abstract Unix socket
+//! `colloc-summary/<job>` and never accepts while the job runs; `colloc run` connects when
+//! a pack ends, checks that the listener is root's (`SO_PEERCRED`), writes one line of at
+//! most [`REPORT_LIMIT`] bytes and closes. The kernel keeps the line with the queued
+//! connection. At the step's end (`slurm_spank_exit`, before slurmstepd tells slurmctld
+//! the batch script ended, so the job still runs) root takes at most [`MAX_CONNECTIONS`]
+//! queued connections, keeps those whose peer was the job's user, reads each within
+//! [`READ_TIME`] and checks the line's form strictly ([`PackReport::parse`]). Nothing a
+//! user wrote is a path root opens, and nothing but digits, a unit of letters, and the
+//! separators reaches the comment: the word's characters are checked again as a whole
+//! before it is written ([`word_is_clean`]), since slurmdbd puts the comment into SQL
+//! between single quotes without escaping it.
+//!
+//! **Writing.** `scontrol update JobId=N AdminComment=…` while the job runs (slurmctld
+//! then sends it to the database with the job's end); a job slurmctld already counts as
+//! ended (cancelled, out of time) refuses updates, so there colloc asks slurmdbd itself:
+//! `sacctmgr -i modify job where jobid=N set AdminComment=…`. Whatever else the comment
+//! holds (a site's own tooling) stays: colloc reads it first and replaces only its own
+//! word. Both tools run from the system directories only, where root's alone, with an
+//! environment of their own, each killed after [`WRITE_TIMEOUT`].
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::net::{sockopt, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+
+use crate::publish::{run_tool, ToolFailure};
+
+/// Summary format version (after `colloc/`).
+pub const SUMMARY_VERSION: u32 = 1;
+/// How colloc's word is recognised in an `AdminComment`.
+pub const WORD_START: &str = "colloc/";
+/// The start of the listening socket's abstract name (`colloc-summary/<job>`).
+pub const SOCKET_PREFIX: &str = "colloc-summary/";
+/// Longest pack report taken.
+pub const REPORT_LIMIT: usize = 512;
+/// Queued connections taken at the step's end (more are closed unread).
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long reading the queued reports may take in all.
+pub const READ_TIME: Duration = Duration::from_millis(300);
+/// How long each `scontrol`/`sacctmgr` may take.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest count a report may give (runs of a pack: the manifest cap is 100,000).
+const COUNT_LIMIT: u64 = 1_000_000;
+/// Largest figure a report may give (2^53: exact in a double).
+const FIGURE_LIMIT: f64 = 9_007_199_254_740_992.0;
+
+/// The socket's abstract name for `job`.
+pub fn socket_name(job: u32) -> String {
+    format!("{SOCKET_PREFIX}{job}")
+}
+
+/// What one `colloc run` pack said when it ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackReport {
+    /// Runs that succeeded.
+    pub ok: u64,
+    /// Runs that failed (after their retries).
+    pub failed: u64,
+    /// The pack's steady aggregate throughput, with its unit.
+    pub steady: Option<(f64, String)>,
+    /// GPU energy the pack's runs used, joules.
+    pub energy_j: Option<f64>,
+}
+
+impl PackReport {
+    /// The line `colloc run` writes: `pack ok=N failed=N [steady=F unit=U] [energy_j=F]`.
+    pub fn to_line(&self) -> String {
+        let mut s = format!("pack ok={} failed={}", self.ok, self.failed);
+        if let Some((v, unit)) = &self.steady {
+            s.push_str(&format!(" steady={} unit={unit}", figure(*v)));
+        }
+        if let Some(e) = self.energy_j {
+            s.push_str(&format!(" energy_j={}", figure(e)));
+        }
+        s.push('\n');
+        s
+    }
+
+    /// Read a report, strictly: at most [`REPORT_LIMIT`] bytes, one line, the keys above
+    /// once each in that order, counts up to 1,000,000, figures finite from 0 to 2^53, a
+    /// unit of 1 to 24 letters, digits and `/ _ . % -`.
+    ///
+    /// # Errors
+    /// What is wrong with it, in a few words.
+    pub fn parse(bytes: &[u8]) -> Result<PackReport, String> {
+        if bytes.len() > REPORT_LIMIT {
+            return Err(format!("longer than {REPORT_LIMIT} bytes"));
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())?;
+        let text = text.strip_suffix('\n').unwrap_or(text);
+        if text.contains(['\n', '\r', '\0']) {
+            return Err("more than one line".into());
+        }
+        let mut words = text.split(' ');
+        if words.next() != Some("pack") {
+            return Err("not a pack report".into());
+        }
+        let mut kv: Vec<(&str, &str)> = Vec::new();
+        for w in words {
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| format!("{w:?} is not KEY=VALUE"))?;
+            kv.push((k, v));
+        }
+        let keys: Vec<&str> = kv.iter().map(|(k, _)| *k).collect();
+        let order = ["ok", "failed", "steady", "unit", "energy_j"];
+        let mut at = 0;
+        for k in &keys {
+            let Some(pos) = order[at..].iter().position(|o| o == k) else {
+                return Err(format!("key {k:?} unknown, repeated or out of order"));
+            };
+            at += pos + 1;
+        }
+        let get = |k: &str| kv.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+        let ok = count(get("ok").ok_or("no ok=")?)?;
+        let failed = count(get("failed").ok_or("no failed=")?)?;
+        let steady = match (get("steady"), get("unit")) {
+            (Some(v), Some(u)) => Some((parse_figure(v)?, unit(u)?)),
+            (None, None) => None,
+            _ => return Err("steady= and unit= go together".into()),
+        };
+        let energy_j = get("energy_j").map(parse_figure).transpose()?;
+        Ok(PackReport {
+            ok,
+            failed,
+            steady,
+            energy_j,
+        })
+    }
+}
+
+fn count(s: &str) -> Result<u64, String> {
+    let digits = !s.is_empty() && s.len() <= 7 && s.bytes().all(|b| b.is_ascii_digit());
+    match s.parse::<u64>() {
+        Ok(n) if digits && n <= COUNT_LIMIT => Ok(n),
+        _ => Err(format!("count {s:?} is not 0 to {COUNT_LIMIT}")),
+    }
+}
+
+fn parse_figure(s: &str) -> Result<f64, String> {
+    let plain =
+        !s.is_empty() && s.len() <= 24 && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    match s.parse::<f64>() {
+        Ok(v) if plain && v.is_finite() && (0.0..=FIGURE_LIMIT).contains(&v) => Ok(v),
+        _ => Err(format!("figure {s:?} is not a plain number from 0 to 2^53")),
+    }
+}
+
+fn unit(s: &str) -> Result<String, String> {
+    let ok = (1..=24).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/_.%-".contains(&b));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "unit {s:?} is not 1 to 24 letters, digits and / _ . % -"
+        ))
+    }
+}
+
+/// A figure as the word and the line write it: an integer where it is one, else with at
+/// most 3 decimals (trailing zeros dropped).
+fn figure(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < FIGURE_LIMIT {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// A colloc job's summary: root's facts and what its packs reported, folded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSummary {
+    /// The mode the job ran under (its journal's).
+    pub mode: String,
+    /// GPUs colloc set up for it on the batch node.
+    pub gpus: u32,
+    /// Packs that reported (their reports follow, folded); 0: none did.
+    pub packs: u32,
+    /// Runs that succeeded, over all packs.
+    pub ok: u64,
+    /// Runs that failed, over all packs.
+    pub failed: u64,
+    /// The steady aggregate of the last pack that had one.
+    pub steady: Option<(f64, String)>,
+    /// Energy over the packs that measured it.
+    pub energy_j: Option<f64>,
+}
+
+impl JobSummary {
+    /// Root's facts with the packs' reports folded in (in the order they came).
+    pub fn new(mode: &str, gpus: u32, reports: &[PackReport]) -> JobSummary {
+        let mut s = JobSummary {
+            mode: mode.to_string(),
+            gpus,
+            packs: 0,
+            ok: 0,
+            failed: 0,
+            steady: None,
+            energy_j: None,
+        };
+        for r in reports {
+            s.packs += 1;
+            s.ok = (s.ok + r.ok).min(COUNT_LIMIT * MAX_CONNECTIONS as u64);
+            s.failed = (s.failed + r.failed).min(COUNT_LIMIT * MAX_CONNECTIONS as u64);
+            if r.steady.is_some() {
+                s.steady.clone_from(&r.steady);
+            }
+            if let Some(e) = r.energy_j {
+                s.energy_j = Some(s.energy_j.unwrap_or(0.0) + e);
+            }
+        }
+        s
+    }
+
+    /// The word (no spaces, only [`word_is_clean`] characters).
+    pub fn encode(&self) -> String {
+        let mut w = format!(
+            "{WORD_START}{SUMMARY_VERSION};mode={};gpus={}",
+            self.mode, self.gpus
+        );
+        if self.packs > 0 {
+            w.push_str(&format!(
+                ";packs={};ok={};failed={}",
+                self.packs, self.ok, self.failed
+            ));
+            if let Some((v, u)) = &self.steady {
+                w.push_str(&format!(";steady={};unit={u}", figure(*v)));
+            }
+            if let Some(e) = self.energy_j {
+                w.push_str(&format!(";energy_j={}", figure(e)));
+            }
+        }
+        w
+    }
+
+    /// Read a word back (`colloc status --cluster --since`); `None` for one that is not
+    /// colloc's or not of this version.
+    pub fn decode(word: &str) -> Option<JobSummary> {
+        let rest = word.strip_prefix(WORD_START)?;
+        let mut parts = rest.split(';');
+        if parts.next()? != SUMMARY_VERSION.to_string() {
+            return None;
+        }
+        let mut s = JobSummary::new("", 0, &[]);
+        let (mut steady, mut unit_) = (None, None);
+        for p in parts {
+            let (k, v) = p.split_once('=')?;
+            match k {
+                "mode" => s.mode = v.to_string(),
+                "gpus" => s.gpus = v.parse().ok()?,
+                "packs" => s.packs = v.parse().ok()?,
+                "ok" => s.ok = v.parse().ok()?,
+                "failed" => s.failed = v.parse().ok()?,
+                "steady" => steady = Some(v.parse::<f64>().ok()?),
+                "unit" => unit_ = Some(v.to_string()),
+                "energy_j" => s.energy_j = Some(v.parse().ok()?),
+                _ => {}
+            }
+        }
+        if let (Some(v), Some(u)) = (steady, unit_) {
+            s.steady = Some((v, u));
+        }
+        (!s.mode.is_empty()).then_some(s)
+    }
+}
+
+/// Only letters, digits and `; = : , . / _ + % -`: nothing a shell, SQL or `sacct -P`
+/// reads as more than text, and no space (the comment is split on spaces).
+pub fn word_is_clean(word: &str) -> bool {
+    !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b";=:,./_+%-".contains(&b))
+}
+
+/// An `AdminComment` split into the text beside colloc's word (spaces folded) and the
+/// word, if there is one.
+pub fn split_comment(comment: &str) -> (String, Option<&str>) {
+    let mut word = None;
+    let mut other: Vec<&str> = Vec::new();
+    for w in comment.split_whitespace() {
+        if w.starts_with(WORD_START) {
+            word.get_or_insert(w);
+        } else {
+            other.push(w);
+        }
+    }
+    (other.join(" "), word)
+}
+
+/// The comment to write: the other text, then colloc's word.
+pub fn merge_comment(other: &str, word: &str) -> String {
+    let other = other.trim();
+    if other.is_empty() {
+        word.to_string()
+    } else {
+        format!("{other} {word}")
+    }
+}
+
+/// The job's `AdminComment` from `scontrol show job N` (multi-line form, where it is a
+/// line of its own when set), `""` when it has none.
+pub fn parse_admin_comment(show_job: &str) -> String {
+    show_job
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("AdminComment="))
+        .unwrap_or("")
+        .trim_end()
+        .to_string()
+}
+
+/// Root's end of the socket: listening, never accepting until [`Collector::collect`].
+#[derive(Debug)]
+pub struct Collector {
+    fd: OwnedFd,
+}
+
+/// What the queued connections held.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// Reports from the job's user, in the order they came.
+    pub reports: Vec<PackReport>,
+    /// Connections from anyone else (closed unread).
+    pub strangers: u32,
+    /// Reports from the job's user that were refused, with why.
+    pub bad: Vec<String>,
+}
+
+impl Collector {
+    /// Listen on [`socket_name`]`(job)`, close-on-exec (the job's tasks never hold it).
+    ///
+    /// # Errors
+    /// The name is taken (by someone who got there first: the job's summary then has
+    /// root's facts only), or the socket could not be made.
+    pub fn bind(job: u32) -> std::io::Result<Collector> {
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )?;
+        let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes())?;
+        rustix::net::bind(&fd, &addr)?;
+        rustix::net::listen(&fd, MAX_CONNECTIONS as i32)?;
+        Ok(Collector { fd })
+    }
+
+    /// Take the queued connections (at most [`MAX_CONNECTIONS`]), keep those of `uid`,
+    /// and read their reports within [`READ_TIME`].
+    pub fn collect(&self, uid: u32) -> Collected {
+        let mut out = Collected::default();
+        let mut open: Vec<OwnedFd> = Vec::new();
+        while open.len() + (out.strangers as usize) < MAX_CONNECTIONS {
+            let conn = match rustix::net::accept_with(
+                &self.fd,
+                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            ) {
+                Ok(c) => c,
+                Err(Errno::INTR) => continue,
+                Err(_) => break,
+            };
+            match sockopt::socket_peercred(&conn) {
+                Ok(c) if c.uid.as_raw() == uid => open.push(conn),
+                _ => out.strangers += 1,
+            }
+        }
+        let deadline = Instant::now() + READ_TIME;
+        for fd in &open {
+            match read_report(fd.as_fd(), deadline) {
+                Ok(bytes) => match PackReport::parse(&bytes) {
+                    Ok(r) => out.reports.push(r),
+                    Err(e) => out.bad.push(e),
+                },
+                Err(e) => out.bad.push(e),
+            }
+        }
+        out
+    }
+}
+
+/// One connection's report: to its end, at most [`REPORT_LIMIT`] + 1 bytes, by `deadline`.
+fn read_report(fd: BorrowedFd<'_>, deadline: Instant) -> Result<Vec<u8>, String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; REPORT_LIMIT + 1];
+    loop {
+        match rustix::io::read(fd, &mut chunk) {
+            Ok(0) => return Ok(buf),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.len() > REPORT_LIMIT {
+                    return Err(format!("longer than {REPORT_LIMIT} bytes"));
+                }
+            }
+            Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err("not finished in time".into());
+                }
+                let mut p = [PollFd::new(&fd, PollFlags::IN)];
+                let t = Timespec::try_from(left).ok();
+                let _ = rustix::event::poll(&mut p, t.as_ref());
+            }
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// Tell the job's summary socket what a pack did (`colloc run`, as the user). `Ok(false)`
+/// where no one listens (not a batch job's node, no colloc mode, or the node does not
+/// keep summaries) or the listener is not root's (never told).
+///
+/// # Errors
+/// The connection or the write failed.
+pub fn send(job: u32, report: &PackReport) -> std::io::Result<bool> {
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes())?;
+    match rustix::net::connect(&fd, &addr) {
+        Ok(()) => {}
+        Err(Errno::CONNREFUSED | Errno::NOENT) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    }
+    if sockopt::socket_peercred(&fd)?.uid.as_raw() != 0 {
+        return Ok(false);
+    }
+    // The line fits the socket's buffer: one write, never waiting for root.
+    let line = report.to_line();
+    let n = rustix::io::write(&fd, line.as_bytes())?;
+    if n != line.len() {
+        return Err(std::io::Error::other("the report was cut"));
+    }
+    Ok(true)
+}
+
+/// How the word reached Slurm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// `scontrol update` while the job ran: slurmctld sends it with the job's end.
+    Controller,
+    /// `sacctmgr modify job`: the job had ended for slurmctld.
+    Database,
+}
+
+/// Why a summary could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The word holds something it may not.
+    #[error("the summary {0:?} has characters colloc does not write")]
+    Unclean(String),
+    /// A tool is not installed in the system directories.
+    #[error("{0} not found in {dirs}", dirs = crate::config::SYSTEM_BIN_DIRS.join(", "))]
+    Missing(&'static str),
+    /// The job had ended and its comment holds a quote, which `sacctmgr` cannot write.
+    #[error("the job has ended and its AdminComment holds a quote: left as it is")]
+    Quoted,
+    /// A tool failed.
+    #[error("{0}")]
+    Tool(#[from] ToolFailure),
+}
+
+/// The message slurmctld gives for an update of a job that has ended
+/// (`ESLURM_JOB_FINISHED`).
+const FINISHED: &str = "already completing or completed";
+
+/// Write `word` into job `job`'s `AdminComment`, keeping what else is there.
+///
+/// # Errors
+/// [`WriteError`].
+pub fn write(job: u32, word: &str) -> Result<Written, WriteError> {
+    if !word_is_clean(word) || !word.starts_with(WORD_START) {
+        return Err(WriteError::Unclean(word.to_string()));
+    }
+    let conf = std::env::var_os("SLURM_CONF");
+    let scontrol =
+        crate::config::resolve_program("scontrol").ok_or(WriteError::Missing("scontrol"))?;
+    let id = job.to_string();
+    let shown = run_tool(
+        &scontrol,
+        &["show", "job", &id],
+        WRITE_TIMEOUT,
+        conf.as_deref(),
+    )?;
+    let (other, _) = split_comment(&parse_admin_comment(&shown));
+    let text = merge_comment(&other, word);
+    let update = run_tool(
+        &scontrol,
+        &[
+            "update",
+            &format!("JobId={job}"),
+            &format!("AdminComment={text}"),
+        ],
+        WRITE_TIMEOUT,
+        conf.as_deref(),
+    );
+    match update {
+        Ok(_) => Ok(Written::Controller),
+        Err(e) if e.stderr.contains(FINISHED) => {
+            let sacctmgr = crate::config::resolve_program("sacctmgr")
+                .ok_or(WriteError::Missing("sacctmgr"))?;
+            // sacctmgr takes a value up to its first quote: a comment with one would be
+            // cut, so it is left as it is.
+            if text.contains(['"', '\'']) {
+                return Err(WriteError::Quoted);
+            }
+            run_tool(
+                &sacctmgr,
+                &[
+                    "-i",
+                    "modify",
+                    "job",
+                    "where",
+                    &format!("jobid={job}"),
+                    "set",
+                    &format!("AdminComment={text}"),
+                ],
+                WRITE_TIMEOUT,
+                conf.as_deref(),
+            )?;
+            Ok(Written::Database)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

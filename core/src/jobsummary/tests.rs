@@ -1,0 +1,230 @@
+//! Tests of jobsummary.rs: the report's form, the word, the comment merge, and the socket
+//! between a user's `colloc run` and root's collector.
+
+use super::*;
+
+fn report(ok: u64, failed: u64) -> PackReport {
+    PackReport {
+        ok,
+        failed,
+        steady: Some((69_900.5, "img/s".into())),
+        energy_j: Some(1_234_567.0),
+    }
+}
+
+#[test]
+fn a_report_reads_back_as_written() {
+    let r = report(18, 2);
+    assert_eq!(
+        r.to_line(),
+        "pack ok=18 failed=2 steady=69900.5 unit=img/s energy_j=1234567\n"
+    );
+    assert_eq!(PackReport::parse(r.to_line().as_bytes()), Ok(r));
+    let bare = PackReport {
+        ok: 0,
+        failed: 3,
+        steady: None,
+        energy_j: None,
+    };
+    assert_eq!(bare.to_line(), "pack ok=0 failed=3\n");
+    assert_eq!(PackReport::parse(bare.to_line().as_bytes()), Ok(bare));
+}
+
+#[test]
+fn what_a_report_may_not_be() {
+    let bad: &[&[u8]] = &[
+        b"",
+        b"pack",
+        b"pack ok=1",
+        b"pack failed=1 ok=1",
+        b"pack ok=1 ok=1 failed=1",
+        b"pack ok=1 failed=1 steady=5",
+        b"pack ok=1 failed=1 unit=img/s",
+        b"pack ok=1 failed=1 steady=1e9 unit=img/s",
+        b"pack ok=1 failed=1 steady=-1 unit=img/s",
+        b"pack ok=1 failed=1 steady=inf unit=img/s",
+        b"pack ok=1 failed=1 steady=NaN unit=img/s",
+        b"pack ok=1 failed=1 steady=99999999999999999999 unit=img/s",
+        b"pack ok=1 failed=1 steady=1 unit=img's",
+        b"pack ok=1 failed=1 steady=1 unit=a;b",
+        b"pack ok=1 failed=1 steady=1 unit=",
+        b"pack ok=1 failed=1 steady=1 unit=aaaaaaaaaaaaaaaaaaaaaaaaa",
+        b"pack ok=+1 failed=1",
+        b"pack ok=1000001 failed=1",
+        b"pack ok=1 failed=1 energy_j=1 extra=2",
+        b"pack ok=1 failed=1\npack ok=1 failed=1",
+        b"pack ok=1 failed=1\r",
+        b"pack  ok=1 failed=1",
+        b"pack ok=1 failed=\xff",
+        b"ok=1 failed=1",
+    ];
+    for b in bad {
+        assert!(
+            PackReport::parse(b).is_err(),
+            "{:?} was taken",
+            String::from_utf8_lossy(b)
+        );
+    }
+    let long = format!("pack ok=1 failed=1{}", " ".repeat(REPORT_LIMIT));
+    assert!(PackReport::parse(long.as_bytes())
+        .unwrap_err()
+        .contains("longer"));
+}
+
+#[test]
+fn the_word_folds_the_packs_and_reads_back() {
+    let s = JobSummary::new("mig:3g,2g:mps:2", 1, &[report(18, 2), report(5, 0)]);
+    assert_eq!(s.packs, 2);
+    assert_eq!((s.ok, s.failed), (23, 2));
+    assert_eq!(s.energy_j, Some(2_469_134.0));
+    let w = s.encode();
+    assert_eq!(
+        w,
+        "colloc/1;mode=mig:3g,2g:mps:2;gpus=1;packs=2;ok=23;failed=2;steady=69900.5;\
+         unit=img/s;energy_j=2469134"
+    );
+    assert!(word_is_clean(&w));
+    assert_eq!(JobSummary::decode(&w), Some(s));
+    // No pack reported: root's facts only.
+    let none = JobSummary::new("mps:4", 2, &[]);
+    assert_eq!(none.encode(), "colloc/1;mode=mps:4;gpus=2");
+    assert_eq!(JobSummary::decode(&none.encode()), Some(none));
+    assert_eq!(JobSummary::decode("colloc/2;mode=mps"), None);
+    assert_eq!(JobSummary::decode("JS1:abc"), None);
+}
+
+#[test]
+fn only_plain_characters_are_written() {
+    for w in [
+        "a b",
+        "a'b",
+        "a\"b",
+        "a|b",
+        "a\\b",
+        "a\nb",
+        "",
+        "a\u{202e}b",
+        "a$b",
+    ] {
+        assert!(!word_is_clean(w), "{w:?}");
+    }
+    let err = write(1, "colloc/1;mode=mps;unit=it's").unwrap_err();
+    assert!(matches!(err, WriteError::Unclean(_)), "{err}");
+    assert!(matches!(
+        write(1, "other;mode=mps").unwrap_err(),
+        WriteError::Unclean(_)
+    ));
+}
+
+#[test]
+fn the_other_text_of_the_comment_stays() {
+    let show = "JobId=12 JobName=x\n   Comment=mine\n   AdminComment=JS1:abc colloc/1;mode=naive;gpus=1 audited\n   Reservation=(null)\n";
+    let current = parse_admin_comment(show);
+    assert_eq!(current, "JS1:abc colloc/1;mode=naive;gpus=1 audited");
+    let (other, old) = split_comment(&current);
+    assert_eq!(other, "JS1:abc audited");
+    assert_eq!(old, Some("colloc/1;mode=naive;gpus=1"));
+    assert_eq!(
+        merge_comment(&other, "colloc/1;mode=mps;gpus=2"),
+        "JS1:abc audited colloc/1;mode=mps;gpus=2"
+    );
+    assert_eq!(parse_admin_comment("JobId=12\n   Comment=x\n"), "");
+    assert_eq!(
+        merge_comment("  ", "colloc/1;mode=mps;gpus=2"),
+        "colloc/1;mode=mps;gpus=2"
+    );
+}
+
+/// A job id no other test or cluster on this host uses.
+fn job_id() -> u32 {
+    4_000_000_000 - (std::process::id() % 1_000_000) * 64
+}
+
+#[test]
+fn a_report_waits_in_the_queue_for_root_and_others_are_left_out() {
+    let me = crate::sys::uid();
+    let job = job_id();
+    // Nothing listens: nothing is sent, and that is no error.
+    assert!(!send(job, &report(1, 0)).unwrap());
+    let c = Collector::bind(job).unwrap();
+    // The name is taken while root holds it.
+    assert!(Collector::bind(job).is_err());
+    if me != 0 {
+        // A listener that is not root's is never told.
+        assert!(!send(job, &report(1, 0)).unwrap());
+        let got = c.collect(me);
+        assert_eq!(got.reports, vec![]);
+        return;
+    }
+    // As root (CI): two packs report; a stranger's connection is dropped unread; a
+    // malformed report is refused with why.
+    assert!(send(job, &report(18, 2)).unwrap());
+    assert!(send(job, &report(5, 0)).unwrap());
+    let raw = |bytes: &[u8]| {
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes()).unwrap();
+        rustix::net::connect(&fd, &addr).unwrap();
+        rustix::io::write(&fd, bytes).unwrap();
+    };
+    raw(b"pack ok=1 failed=0 unit=x'--\n");
+    let got = c.collect(0);
+    assert_eq!(got.reports, vec![report(18, 2), report(5, 0)]);
+    assert_eq!(got.bad.len(), 1, "{:?}", got.bad);
+    assert_eq!(got.strangers, 0);
+    // The job's user is someone else: root's own reports are a stranger's.
+    assert!(send(job, &report(1, 1)).unwrap());
+    let got = c.collect(12_345);
+    assert_eq!((got.reports.len(), got.strangers), (0, 1));
+    // A connection that never finishes its line costs READ_TIME, not more.
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes()).unwrap();
+    rustix::net::connect(&fd, &addr).unwrap();
+    rustix::io::write(&fd, b"pack ok=1").unwrap();
+    let t = Instant::now();
+    let got = c.collect(0);
+    assert!(t.elapsed() < READ_TIME + Duration::from_millis(200));
+    assert_eq!(got.bad, vec!["not finished in time".to_string()]);
+    drop(fd);
+}
+
+#[test]
+fn a_flood_of_connections_is_bounded() {
+    if crate::sys::uid() != 0 {
+        return;
+    }
+    let job = job_id() + 1;
+    let c = Collector::bind(job).unwrap();
+    let mut made = 0;
+    for _ in 0..MAX_CONNECTIONS * 2 {
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )
+        .unwrap();
+        let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes()).unwrap();
+        if rustix::net::connect(&fd, &addr).is_ok() {
+            let _ = rustix::io::write(&fd, report(1, 0).to_line().as_bytes());
+            made += 1;
+        }
+    }
+    // The queue holds MAX_CONNECTIONS and a few (the kernel's backlog rounding); the
+    // collector takes MAX_CONNECTIONS of them.
+    assert!(made >= MAX_CONNECTIONS, "{made}");
+    let got = c.collect(0);
+    assert_eq!(got.reports.len(), MAX_CONNECTIONS);
+    assert!(got.bad.is_empty(), "{:?}", got.bad);
+}

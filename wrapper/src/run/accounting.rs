@@ -1,0 +1,44 @@
+//! What a pack tells its job's summary in Slurm's accounting when it ends
+//! (`colloc_core::jobsummary`): its runs that succeeded and failed, its steady aggregate
+//! and its energy, on the socket the batch step's slurmstepd (root) listens on. Nothing
+//! listens outside a colloc batch job's first node: then nothing is said.
+
+use colloc_core::jobsummary::{self, PackReport};
+use colloc_results::record::model::Report;
+
+/// The line for `report`: a unit `sacct` could not show plainly drops the steady figure.
+pub fn pack_report(report: &Report) -> PackReport {
+    let s = &report.summary;
+    let steady = match (s.steady_throughput, &s.throughput_unit) {
+        (Some(v), Some(u)) if v.is_finite() && v >= 0.0 => Some((v, u.clone())),
+        _ => None,
+    };
+    let mut r = PackReport {
+        ok: s.succeeded as u64,
+        failed: (s.failed + s.timed_out) as u64,
+        steady,
+        energy_j: s.energy_j.filter(|e| e.is_finite() && *e >= 0.0),
+    };
+    // What root would refuse is left out here, so that the rest still counts.
+    if PackReport::parse(r.to_line().as_bytes()).is_err() {
+        r.steady = None;
+        r.energy_j = None;
+    }
+    r
+}
+
+/// Tell job `job_id`'s summary what this pack did; a failure is a log line.
+pub fn tell(report: &Report, job_id: Option<&str>) {
+    let Some(job) = job_id.and_then(|j| j.trim().parse::<u32>().ok()) else {
+        return;
+    };
+    let r = pack_report(report);
+    match jobsummary::send(job, &r) {
+        Ok(true) => log::debug!(
+            "job {job}'s accounting summary told: {}",
+            r.to_line().trim_end()
+        ),
+        Ok(false) => {}
+        Err(e) => log::warn!("job {job}'s accounting summary not told what this pack did: {e}"),
+    }
+}
