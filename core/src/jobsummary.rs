@@ -13,8 +13,9 @@
 //!
 //! **How the figures reach root without a file.** The batch step's slurmstepd (root, in
 //! the plugin's `init_post_opt`) listens on the abstract Unix socket
-//! `colloc-summary/<job>` and never accepts while the job runs; `colloc run` connects when
-//! a pack ends, checks that the listener is root's (`SO_PEERCRED`), writes one line of at
+//! `colloc-summary/<job>/<random>` (no one can take a job's name ahead of it) and never
+//! accepts while the job runs; its tasks get the name in [`SOCKET_ENV`] (and so do the
+//! steps they start). `colloc run` connects when a pack ends, checks that the listener is root's (`SO_PEERCRED`), writes one line of at
 //! most [`REPORT_LIMIT`] bytes and closes. The kernel keeps the line with the queued
 //! connection. At the step's end (`slurm_spank_exit`, before slurmstepd tells slurmctld
 //! the batch script ended, so the job still runs) root takes at most [`MAX_CONNECTIONS`]
@@ -61,9 +62,37 @@ const COUNT_LIMIT: u64 = 1_000_000;
 /// Largest figure a report may give (2^53: exact in a double).
 const FIGURE_LIMIT: f64 = 9_007_199_254_740_992.0;
 
-/// The socket's abstract name for `job`.
-pub fn socket_name(job: u32) -> String {
-    format!("{SOCKET_PREFIX}{job}")
+/// The variable that tells the batch step's tasks (and the steps they start) the
+/// socket's name.
+pub const SOCKET_ENV: &str = "COLLOC_SUMMARY_SOCKET";
+
+/// A fresh abstract name for `job`'s socket: `colloc-summary/<job>/<16 hex digits>`, the
+/// digits from the kernel's random source, so that no one can take a job's name before
+/// its batch step starts.
+///
+/// # Errors
+/// The random source could not be read.
+pub fn socket_name(job: u32) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut b = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(format!(
+        "{SOCKET_PREFIX}{job}/{:016x}",
+        u64::from_le_bytes(b)
+    ))
+}
+
+/// Is `name` one [`socket_name`] makes (as [`SOCKET_ENV`] gives it to `colloc run`)?
+pub fn is_socket_name(name: &str) -> bool {
+    name.strip_prefix(SOCKET_PREFIX)
+        .and_then(|r| r.split_once('/'))
+        .is_some_and(|(job, salt)| {
+            !job.is_empty()
+                && job.len() <= 10
+                && job.bytes().all(|b| b.is_ascii_digit())
+                && salt.len() == 16
+                && salt.bytes().all(|b| b.is_ascii_hexdigit())
+        })
 }
 
 /// What one `colloc run` pack said when it ended.
@@ -333,6 +362,7 @@ pub fn parse_admin_comment(show_job: &str) -> String {
 #[derive(Debug)]
 pub struct Collector {
     fd: OwnedFd,
+    name: String,
 }
 
 /// What the queued connections held.
@@ -347,22 +377,47 @@ pub struct Collected {
 }
 
 impl Collector {
-    /// Listen on [`socket_name`]`(job)`, close-on-exec (the job's tasks never hold it).
+    /// Listen on a fresh [`socket_name`] for `job`, close-on-exec (the job's tasks never
+    /// hold it).
     ///
     /// # Errors
-    /// The name is taken (by someone who got there first: the job's summary then has
-    /// root's facts only), or the socket could not be made.
+    /// The socket could not be made.
     pub fn bind(job: u32) -> std::io::Result<Collector> {
+        let mut last = std::io::Error::from(Errno::ADDRINUSE);
+        // A name taken by chance (2^-64) is tried again.
+        for _ in 0..4 {
+            let name = socket_name(job)?;
+            match Collector::bind_name(&name) {
+                Err(e) if e.raw_os_error() == Some(Errno::ADDRINUSE.raw_os_error()) => last = e,
+                other => return other,
+            }
+        }
+        Err(last)
+    }
+
+    /// Listen on `name`.
+    ///
+    /// # Errors
+    /// The name is taken, or the socket could not be made.
+    pub fn bind_name(name: &str) -> std::io::Result<Collector> {
         let fd = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::STREAM,
             SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
             None,
         )?;
-        let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes())?;
+        let addr = SocketAddrUnix::new_abstract_name(name.as_bytes())?;
         rustix::net::bind(&fd, &addr)?;
         rustix::net::listen(&fd, MAX_CONNECTIONS as i32)?;
-        Ok(Collector { fd })
+        Ok(Collector {
+            fd,
+            name: name.to_string(),
+        })
+    }
+
+    /// The socket's abstract name (without the leading NUL).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Take the queued connections (at most [`MAX_CONNECTIONS`]), keep those of `uid`,
@@ -426,20 +481,20 @@ fn read_report(fd: BorrowedFd<'_>, deadline: Instant) -> Result<Vec<u8>, String>
     }
 }
 
-/// Tell the job's summary socket what a pack did (`colloc run`, as the user). `Ok(false)`
-/// where no one listens (not a batch job's node, no colloc mode, or the node does not
-/// keep summaries) or the listener is not root's (never told).
+/// Tell the job's summary socket `name` (from [`SOCKET_ENV`]) what a pack did (`colloc
+/// run`, as the user). `Ok(false)` where no one listens (another node than the batch
+/// step's, or the step has ended) or the listener is not root's (never told).
 ///
 /// # Errors
 /// The connection or the write failed.
-pub fn send(job: u32, report: &PackReport) -> std::io::Result<bool> {
+pub fn send(name: &str, report: &PackReport) -> std::io::Result<bool> {
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::STREAM,
         SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
         None,
     )?;
-    let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes())?;
+    let addr = SocketAddrUnix::new_abstract_name(name.as_bytes())?;
     match rustix::net::connect(&fd, &addr) {
         Ok(()) => {}
         Err(Errno::CONNREFUSED | Errno::NOENT) => return Ok(false),

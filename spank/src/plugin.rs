@@ -624,6 +624,9 @@ pub fn task_init_privileged(host: &mut dyn Host, args: &[&str]) -> Result<(), St
             for (name, value) in &j.env {
                 host.setenv(name, value)?;
             }
+            if let Some((name, value)) = summary::socket_env() {
+                host.setenv(name, &value)?;
+            }
             Ok(())
         }
         Phase::Refused => Err(refuse_task(

@@ -141,25 +141,47 @@ fn job_id() -> u32 {
 }
 
 #[test]
+fn socket_names_are_recognised() {
+    for ok in [
+        "colloc-summary/12/0123456789abcdef",
+        "colloc-summary/4294967295/ffffffffffffffff",
+    ] {
+        assert!(is_socket_name(ok), "{ok}");
+    }
+    for bad in [
+        "colloc-summary/12",
+        "colloc-summary/12/0123",
+        "colloc-summary//0123456789abcdef",
+        "colloc-summary/12/0123456789abcdeg",
+        "colloc-live/12/0123456789abcdef",
+        "colloc-summary/12/0123456789abcdef/x",
+    ] {
+        assert!(!is_socket_name(bad), "{bad}");
+    }
+}
+
+#[test]
 fn a_report_waits_in_the_queue_for_root_and_others_are_left_out() {
     let me = crate::sys::uid();
-    let job = job_id();
+    let c = Collector::bind(job_id()).unwrap();
+    let job = c.name().to_string();
+    assert!(is_socket_name(&job), "{job}");
+    // The name is fresh each time; one that is held cannot be taken again.
+    assert_ne!(Collector::bind(job_id()).unwrap().name(), job);
+    assert!(Collector::bind_name(&job).is_err());
     // Nothing listens: nothing is sent, and that is no error.
-    assert!(!send(job, &report(1, 0)).unwrap());
-    let c = Collector::bind(job).unwrap();
-    // The name is taken while root holds it.
-    assert!(Collector::bind(job).is_err());
+    assert!(!send(&format!("{job}0"), &report(1, 0)).unwrap());
     if me != 0 {
         // A listener that is not root's is never told.
-        assert!(!send(job, &report(1, 0)).unwrap());
+        assert!(!send(&job, &report(1, 0)).unwrap());
         let got = c.collect(me);
         assert_eq!(got.reports, vec![]);
         return;
     }
     // As root (CI): two packs report; a stranger's connection is dropped unread; a
     // malformed report is refused with why.
-    assert!(send(job, &report(18, 2)).unwrap());
-    assert!(send(job, &report(5, 0)).unwrap());
+    assert!(send(&job, &report(18, 2)).unwrap());
+    assert!(send(&job, &report(5, 0)).unwrap());
     let raw = |bytes: &[u8]| {
         let fd = rustix::net::socket_with(
             AddressFamily::UNIX,
@@ -168,7 +190,7 @@ fn a_report_waits_in_the_queue_for_root_and_others_are_left_out() {
             None,
         )
         .unwrap();
-        let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes()).unwrap();
+        let addr = SocketAddrUnix::new_abstract_name(job.as_bytes()).unwrap();
         rustix::net::connect(&fd, &addr).unwrap();
         rustix::io::write(&fd, bytes).unwrap();
     };
@@ -178,7 +200,7 @@ fn a_report_waits_in_the_queue_for_root_and_others_are_left_out() {
     assert_eq!(got.bad.len(), 1, "{:?}", got.bad);
     assert_eq!(got.strangers, 0);
     // The job's user is someone else: root's own reports are a stranger's.
-    assert!(send(job, &report(1, 1)).unwrap());
+    assert!(send(&job, &report(1, 1)).unwrap());
     let got = c.collect(12_345);
     assert_eq!((got.reports.len(), got.strangers), (0, 1));
     // A connection that never finishes its line costs READ_TIME, not more.
@@ -189,7 +211,7 @@ fn a_report_waits_in_the_queue_for_root_and_others_are_left_out() {
         None,
     )
     .unwrap();
-    let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes()).unwrap();
+    let addr = SocketAddrUnix::new_abstract_name(job.as_bytes()).unwrap();
     rustix::net::connect(&fd, &addr).unwrap();
     rustix::io::write(&fd, b"pack ok=1").unwrap();
     let t = Instant::now();
@@ -204,8 +226,8 @@ fn a_flood_of_connections_is_bounded() {
     if crate::sys::uid() != 0 {
         return;
     }
-    let job = job_id() + 1;
-    let c = Collector::bind(job).unwrap();
+    let c = Collector::bind(job_id() + 1).unwrap();
+    let job = c.name().to_string();
     let mut made = 0;
     for _ in 0..MAX_CONNECTIONS * 2 {
         let fd = rustix::net::socket_with(
@@ -215,7 +237,7 @@ fn a_flood_of_connections_is_bounded() {
             None,
         )
         .unwrap();
-        let addr = SocketAddrUnix::new_abstract_name(socket_name(job).as_bytes()).unwrap();
+        let addr = SocketAddrUnix::new_abstract_name(job.as_bytes()).unwrap();
         if rustix::net::connect(&fd, &addr).is_ok() {
             let _ = rustix::io::write(&fd, report(1, 0).to_line().as_bytes());
             made += 1;

@@ -1,9 +1,10 @@
 //! The job's summary in Slurm's accounting (`colloc_core::jobsummary`), from the batch
 //! step's slurmstepd (root): `init_post_opt` listens for what the job's `colloc run`s
-//! report, `exit` reads it and writes the job's `AdminComment` before slurmstepd tells
-//! slurmctld the batch script ended. Never fails the step: every fault is a log line.
+//! report (its tasks get the socket's name from `task_init_privileged`), `exit` reads it
+//! and writes the job's `AdminComment` before slurmstepd tells slurmctld the batch script
+//! ended. Never fails the step: every fault is a log line.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use colloc_core::config::{Config, ConfigError};
 use colloc_core::jobsummary::{self, Collector, JobSummary};
@@ -15,22 +16,29 @@ use super::{job_id, parse_args, Host};
 /// Slurm's step id of a job's batch step (`SLURM_BATCH_SCRIPT` in `<slurm/slurm.h>`).
 pub const BATCH_STEP: u32 = 0xffff_fffb;
 
-/// What `init_post_opt` found and opened, for `exit` in the same slurmstepd.
+/// What `init_post_opt` found and opened, for the tasks and `exit` of the same
+/// slurmstepd.
 struct Pending {
     job: u32,
     mode: String,
     gpus: u32,
-    collector: Collector,
+    /// `None` where the socket could not be made: the summary has root's facts only.
+    collector: Option<Collector>,
 }
 
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
 
-/// The node's config where this step keeps a summary; `None` (logged where it matters)
-/// where it does not.
-fn summary_config(host: &dyn Host, args: &[&str]) -> Result<Option<Config>, String> {
-    if !host.remote() || host.step_id() != Ok(BATCH_STEP) {
-        return Ok(None);
-    }
+fn pending() -> MutexGuard<'static, Option<Pending>> {
+    PENDING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Is this the batch step's slurmstepd?
+fn batch_step(host: &dyn Host) -> bool {
+    host.remote() && host.step_id() == Ok(BATCH_STEP)
+}
+
+/// The node's config where it keeps summaries; `None` where it does not or cannot.
+fn summary_config(args: &[&str]) -> Result<Option<Config>, String> {
     let args = parse_args(args)?;
     match Config::load_trusted(&args.config) {
         Ok(c) => Ok(c.job_summary.then_some(c)),
@@ -50,7 +58,10 @@ fn summary_config(host: &dyn Host, args: &[&str]) -> Result<Option<Config>, Stri
 /// # Errors
 /// Bad plugstack arguments only.
 pub fn init_post_opt(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
-    let Some(cfg) = summary_config(host, args)? else {
+    if !batch_step(host) {
+        return Ok(());
+    }
+    let Some(cfg) = summary_config(args)? else {
         return Ok(());
     };
     let job = match job_id(host) {
@@ -68,39 +79,24 @@ pub fn init_post_opt(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             return Ok(());
         }
     };
-    match Collector::bind(job) {
-        Ok(collector) => {
-            let gpus = u32::try_from(journal.gpus.len()).unwrap_or(u32::MAX);
-            *PENDING
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Pending {
-                job,
-                mode: journal.mode,
-                gpus,
-                collector,
-            });
-        }
-        // Someone took the name first: the summary has root's facts only.
-        Err(e) => {
-            log::warn!(
-                "job {job}: cannot listen on {} ({e}); its summary will not have its \
-                 packs' figures",
-                jobsummary::socket_name(job)
-            );
-            *PENDING
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-            write(
-                job,
-                &JobSummary::new(
-                    &journal.mode,
-                    u32::try_from(journal.gpus.len()).unwrap_or(u32::MAX),
-                    &[],
-                ),
-            );
-        }
-    }
+    let collector = Collector::bind(job)
+        .map_err(|e| log::warn!("job {job}: cannot listen for its packs' reports: {e}"))
+        .ok();
+    *pending() = Some(Pending {
+        job,
+        gpus: u32::try_from(journal.gpus.len()).unwrap_or(u32::MAX),
+        mode: journal.mode,
+        collector,
+    });
     Ok(())
+}
+
+/// The socket's name for the task's environment (`task_init_privileged`, in the batch
+/// step's tasks), where this step listens.
+pub fn socket_env() -> Option<(&'static str, String)> {
+    let p = pending();
+    let name = p.as_ref()?.collector.as_ref()?.name().to_string();
+    Some((jobsummary::SOCKET_ENV, name))
 }
 
 /// `slurm_spank_exit` (root, the batch step's slurmstepd): read the packs' reports and
@@ -109,15 +105,11 @@ pub fn init_post_opt(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
 /// # Errors
 /// Bad plugstack arguments only.
 pub fn exit(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
-    if !host.remote() || host.step_id() != Ok(BATCH_STEP) {
+    if !batch_step(host) {
         return Ok(());
     }
     let _ = parse_args(args)?;
-    let Some(p) = PENDING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take()
-    else {
+    let Some(p) = pending().take() else {
         return Ok(());
     };
     let uid = match host.job_uid() {
@@ -127,8 +119,7 @@ pub fn exit(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             return Ok(());
         }
     };
-    let got = p.collector.collect(uid);
-    drop(p.collector);
+    let got = p.collector.map(|c| c.collect(uid)).unwrap_or_default();
     if got.strangers > 0 {
         log::warn!(
             "job {}: {} connection(s) to its summary socket from other users, left unread",
@@ -139,15 +130,11 @@ pub fn exit(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     for why in &got.bad {
         log::warn!("job {}: a pack report refused: {why}", p.job);
     }
-    write(p.job, &JobSummary::new(&p.mode, p.gpus, &got.reports));
-    Ok(())
-}
-
-/// Write the summary, logging how.
-fn write(job: u32, summary: &JobSummary) {
+    let summary = JobSummary::new(&p.mode, p.gpus, &got.reports);
     let word = summary.encode();
-    match jobsummary::write(job, &word) {
-        Ok(how) => log::info!("job {job}: summary {word} written ({how:?})"),
-        Err(e) => log::warn!("job {job}: summary {word} not written: {e}"),
+    match jobsummary::write(p.job, &word) {
+        Ok(how) => log::info!("job {}: summary {word} written ({how:?})", p.job),
+        Err(e) => log::warn!("job {}: summary {word} not written: {e}", p.job),
     }
+    Ok(())
 }

@@ -1,7 +1,8 @@
 //! What a pack tells its job's summary in Slurm's accounting when it ends
 //! (`colloc_core::jobsummary`): its runs that succeeded and failed, its steady aggregate
-//! and its energy, on the socket the batch step's slurmstepd (root) listens on. Nothing
-//! listens outside a colloc batch job's first node: then nothing is said.
+//! and its energy, on the socket the batch step's slurmstepd (root) listens on and names
+//! in `COLLOC_SUMMARY_SOCKET`. Outside a colloc batch job there is no name, and on
+//! another node than the batch step's no one listens: then nothing is said.
 
 use colloc_core::jobsummary::{self, PackReport};
 use colloc_results::record::model::Report;
@@ -27,18 +28,22 @@ pub fn pack_report(report: &Report) -> PackReport {
     r
 }
 
-/// Tell job `job_id`'s summary what this pack did; a failure is a log line.
-pub fn tell(report: &Report, job_id: Option<&str>) {
-    let Some(job) = job_id.and_then(|j| j.trim().parse::<u32>().ok()) else {
+/// Tell the job's summary (the socket named in `COLLOC_SUMMARY_SOCKET`, which the
+/// batch step gives its tasks) what this pack did; a failure is a log line.
+pub fn tell(report: &Report) {
+    let Some(name) = std::env::var(jobsummary::SOCKET_ENV)
+        .ok()
+        .filter(|n| jobsummary::is_socket_name(n))
+    else {
         return;
     };
     let r = pack_report(report);
-    match jobsummary::send(job, &r) {
+    match jobsummary::send(&name, &r) {
         Ok(true) => log::debug!(
-            "job {job}'s accounting summary told: {}",
+            "the job's accounting summary told: {}",
             r.to_line().trim_end()
         ),
         Ok(false) => {}
-        Err(e) => log::warn!("job {job}'s accounting summary not told what this pack did: {e}"),
+        Err(e) => log::warn!("the job's accounting summary was not told what this pack did: {e}"),
     }
 }

@@ -567,7 +567,7 @@ fn finish(
     job_id: Option<&str>,
 ) -> ExitCode {
     let (report, error, charts) = rec.finish();
-    accounting::tell(&report, job_id);
+    accounting::tell(&report);
     let json = dir.shown(record::REPORT_JSON);
     if opts.quiet {
         outln!("{}", runs::one_line(&report, &json.display().to_string()));

@@ -1,0 +1,230 @@
+//! A colloc job's summary in Slurm's accounting (issue 38), on a real Slurm cluster with
+//! two fake A100s: at the end of a `--colloc` batch job root writes one word into the
+//! job's `AdminComment` — the mode and GPUs from the job's journal, and what the job's
+//! own `colloc run` reported when its pack ended (runs succeeded and failed, steady
+//! aggregate, energy) — beside what an admin wrote there. A malformed report of the job's
+//! user and a report another user sends to the job's socket are left out; a job without
+//! a colloc mode and a node with `job_summary = false` get none.
+
+use std::path::{Path, PathBuf};
+
+use colloc_core::jobsummary::{self, JobSummary};
+use colloc_slurm_tests::{colloc_bin, ensure_user, run_suite, Cluster, Test};
+use serde_json::Value;
+
+const USER: &str = "sum-user";
+const OTHER: &str = "sum-other";
+
+fn main() {
+    let tests: &[Test] = &[
+        (
+            "a_colloc_jobs_admin_comment_has_its_mode_and_what_its_pack_reported",
+            summary_of_a_pack,
+        ),
+        (
+            "a_job_without_a_mode_or_on_a_node_that_keeps_none_gets_no_summary",
+            no_summary,
+        ),
+    ];
+    run_suite(2, None, tests, &[]);
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn as_user(user: &str) -> [String; 2] {
+    ensure_user(user);
+    [format!("--uid={user}"), format!("--gid={user}")]
+}
+
+/// The job's `AdminComment` as `scontrol show job` prints it.
+fn admin_comment(c: &Cluster, id: u32) -> String {
+    let out = c
+        .slurm("scontrol")
+        .args(["show", "job", &id.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    jobsummary::parse_admin_comment(&text(&out.stdout))
+}
+
+/// The state job `id` ended in, while another job still runs on the node (`wait_done`
+/// also waits for the node to be idle).
+fn ended(c: &Cluster, id: u32) -> String {
+    c.wait_until(&format!("job {id} to end"), || {
+        let state = c.job_info(id)?.get("JobState")?.clone();
+        (!matches!(
+            state.as_str(),
+            "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED"
+        ))
+        .then_some(state)
+    })
+}
+
+/// A folder the job's user can write.
+fn job_folder(c: &Cluster, name: &str, user: &str) -> PathBuf {
+    let dir = c.jobs_dir().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (uid, gid) = ensure_user(user);
+    std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+    dir
+}
+
+/// Python that connects to the summary socket named by the Python expression `name`
+/// and writes `line`.
+fn sender(name: &str, line: &str) -> String {
+    format!(
+        "python3 - <<'PY'\nimport os, socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+         s.connect(b'\\0' + ({name}).encode())\ns.sendall({line:?}.encode())\ns.close()\nPY\n"
+    )
+}
+
+/// Python: the name of job `id`'s summary socket, as anyone on the node reads it from
+/// `/proc/net/unix`.
+fn found_name(id: u32) -> String {
+    format!(
+        "[l.split()[-1][1:] for l in open('/proc/net/unix') \
+         if l.split()[-1].startswith('@{}{id}/')][0]",
+        jobsummary::SOCKET_PREFIX
+    )
+}
+
+/// Three runs: two print their throughput for about 2 s and succeed, one fails.
+fn manifest(dir: &Path) {
+    let script = "if [ \"$I\" = 3 ]; then exit 3; fi; for k in 1 2 3 4 5 6 7 8; do echo img/s=100; sleep 0.25; done";
+    std::fs::write(
+        dir.join("runs.toml"),
+        format!(
+            "[defaults]\nretries = 0\n\n[[sweep]]\nname = 'r{{i}}'\ncommand = ['sh', '-c', '{script}']\n\
+             env = {{ I = '{{i}}' }}\ngrid = {{ i = [1, 2, 3] }}\n"
+        ),
+    )
+    .unwrap();
+}
+
+fn summary_of_a_pack(c: &Cluster) {
+    let _whole = c.whole_gpus();
+    let dir = job_folder(c, "summary", USER);
+    manifest(&dir);
+    let (ready, go) = (dir.join("ready"), dir.join("go"));
+    // The job: waits until the test has set an admin's comment and another user has
+    // written to its socket, sends a malformed report of its own, then runs the pack.
+    let job = format!(
+        "touch {ready}\nfor i in $(seq 600); do [ -e {go} ] && break; sleep 0.2; done\n\
+         {bad}cd {dir}\n{colloc} run -j 2 -q -f runs.toml\n",
+        ready = ready.display(),
+        go = go.display(),
+        bad = sender(
+            "os.environ['COLLOC_SUMMARY_SOCKET']",
+            "pack ok=1 failed=0 steady=1 unit=x'--\n"
+        ),
+        dir = dir.display(),
+        colloc = colloc_bin().display(),
+    );
+    let user = as_user(USER);
+    let mut args = vec!["--colloc=mps", "--gres=gpu:1"];
+    args.extend(user.iter().map(String::as_str));
+    let id = c.submit(&args, &job);
+    c.wait_until("the job to start", || ready.exists().then_some(()));
+    // An admin's text, set while the job runs, stays beside colloc's word.
+    let out = c
+        .slurm("scontrol")
+        .args(["update", &format!("JobId={id}"), "AdminComment=ticket-7"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Another user's job speaks to this job's socket: left unread.
+    let other = as_user(OTHER);
+    let mut oargs: Vec<&str> = other.iter().map(String::as_str).collect();
+    oargs.push("--gres=gpu:1");
+    let forged = c.submit(
+        &oargs,
+        &sender(
+            &found_name(id),
+            "pack ok=1000 failed=0 steady=999999 unit=img/s\n",
+        ),
+    );
+    assert_eq!(ended(c, forged), "COMPLETED", "{}", c.job_err(forged));
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(c.wait_done(id).state, "FAILED", "{}", c.job_err(id));
+
+    let report: Value = serde_json::from_slice(
+        &std::fs::read(dir.join(format!("colloc-{id}/colloc-report.json"))).unwrap(),
+    )
+    .unwrap();
+    let s = &report["summary"];
+    assert_eq!(
+        (s["succeeded"].as_u64(), s["failed"].as_u64()),
+        (Some(2), Some(1)),
+        "{s}"
+    );
+    let comment = admin_comment(c, id);
+    let (other_text, word) = jobsummary::split_comment(&comment);
+    assert_eq!(other_text, "ticket-7", "{comment}");
+    let word = word.unwrap_or_else(|| panic!("no colloc word in {comment:?}"));
+    let got = JobSummary::decode(word).unwrap_or_else(|| panic!("unreadable: {word}"));
+    assert_eq!((got.mode.as_str(), got.gpus), ("mps", 1), "{word}");
+    // One pack: the job's own; the malformed one and the other user's are not in it.
+    assert_eq!((got.packs, got.ok, got.failed), (1, 2, 1), "{word}");
+    let steady = s["steady_throughput"].as_f64().expect("a steady figure");
+    let (v, unit) = got.steady.clone().expect("the steady figure in the word");
+    assert!(
+        (v - steady).abs() <= 0.0005 + steady * 1e-12,
+        "{v} vs {steady}"
+    );
+    assert_eq!(unit, "img/s");
+    assert_eq!(
+        got.energy_j.is_some(),
+        s["energy_j"].as_f64().is_some(),
+        "{word} {s}"
+    );
+    if let (Some(e), Some(r)) = (got.energy_j, s["energy_j"].as_f64()) {
+        assert!((e - r).abs() <= 0.0005, "{e} vs {r}");
+    }
+    // The node's log says what was left out.
+    let log = c.slurmd_log_tail(4000);
+    assert!(
+        log.contains("a pack report refused"),
+        "{log}\n{}",
+        c.job_err(id)
+    );
+    assert!(log.contains("from other users, left unread"), "{log}");
+}
+
+fn no_summary(c: &Cluster) {
+    let _whole = c.whole_gpus();
+    let dir = job_folder(c, "none", USER);
+    manifest(&dir);
+    let job = format!(
+        "cd {}\n{} run -j 2 -q -f runs.toml\n",
+        dir.display(),
+        colloc_bin().display()
+    );
+    let user = as_user(USER);
+    let mut args: Vec<&str> = user.iter().map(String::as_str).collect();
+    args.push("--gres=gpu:1");
+    let plain = c.submit(&args, &job);
+    assert_eq!(c.wait_done(plain).state, "FAILED", "{}", c.job_err(plain));
+    assert_eq!(admin_comment(c, plain), "");
+    // A node that keeps no summaries.
+    let path = c.colloc_config();
+    let saved = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{saved}\njob_summary = false\n")).unwrap();
+    let mut args = args.clone();
+    args.push("--colloc=naive");
+    let id = c.submit(&args, &job);
+    let end = c.wait_done(id);
+    std::fs::write(&path, &saved).unwrap();
+    assert_eq!(end.state, "FAILED", "{}", c.job_err(id));
+    assert_eq!(admin_comment(c, id), "");
+    // The same job where the node keeps them: root's facts and the pack's.
+    let id = c.submit(&args, &job);
+    assert_eq!(c.wait_done(id).state, "FAILED", "{}", c.job_err(id));
+    let comment = admin_comment(c, id);
+    let got = JobSummary::decode(&comment).unwrap_or_else(|| panic!("{comment:?}"));
+    assert_eq!(
+        (got.mode.as_str(), got.packs, got.ok, got.failed),
+        ("naive", 1, 2, 1)
+    );
+}
