@@ -177,11 +177,14 @@ collect_lanes() {
   done
 }
 # After a lane was stopped: the daemons of the clusters it left (their pid files; for
-# 24.11 lanes too, whose processes this host sees).
+# 24.11 lanes too, whose processes this host sees), with the slurmdbd and MariaDB of
+# those started with accounting (tests/slurm/accounting.sh).
 stop_left_clusters() {
   local f
   for f in /tmp/colloc-slurm-*/slurm/*.pid /var/tmp/colloc-slurm-*/slurm/*.pid \
-    /tmp/colloc-slurm-*/munge/munged.pid /var/tmp/colloc-slurm-*/munge/munged.pid; do
+    /tmp/colloc-slurm-*/munge/munged.pid /var/tmp/colloc-slurm-*/munge/munged.pid \
+    /tmp/colloc-slurm-*/slurmdbd/slurmdbd.pid /var/tmp/colloc-slurm-*/slurmdbd/slurmdbd.pid \
+    /tmp/colloc-slurm-*/mariadb/mariadbd.pid /var/tmp/colloc-slurm-*/mariadb/mariadbd.pid; do
     [[ -f $f ]] && kill -9 "$(cat "$f")" 2>/dev/null && echo "stopped a daemon the lanes left: $f"
   done
   return 0

@@ -6,10 +6,14 @@
 #
 #   cluster.sh deps                     install the Debian packages that are missing
 #   cluster.sh start DIR [--nodes N] [--gpus G] [--profile simple|production|production-v2]
+#                        [--accounting]
 #                                       write configs under DIR and start munged, slurmctld
-#                                       and one slurmd per node
+#                                       and one slurmd per node; with --accounting also a
+#                                       MariaDB and slurmdbd of the cluster's own, on
+#                                       loopback, so that sacct and sacctmgr work
+#                                       (tests/slurm/accounting.sh)
 #   cluster.sh stop DIR                 wait for jobs and every node's epilogs, stop the
-#                                       slurmds, slurmctld, munged
+#                                       slurmds, slurmctld, slurmdbd and MariaDB, munged
 #   cluster.sh env DIR [--node NODE]    print `export` lines: SLURM_CONF, COLLOC_CONFIG and
 #                                       the fake NVML state (NODE's as seen from outside)
 #   cluster.sh exec DIR --node NODE -- CMD [ARGS...]
@@ -94,8 +98,12 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 DEFAULT_FAKE_DIR=/run/colloc-fake-nvml
-PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev libclang1-14 libclang-common-14-dev)
+# shellcheck source=accounting.sh
+source "$here/accounting.sh"
+PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev libclang1-14 libclang-common-14-dev
+  "${ACCOUNTING_PACKAGES[@]}")
 USAGE="usage: cluster.sh deps | start DIR [--nodes N] [--gpus G] [--profile simple|production|production-v2]
+         [--accounting]
        | stop DIR | env DIR [--node NODE] | exec DIR --node NODE -- CMD... | nodes DIR
        | node-crash DIR NODE | node-start DIR NODE | reset-gpus DIR"
 
@@ -123,7 +131,17 @@ deps() {
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # No system daemon may start from this (slurmdbd's postinst starts Debian's own through
+    # invoke-rc.d): where the machine has no policy-rc.d, one that refuses every start.
+    local made_policy= rc=0
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+      chmod 755 /usr/sbin/policy-rc.d
+      made_policy=1
+    fi
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+    [[ -z $made_policy ]] || rm -f /usr/sbin/policy-rc.d
+    ((rc == 0)) || die "apt-get install ${missing[*]} failed"
   fi
 }
 
@@ -267,7 +285,7 @@ AuthType=auth/munge
 AuthInfo=socket=$dir/munge/munge.socket
 CredType=cred/munge
 MailProg=/bin/true
-AccountingStorageType=accounting_storage/none
+${ACCOUNTING_SLURM_CONF:-AccountingStorageType=accounting_storage/none}
 SelectType=select/cons_tres
 ${plugins}
 ReturnToService=2
@@ -420,7 +438,8 @@ start_slurmd() {
 start() {
   local dir=$1
   [[ $(id -u) == 0 ]] || die "needs root (slurmd, mknod, mount)"
-  if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+  if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null ||
+    { [[ -n $opt_accounting ]] && ! accounting_have_programs; }; then
     deps
   fi
   local nodes=${opt_nodes:-${COLLOC_CLUSTER_NODES:-1}}
@@ -458,7 +477,8 @@ start() {
   mkdir -p "$dir"
   compgen -G "$dir/slurm/slurmd*.pid" >/dev/null && die "$dir already has a running cluster (cluster.sh stop $dir)"
   rm -rf "${dir:?}/etc" "${dir:?}/slurm" "${dir:?}/dev" "${dir:?}/state" "${dir:?}/run" \
-    "${dir:?}/fake-nvml" "${dir:?}/nodes" "${dir:?}/cluster.info" "${dir:?}/bin"
+    "${dir:?}/fake-nvml" "${dir:?}/nodes" "${dir:?}/cluster.info" "${dir:?}/bin" \
+    "${dir:?}/mariadb" "${dir:?}/slurmdbd"
   if [[ $profile == production* ]]; then
     # The job container hides /tmp and /dev/shm, and colloc refuses jobs on a node whose
     # colloc.toml names files there: a checkout under /tmp (a clone there) must not be
@@ -505,7 +525,10 @@ PROFILE=$profile
 MODELS=$models
 CGROUP_TAG=$CGROUP_TAG
 CGROUP2_PRELOAD=$CGROUP2_PRELOAD
+ACCOUNTING=$opt_accounting
 EOF
+  ACCOUNTING_SLURM_CONF=
+  [[ -z $opt_accounting ]] || accounting_configure "$dir"
   write_configs "$dir" "$host" "$gpus" "$profile" "$plugin" "$fake_lib" "$mps"
 
   init_fake_gpus "$dir" "$fake_ctl"
@@ -524,8 +547,11 @@ EOF
   wait_for 50 sh -c 'munge -S "$0" -n | unmunge -S "$0"' "$dir/munge/munge.socket" ||
     die "munged did not answer on $dir/munge/munge.socket (see $dir/munge/munged.log)"
 
+  [[ -z $opt_accounting ]] || accounting_start "$dir"
+
   slurmctld -c
   wait_for 100 sh -c 'scontrol ping | grep -q UP' || die "slurmctld did not come up (see $dir/slurm/slurmctld.log)"
+  [[ -z $opt_accounting ]] || accounting_wait_registered "$dir"
 
   mkdir -p "$DEFAULT_FAKE_DIR"
   if [[ -n $namespaces ]]; then
@@ -576,6 +602,7 @@ stop() {
   for f in "$dir"/slurm/slurmd*.pid; do stop_daemon "$f" & done
   wait
   stop_daemon "$dir/slurm/slurmctld.pid"
+  accounting_stop "$dir"
   stop_daemon "$dir/munge/munged.pid"
   [[ ${PROFILE:-} == production-v2 ]] && cgroup2_remove "$dir"
   if [[ -f $dir/fake-nvml/shared-default ]]; then
@@ -678,12 +705,13 @@ case $cmd in
     (($# >= 1)) || usage
     d=$1
     shift
-    opt_nodes= opt_gpus= opt_profile=
+    opt_nodes= opt_gpus= opt_profile= opt_accounting=
     while (($#)); do
       case $1 in
         --nodes) (($# >= 2)) || usage; opt_nodes=$2; shift 2 ;;
         --gpus) (($# >= 2)) || usage; opt_gpus=$2; shift 2 ;;
         --profile) (($# >= 2)) || usage; opt_profile=$2; shift 2 ;;
+        --accounting) opt_accounting=1; shift ;;
         *) usage ;;
       esac
     done

@@ -44,8 +44,10 @@ MIRROR=http://deb.debian.org/debian
 # Slurm 24.11 and munge; the cgroup, task and job container plugins are in
 # slurm-wlm-basic-plugins (slurmd's dependency). python3, gcc (the SPANK probe plugin,
 # built against this root's headers), procps: what the suites run inside jobs and tests.
+# slurmdbd and MariaDB's server and client (the server alone: no service, no system
+# database) for clusters started with accounting (tests/slurm/accounting.sh).
 PACKAGES=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libslurm-dev
-  python3 gcc libc6-dev procps)
+  python3 gcc libc6-dev procps slurmdbd mariadb-server-core mariadb-client-core)
 # Written last by make: a root without it is incomplete and made again.
 STAMP=.colloc-slurm-root
 

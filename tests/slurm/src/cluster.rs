@@ -19,6 +19,7 @@ pub struct Cluster {
     pub(crate) profile: Profile,
     pub(crate) nodes: Vec<String>,
     pub(crate) script_seq: std::cell::Cell<u32>,
+    pub(crate) accounting: bool,
 }
 
 impl Cluster {
@@ -79,6 +80,7 @@ impl Cluster {
             .args(["--nodes", &spec.nodes.to_string()])
             .args(["--gpus", &gpus.to_string()])
             .args(["--profile", spec.profile.name()])
+            .args(spec.accounting.then_some("--accounting"))
             .env("COLLOC_FAKE_NVML_GPUS", &models)
             .env("COLLOC_SPANK_PLUGIN", &plugin)
             .env("COLLOC_SPANK_EXTRA", spec.spank_extra.join("\n"))
@@ -94,6 +96,7 @@ impl Cluster {
             profile: spec.profile,
             nodes: names.split_whitespace().map(str::to_string).collect(),
             script_seq: std::cell::Cell::new(0),
+            accounting: spec.accounting,
         };
         if !out.status.success() || c.nodes.len() != spec.nodes as usize {
             let log = c.slurmd_log_tail(30);

@@ -16,11 +16,12 @@
 //! default member before running tests).
 //!
 //! The library is split by subject: `artifacts` (paths of what is under test), `spec` (the
-//! cluster's shape), `cluster`, `jobs` (submitting and waiting), `node`, `processes`,
-//! `users` and `suite` (the runner); everything is re-exported here, so callers name
-//! `colloc_slurm_tests::X`.
+//! cluster's shape), `cluster`, `jobs` (submitting and waiting), `accounting` (`sacct` on
+//! a cluster started with Slurm's accounting), `node`, `processes`, `users` and `suite`
+//! (the runner); everything is re-exported here, so callers name `colloc_slurm_tests::X`.
 #![deny(missing_docs)]
 
+mod accounting;
 mod artifacts;
 mod cgroups;
 mod cluster;
@@ -31,6 +32,7 @@ mod spec;
 mod suite;
 mod users;
 
+pub use accounting::ACCOUNTING_WAIT;
 pub use artifacts::{
     artifact, build_spank_probe, colloc_bin, fake_ctl, fixture, plugin_path, repo_root,
     test_seams_plugin, visible_to_jobs, ARTIFACT_COPIES,
