@@ -30,9 +30,18 @@
 //! then sends it to the database with the job's end); a job slurmctld already counts as
 //! ended (cancelled, out of time) refuses updates, so there colloc asks slurmdbd itself:
 //! `sacctmgr -i modify job where jobid=N set AdminComment=…`. Whatever else the comment
-//! holds (a site's own tooling) stays: colloc reads it first and replaces only its own
-//! word. Both tools run from the system directories only, where root's alone, with an
-//! environment of their own, each killed after [`WRITE_TIMEOUT`].
+//! holds (a site's own tooling) stays: colloc reads it first (`scontrol --json show job`;
+//! on 22.05, whose scontrol has no JSON, `squeue --json`, which lists every job; never
+//! `scontrol show job`'s text, where a user's job name can forge a line) and replaces
+//! only its own word; an array task is named `ARRAY_TASK` (its bare id may be the
+//! array's, which `scontrol update` takes for every task). The tools run from the system
+//! directories only, where root's alone, with an environment of their own, each killed
+//! after [`WRITE_TIMEOUT`].
+//!
+//! **What another user can do** (our red team): read the socket's name from
+//! `/proc/net/unix` and fill its queue with connections, so that the job's own report
+//! finds no room. Those connections are counted into the word (`strangers=N`), so a
+//! summary without packs says why.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -233,6 +242,8 @@ pub struct JobSummary {
     pub steady: Option<(f64, String)>,
     /// Energy over the packs that measured it.
     pub energy_j: Option<f64>,
+    /// Connections to the job's socket from other users (left unread).
+    pub strangers: u32,
 }
 
 impl JobSummary {
@@ -246,6 +257,7 @@ impl JobSummary {
             failed: 0,
             steady: None,
             energy_j: None,
+            strangers: 0,
         };
         for r in reports {
             s.packs += 1;
@@ -279,6 +291,9 @@ impl JobSummary {
                 w.push_str(&format!(";energy_j={}", figure(e)));
             }
         }
+        if self.strangers > 0 {
+            w.push_str(&format!(";strangers={}", self.strangers));
+        }
         w
     }
 
@@ -303,6 +318,7 @@ impl JobSummary {
                 "steady" => steady = Some(v.parse::<f64>().ok()?),
                 "unit" => unit_ = Some(v.to_string()),
                 "energy_j" => s.energy_j = Some(v.parse().ok()?),
+                "strangers" => s.strangers = v.parse().ok()?,
                 _ => {}
             }
         }
@@ -347,15 +363,65 @@ pub fn merge_comment(other: &str, word: &str) -> String {
     }
 }
 
-/// The job's `AdminComment` from `scontrol show job N` (multi-line form, where it is a
-/// line of its own when set), `""` when it has none.
-pub fn parse_admin_comment(show_job: &str) -> String {
-    show_job
-        .lines()
-        .find_map(|l| l.trim_start().strip_prefix("AdminComment="))
+/// What `squeue --json` says of a job that the writer needs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Queued {
+    /// Its `AdminComment` (`""` when unset).
+    pub admin_comment: String,
+    /// `ARRAYID_TASKID` for an array task (an array's last task has the array's own id,
+    /// which `scontrol update` takes for every task), else the job id.
+    pub target: String,
+}
+
+/// A number as `squeue --json` writes it: plain (Slurm 22.05's v0.0.38) or
+/// `{"set": true, "number": N}` (23.02 and later).
+fn json_number(v: &serde_json::Value) -> Option<u64> {
+    match v {
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::Object(o)
+            if o.get("set").and_then(serde_json::Value::as_bool) != Some(false) =>
+        {
+            o.get("number")?.as_u64()
+        }
+        _ => None,
+    }
+}
+
+/// Job `job` in `scontrol --json show job JOB`'s or `squeue --json`'s output (the same
+/// `jobs` list). JSON, not `scontrol show job`'s text: there a job name, a command or a working directory holding a newline
+/// (all the user's) can make a line that reads `AdminComment=` (our red team's find).
+///
+/// # Errors
+/// Not JSON, or the job is not in it.
+pub fn parse_squeue_json(out: &str, job: u32) -> Result<Queued, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(out).map_err(|e| format!("squeue --json: not JSON ({e})"))?;
+    let j = v
+        .get("jobs")
+        .and_then(serde_json::Value::as_array)
+        .and_then(|jobs| {
+            jobs.iter()
+                .find(|j| j.get("job_id").and_then(json_number) == Some(u64::from(job)))
+        })
+        .ok_or_else(|| format!("squeue --json does not list job {job}"))?;
+    let admin_comment = j
+        .get("admin_comment")
+        .and_then(serde_json::Value::as_str)
         .unwrap_or("")
-        .trim_end()
-        .to_string()
+        .to_string();
+    let array = j
+        .get("array_job_id")
+        .and_then(json_number)
+        .filter(|&a| a > 0);
+    let task = j.get("array_task_id").and_then(json_number);
+    let target = match (array, task) {
+        (Some(a), Some(t)) => format!("{a}_{t}"),
+        _ => job.to_string(),
+    };
+    Ok(Queued {
+        admin_comment,
+        target,
+    })
 }
 
 /// Root's end of the socket: listening, never accepting until [`Collector::collect`].
@@ -530,17 +596,27 @@ pub enum WriteError {
     /// A tool is not installed in the system directories.
     #[error("{0} not found in {dirs}", dirs = crate::config::SYSTEM_BIN_DIRS.join(", "))]
     Missing(&'static str),
-    /// The job had ended and its comment holds a quote, which `sacctmgr` cannot write.
-    #[error("the job has ended and its AdminComment holds a quote: left as it is")]
+    /// The job had ended and its comment holds what `sacctmgr` would change (it cuts a
+    /// value at its first quote and lowercases it).
+    #[error("the job has ended and its AdminComment holds a quote or capitals, which sacctmgr would change: left as it is")]
     Quoted,
+    /// The comment beside colloc's word holds a control character: not written back.
+    #[error("the job's AdminComment holds a control character: left as it is")]
+    Control,
+    /// `squeue --json` did not say what colloc needs.
+    #[error("{0}")]
+    Queue(String),
     /// A tool failed.
     #[error("{0}")]
     Tool(#[from] ToolFailure),
 }
 
-/// The message slurmctld gives for an update of a job that has ended
-/// (`ESLURM_JOB_FINISHED`).
-const FINISHED: &str = "already completing or completed";
+/// What slurmctld says to an update of a job that has ended (`ESLURM_JOB_FINISHED`):
+/// 22.05's text, and 23.02's on.
+const FINISHED: [&str; 2] = [
+    "Job has already finished",
+    "already completing or completed",
+];
 
 /// Write `word` into job `job`'s `AdminComment`, keeping what else is there.
 ///
@@ -551,22 +627,38 @@ pub fn write(job: u32, word: &str) -> Result<Written, WriteError> {
         return Err(WriteError::Unclean(word.to_string()));
     }
     let conf = std::env::var_os("SLURM_CONF");
-    let scontrol =
-        crate::config::resolve_program("scontrol").ok_or(WriteError::Missing("scontrol"))?;
+    let program =
+        |name: &'static str| crate::config::resolve_program(name).ok_or(WriteError::Missing(name));
     let id = job.to_string();
-    let shown = run_tool(
+    let scontrol = program("scontrol")?;
+    // 23.02 and later: the job alone. 22.05's scontrol has no --json, and its squeue
+    // --json lists every job whatever else it is asked: slower on a long queue, but the
+    // only form where no field of the user's can pass for the comment.
+    let shown = match run_tool(
         &scontrol,
-        &["show", "job", &id],
+        &["--json", "show", "job", &id],
         WRITE_TIMEOUT,
         conf.as_deref(),
-    )?;
-    let (other, _) = split_comment(&parse_admin_comment(&shown));
+    ) {
+        Err(e) if e.stderr.contains("unrecognized option") => run_tool(
+            &program("squeue")?,
+            &["--json", "--states=all", "-j", &id],
+            WRITE_TIMEOUT,
+            conf.as_deref(),
+        )?,
+        other => other?,
+    };
+    let queued = parse_squeue_json(&shown, job).map_err(WriteError::Queue)?;
+    let (other, _) = split_comment(&queued.admin_comment);
+    if other.chars().any(char::is_control) {
+        return Err(WriteError::Control);
+    }
     let text = merge_comment(&other, word);
     let update = run_tool(
         &scontrol,
         &[
             "update",
-            &format!("JobId={job}"),
+            &format!("JobId={}", queued.target),
             &format!("AdminComment={text}"),
         ],
         WRITE_TIMEOUT,
@@ -574,16 +666,15 @@ pub fn write(job: u32, word: &str) -> Result<Written, WriteError> {
     );
     match update {
         Ok(_) => Ok(Written::Controller),
-        Err(e) if e.stderr.contains(FINISHED) => {
-            let sacctmgr = crate::config::resolve_program("sacctmgr")
-                .ok_or(WriteError::Missing("sacctmgr"))?;
-            // sacctmgr takes a value up to its first quote: a comment with one would be
-            // cut, so it is left as it is.
-            if text.contains(['"', '\'']) {
+        Err(e) if FINISHED.iter().any(|f| e.stderr.contains(f)) => {
+            // sacctmgr cuts a value at its first quote and lowercases it: the other
+            // text goes only where that changes nothing, colloc's word lowercased.
+            if other.contains(['"', '\'']) || other != other.to_lowercase() {
                 return Err(WriteError::Quoted);
             }
+            let text = merge_comment(&other, &word.to_lowercase());
             run_tool(
-                &sacctmgr,
+                &program("sacctmgr")?,
                 &[
                     "-i",
                     "modify",

@@ -444,7 +444,7 @@ pub enum ToolFault {
 
 /// Run a Slurm tool as root: only where it and its directories are root's alone, never
 /// through a shell, with an environment of its own (`PATH` and `SLURM_CONF` where given),
-/// killed after `timeout`. Its standard output (at most 64 KiB) on success.
+/// killed after `timeout`. Its standard output (at most 64 MiB) on success.
 ///
 /// # Errors
 /// [`ToolFailure`].
@@ -481,6 +481,32 @@ pub(crate) fn run_tool(
     }
     crate::sys::no_inherited_fds(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| fail(ToolFault::Spawn(e)))?;
+    // Both pipes are read while it runs: a long answer (a big `squeue --json`) must not
+    // block it until the timeout.
+    let reader = |pipe: Option<Box<dyn std::io::Read + Send>>, limit: u64| {
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut buf = Vec::new();
+            if let Some(p) = pipe {
+                let _ = p.take(limit).read_to_end(&mut buf);
+            }
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out_t = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+        64 << 20,
+    );
+    let err_t = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+        4096,
+    );
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait().map_err(|e| fail(ToolFault::Spawn(e)))? {
@@ -493,18 +519,8 @@ pub(crate) fn run_tool(
             None => std::thread::sleep(Duration::from_millis(5)),
         }
     };
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    {
-        use std::io::Read as _;
-        // `show node` or `show job` of one is a few KiB: it fits the pipe, so reading
-        // after the exit cannot block the child.
-        if let Some(mut o) = child.stdout.take() {
-            let _ = (&mut o).take(64 << 10).read_to_string(&mut stdout);
-        }
-        if let Some(mut e) = child.stderr.take() {
-            let _ = (&mut e).take(4096).read_to_string(&mut stderr);
-        }
-    }
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = err_t.join().unwrap_or_default();
     match status {
         Some(s) if s.success() => Ok(stdout),
         other => Err(ToolFailure {

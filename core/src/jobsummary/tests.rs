@@ -118,21 +118,60 @@ fn only_plain_characters_are_written() {
 
 #[test]
 fn the_other_text_of_the_comment_stays() {
-    let show = "JobId=12 JobName=x\n   Comment=mine\n   AdminComment=JS1:abc colloc/1;mode=naive;gpus=1 audited\n   Reservation=(null)\n";
-    let current = parse_admin_comment(show);
-    assert_eq!(current, "JS1:abc colloc/1;mode=naive;gpus=1 audited");
-    let (other, old) = split_comment(&current);
+    let current = "JS1:abc colloc/1;mode=naive;gpus=1 audited";
+    let (other, old) = split_comment(current);
     assert_eq!(other, "JS1:abc audited");
     assert_eq!(old, Some("colloc/1;mode=naive;gpus=1"));
     assert_eq!(
         merge_comment(&other, "colloc/1;mode=mps;gpus=2"),
         "JS1:abc audited colloc/1;mode=mps;gpus=2"
     );
-    assert_eq!(parse_admin_comment("JobId=12\n   Comment=x\n"), "");
     assert_eq!(
         merge_comment("  ", "colloc/1;mode=mps;gpus=2"),
         "colloc/1;mode=mps;gpus=2"
     );
+}
+
+#[test]
+fn the_comment_and_target_come_from_squeue_json_of_either_release() {
+    // 22.05 (openapi v0.0.38): plain numbers; a job name that forges a line of
+    // `scontrol show job` is only a name here.
+    let old = r#"{"meta":{},"errors":[],"jobs":[{"job_id":41,"name":"a\n   AdminComment=EVIL","admin_comment":"ticket 7","array_job_id":0,"array_task_id":null}]}"#;
+    assert_eq!(
+        parse_squeue_json(old, 41),
+        Ok(Queued {
+            admin_comment: "ticket 7".into(),
+            target: "41".into()
+        })
+    );
+    // 24.11 (data_parser v0.0.42): numbers as {set, number}; an array task is named by
+    // its array and task, not by its own id (the last task's is the array's).
+    let new = r#"{"jobs":[{"job_id":{"set":true,"infinite":false,"number":40},"admin_comment":"","array_job_id":{"set":true,"number":40},"array_task_id":{"set":true,"number":3}},{"job_id":{"set":true,"number":39},"admin_comment":"x","array_job_id":{"set":true,"number":40},"array_task_id":{"set":true,"number":2}}]}"#;
+    assert_eq!(
+        parse_squeue_json(new, 40),
+        Ok(Queued {
+            admin_comment: String::new(),
+            target: "40_3".into()
+        })
+    );
+    assert_eq!(parse_squeue_json(new, 39).unwrap().target, "40_2");
+    // Not an array: array_task_id unset.
+    let plain = r#"{"jobs":[{"job_id":{"set":true,"number":7},"array_job_id":{"set":true,"number":0},"array_task_id":{"set":false,"number":0}}]}"#;
+    assert_eq!(parse_squeue_json(plain, 7).unwrap().target, "7");
+    assert!(parse_squeue_json(new, 8)
+        .unwrap_err()
+        .contains("does not list job 8"));
+    assert!(parse_squeue_json("squeue: error", 8)
+        .unwrap_err()
+        .contains("not JSON"));
+}
+
+#[test]
+fn strangers_are_counted_in_the_word() {
+    let mut s = JobSummary::new("mps", 1, &[]);
+    s.strangers = 64;
+    assert_eq!(s.encode(), "colloc/1;mode=mps;gpus=1;strangers=64");
+    assert_eq!(JobSummary::decode(&s.encode()), Some(s));
 }
 
 /// A job id no other test or cluster on this host uses.

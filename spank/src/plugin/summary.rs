@@ -130,7 +130,8 @@ pub fn exit(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     for why in &got.bad {
         log::warn!("job {}: a pack report refused: {why}", p.job);
     }
-    let summary = JobSummary::new(&p.mode, p.gpus, &got.reports);
+    let mut summary = JobSummary::new(&p.mode, p.gpus, &got.reports);
+    summary.strangers = got.strangers;
     let word = summary.encode();
     match jobsummary::write(p.job, &word) {
         Ok(how) => log::info!("job {}: summary {word} written ({how:?})", p.job),

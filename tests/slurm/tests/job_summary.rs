@@ -1,15 +1,18 @@
 //! A colloc job's summary in Slurm's accounting (issue 38), on a real Slurm cluster with
-//! two fake A100s: at the end of a `--colloc` batch job root writes one word into the
-//! job's `AdminComment` — the mode and GPUs from the job's journal, and what the job's
-//! own `colloc run` reported when its pack ended (runs succeeded and failed, steady
-//! aggregate, energy) — beside what an admin wrote there. A malformed report of the job's
-//! user and a report another user sends to the job's socket are left out; a job without
-//! a colloc mode and a node with `job_summary = false` get none.
+//! two fake A100s and its own slurmdbd: at the end of a `--colloc` batch job root writes
+//! one word into the job's `AdminComment` — the mode and GPUs from the job's journal, and
+//! what the job's own `colloc run` reported when its pack ended (runs succeeded and
+//! failed, steady aggregate, energy) — beside what an admin wrote there, and `sacct`
+//! shows it. A malformed report of the job's user and a report another user sends to the
+//! job's socket are left out (the latter counted); a job without a colloc mode and a node
+//! with `job_summary = false` get none. A job name that forges a line of `scontrol show
+//! job` forges nothing; each task of an array gets its own; a cancelled job's goes
+//! straight to the database; `colloc status --cluster --since` sums them up.
 
 use std::path::{Path, PathBuf};
 
 use colloc_core::jobsummary::{self, JobSummary};
-use colloc_slurm_tests::{colloc_bin, ensure_user, run_suite, Cluster, Test};
+use colloc_slurm_tests::{colloc_bin, ensure_user, run_suite_on, Cluster, ClusterSpec, Test};
 use serde_json::Value;
 
 const USER: &str = "sum-user";
@@ -25,8 +28,13 @@ fn main() {
             "a_job_without_a_mode_or_on_a_node_that_keeps_none_gets_no_summary",
             no_summary,
         ),
+        (
+            "forged_names_array_tasks_and_cancelled_jobs_each_get_their_own_summary",
+            names_arrays_cancelled,
+        ),
+        ("the_period_summary_counts_what_sacct_holds", period_summary),
     ];
-    run_suite(2, None, tests, &[]);
+    run_suite_on(&ClusterSpec::new(1, 2).with_accounting(), tests, &[]);
 }
 
 fn text(b: &[u8]) -> String {
@@ -38,15 +46,37 @@ fn as_user(user: &str) -> [String; 2] {
     [format!("--uid={user}"), format!("--gid={user}")]
 }
 
-/// The job's `AdminComment` as `scontrol show job` prints it.
-fn admin_comment(c: &Cluster, id: u32) -> String {
+/// Job `id`'s `AdminComment`, read as colloc reads it (`squeue --json`: a job name may
+/// forge a line of `scontrol show job`'s text). `id` may be `ARRAY_TASK`.
+fn admin_comment(c: &Cluster, id: impl ToString) -> String {
+    let id = id.to_string();
+    // 22.05's squeue --json lists every job: the one asked is found by its id.
     let out = c
-        .slurm("scontrol")
-        .args(["show", "job", &id.to_string()])
+        .slurm("squeue")
+        .args(["--json", "--states=all", "-j", &id])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    jobsummary::parse_admin_comment(&text(&out.stdout))
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let num = |x: &Value| x.as_u64().or_else(|| x["number"].as_u64());
+    let (job, task) = match id.split_once('_') {
+        Some((a, t)) => (a.parse::<u64>().unwrap(), Some(t.parse::<u64>().unwrap())),
+        None => (id.parse::<u64>().unwrap(), None),
+    };
+    let found = v["jobs"].as_array().unwrap().iter().find(|j| match task {
+        None => num(&j["job_id"]) == Some(job),
+        Some(t) => num(&j["array_job_id"]) == Some(job) && num(&j["array_task_id"]) == Some(t),
+    });
+    let found = found.unwrap_or_else(|| panic!("no job {id} in squeue --json"));
+    found["admin_comment"].as_str().unwrap_or("").to_string()
+}
+
+/// `colloc ARGS` as root with the cluster's `SLURM_CONF` (as an admin runs it).
+fn colloc(c: &Cluster, args: &[&str]) -> std::process::Output {
+    c.slurm(&colloc_bin().to_string_lossy())
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// The state job `id` ended in, while another job still runs on the node (`wait_done`
@@ -165,8 +195,10 @@ fn summary_of_a_pack(c: &Cluster) {
     let word = word.unwrap_or_else(|| panic!("no colloc word in {comment:?}"));
     let got = JobSummary::decode(word).unwrap_or_else(|| panic!("unreadable: {word}"));
     assert_eq!((got.mode.as_str(), got.gpus), ("mps", 1), "{word}");
-    // One pack: the job's own; the malformed one and the other user's are not in it.
+    // One pack: the job's own; the malformed one and the other user's are not in it,
+    // the other user's connection counted.
     assert_eq!((got.packs, got.ok, got.failed), (1, 2, 1), "{word}");
+    assert_eq!(got.strangers, 1, "{word}");
     let steady = s["steady_throughput"].as_f64().expect("a steady figure");
     let (v, unit) = got.steady.clone().expect("the steady figure in the word");
     assert!(
@@ -182,6 +214,9 @@ fn summary_of_a_pack(c: &Cluster) {
     if let (Some(e), Some(r)) = (got.energy_j, s["energy_j"].as_f64()) {
         assert!((e - r).abs() <= 0.0005, "{e} vs {r}");
     }
+    // The database has what slurmctld had.
+    let row = c.wait_accounted(id, &["AdminComment"]);
+    assert_eq!(row["AdminComment"], comment, "{row:?}");
     // The node's log says what was left out.
     let log = c.slurmd_log_tail(4000);
     assert!(
@@ -226,5 +261,182 @@ fn no_summary(c: &Cluster) {
     assert_eq!(
         (got.mode.as_str(), got.packs, got.ok, got.failed),
         ("naive", 1, 2, 1)
+    );
+}
+
+/// Waits for `go`, then ends.
+fn gated(go: &Path) -> String {
+    format!(
+        "for i in $(seq 600); do [ -e {0} ] && break; sleep 0.1; done\n",
+        go.display()
+    )
+}
+
+fn names_arrays_cancelled(c: &Cluster) {
+    let _whole = c.whole_gpus();
+    let user = as_user(USER);
+    let mut args: Vec<&str> = user.iter().map(String::as_str).collect();
+    args.extend(["--colloc=naive", "--gres=gpu:1"]);
+    // A name that, in `scontrol show job`'s text, is a line `AdminComment=…`.
+    let forged = "x\n   AdminComment=EVIL'`$(id)\n";
+    let mut named = args.clone();
+    let name_arg = format!("--job-name={forged}");
+    named.push(&name_arg);
+    let id = c.submit(&named, "true");
+    assert_eq!(c.wait_done(id).state, "COMPLETED", "{}", c.job_err(id));
+    assert_eq!(admin_comment(c, id), "colloc/1;mode=naive;gpus=1");
+
+    // Two array tasks: an admin's text on task 0 stays on task 0 only.
+    let go = c.jobs_dir().join("array-go");
+    let mut array = args.clone();
+    array.push("--array=0-1");
+    let a = c.submit(&array, &gated(&go));
+    c.wait_until("both tasks to run", || {
+        let out = c
+            .slurm("squeue")
+            .args(["-h", "-t", "R", "-j", &a.to_string(), "-o", "%i"])
+            .output()
+            .unwrap();
+        (text(&out.stdout).lines().count() == 2).then_some(())
+    });
+    let out = c
+        .slurm("scontrol")
+        .args(["update", &format!("JobId={a}_0"), "AdminComment=ticket-42"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(&go, "").unwrap();
+    let end = c.wait_done(a);
+    assert_eq!(end.state, "COMPLETED", "{end:?}");
+    assert_eq!(
+        admin_comment(c, format!("{a}_0")),
+        "ticket-42 colloc/1;mode=naive;gpus=1"
+    );
+    assert_eq!(
+        admin_comment(c, format!("{a}_1")),
+        "colloc/1;mode=naive;gpus=1"
+    );
+
+    // Cancelled while it runs: slurmctld takes no update then; the summary goes to the
+    // database through sacctmgr.
+    let dir = job_folder(c, "cancel", USER);
+    let ready = dir.join("ready");
+    let id = c.submit(
+        &args,
+        &format!("touch {}\n{}", ready.display(), gated(&dir.join("never"))),
+    );
+    c.wait_until("the batch script to run", || ready.exists().then_some(()));
+    let out = c.slurm("scancel").arg(id.to_string()).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    c.wait_done(id);
+    let start = std::time::Instant::now();
+    let row = loop {
+        let row = c.wait_accounted(id, &["AdminComment"]);
+        if !row["AdminComment"].is_empty() {
+            break row;
+        }
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "no summary in the database: {row:?}\n{}",
+            c.slurmd_log_tail(4000)
+                .lines()
+                .filter(|l| l.contains(&id.to_string()))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert!(row["State"].starts_with("CANCELLED"), "{row:?}");
+    assert_eq!(row["AdminComment"], "colloc/1;mode=naive;gpus=1", "{row:?}");
+    let log = c.slurmd_log_tail(4000);
+    assert!(
+        log.contains(&format!(
+            "job {id}: summary colloc/1;mode=naive;gpus=1 written (Database)"
+        )),
+        "{log}"
+    );
+}
+
+fn period_summary(c: &Cluster) {
+    let _whole = c.whole_gpus();
+    // A job of its own, so that the period has one whatever ran before.
+    let dir = job_folder(c, "period", USER);
+    manifest(&dir);
+    let user = as_user(USER);
+    let mut args: Vec<&str> = user.iter().map(String::as_str).collect();
+    args.extend(["--colloc=mps", "--gres=gpu:2"]);
+    let job = format!(
+        "cd {}\n{} run -j 2 -q -f runs.toml\n",
+        dir.display(),
+        colloc_bin().display()
+    );
+    let id = c.submit(&args, &job);
+    c.wait_done(id);
+    c.wait_accounted(id, &["AdminComment"]);
+    // What sacct holds, read here on its own: jobs with a colloc word, by mode kind.
+    let out = c.sacct(&[
+        "-a",
+        "-X",
+        "-n",
+        "-P",
+        "-S",
+        "2020-01-01",
+        "-o",
+        "JobIDRaw,User,ElapsedRaw,AllocTRES,AdminComment",
+    ]);
+    let mut jobs = 0;
+    let mut ok = 0;
+    let mut users = std::collections::BTreeSet::new();
+    let mut gpu_s = 0.0;
+    for l in text(&out.stdout).lines() {
+        let f: Vec<&str> = l.splitn(5, '|').collect();
+        let Some(word) = f[4].split_whitespace().find(|w| w.starts_with("colloc/")) else {
+            continue;
+        };
+        let s = JobSummary::decode(word).unwrap();
+        jobs += 1;
+        ok += s.ok;
+        users.insert(f[1].to_string());
+        let gpus: f64 = f[3]
+            .split(',')
+            .find_map(|t| t.strip_prefix("gres/gpu="))
+            .map_or(0.0, |g| g.parse().unwrap());
+        gpu_s += gpus * f[2].parse::<f64>().unwrap();
+    }
+    assert!(jobs >= 1 && ok >= 2, "{}", text(&out.stdout));
+    let out = colloc(
+        c,
+        &["status", "--cluster", "--since", "2020-01-01", "--json"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let all = &v["colloc"];
+    assert_eq!(all["jobs"].as_u64(), Some(jobs), "{v}");
+    assert_eq!(all["runs_ok"].as_u64(), Some(ok), "{v}");
+    assert_eq!(all["users"].as_u64(), Some(users.len() as u64), "{v}");
+    assert!(
+        (all["gpu_hours"].as_f64().unwrap() - gpu_s / 3600.0).abs() < 1e-9,
+        "{v}"
+    );
+    assert!(
+        v["by_mode"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mode"] == "mps"),
+        "{v}"
+    );
+    let human = text(&colloc(c, &["status", "--cluster", "--since", "2020-01-01"]).stdout);
+    assert!(
+        human.contains(&format!("{jobs} colloc jobs of {} users held", users.len())),
+        "{human}"
+    );
+    // A bad date changes nothing and says what is valid.
+    let out = colloc(c, &["status", "--cluster", "--since", "last-week"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("YYYY-MM-DD"),
+        "{}",
+        text(&out.stderr)
     );
 }
