@@ -39,6 +39,10 @@ fn main() {
             "the_time_limit_warning_reaches_every_nodes_runs",
             warning_reaches_every_node,
         ),
+        (
+            "each_nodes_metrics_show_the_runs_on_that_node",
+            every_nodes_metrics,
+        ),
     ];
     // Losing a node mostly waits for slurmctld to notice: on its own cluster, meanwhile.
     run_suite_on(
@@ -860,4 +864,96 @@ fn warning_reaches_every_node(c: &Cluster) {
             .collect::<Vec<_>>()
     };
     assert!(left().is_empty(), "left: {:?}", left());
+}
+
+/// A pack across three nodes: each run is served to the metrics of the node it runs on
+/// (`colloc status --format openmetrics`, as its metrics timer runs it, as root) by its
+/// own step: name, slot, that node's GPU, and the throughput colloc run read from the
+/// run's output and sent back (issue 38). The test's nodes share one network namespace,
+/// so every node's metrics list every run; only on its own node does a run carry its GPU
+/// (a device that is none of the node's job's is left out of the label).
+fn every_nodes_metrics(c: &Cluster) {
+    let _whole = c.whole_gpus();
+    let dir = c.jobs_dir().join("metrics-sweep");
+    std::fs::create_dir_all(&dir).unwrap();
+    let stop = dir.join("stop");
+    std::fs::write(
+        dir.join("runs.toml"),
+        format!(
+            "[[sweep]]\nname = 'r{{i}}'\ncommand = ['sh', '-c', 'while [ ! -e {} ]; do echo img/s=2$COLLOC_RUN_INDEX.5; sleep 0.2; done']\ngrid = {{ i = [1, 2, 3, 4, 5, 6] }}\n",
+            stop.display()
+        ),
+    )
+    .unwrap();
+    let (script, ready, go) = job(c, &dir, "-j 2");
+    let id = c.submit(&["-N3", "--gres=gpu:2", "--colloc=naive"], &script);
+    let metrics = |node: &colloc_slurm_tests::Node<'_>| {
+        let out = node.colloc(&["status", "--format", "openmetrics"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let nodes = c.nodes();
+    let gpus_of = |node: &colloc_slurm_tests::Node<'_>| -> BTreeSet<String> {
+        node.fake_state()["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["uuid"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let label = |l: &str, key: &str| {
+        l.split(&format!("{key}=\""))
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("")
+            .to_string()
+    };
+    // (node, run) for each run that shows its node's GPU there, once all six have a
+    // throughput.
+    let placed = c.wait_until("each run with its GPU and throughput on its node", || {
+        let mut placed: Vec<(String, String, String, String)> = Vec::new();
+        for node in &nodes {
+            let text = metrics(node);
+            let own = gpus_of(node);
+            let rates: BTreeMap<String, String> = text
+                .lines()
+                .filter(|l| l.starts_with("colloc_run_throughput{"))
+                .map(|l| (label(l, "slot"), l.rsplit(' ').next().unwrap().to_string()))
+                .collect();
+            for l in text.lines().filter(|l| l.starts_with("colloc_run_info{")) {
+                if own.contains(&label(l, "UUID")) {
+                    let rate = rates.get(&label(l, "slot")).cloned().unwrap_or_default();
+                    placed.push((
+                        node.name().to_string(),
+                        label(l, "run"),
+                        label(l, "index"),
+                        rate,
+                    ));
+                }
+            }
+        }
+        (placed.len() == 6 && placed.iter().all(|p| !p.3.is_empty())).then_some(placed)
+    });
+    std::fs::write(&stop, "").unwrap();
+    let runs: BTreeSet<&str> = placed.iter().map(|p| p.1.as_str()).collect();
+    assert_eq!(runs.len(), 6, "{placed:?}");
+    for node in &nodes {
+        let here = placed.iter().filter(|p| p.0 == node.name()).count();
+        assert_eq!(here, 2, "{}: {placed:?}", node.name());
+    }
+    // Each run's throughput is what it printed: 2<index>.5.
+    for (_, run, index, rate) in &placed {
+        assert_eq!(rate, &format!("2{index}.5"), "{run}: {placed:?}");
+    }
+    c.wait_until("the pack to end", || ready.exists().then_some(()));
+    for node in &nodes {
+        let after = metrics(node);
+        assert!(
+            !after.contains("colloc_run_info{"),
+            "{}: {after}",
+            node.name()
+        );
+    }
+    std::fs::write(&go, "").unwrap();
+    let end = c.wait_done(id);
+    assert_eq!(end.state, "COMPLETED", "{end:?}; stderr: {}", c.job_err(id));
 }

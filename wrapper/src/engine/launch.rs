@@ -78,6 +78,10 @@ pub trait Launcher {
     /// with deadlines of their own.
     fn tick(&mut self) {}
 
+    /// Tell attempt `id` on `slot` its last throughput sample (launchers whose runs
+    /// serve their node's metrics themselves: a Slurm step on another node).
+    fn tell_rate(&mut self, _slot: usize, _id: u64, _value: f64, _unit: Option<&str>) {}
+
     /// Lanes a slot may have at once. Every method takes a lane where it says slot: lane
     /// `k` is slot `k`, and a launcher with two lanes per slot also takes lane
     /// `k + slots` for slot `k`'s attempt started early beside its running one.

@@ -30,7 +30,7 @@ pub use driver::{
     AttemptId, Deadline, Driver, Ended, Exit, Job, LogFile, MetricAcc, Options, Seen, Slot, View,
     Warn,
 };
-use output::{line, note_in_log, read_output};
+use output::{line, note_in_log, read_output, tell_rate};
 
 /// Carriage-return progress lines (tqdm) reach the live view at most this often.
 const CR_LINE_EVERY: Duration = Duration::from_secs(2);
@@ -79,6 +79,8 @@ struct Running {
     killed: bool,
     timed_out: bool,
     interrupted: bool,
+    /// When its launcher was last told its throughput, and how many samples it had.
+    rate_told: Option<(Instant, u64)>,
 }
 
 /// What the driver may do during a call.
@@ -249,6 +251,7 @@ impl<'a> Engine<'a> {
             for id in outputs {
                 if let Some(r) = running.get_mut(&id) {
                     read_output(r, self.opts.live_view, &self.clock);
+                    tell_rate(&mut *self.launcher, id, r);
                 }
             }
             for lane in slots {
@@ -413,6 +416,7 @@ impl<'a> Engine<'a> {
             killed: false,
             timed_out: false,
             interrupted: false,
+            rate_told: None,
         };
         r.seen.metrics = vec![MetricAcc::default(); r.job.scanner.metrics.len()];
         if let Some(s) = self.sampler {

@@ -210,16 +210,12 @@ impl<'a> Common<'a> {
     /// What each running run is doing now, to the node's metrics ([`LiveServer`]).
     fn publish_live(&self, ctl: &Ctl<'_>) {
         let Some(p) = self.publisher else { return };
-        // Across nodes, this node's metrics speak of the runs on this node only.
-        let here = |slot: usize| match &self.steps {
-            Some(s) => s.slot_nodes.get(slot) == self.node.as_ref(),
-            None => true,
-        };
-        let views: Vec<View<'_>> = ctl
-            .running()
-            .filter(|v| here(v.slot))
-            .take(live::MAX_RUNS)
-            .collect();
+        // Across nodes each run is a Slurm step, which serves it to its own node's
+        // metrics (crate::step::live): none is served from here.
+        if self.steps.is_some() {
+            return;
+        }
+        let views: Vec<View<'_>> = ctl.running().take(live::MAX_RUNS).collect();
         let keys: Vec<AttemptId> = views.iter().map(|v| v.id).collect();
         let gpu = self.sampler.map(|s| s.current(&keys)).unwrap_or_default();
         let figure =

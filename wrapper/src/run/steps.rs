@@ -407,6 +407,8 @@ impl Launcher for StepLauncher {
             device,
             mode: self.modes[slot].clone(),
             interval_s: self.interval_s,
+            slot: u32::try_from(slot).ok(),
+            index: var(jobenv::RUN_INDEX).and_then(|i| i.parse().ok()),
         };
         let mut line = serde_json::to_vec(&step).map_err(io::Error::other)?;
         line.push(b'\n');
@@ -475,6 +477,15 @@ impl Launcher for StepLauncher {
             }
         }
         true
+    }
+
+    fn tell_rate(&mut self, slot: usize, id: u64, value: f64, unit: Option<&str>) {
+        if let Some(att) = self.atts.get_mut(slot).and_then(Option::as_mut) {
+            if att.id == id {
+                let unit = unit.map(String::from);
+                Self::control(att, Control::Rate { value, unit });
+            }
+        }
     }
 
     fn fds(&self) -> Vec<(usize, BorrowedFd<'_>)> {

@@ -4,11 +4,13 @@
 //! - `colloc step discover`: one line describing this node's slots ([`discover`]), from
 //!   each task of one `srun -N<n> --ntasks-per-node=1` step.
 //! - `colloc step run`: one run on this node, as its own step ([`side`]), speaking
-//!   [`protocol`] over the step's stdin, stdout and stderr.
+//!   [`protocol`] over the step's stdin, stdout and stderr, and serving the run to its
+//!   node's metrics ([`live`]).
 
 use std::process::ExitCode;
 
 pub mod discover;
+pub mod live;
 pub mod protocol;
 pub mod side;
 

@@ -47,16 +47,31 @@ pub struct StepSpec {
     pub mode: String,
     /// GPU sampling interval, seconds.
     pub interval_s: f64,
+    /// The slot's number in the pack (for the node's metrics).
+    #[serde(default)]
+    pub slot: Option<u32>,
+    /// The run's index in the manifest (for the node's metrics).
+    #[serde(default)]
+    pub index: Option<u32>,
 }
 
-/// What colloc asks a running step, one JSON line each on its stdin after the spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What colloc asks or tells a running step, one JSON line each on its stdin after the
+/// spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Control {
     /// Send this signal to the run's process group.
     Signal(i32),
     /// Kill the run's process group and every descendant now.
     Kill,
+    /// The run's last throughput sample, as colloc read it from the run's output (for
+    /// the metrics the step serves on its node): at most once a second.
+    Rate {
+        /// The figure.
+        value: f64,
+        /// Its unit.
+        unit: Option<String>,
+    },
 }
 
 /// One energy counter reading of the step's GPU: Unix seconds on the node, the counter

@@ -181,8 +181,12 @@ fn hello() -> StepMsg {
 }
 
 /// Wait until the supervisor's descriptors `sup` or `stdin` (while colloc is there) can
-/// be read: (a supervisor is ready, stdin is).
-fn wait_ready(sup: &[(usize, BorrowedFd<'_>)], stdin: Option<BorrowedFd<'_>>) -> (bool, bool) {
+/// be read, or `within` has passed: (a supervisor is ready, stdin is).
+fn wait_ready(
+    sup: &[(usize, BorrowedFd<'_>)],
+    stdin: Option<BorrowedFd<'_>>,
+    within: Option<Duration>,
+) -> (bool, bool) {
     let mut fds: Vec<PollFd<'_>> = sup
         .iter()
         .map(|(_, f)| PollFd::from_borrowed_fd(*f, PollFlags::IN))
@@ -191,7 +195,8 @@ fn wait_ready(sup: &[(usize, BorrowedFd<'_>)], stdin: Option<BorrowedFd<'_>>) ->
     if let Some(fd) = stdin {
         fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
     }
-    match poll(&mut fds, None) {
+    let timeout = within.and_then(|d| rustix::event::Timespec::try_from(d).ok());
+    match poll(&mut fds, timeout.as_ref()) {
         Ok(_) | Err(rustix::io::Errno::INTR) => {}
         Err(_) => std::thread::sleep(Duration::from_millis(10)),
     }
@@ -237,16 +242,33 @@ pub fn main(nvml_library: &str) -> anyhow::Result<ExitCode> {
     }
     // NVML after the start: the run does not wait for the driver's initialization.
     let gpu = start_sampler(&spec, nvml_library, base);
+    let job = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .and_then(|j| j.trim().parse().ok());
+    let mut served = super::live::Served::start(&spec, start_ts, job);
     let mut colloc_gone = false;
     loop {
+        if let Some(m) = served.as_mut() {
+            m.refresh(
+                gpu.as_ref()
+                    .and_then(|g| g.sampler.current(&[ID]).pop().flatten()),
+            );
+        }
         let sup: Vec<(usize, BorrowedFd<'_>)> = launcher.fds();
-        let (sup_ready, in_ready) = wait_ready(&sup, (!colloc_gone).then_some(stdin_fd));
+        let wait = served.as_ref().map(|_| super::live::REFRESH);
+        let (sup_ready, in_ready) = wait_ready(&sup, (!colloc_gone).then_some(stdin_fd), wait);
         if in_ready {
             input.fill(stdin_fd, false);
             while let Some(l) = input.next() {
                 let cmd = match serde_json::from_str::<Control>(&l) {
                     Ok(Control::Signal(s)) => Cmd::Signal(s),
                     Ok(Control::Kill) => Cmd::Kill,
+                    Ok(Control::Rate { value, unit }) => {
+                        if let Some(m) = served.as_mut() {
+                            m.rate(value, unit.as_deref());
+                        }
+                        continue;
+                    }
                     Err(_) => continue,
                 };
                 launcher.send(0, ID, cmd);

@@ -2,10 +2,10 @@
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::super::Clock;
-use super::{Running, CR_LINE_EVERY, MAX_LINE};
+use super::{AttemptId, Launcher, Running, CR_LINE_EVERY, MAX_LINE};
 
 pub(super) fn note_in_log(r: &mut Running, msg: &str) {
     if let Some(f) = r.log.as_mut() {
@@ -120,4 +120,20 @@ pub(super) fn line(r: &mut Running, raw: &[u8], cr: bool, live_view: bool, clock
             .and_then(|_| out.write_all(shown.as_bytes()))
             .and_then(|_| out.write_all(b"\n"));
     }
+}
+
+/// Tell the launcher a new throughput sample of `r`, at most once a second.
+pub(super) fn tell_rate(launcher: &mut dyn Launcher, id: AttemptId, r: &mut Running) {
+    let stats = &r.seen.series.stats;
+    let (Some(v), n) = (stats.last, stats.count) else {
+        return;
+    };
+    let now = Instant::now();
+    if r.rate_told
+        .is_some_and(|(t, told)| told == n || now < t + Duration::from_secs(1))
+    {
+        return;
+    }
+    r.rate_told = Some((now, n));
+    launcher.tell_rate(r.lane, id, v, r.seen.series.unit.as_deref());
 }
