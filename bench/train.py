@@ -13,10 +13,23 @@ Workloads of the study (Robroek et al., arXiv 2209.06018), picked with --workloa
     medium  resnet50  at 64x64,   1000 classes (64x64 ImageNet)
     large   resnet152 at 224x224, 1000 classes (ImageNet)
     tiny    a plain PyTorch CNN (--model plain: 4 conv layers, no timm import) at 32x32
+    micro   a plain PyTorch MLP (--model mlp: 3072-1024-1024-10, no timm import, no cuDNN,
+            cudnn.benchmark off, --optim plain) on 32x32 inputs: a run whose start-up is
+            as short as PyTorch allows (its import, the CUDA context, cuBLAS' first use)
 or any timm model with --model NAME --img-size S --num-classes C.
+
+The optimizer is SGD (momentum 0.9, weight decay 5e-5): torch.optim.SGD (--optim torch,
+the default but for --model mlp), or --optim plain, the same update in a few foreach ops
+without torch.optim, whose constructor imports torch._dynamo (its add_param_group is
+wrapped in torch._disable_dynamo): 3.3 s of start-up with 7 starting at once on an H100
+(bench/results/overlap-micro).
 
 FP32 by default (as in the paper); --amp bf16 for autocast in bfloat16. Stops after
 --duration seconds of training (or --steps), or when it gets SIGTERM/SIGINT.
+--startup-trace prints one more line to stderr with the first throughput line: seconds
+from the process's start to each phase of the start-up (the import of torch, the CUDA
+context, the model on the device, the optimizer, the data, the first step, the first
+throughput line).
 """
 import argparse
 import os
@@ -25,12 +38,16 @@ import sys
 import tempfile
 import time
 
+_T_SCRIPT = time.monotonic()
+
 WORKLOADS = {
     "small": ("resnet26", 32, 10, 50000),
     "medium": ("resnet50", 64, 1000, 1281167),
     "large": ("resnet152", 224, 1000, 1281167),
     # A plain PyTorch CNN (no timm import): a run whose start-up is mostly PyTorch's own.
     "tiny": ("plain", 32, 10, 50000),
+    # A plain PyTorch MLP (no timm, no cuDNN): the shortest start-up PyTorch allows.
+    "micro": ("mlp", 32, 10, 50000),
 }
 
 
@@ -55,6 +72,8 @@ def parse_args(argv=None):
     p.add_argument("--channels-last", action="store_true", help="use channels-last memory format")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--optim", choices=["torch", "plain"], help="SGD from torch.optim, or the same update without it (default: plain for --model mlp, else torch)")
+    p.add_argument("--startup-trace", action="store_true", help="print the start-up's phases (seconds since the process's start) to stderr")
     a = p.parse_args(argv)
     model, size, classes, epoch = WORKLOADS.get(a.workload or "small")
     if a.workload is None and a.model is None:
@@ -63,12 +82,79 @@ def parse_args(argv=None):
     a.img_size = a.img_size or size
     a.num_classes = a.num_classes or classes
     a.epoch_size = a.epoch_size or epoch
+    a.optim = a.optim or ("plain" if a.model == "mlp" else "torch")
     for name in ("batch", "img_size", "num_classes", "epoch_size", "folder_images"):
         if getattr(a, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     if a.workers < 0 or a.duration < 0 or a.warmup < 0 or a.log_interval <= 0:
         p.error("--workers, --duration and --warmup must not be negative, --log-interval must be positive")
     return a
+
+
+def process_age():
+    """Seconds since this process started (/proc/self/stat), or None where unknown."""
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read()
+        started = int(stat[stat.rindex(")") + 2 :].split()[19]) / os.sysconf("SC_CLK_TCK")
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+class PlainSGD:
+    """torch.optim.SGD's update (momentum, weight decay; no dampening, no Nesterov) without
+    torch.optim: Optimizer's constructor imports torch._dynamo, seconds of start-up."""
+
+    def __init__(self, params, lr, momentum, weight_decay):
+        self.params = [p for p in params if p.requires_grad]
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.bufs = None
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    def step(self):
+        import torch
+
+        with torch.no_grad():
+            params = [p for p in self.params if p.grad is not None]
+            grads = [p.grad for p in params]
+            if self.weight_decay:
+                grads = torch._foreach_add(grads, params, alpha=self.weight_decay)
+            if self.bufs is None:
+                self.bufs = [g.clone() for g in grads]
+            else:
+                torch._foreach_mul_(self.bufs, self.momentum)
+                torch._foreach_add_(self.bufs, grads)
+            torch._foreach_add_(params, self.bufs, alpha=-self.lr)
+
+
+class StartupTrace:
+    """Phases of the start-up, as seconds since the process started (--startup-trace)."""
+
+    def __init__(self, on):
+        self.on = on
+        age = process_age() if on else None
+        # The process's start on the monotonic clock (else the script's first line).
+        self.origin = time.monotonic() - age if age is not None else _T_SCRIPT
+        self.marks = [("script", _T_SCRIPT)] if on else []
+
+    def mark(self, name, sync=None):
+        if self.on:
+            if sync:
+                sync()
+            self.marks.append((name, time.monotonic()))
+
+    def print(self):
+        if self.on:
+            phases = " ".join(f"{k}={t - self.origin:.3f}" for k, t in self.marks)
+            print(f"train.py: startup-trace pid={os.getpid()} {phases}", file=sys.stderr, flush=True)
+            self.on = False
 
 
 def make_folder(root, n_images, size, n_classes, seed):
@@ -101,6 +187,7 @@ def make_folder(root, n_images, size, n_classes, seed):
 
 def main(argv=None):
     a = parse_args(argv)
+    trace = StartupTrace(a.startup_trace)
     stop = {"sig": None}
 
     def on_signal(sig, _frame):
@@ -113,18 +200,31 @@ def main(argv=None):
     import torch.nn as nn
     import torch.nn.functional as F
 
+    trace.mark("import_torch")
     torch.manual_seed(a.seed)
     if a.device == "auto":
         dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:
         dev = torch.device(a.device)
     if dev.type == "cuda":
-        torch.backends.cudnn.benchmark = True
+        # The MLP uses no cuDNN; for it, no autotuning either (7 start-ups at once on one
+        # GPU make it cost seconds).
+        torch.backends.cudnn.benchmark = a.model != "mlp"
+        if trace.on:
+            torch.empty(1, device=dev)  # the CUDA context now, to time it apart
+    trace.mark("cuda", sync=lambda: dev.type == "cuda" and torch.cuda.synchronize(dev))
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
 
-    if a.model == "plain":
-        timm = None
-
+    timm = None
+    if a.model == "mlp":
+        width = 1024
+        model = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(3 * a.img_size * a.img_size, width), nn.ReLU(inplace=True),
+            nn.Linear(width, width), nn.ReLU(inplace=True),
+            nn.Linear(width, a.num_classes),
+        )
+    elif a.model == "plain":
         def block(i, o):
             return [nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True)]
 
@@ -138,8 +238,13 @@ def main(argv=None):
 
         model = timm.create_model(a.model, pretrained=False, num_classes=a.num_classes)
     model = model.to(dev, memory_format=fmt).train()
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-5)
+    trace.mark("model")
+    if a.optim == "plain":
+        opt = PlainSGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-5)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-5)
     amp = a.amp == "bf16"
+    trace.mark("optim")
 
     if a.data == "synthetic":
         x = torch.randn(a.batch, 3, a.img_size, a.img_size, device=dev).contiguous(memory_format=fmt)
@@ -181,6 +286,7 @@ def main(argv=None):
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
+    trace.mark("data")
     print(
         f"train.py: model={a.model} img={a.img_size} classes={a.num_classes} batch={a.batch} "
         f"data={a.data} amp={a.amp} device={dev} torch={torch.__version__} timm={timm.__version__ if timm else '-'}",
@@ -199,6 +305,8 @@ def main(argv=None):
         loss.backward()
         opt.step()
         step += 1
+        if step == 1:
+            trace.mark("first_step", sync=sync)
         epoch_images += a.batch
         now = time.monotonic()
         done = (a.duration and now - start >= a.duration) or (a.steps and step >= a.steps)
@@ -211,6 +319,8 @@ def main(argv=None):
                 fracs += [min(step / a.steps, 1.0)] if a.steps else []
                 progress = f" progress={max(fracs):.4f}" if fracs else ""
                 print(f"t={now:.3f} step={step} img/s={rate:.2f} loss={loss.item():.3f}{progress}", flush=True)
+                trace.mark("first_line")
+                trace.print()
             last_t, last_step = now, step
         if epoch_images >= a.epoch_size:
             sync()
