@@ -368,8 +368,10 @@ pub fn merge_comment(other: &str, word: &str) -> String {
 pub struct Queued {
     /// Its `AdminComment` (`""` when unset).
     pub admin_comment: String,
-    /// `ARRAYID_TASKID` for an array task (an array's last task has the array's own id,
-    /// which `scontrol update` takes for every task), else the job id.
+    /// How `scontrol update` and `sacctmgr modify job` name it alone: `ARRAY_TASK` for an
+    /// array task (an array's last task has the array's own id, which both take for every
+    /// task), `HETJOB+OFFSET` for a component of a heterogeneous job (the leader's id
+    /// stands for every component), else the job id.
     pub target: String,
 }
 
@@ -409,13 +411,12 @@ pub fn parse_squeue_json(out: &str, job: u32) -> Result<Queued, String> {
         .and_then(serde_json::Value::as_str)
         .unwrap_or("")
         .to_string();
-    let array = j
-        .get("array_job_id")
-        .and_then(json_number)
-        .filter(|&a| a > 0);
-    let task = j.get("array_task_id").and_then(json_number);
-    let target = match (array, task) {
-        (Some(a), Some(t)) => format!("{a}_{t}"),
+    let field = |k: &str| j.get(k).and_then(json_number);
+    let array = field("array_job_id").filter(|&a| a > 0);
+    let het = field("het_job_id").filter(|&h| h > 0);
+    let target = match (array, field("array_task_id"), het, field("het_job_offset")) {
+        (Some(a), Some(t), _, _) => format!("{a}_{t}"),
+        (_, _, Some(h), Some(o)) => format!("{h}+{o}"),
         _ => job.to_string(),
     };
     Ok(Queued {
@@ -680,7 +681,7 @@ pub fn write(job: u32, word: &str) -> Result<Written, WriteError> {
                     "modify",
                     "job",
                     "where",
-                    &format!("jobid={job}"),
+                    &format!("jobid={}", queued.target),
                     "set",
                     &format!("AdminComment={text}"),
                 ],

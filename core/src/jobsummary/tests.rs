@@ -158,6 +158,10 @@ fn the_comment_and_target_come_from_squeue_json_of_either_release() {
     // Not an array: array_task_id unset.
     let plain = r#"{"jobs":[{"job_id":{"set":true,"number":7},"array_job_id":{"set":true,"number":0},"array_task_id":{"set":false,"number":0}}]}"#;
     assert_eq!(parse_squeue_json(plain, 7).unwrap().target, "7");
+    // A heterogeneous job's leader: its own component, not every one.
+    let het = r#"{"jobs":[{"job_id":50,"het_job_id":50,"het_job_offset":0,"array_job_id":0},{"job_id":51,"het_job_id":50,"het_job_offset":1,"array_job_id":0}]}"#;
+    assert_eq!(parse_squeue_json(het, 50).unwrap().target, "50+0");
+    assert_eq!(parse_squeue_json(het, 51).unwrap().target, "50+1");
     assert!(parse_squeue_json(new, 8)
         .unwrap_err()
         .contains("does not list job 8"));

@@ -49,26 +49,69 @@ fn as_user(user: &str) -> [String; 2] {
 /// Job `id`'s `AdminComment`, read as colloc reads it (`squeue --json`: a job name may
 /// forge a line of `scontrol show job`'s text). `id` may be `ARRAY_TASK`.
 fn admin_comment(c: &Cluster, id: impl ToString) -> String {
-    let id = id.to_string();
-    // 22.05's squeue --json lists every job: the one asked is found by its id.
+    queued(c, &id.to_string())["admin_comment"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Job `id` (`N`, `ARRAY_TASK` or `HETJOB+OFFSET`) as `squeue --json` lists it (22.05's
+/// lists every job: the one asked is found by its ids).
+fn queued(c: &Cluster, id: &str) -> Value {
     let out = c
         .slurm("squeue")
-        .args(["--json", "--states=all", "-j", &id])
+        .args(["--json", "--states=all"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let num = |x: &Value| x.as_u64().or_else(|| x["number"].as_u64());
-    let (job, task) = match id.split_once('_') {
-        Some((a, t)) => (a.parse::<u64>().unwrap(), Some(t.parse::<u64>().unwrap())),
-        None => (id.parse::<u64>().unwrap(), None),
+    let split = |sep| {
+        id.split_once(sep)
+            .map(|(a, b): (&str, &str)| (a.parse::<u64>().unwrap(), b.parse::<u64>().unwrap()))
     };
-    let found = v["jobs"].as_array().unwrap().iter().find(|j| match task {
-        None => num(&j["job_id"]) == Some(job),
-        Some(t) => num(&j["array_job_id"]) == Some(job) && num(&j["array_task_id"]) == Some(t),
+    let found = v["jobs"].as_array().unwrap().iter().find(|j| {
+        if let Some((a, t)) = split('_') {
+            num(&j["array_job_id"]) == Some(a) && num(&j["array_task_id"]) == Some(t)
+        } else if let Some((h, o)) = split('+') {
+            num(&j["het_job_id"]) == Some(h) && num(&j["het_job_offset"]) == Some(o)
+        } else {
+            num(&j["job_id"]) == id.parse().ok()
+        }
     });
-    let found = found.unwrap_or_else(|| panic!("no job {id} in squeue --json"));
-    found["admin_comment"].as_str().unwrap_or("").to_string()
+    found
+        .unwrap_or_else(|| panic!("no job {id} in squeue --json"))
+        .clone()
+}
+
+/// Job `id`'s own job id (`id` as [`queued`] takes it).
+fn raw_id(c: &Cluster, id: &str) -> u32 {
+    let j = queued(c, id);
+    let n = j["job_id"]
+        .as_u64()
+        .or_else(|| j["job_id"]["number"].as_u64());
+    u32::try_from(n.unwrap()).unwrap()
+}
+
+/// Wait until the database has a comment for job `id` (its own id); its row.
+fn accounted_comment(c: &Cluster, id: u32) -> std::collections::BTreeMap<String, String> {
+    let start = std::time::Instant::now();
+    loop {
+        let row = c.wait_accounted(id, &["AdminComment"]);
+        if !row["AdminComment"].is_empty() {
+            return row;
+        }
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "no summary in the database: {row:?}\n{}",
+            c.slurmd_log_tail(4000)
+                .lines()
+                .filter(|l| l.contains(&id.to_string()))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
 }
 
 /// `colloc ARGS` as root with the cluster's `SLURM_CONF` (as an admin runs it).
@@ -317,6 +360,74 @@ fn names_arrays_cancelled(c: &Cluster) {
         "colloc/1;mode=naive;gpus=1"
     );
 
+    // The same, with the last task (whose own id is the array's) cancelled: its summary
+    // goes to the database for that task alone.
+    let dir = job_folder(c, "array-cancel", USER);
+    let go = dir.join("go");
+    let a = c.submit(
+        &array,
+        &format!(
+            "touch {}/ready-$SLURM_ARRAY_TASK_ID\n{}",
+            dir.display(),
+            gated(&go)
+        ),
+    );
+    c.wait_until("both tasks' scripts to run", || {
+        (dir.join("ready-0").exists() && dir.join("ready-1").exists()).then_some(())
+    });
+    let out = c
+        .slurm("scontrol")
+        .args(["update", &format!("JobId={a}_0"), "AdminComment=ticket-43"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (raw0, raw1) = (raw_id(c, &format!("{a}_0")), raw_id(c, &format!("{a}_1")));
+    let out = c.slurm("scancel").arg(format!("{a}_1")).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let row1 = accounted_comment(c, raw1);
+    std::fs::write(&go, "").unwrap();
+    c.wait_done(a);
+    let row0 = accounted_comment(c, raw0);
+    assert_eq!(
+        row1["AdminComment"], "colloc/1;mode=naive;gpus=1",
+        "{row1:?}"
+    );
+    assert_eq!(
+        row0["AdminComment"], "ticket-43 colloc/1;mode=naive;gpus=1",
+        "{row0:?}"
+    );
+
+    // A heterogeneous job: the batch step's summary goes to its own component, an
+    // admin's text on the other stays there alone.
+    let dir = job_folder(c, "het", USER);
+    let ready = dir.join("ready");
+    let mut het = args.clone();
+    het.extend([":", "--gres=gpu:1"]);
+    let h = c.submit(
+        &het,
+        &format!("touch {}\n{}", ready.display(), gated(&dir.join("go"))),
+    );
+    c.wait_until("the het job's script to run", || {
+        ready.exists().then_some(())
+    });
+    let out = c
+        .slurm("scontrol")
+        .args([
+            "update",
+            &format!("JobId={h}+1"),
+            "AdminComment=admin-comp1",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(dir.join("go"), "").unwrap();
+    c.wait_done(h);
+    assert_eq!(
+        admin_comment(c, format!("{h}+0")),
+        "colloc/1;mode=naive;gpus=1"
+    );
+    assert_eq!(admin_comment(c, format!("{h}+1")), "admin-comp1");
+
     // Cancelled while it runs: slurmctld takes no update then; the summary goes to the
     // database through sacctmgr.
     let dir = job_folder(c, "cancel", USER);
@@ -329,23 +440,7 @@ fn names_arrays_cancelled(c: &Cluster) {
     let out = c.slurm("scancel").arg(id.to_string()).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     c.wait_done(id);
-    let start = std::time::Instant::now();
-    let row = loop {
-        let row = c.wait_accounted(id, &["AdminComment"]);
-        if !row["AdminComment"].is_empty() {
-            break row;
-        }
-        assert!(
-            start.elapsed().as_secs() < 60,
-            "no summary in the database: {row:?}\n{}",
-            c.slurmd_log_tail(4000)
-                .lines()
-                .filter(|l| l.contains(&id.to_string()))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    };
+    let row = accounted_comment(c, id);
     assert!(row["State"].starts_with("CANCELLED"), "{row:?}");
     assert_eq!(row["AdminComment"], "colloc/1;mode=naive;gpus=1", "{row:?}");
     let log = c.slurmd_log_tail(4000);
