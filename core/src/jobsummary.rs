@@ -674,21 +674,25 @@ pub fn write(job: u32, word: &str) -> Result<Written, WriteError> {
                 return Err(WriteError::Quoted);
             }
             let text = merge_comment(&other, &word.to_lowercase());
-            run_tool(
-                &program("sacctmgr")?,
-                &[
-                    "-i",
-                    "modify",
-                    "job",
-                    "where",
-                    &format!("jobid={}", queued.target),
-                    "set",
-                    &format!("AdminComment={text}"),
-                ],
-                WRITE_TIMEOUT,
-                conf.as_deref(),
-            )?;
-            Ok(Written::Database)
+            let sacctmgr = program("sacctmgr")?;
+            let target = format!("jobid={}", queued.target);
+            let set = format!("AdminComment={text}");
+            // slurmctld sends a job's records to slurmdbd on its own time: a job the
+            // database does not hold yet is "Nothing modified"; asked again, twice.
+            let mut tries = 0;
+            loop {
+                let args = ["-i", "modify", "job", "where", &target, "set", &set];
+                match run_tool(&sacctmgr, &args, WRITE_TIMEOUT, conf.as_deref()) {
+                    Err(e) if tries < 2 && e.stderr.contains("Nothing modified") => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                    other => {
+                        other?;
+                        return Ok(Written::Database);
+                    }
+                }
+            }
         }
         Err(e) => Err(e.into()),
     }
