@@ -367,37 +367,6 @@ fn names_arrays_cancelled(c: &Cluster) {
         "colloc/1;mode=naive;gpus=1"
     );
 
-    // The same, with the last task (whose own id is the array's) cancelled: its summary
-    // goes to the database for that task alone.
-    let dir = job_folder(c, "array-cancel", USER);
-    let go = dir.join("go");
-    let a = c.submit(
-        &array,
-        &format!(
-            "touch {}/ready-$SLURM_ARRAY_TASK_ID\n{}",
-            dir.display(),
-            gated(&go)
-        ),
-    );
-    c.wait_until("both tasks' scripts to run", || {
-        (dir.join("ready-0").exists() && dir.join("ready-1").exists()).then_some(())
-    });
-    let out = c
-        .slurm("scontrol")
-        .args(["update", &format!("JobId={a}_0"), "AdminComment=ticket-43"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let out = c.slurm("scancel").arg(format!("{a}_1")).output().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let (state1, comment1) = accounted_comment(c, &format!("{a}_1"));
-    std::fs::write(&go, "").unwrap();
-    c.wait_done(a);
-    let (_, comment0) = accounted_comment(c, &format!("{a}_0"));
-    assert!(state1.starts_with("CANCELLED"), "{state1}");
-    assert_eq!(comment1, "colloc/1;mode=naive;gpus=1");
-    assert_eq!(comment0, "ticket-43 colloc/1;mode=naive;gpus=1");
-
     // Cancelled while it runs: slurmctld takes no update then; the summary goes to the
     // database through sacctmgr.
     let dir = job_folder(c, "cancel", USER);
