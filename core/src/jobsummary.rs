@@ -50,7 +50,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{sockopt, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
-use crate::publish::{run_tool, ToolFailure};
+use crate::publish::{merge_comment, run_tool, ToolFailure};
 
 /// Summary format version (after `colloc/`).
 pub const SUMMARY_VERSION: u32 = 1;
@@ -341,26 +341,7 @@ pub fn word_is_clean(word: &str) -> bool {
 /// An `AdminComment` split into the text beside colloc's word (spaces folded) and the
 /// word, if there is one.
 pub fn split_comment(comment: &str) -> (String, Option<&str>) {
-    let mut word = None;
-    let mut other: Vec<&str> = Vec::new();
-    for w in comment.split_whitespace() {
-        if w.starts_with(WORD_START) {
-            word.get_or_insert(w);
-        } else {
-            other.push(w);
-        }
-    }
-    (other.join(" "), word)
-}
-
-/// The comment to write: the other text, then colloc's word.
-pub fn merge_comment(other: &str, word: &str) -> String {
-    let other = other.trim();
-    if other.is_empty() {
-        word.to_string()
-    } else {
-        format!("{other} {word}")
-    }
+    crate::publish::split_word(comment, WORD_START)
 }
 
 /// What `squeue --json` says of a job that the writer needs.
@@ -425,6 +406,17 @@ pub fn parse_squeue_json(out: &str, job: u32) -> Result<Queued, String> {
     })
 }
 
+/// A non-blocking, close-on-exec Unix stream socket and the abstract address `name`.
+fn stream_socket(name: &str) -> std::io::Result<(OwnedFd, SocketAddrUnix)> {
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    Ok((fd, SocketAddrUnix::new_abstract_name(name.as_bytes())?))
+}
+
 /// Root's end of the socket: listening, never accepting until [`Collector::collect`].
 #[derive(Debug)]
 pub struct Collector {
@@ -467,13 +459,7 @@ impl Collector {
     /// # Errors
     /// The name is taken, or the socket could not be made.
     pub fn bind_name(name: &str) -> std::io::Result<Collector> {
-        let fd = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            None,
-        )?;
-        let addr = SocketAddrUnix::new_abstract_name(name.as_bytes())?;
+        let (fd, addr) = stream_socket(name)?;
         rustix::net::bind(&fd, &addr)?;
         rustix::net::listen(&fd, MAX_CONNECTIONS as i32)?;
         Ok(Collector {
@@ -555,13 +541,7 @@ fn read_report(fd: BorrowedFd<'_>, deadline: Instant) -> Result<Vec<u8>, String>
 /// # Errors
 /// The connection or the write failed.
 pub fn send(name: &str, report: &PackReport) -> std::io::Result<bool> {
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-        None,
-    )?;
-    let addr = SocketAddrUnix::new_abstract_name(name.as_bytes())?;
+    let (fd, addr) = stream_socket(name)?;
     match rustix::net::connect(&fd, &addr) {
         Ok(()) => {}
         Err(Errno::CONNREFUSED | Errno::NOENT) => return Ok(false),

@@ -248,16 +248,22 @@ const RECORD_START: &str = "{\"colloc\":";
 /// A node comment split into the admin's text (the comment without colloc's record,
 /// runs of spaces folded) and colloc's record word, if there is one.
 pub fn split_comment(comment: &str) -> (String, Option<&str>) {
-    let mut record = None;
-    let mut admin: Vec<&str> = Vec::new();
-    for word in comment.split_whitespace() {
-        if word.starts_with(RECORD_START) {
-            record.get_or_insert(word);
+    split_word(comment, RECORD_START)
+}
+
+/// A Slurm comment split into its other words (spaces folded) and the first word that
+/// starts with `start` (colloc's, in a node's or a job's comment).
+pub fn split_word<'a>(comment: &'a str, start: &str) -> (String, Option<&'a str>) {
+    let mut word = None;
+    let mut other: Vec<&str> = Vec::new();
+    for w in comment.split_whitespace() {
+        if w.starts_with(start) {
+            word.get_or_insert(w);
         } else {
-            admin.push(word);
+            other.push(w);
         }
     }
-    (admin.join(" "), record)
+    (other.join(" "), word)
 }
 
 /// The comment to write: the admin's text, then colloc's record.

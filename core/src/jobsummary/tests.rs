@@ -178,6 +178,14 @@ fn strangers_are_counted_in_the_word() {
     assert_eq!(JobSummary::decode(&s.encode()), Some(s));
 }
 
+/// A connection to `name` that has written `bytes` (still open: drop it to close).
+fn connected(name: &str, bytes: &[u8]) -> OwnedFd {
+    let (fd, addr) = stream_socket(name).unwrap();
+    rustix::net::connect(&fd, &addr).unwrap();
+    rustix::io::write(&fd, bytes).unwrap();
+    fd
+}
+
 /// A job id no other test or cluster on this host uses.
 fn job_id() -> u32 {
     4_000_000_000 - (std::process::id() % 1_000_000) * 64
@@ -225,19 +233,7 @@ fn a_report_waits_in_the_queue_for_root_and_others_are_left_out() {
     // malformed report is refused with why.
     assert!(send(&job, &report(18, 2)).unwrap());
     assert!(send(&job, &report(5, 0)).unwrap());
-    let raw = |bytes: &[u8]| {
-        let fd = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap();
-        let addr = SocketAddrUnix::new_abstract_name(job.as_bytes()).unwrap();
-        rustix::net::connect(&fd, &addr).unwrap();
-        rustix::io::write(&fd, bytes).unwrap();
-    };
-    raw(b"pack ok=1 failed=0 unit=x'--\n");
+    drop(connected(&job, b"pack ok=1 failed=0 unit=x'--\n"));
     let got = c.collect(0);
     assert_eq!(got.reports, vec![report(18, 2), report(5, 0)]);
     assert_eq!(got.bad.len(), 1, "{:?}", got.bad);
@@ -247,16 +243,7 @@ fn a_report_waits_in_the_queue_for_root_and_others_are_left_out() {
     let got = c.collect(12_345);
     assert_eq!((got.reports.len(), got.strangers), (0, 1));
     // A connection that never finishes its line costs READ_TIME, not more.
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
-    let addr = SocketAddrUnix::new_abstract_name(job.as_bytes()).unwrap();
-    rustix::net::connect(&fd, &addr).unwrap();
-    rustix::io::write(&fd, b"pack ok=1").unwrap();
+    let fd = connected(&job, b"pack ok=1");
     let t = Instant::now();
     let got = c.collect(0);
     assert!(t.elapsed() < READ_TIME + Duration::from_millis(200));
@@ -273,14 +260,7 @@ fn a_flood_of_connections_is_bounded() {
     let job = c.name().to_string();
     let mut made = 0;
     for _ in 0..MAX_CONNECTIONS * 2 {
-        let fd = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            None,
-        )
-        .unwrap();
-        let addr = SocketAddrUnix::new_abstract_name(job.as_bytes()).unwrap();
+        let (fd, addr) = stream_socket(&job).unwrap();
         if rustix::net::connect(&fd, &addr).is_ok() {
             let _ = rustix::io::write(&fd, report(1, 0).to_line().as_bytes());
             made += 1;

@@ -65,6 +65,19 @@ impl Cluster {
             .unwrap_or_else(|_| panic!("sbatch printed {id:?}, not a job id")))
     }
 
+    /// The state job `id` ended in, while other jobs may still run on the node
+    /// ([`Cluster::wait_done`] also waits for the node to be idle).
+    pub fn wait_ended(&self, id: u32) -> String {
+        self.wait_until(&format!("job {id} to end"), || {
+            let state = self.job_info(id)?.get("JobState")?.clone();
+            (!matches!(
+                state.as_str(),
+                "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED"
+            ))
+            .then_some(state)
+        })
+    }
+
     /// `sbatch` that must succeed.
     ///
     /// # Panics

@@ -61,19 +61,6 @@ fn set_comment(c: &Cluster, value: &str) {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
-/// The state job `id` ended in, while other jobs still run on the node (`wait_done` also
-/// waits for the node to be idle).
-fn ended(c: &Cluster, id: u32) -> String {
-    c.wait_until(&format!("job {id} to end"), || {
-        let state = c.job_info(id)?.get("JobState")?.clone();
-        (!matches!(
-            state.as_str(),
-            "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED"
-        ))
-        .then_some(state)
-    })
-}
-
 fn assert_idle_and_clean(c: &Cluster) {
     assert_eq!(c.node_state(), "idle", "node not idle: {}", c.node_reason());
     assert!(c.journals().is_empty(), "journals left: {:?}", c.journals());
@@ -173,7 +160,7 @@ fn broken_config(c: &Cluster) {
         + 1;
     let want = format!("{}:{line}:1: unknown field `bogus_key`", cfg.display());
     let id = c.submit(&["--colloc=naive", "--gres=gpu:1"], "echo RAN");
-    assert_eq!(ended(c, id), "FAILED");
+    assert_eq!(c.wait_ended(id), "FAILED");
     assert!(!c.job_out(id).contains("RAN"));
     let err = c.job_err(id);
     assert!(
@@ -194,7 +181,7 @@ fn broken_config(c: &Cluster) {
     );
     // Jobs that ask for nothing run as usual.
     let plain = c.submit(&["--gres=gpu:1"], "echo RAN");
-    assert_eq!(ended(c, plain), "COMPLETED");
+    assert_eq!(c.wait_ended(plain), "COMPLETED");
     // The running job ends while the config is broken: its epilog restores with the last
     // good copy: no journal, no MPS daemon left.
     std::fs::write(&go, "").unwrap();
@@ -257,7 +244,7 @@ fn switch_off_and_on(c: &Cluster) {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(ended(c, held), "FAILED");
+    assert_eq!(c.wait_ended(held), "FAILED");
     let err = c.job_err(held);
     assert!(
         err.contains(&format!("--colloc=naive: {off}")),

@@ -129,19 +129,6 @@ fn colloc(c: &Cluster, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// The state job `id` ended in, while another job still runs on the node (`wait_done`
-/// also waits for the node to be idle).
-fn ended(c: &Cluster, id: u32) -> String {
-    c.wait_until(&format!("job {id} to end"), || {
-        let state = c.job_info(id)?.get("JobState")?.clone();
-        (!matches!(
-            state.as_str(),
-            "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED"
-        ))
-        .then_some(state)
-    })
-}
-
 /// A folder the job's user can write.
 fn job_folder(c: &Cluster, name: &str, user: &str) -> PathBuf {
     let dir = c.jobs_dir().join(name);
@@ -225,7 +212,7 @@ fn summary_of_a_pack(c: &Cluster) {
             "pack ok=1000 failed=0 steady=999999 unit=img/s\n",
         ),
     );
-    assert_eq!(ended(c, forged), "COMPLETED", "{}", c.job_err(forged));
+    assert_eq!(c.wait_ended(forged), "COMPLETED", "{}", c.job_err(forged));
     std::fs::write(&go, "").unwrap();
     assert_eq!(c.wait_done(id).state, "FAILED", "{}", c.job_err(id));
 

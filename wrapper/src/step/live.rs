@@ -81,14 +81,15 @@ impl Served {
         self.server.publish(&self.live);
     }
 
-    /// Refresh the GPU figures (at most every [`REFRESH`]).
-    pub fn refresh(&mut self, gpu: Option<AttemptGpu>) {
+    /// Refresh the GPU figures at most every [`REFRESH`]: `gpu` (a round trip to the
+    /// sampler's thread) is asked only then.
+    pub fn refresh(&mut self, gpu: impl FnOnce() -> Option<AttemptGpu>) {
         let now = Instant::now();
         if self.last.is_some_and(|t| now < t + REFRESH) {
             return;
         }
         self.last = Some(now);
-        let g = gpu.unwrap_or_default();
+        let g = gpu().unwrap_or_default();
         let r = &mut self.live.runs[0];
         r.memory_peak_bytes = g.peak_memory_bytes.filter(|b| *b <= 1 << 53);
         r.util_ratio = g.mean_util_percent.map(|u| (u / 100.0).clamp(0.0, 1.0));
@@ -132,11 +133,13 @@ mod tests {
         )
         .unwrap();
         s.rate(812.5, Some("img/s\u{7}"));
-        s.refresh(Some(AttemptGpu {
-            peak_memory_bytes: Some(3 << 30),
-            mean_util_percent: Some(41.0),
-            ..AttemptGpu::default()
-        }));
+        s.refresh(|| {
+            Some(AttemptGpu {
+                peak_memory_bytes: Some(3 << 30),
+                mean_util_percent: Some(41.0),
+                ..AttemptGpu::default()
+            })
+        });
         let live = Live::parse(&s.snapshot().to_bytes()).unwrap();
         let r = &live.runs[0];
         assert_eq!(

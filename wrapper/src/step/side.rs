@@ -249,10 +249,10 @@ pub fn main(nvml_library: &str) -> anyhow::Result<ExitCode> {
     let mut colloc_gone = false;
     loop {
         if let Some(m) = served.as_mut() {
-            m.refresh(
+            m.refresh(|| {
                 gpu.as_ref()
-                    .and_then(|g| g.sampler.current(&[ID]).pop().flatten()),
-            );
+                    .and_then(|g| g.sampler.current(&[ID]).pop().flatten())
+            });
         }
         let sup: Vec<(usize, BorrowedFd<'_>)> = launcher.fds();
         let wait = served.as_ref().map(|_| super::live::REFRESH);
