@@ -11,15 +11,20 @@
 //! (`packs` onwards) is what the job's own `colloc run`s said when each pack ended, and
 //! only that: a user can make their own job's figures up, never another job's.
 //!
-//! **How the figures reach root without a file.** The batch step's slurmstepd (root, in
-//! the plugin's `init_post_opt`) listens on the abstract Unix socket
-//! `colloc-summary/<job>/<random>` (no one can take a job's name ahead of it) and never
-//! accepts while the job runs; its tasks get the name in [`SOCKET_ENV`] (and so do the
-//! steps they start). `colloc run` connects when a pack ends, checks that the listener is root's (`SO_PEERCRED`), writes one line of at
-//! most [`REPORT_LIMIT`] bytes and closes. The kernel keeps the line with the queued
-//! connection. At the step's end (`slurm_spank_exit`, before slurmstepd tells slurmctld
-//! the batch script ended, so the job still runs) root takes at most [`MAX_CONNECTIONS`]
-//! queued connections, keeps those whose peer was the job's user, reads each within
+//! **How the figures reach root.** The batch step's slurmstepd (root, in the plugin's
+//! `init_post_opt`) listens on the Unix socket `run_dir/summary/job-<id>.sock`
+//! ([`socket_path`]; `run_dir` and `summary/` are root's, so no one else can make, swap or
+//! remove a name there), which it gives to the job's user with mode 0600 before it
+//! listens: no other user can connect (the kernel asks for write permission on the
+//! socket's file), so no one can fill its queue or send a report for another's job. It
+//! never accepts while the job runs; its tasks get the path in [`SOCKET_ENV`] (and so do
+//! the steps they start). `colloc run` connects when a pack ends, checks that the
+//! listener is root's (`SO_PEERCRED`), writes one line of at most [`REPORT_LIMIT`] bytes
+//! and closes. The kernel keeps the line with the queued connection. At the step's end
+//! (`slurm_spank_exit`, before slurmstepd tells slurmctld the batch script ended, so the
+//! job still runs) root takes at most [`MAX_CONNECTIONS`] queued connections, keeps those
+//! whose peer was the job's user (any other is counted as a stranger: only root could
+//! make one), reads each within
 //! [`READ_TIME`] and checks the line's form strictly ([`PackReport::parse`]). Nothing a
 //! user wrote is a path root opens, and nothing but digits, a unit of letters, and the
 //! separators reaches the comment: the word's characters are checked again as a whole
@@ -38,26 +43,30 @@
 //! directories only, where root's alone, with an environment of their own, each killed
 //! after [`WRITE_TIMEOUT`].
 //!
-//! **What another user can do** (our red team): read the socket's name from
-//! `/proc/net/unix` and fill its queue with connections, so that the job's own report
-//! finds no room. Those connections are counted into the word (`strangers=N`), so a
-//! summary without packs says why.
+//! **What another user can do**: nothing to the socket (an earlier abstract socket, whose
+//! name `/proc/net/unix` shows, let another user fill its queue: our red team). The
+//! socket is removed at the step's end, and by the epilog where the step was killed
+//! first ([`remove_socket`]).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{sockopt, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
+use crate::fs::Dir;
 use crate::publish::{merge_comment, run_tool, ToolFailure};
 
 /// Summary format version (after `colloc/`).
 pub const SUMMARY_VERSION: u32 = 1;
 /// How colloc's word is recognised in an `AdminComment`.
 pub const WORD_START: &str = "colloc/";
-/// The start of the listening socket's abstract name (`colloc-summary/<job>`).
-pub const SOCKET_PREFIX: &str = "colloc-summary/";
+/// The directory in `run_dir` where the batch steps' sockets are.
+pub const SOCKET_DIR: &str = "summary";
+/// Longest path a Unix socket's address holds (`sun_path` less its closing NUL).
+const SOCKET_PATH_MAX: usize = 107;
 /// Longest pack report taken.
 pub const REPORT_LIMIT: usize = 512;
 /// Queued connections taken at the step's end (more are closed unread).
@@ -72,36 +81,32 @@ const COUNT_LIMIT: u64 = 1_000_000;
 const FIGURE_LIMIT: f64 = 9_007_199_254_740_992.0;
 
 /// The variable that tells the batch step's tasks (and the steps they start) the
-/// socket's name.
+/// socket's path.
 pub const SOCKET_ENV: &str = "COLLOC_SUMMARY_SOCKET";
 
-/// A fresh abstract name for `job`'s socket: `colloc-summary/<job>/<16 hex digits>`, the
-/// digits from the kernel's random source, so that no one can take a job's name before
-/// its batch step starts.
-///
-/// # Errors
-/// The random source could not be read.
-pub fn socket_name(job: u32) -> std::io::Result<String> {
-    use std::io::Read as _;
-    let mut b = [0u8; 8];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(format!(
-        "{SOCKET_PREFIX}{job}/{:016x}",
-        u64::from_le_bytes(b)
-    ))
+/// The socket's file name in [`SOCKET_DIR`]: `job-<id>.sock`.
+pub fn socket_file_name(job: u32) -> String {
+    format!("job-{job}.sock")
 }
 
-/// Is `name` one [`socket_name`] makes (as [`SOCKET_ENV`] gives it to `colloc run`)?
-pub fn is_socket_name(name: &str) -> bool {
-    name.strip_prefix(SOCKET_PREFIX)
-        .and_then(|r| r.split_once('/'))
-        .is_some_and(|(job, salt)| {
-            !job.is_empty()
-                && job.len() <= 10
-                && job.bytes().all(|b| b.is_ascii_digit())
-                && salt.len() == 16
-                && salt.bytes().all(|b| b.is_ascii_hexdigit())
-        })
+/// Where `job`'s batch step listens: `run_dir/summary/job-<id>.sock`.
+pub fn socket_path(run_dir: &Path, job: u32) -> PathBuf {
+    run_dir.join(SOCKET_DIR).join(socket_file_name(job))
+}
+
+/// Is `path` one [`socket_path`] makes (as [`SOCKET_ENV`] gives it to `colloc run`)?
+pub fn is_socket_path(path: &str) -> bool {
+    let p = Path::new(path);
+    p.is_absolute()
+        && path.len() <= SOCKET_PATH_MAX
+        && p.parent()
+            .and_then(Path::file_name)
+            .is_some_and(|d| d == SOCKET_DIR)
+        && p.file_name()
+            .and_then(|f| f.to_str())
+            .and_then(|f| f.strip_prefix("job-"))
+            .and_then(|f| f.strip_suffix(".sock"))
+            .is_some_and(|id| !id.is_empty() && id.parse::<u32>().is_ok())
 }
 
 /// What one `colloc run` pack said when it ended.
@@ -406,22 +411,25 @@ pub fn parse_squeue_json(out: &str, job: u32) -> Result<Queued, String> {
     })
 }
 
-/// A non-blocking, close-on-exec Unix stream socket and the abstract address `name`.
-fn stream_socket(name: &str) -> std::io::Result<(OwnedFd, SocketAddrUnix)> {
+/// A non-blocking, close-on-exec Unix stream socket and the address `path`.
+fn stream_socket(path: &Path) -> std::io::Result<(OwnedFd, SocketAddrUnix)> {
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::STREAM,
         SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
         None,
     )?;
-    Ok((fd, SocketAddrUnix::new_abstract_name(name.as_bytes())?))
+    Ok((fd, SocketAddrUnix::new(path)?))
 }
 
-/// Root's end of the socket: listening, never accepting until [`Collector::collect`].
+/// Root's end of the socket: listening, never accepting until [`Collector::collect`];
+/// its file is removed when it is dropped.
 #[derive(Debug)]
 pub struct Collector {
     fd: OwnedFd,
-    name: String,
+    /// The socket's directory (root's) and the socket's name there.
+    dir: Dir,
+    file: String,
 }
 
 /// What the queued connections held.
@@ -436,41 +444,56 @@ pub struct Collected {
 }
 
 impl Collector {
-    /// Listen on a fresh [`socket_name`] for `job`, close-on-exec (the job's tasks never
-    /// hold it).
+    /// Listen on [`socket_path`] for `job` (close-on-exec: the job's tasks never hold
+    /// it), the socket's file `uid`'s with mode 0600 before anyone can connect. A socket
+    /// left there by a step of this job that was killed is replaced. `run_dir` and
+    /// `summary/` are made where missing (root's, 0755).
     ///
     /// # Errors
-    /// The socket could not be made.
-    pub fn bind(job: u32) -> std::io::Result<Collector> {
-        let mut last = std::io::Error::from(Errno::ADDRINUSE);
-        // A name taken by chance (2^-64) is tried again.
-        for _ in 0..4 {
-            let name = socket_name(job)?;
-            match Collector::bind_name(&name) {
-                Err(e) if e.raw_os_error() == Some(Errno::ADDRINUSE.raw_os_error()) => last = e,
-                other => return other,
-            }
+    /// Why the socket could not be made, in a line.
+    pub fn bind(run_dir: &Path, job: u32, uid: u32) -> Result<Collector, String> {
+        let run = Dir::create_trusted(run_dir, 0o755).map_err(|e| e.to_string())?;
+        let dir = match run.open_dir(SOCKET_DIR) {
+            Ok(Some(d)) => d,
+            Ok(None) => match run.make_dir(SOCKET_DIR, 0o755) {
+                Ok(d) => d,
+                // Another batch step made it meanwhile.
+                Err(e) if e.raw_os_error() == Some(Errno::EXIST.raw_os_error()) => run
+                    .open_dir(SOCKET_DIR)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("{} is gone", run.path().join(SOCKET_DIR).display()))?,
+                Err(e) => return Err(e.to_string()),
+            },
+            Err(e) => return Err(e.to_string()),
+        };
+        dir.check_private().map_err(|e| e.to_string())?;
+        let file = socket_file_name(job);
+        let path = dir.path().join(&file);
+        if path.as_os_str().len() > SOCKET_PATH_MAX {
+            return Err(format!(
+                "{} is longer than a socket's address holds ({SOCKET_PATH_MAX} bytes)",
+                path.display()
+            ));
         }
-        Err(last)
+        dir.unlink(&file).map_err(|e| e.to_string())?;
+        let made = |e: std::io::Error| format!("cannot listen on {}: {e}", path.display());
+        let (fd, addr) = stream_socket(&path).map_err(made)?;
+        // The directories are root's all the way up (checked above): the path names the
+        // file made here. Until listen() below, connections are refused, so none is
+        // queued before the file is the user's alone.
+        rustix::net::bind(&fd, &addr).map_err(|e| made(e.into()))?;
+        let collector = Collector { fd, dir, file };
+        collector
+            .dir
+            .give_entry(&collector.file, uid, 0o600)
+            .map_err(|e| e.to_string())?;
+        rustix::net::listen(&collector.fd, MAX_CONNECTIONS as i32).map_err(|e| made(e.into()))?;
+        Ok(collector)
     }
 
-    /// Listen on `name`.
-    ///
-    /// # Errors
-    /// The name is taken, or the socket could not be made.
-    pub fn bind_name(name: &str) -> std::io::Result<Collector> {
-        let (fd, addr) = stream_socket(name)?;
-        rustix::net::bind(&fd, &addr)?;
-        rustix::net::listen(&fd, MAX_CONNECTIONS as i32)?;
-        Ok(Collector {
-            fd,
-            name: name.to_string(),
-        })
-    }
-
-    /// The socket's abstract name (without the leading NUL).
-    pub fn name(&self) -> &str {
-        &self.name
+    /// The socket's path (for [`SOCKET_ENV`]).
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join(&self.file)
     }
 
     /// Take the queued connections (at most [`MAX_CONNECTIONS`]), keep those of `uid`,
@@ -506,6 +529,33 @@ impl Collector {
     }
 }
 
+impl Drop for Collector {
+    fn drop(&mut self) {
+        if let Err(e) = self.dir.unlink(&self.file) {
+            log::warn!("cannot remove the job summary's socket: {e}");
+        }
+    }
+}
+
+/// Remove `job`'s socket where its batch step left it (killed before its end): the
+/// epilog's, with the job's journal. `Ok(true)` where there was one.
+///
+/// # Errors
+/// `run_dir` or the socket's directory is not root's, or the removal failed.
+pub fn remove_socket(run_dir: &Path, job: u32) -> Result<bool, String> {
+    let run = match Dir::open_trusted(run_dir) {
+        Ok(d) => d,
+        Err(e) if e.is_not_found() => return Ok(false),
+        Err(e) => return Err(e.to_string()),
+    };
+    let Some(dir) = run.open_dir(SOCKET_DIR).map_err(|e| e.to_string())? else {
+        return Ok(false);
+    };
+    dir.check_private().map_err(|e| e.to_string())?;
+    dir.unlink(&socket_file_name(job))
+        .map_err(|e| e.to_string())
+}
+
 /// One connection's report: to its end, at most [`REPORT_LIMIT`] + 1 bytes, by `deadline`.
 fn read_report(fd: BorrowedFd<'_>, deadline: Instant) -> Result<Vec<u8>, String> {
     let mut buf = Vec::new();
@@ -534,14 +584,14 @@ fn read_report(fd: BorrowedFd<'_>, deadline: Instant) -> Result<Vec<u8>, String>
     }
 }
 
-/// Tell the job's summary socket `name` (from [`SOCKET_ENV`]) what a pack did (`colloc
-/// run`, as the user). `Ok(false)` where no one listens (another node than the batch
-/// step's, or the step has ended) or the listener is not root's (never told).
+/// Tell the job's summary socket at `path` (from [`SOCKET_ENV`]) what a pack did
+/// (`colloc run`, as the user). `Ok(false)` where no one listens (another node than the
+/// batch step's, or the step has ended) or the listener is not root's (never told).
 ///
 /// # Errors
 /// The connection or the write failed.
-pub fn send(name: &str, report: &PackReport) -> std::io::Result<bool> {
-    let (fd, addr) = stream_socket(name)?;
+pub fn send(path: &Path, report: &PackReport) -> std::io::Result<bool> {
+    let (fd, addr) = stream_socket(path)?;
     match rustix::net::connect(&fd, &addr) {
         Ok(()) => {}
         Err(Errno::CONNREFUSED | Errno::NOENT) => return Ok(false),

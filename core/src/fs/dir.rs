@@ -131,6 +131,37 @@ impl Dir {
         .map_err(|e| io("change the owner of", &self.path, e))
     }
 
+    /// Give the entry `name` (never a link: it is looked at first) to `uid`, keeping its
+    /// group, with exactly `mode`: a socket root made here for one user.
+    ///
+    /// # Errors
+    /// [`FsError`]: missing, a link, or I/O.
+    pub fn give_entry(&self, name: &str, uid: u32, mode: u32) -> Result<(), FsError> {
+        let c = check_name(name)?;
+        let path = self.path.join(name);
+        match self.lstat(name)? {
+            None => return Err(io("look up", &path, Errno::NOENT)),
+            Some(st) if file_type(&st) == FileType::Symlink => {
+                return Err(FsError::WrongType {
+                    path,
+                    what: "a link",
+                    expected: "anything but a link",
+                })
+            }
+            Some(_) => {}
+        }
+        rustix::fs::chownat(
+            &self.fd,
+            &c,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            None,
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| io("change the owner of", &path, e))?;
+        rustix::fs::chmodat(&self.fd, &c, Mode::from_raw_mode(mode), AtFlags::empty())
+            .map_err(|e| io("set the mode of", &path, e))
+    }
+
     /// Check that only root can change this directory: owned by root, writable by no one
     /// else.
     ///

@@ -179,49 +179,144 @@ fn strangers_are_counted_in_the_word() {
 }
 
 /// A connection to `name` that has written `bytes` (still open: drop it to close).
-fn connected(name: &str, bytes: &[u8]) -> OwnedFd {
-    let (fd, addr) = stream_socket(name).unwrap();
+fn connected(path: &Path, bytes: &[u8]) -> OwnedFd {
+    let (fd, addr) = stream_socket(path).unwrap();
     rustix::net::connect(&fd, &addr).unwrap();
     rustix::io::write(&fd, bytes).unwrap();
     fd
 }
 
-/// A job id no other test or cluster on this host uses.
-fn job_id() -> u32 {
-    4_000_000_000 - (std::process::id() % 1_000_000) * 64
+/// A `run_dir` of a test's own (its parent 0755, as a node's).
+fn run_dir(tmp: &tempfile::TempDir) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    tmp.path().join("run")
 }
 
 #[test]
-fn socket_names_are_recognised() {
+fn socket_paths_are_recognised() {
+    assert_eq!(
+        socket_path(Path::new("/run/colloc"), 12),
+        Path::new("/run/colloc/summary/job-12.sock")
+    );
     for ok in [
-        "colloc-summary/12/0123456789abcdef",
-        "colloc-summary/4294967295/ffffffffffffffff",
+        "/run/colloc/summary/job-12.sock",
+        "/x/summary/job-4294967295.sock",
     ] {
-        assert!(is_socket_name(ok), "{ok}");
+        assert!(is_socket_path(ok), "{ok}");
     }
+    let long = format!("/{}/summary/job-1.sock", "d".repeat(100));
     for bad in [
-        "colloc-summary/12",
-        "colloc-summary/12/0123",
-        "colloc-summary//0123456789abcdef",
-        "colloc-summary/12/0123456789abcdeg",
-        "colloc-live/12/0123456789abcdef",
-        "colloc-summary/12/0123456789abcdef/x",
+        "run/colloc/summary/job-12.sock",
+        "/run/colloc/job-12.sock",
+        "/run/colloc/summary/job-.sock",
+        "/run/colloc/summary/job-12",
+        "/run/colloc/summary/job-4294967296.sock",
+        "/run/colloc/summary/job-12.sock/x",
+        "/run/colloc/summary/job-1x.sock",
+        long.as_str(),
     ] {
-        assert!(!is_socket_name(bad), "{bad}");
+        assert!(!is_socket_path(bad), "{bad}");
     }
+}
+
+#[test]
+fn the_socket_is_the_jobs_user_alone_and_goes_with_its_collector() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_dir(&tmp);
+    let me = crate::sys::uid();
+    let user = if me == 0 { 65_534 } else { me };
+    let c = Collector::bind(&run, 7, user).unwrap();
+    assert_eq!(c.path(), socket_path(&run, 7));
+    let m = std::fs::symlink_metadata(c.path()).unwrap();
+    assert!(m.file_type().is_socket());
+    assert_eq!((m.uid(), m.mode() & 0o7777), (user, 0o600));
+    let d = std::fs::metadata(run.join(SOCKET_DIR)).unwrap();
+    assert_eq!((d.uid(), d.mode() & 0o7777), (me, 0o755));
+    // A socket a killed step left is replaced; the epilog's removal finds it gone then.
+    let again = Collector::bind(&run, 7, user).unwrap();
+    assert!(again.path().exists());
+    drop(c);
+    drop(again);
+    assert!(!socket_path(&run, 7).exists());
+    assert!(!remove_socket(&run, 7).unwrap());
+    // A file left where the step was killed is the epilog's to remove.
+    let left = Collector::bind(&run, 8, user).unwrap();
+    std::mem::forget(left);
+    assert!(remove_socket(&run, 8).unwrap());
+    assert!(!socket_path(&run, 8).exists());
+    // No run_dir: nothing to remove, no error.
+    assert!(!remove_socket(&tmp.path().join("none"), 8).unwrap());
+    // A run_dir someone else may write in is refused.
+    if me == 0 {
+        use std::os::unix::fs::PermissionsExt;
+        let open = tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(Collector::bind(&open, 9, user).is_err());
+    }
+}
+
+#[test]
+fn only_the_jobs_user_can_connect() {
+    if crate::sys::uid() != 0 {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_dir(&tmp);
+    let (user, other) = (65_534, 65_533);
+    let c = Collector::bind(&run, 11, user).unwrap();
+    let path = c.path();
+    let line = report(3, 1).to_line();
+    let (fd, addr) = stream_socket(&path).unwrap();
+    drop(fd);
+    // As each user, in a child: connect and write the line; the exit code says how it went.
+    let try_as = |uid: u32| {
+        let end = crate::sys::run_forked_as(
+            uid,
+            uid,
+            Instant::now() + Duration::from_secs(5),
+            &mut || {
+                let Ok(fd) = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)
+                else {
+                    return 3;
+                };
+                match rustix::net::connect(&fd, &addr) {
+                    Ok(()) => {}
+                    Err(Errno::ACCESS) => return 13,
+                    Err(_) => return 4,
+                }
+                match rustix::io::write(&fd, line.as_bytes()) {
+                    Ok(n) if n == line.len() => 0,
+                    _ => 5,
+                }
+            },
+        )
+        .unwrap();
+        match end {
+            crate::sys::ChildEnd::Exited(code) => code,
+            other => panic!("{other:?}"),
+        }
+    };
+    // Another user is refused by the kernel (no write permission on the socket's file)…
+    assert_eq!(try_as(other), 13);
+    // …the job's user is let in.
+    assert_eq!(try_as(user), 0);
+    let got = c.collect(user);
+    assert_eq!((got.reports, got.strangers), (vec![report(3, 1)], 0));
 }
 
 #[test]
 fn a_report_waits_in_the_queue_for_root_and_others_are_left_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_dir(&tmp);
     let me = crate::sys::uid();
-    let c = Collector::bind(job_id()).unwrap();
-    let job = c.name().to_string();
-    assert!(is_socket_name(&job), "{job}");
-    // The name is fresh each time; one that is held cannot be taken again.
-    assert_ne!(Collector::bind(job_id()).unwrap().name(), job);
-    assert!(Collector::bind_name(&job).is_err());
+    let c = Collector::bind(&run, 12, me).unwrap();
+    let job = c.path();
+    assert!(is_socket_path(job.to_str().unwrap()), "{}", job.display());
     // Nothing listens: nothing is sent, and that is no error.
-    assert!(!send(&format!("{job}0"), &report(1, 0)).unwrap());
+    assert!(!send(&socket_path(&run, 13), &report(1, 0)).unwrap());
     if me != 0 {
         // A listener that is not root's is never told.
         assert!(!send(&job, &report(1, 0)).unwrap());
@@ -229,8 +324,7 @@ fn a_report_waits_in_the_queue_for_root_and_others_are_left_out() {
         assert_eq!(got.reports, vec![]);
         return;
     }
-    // As root (CI): two packs report; a stranger's connection is dropped unread; a
-    // malformed report is refused with why.
+    // As root (CI): two packs report; a malformed report is refused with why.
     assert!(send(&job, &report(18, 2)).unwrap());
     assert!(send(&job, &report(5, 0)).unwrap());
     drop(connected(&job, b"pack ok=1 failed=0 unit=x'--\n"));
@@ -256,8 +350,10 @@ fn a_flood_of_connections_is_bounded() {
     if crate::sys::uid() != 0 {
         return;
     }
-    let c = Collector::bind(job_id() + 1).unwrap();
-    let job = c.name().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_dir(&tmp);
+    let c = Collector::bind(&run, 14, 0).unwrap();
+    let job = c.path();
     let mut made = 0;
     for _ in 0..MAX_CONNECTIONS * 2 {
         let (fd, addr) = stream_socket(&job).unwrap();

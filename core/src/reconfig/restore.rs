@@ -102,6 +102,12 @@ pub(super) fn restore_job(
     let Some(mut j) = journal::load(cfg, job)? else {
         return Ok(RestoreReport::default());
     };
+    // The job summary's socket, where the batch step was killed before its end.
+    match crate::jobsummary::remove_socket(&cfg.run_dir, job) {
+        Ok(true) => log::info!("job {job}: removed its summary socket, which its batch step left"),
+        Ok(false) => {}
+        Err(e) => log::warn!("job {job}: cannot remove its summary socket: {e}"),
+    }
     // Lock the journal's GPUs, then read it again: a prolog that held the locks may have
     // changed it meanwhile (more instances, another daemon).
     let mut _locks = Vec::new();

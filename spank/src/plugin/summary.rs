@@ -79,9 +79,15 @@ pub fn init_post_opt(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             return Ok(());
         }
     };
-    let collector = Collector::bind(job)
-        .map_err(|e| log::warn!("job {job}: cannot listen for its packs' reports: {e}"))
-        .ok();
+    let collector = match host.job_uid() {
+        Ok(uid) => Collector::bind(&cfg.run_dir, job, uid)
+            .map_err(|e| log::warn!("job {job}: cannot listen for its packs' reports: {e}"))
+            .ok(),
+        Err(e) => {
+            log::warn!("job {job}: cannot listen for its packs' reports: {e}");
+            None
+        }
+    };
     *pending() = Some(Pending {
         job,
         gpus: u32::try_from(journal.gpus.len()).unwrap_or(u32::MAX),
@@ -91,12 +97,12 @@ pub fn init_post_opt(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// The socket's name for the task's environment (`task_init_privileged`, in the batch
+/// The socket's path for the task's environment (`task_init_privileged`, in the batch
 /// step's tasks), where this step listens.
 pub fn socket_env() -> Option<(&'static str, String)> {
     let p = pending();
-    let name = p.as_ref()?.collector.as_ref()?.name().to_string();
-    Some((jobsummary::SOCKET_ENV, name))
+    let path = p.as_ref()?.collector.as_ref()?.path();
+    Some((jobsummary::SOCKET_ENV, path.to_str()?.to_string()))
 }
 
 /// `slurm_spank_exit` (root, the batch step's slurmstepd): read the packs' reports and
@@ -119,6 +125,7 @@ pub fn exit(host: &mut dyn Host, args: &[&str]) -> Result<(), String> {
             return Ok(());
         }
     };
+    // The collector's socket file goes with it, once read.
     let got = p.collector.map(|c| c.collect(uid)).unwrap_or_default();
     if got.strangers > 0 {
         log::warn!(

@@ -9,6 +9,7 @@
 //! job` forges nothing; each task of an array gets its own; a cancelled job's goes
 //! straight to the database; `colloc status --cluster --since` sums them up.
 
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use colloc_core::jobsummary::{self, JobSummary};
@@ -138,22 +139,13 @@ fn job_folder(c: &Cluster, name: &str, user: &str) -> PathBuf {
     dir
 }
 
-/// Python that connects to the summary socket named by the Python expression `name`
-/// and writes `line`.
-fn sender(name: &str, line: &str) -> String {
+/// Python that connects to the summary socket at the path the Python expression `path`
+/// gives and writes `line`; it prints `denied` where the kernel refuses the connection.
+fn sender(path: &str, line: &str) -> String {
     format!(
         "python3 - <<'PY'\nimport os, socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
-         s.connect(b'\\0' + ({name}).encode())\ns.sendall({line:?}.encode())\ns.close()\nPY\n"
-    )
-}
-
-/// Python: the name of job `id`'s summary socket, as anyone on the node reads it from
-/// `/proc/net/unix`.
-fn found_name(id: u32) -> String {
-    format!(
-        "[l.split()[-1][1:] for l in open('/proc/net/unix') \
-         if l.split()[-1].startswith('@{}{id}/')][0]",
-        jobsummary::SOCKET_PREFIX
+         try:\n    s.connect({path})\nexcept PermissionError:\n    print('denied')\n    raise SystemExit(0)\n\
+         s.sendall({line:?}.encode())\ns.close()\nprint('sent')\nPY\n"
     )
 }
 
@@ -201,18 +193,30 @@ fn summary_of_a_pack(c: &Cluster) {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    // Another user's job speaks to this job's socket: left unread.
+    // The socket is the job's user's alone.
+    let sock = jobsummary::socket_path(&c.run_dir(), id);
+    let meta =
+        std::fs::symlink_metadata(&sock).unwrap_or_else(|e| panic!("{}: {e}", sock.display()));
+    assert!(meta.file_type().is_socket(), "{meta:?}");
+    assert_eq!(
+        (meta.uid(), meta.mode() & 0o7777),
+        (ensure_user(USER).0, 0o600),
+        "{}",
+        sock.display()
+    );
+    // Another user's job cannot even connect to it (the path is no secret).
     let other = as_user(OTHER);
     let mut oargs: Vec<&str> = other.iter().map(String::as_str).collect();
     oargs.push("--gres=gpu:1");
     let forged = c.submit(
         &oargs,
         &sender(
-            &found_name(id),
+            &format!("{:?}", sock.display().to_string()),
             "pack ok=1000 failed=0 steady=999999 unit=img/s\n",
         ),
     );
     assert_eq!(c.wait_ended(forged), "COMPLETED", "{}", c.job_err(forged));
+    assert_eq!(c.job_out(forged).trim(), "denied", "{}", c.job_err(forged));
     std::fs::write(&go, "").unwrap();
     assert_eq!(c.wait_done(id).state, "FAILED", "{}", c.job_err(id));
 
@@ -232,10 +236,9 @@ fn summary_of_a_pack(c: &Cluster) {
     let word = word.unwrap_or_else(|| panic!("no colloc word in {comment:?}"));
     let got = JobSummary::decode(word).unwrap_or_else(|| panic!("unreadable: {word}"));
     assert_eq!((got.mode.as_str(), got.gpus), ("mps", 1), "{word}");
-    // One pack: the job's own; the malformed one and the other user's are not in it,
-    // the other user's connection counted.
+    // One pack: the job's own; the malformed one is not in it, and no one else got in.
     assert_eq!((got.packs, got.ok, got.failed), (1, 2, 1), "{word}");
-    assert_eq!(got.strangers, 1, "{word}");
+    assert_eq!(got.strangers, 0, "{word}");
     let steady = s["steady_throughput"].as_f64().expect("a steady figure");
     let (v, unit) = got.steady.clone().expect("the steady figure in the word");
     assert!(
@@ -261,7 +264,8 @@ fn summary_of_a_pack(c: &Cluster) {
         "{log}\n{}",
         c.job_err(id)
     );
-    assert!(log.contains("from other users, left unread"), "{log}");
+    // Gone with the step.
+    assert!(!sock.exists(), "{}", sock.display());
 }
 
 fn no_summary(c: &Cluster) {

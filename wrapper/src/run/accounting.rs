@@ -1,7 +1,7 @@
 //! What a pack tells its job's summary in Slurm's accounting when it ends
 //! (`colloc_core::jobsummary`): its runs that succeeded and failed, its steady aggregate
 //! and its energy, on the socket the batch step's slurmstepd (root) listens on and names
-//! in `COLLOC_SUMMARY_SOCKET`. Outside a colloc batch job there is no name, and on
+//! in `COLLOC_SUMMARY_SOCKET` (a path in `run_dir`, the job's user's alone). Outside a colloc batch job there is no name, and on
 //! another node than the batch step's no one listens: then nothing is said.
 
 use colloc_core::jobsummary::{self, PackReport};
@@ -31,14 +31,14 @@ pub fn pack_report(report: &Report) -> PackReport {
 /// Tell the job's summary (the socket named in `COLLOC_SUMMARY_SOCKET`, which the
 /// batch step gives its tasks) what this pack did; a failure is a log line.
 pub fn tell(report: &Report) {
-    let Some(name) = std::env::var(jobsummary::SOCKET_ENV)
+    let Some(path) = std::env::var(jobsummary::SOCKET_ENV)
         .ok()
-        .filter(|n| jobsummary::is_socket_name(n))
+        .filter(|p| jobsummary::is_socket_path(p))
     else {
         return;
     };
     let r = pack_report(report);
-    match jobsummary::send(&name, &r) {
+    match jobsummary::send(std::path::Path::new(&path), &r) {
         Ok(true) => log::debug!(
             "the job's accounting summary told: {}",
             r.to_line().trim_end()

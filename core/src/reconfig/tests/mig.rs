@@ -706,3 +706,22 @@ fn a_restore_waits_for_a_gpu_lock_another_colloc_process_holds() {
     assert_eq!(g.count(0), 0);
     other.join().unwrap();
 }
+
+#[test]
+fn the_epilog_removes_a_summary_socket_its_batch_step_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cfg(tmp.path());
+    let g = MemGpus::a100s(1);
+    env_of(&prolog(&c, &g, &spec(21, &[0], "mig:3g")).unwrap());
+    // The batch step listened, and was killed before its end.
+    let left = crate::jobsummary::Collector::bind(&c.run_dir, 21, crate::sys::uid()).unwrap();
+    std::mem::forget(left);
+    // Another job's socket stays.
+    let other = crate::jobsummary::Collector::bind(&c.run_dir, 22, crate::sys::uid()).unwrap();
+    let sock = crate::jobsummary::socket_path(&c.run_dir, 21);
+    assert!(sock.exists());
+    restore(&c, Some(&g), 21).unwrap();
+    assert!(!sock.exists(), "{}", sock.display());
+    assert!(other.path().exists());
+    assert_eq!(g.count(0), 0);
+}
