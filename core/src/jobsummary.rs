@@ -57,7 +57,7 @@ use rustix::io::Errno;
 use rustix::net::{sockopt, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use crate::fs::Dir;
-use crate::publish::{merge_comment, run_tool, ToolFailure};
+use crate::publish::{merge_comment, run_tool, run_tool_with, ToolFailure};
 
 /// Summary format version (after `colloc/`).
 pub const SUMMARY_VERSION: u32 = 1;
@@ -363,52 +363,129 @@ pub struct Queued {
 
 /// A number as `squeue --json` writes it: plain (Slurm 22.05's v0.0.38) or
 /// `{"set": true, "number": N}` (23.02 and later).
-fn json_number(v: &serde_json::Value) -> Option<u64> {
-    match v {
-        serde_json::Value::Number(n) => n.as_u64(),
-        serde_json::Value::Object(o)
-            if o.get("set").and_then(serde_json::Value::as_bool) != Some(false) =>
-        {
-            o.get("number")?.as_u64()
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum JsonNumber {
+    Plain(u64),
+    Set { set: bool, number: Option<u64> },
+    Other(serde::de::IgnoredAny),
+}
+
+impl JsonNumber {
+    fn get(&self) -> Option<u64> {
+        match self {
+            JsonNumber::Plain(n) => Some(*n),
+            JsonNumber::Set { set: true, number } => *number,
+            _ => None,
         }
-        _ => None,
+    }
+}
+
+/// The fields of one job of the `jobs` list that the writer needs; the rest of each job
+/// is skipped as it is read (never held: a user's long job name costs time, not memory).
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct JobFields {
+    job_id: Option<JsonNumber>,
+    admin_comment: Option<String>,
+    array_job_id: Option<JsonNumber>,
+    array_task_id: Option<JsonNumber>,
+    het_job_id: Option<JsonNumber>,
+    het_job_offset: Option<JsonNumber>,
+}
+
+/// The whole answer: `{"jobs": [...], ...}`, of which only job `job` is kept.
+struct FindJob(u32);
+
+impl<'de> serde::de::DeserializeSeed<'de> for FindJob {
+    type Value = Option<Queued>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FindJob {
+    type Value = Option<Queued>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object with a jobs list")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "jobs" {
+                found = m.next_value_seed(FindInList(self.0))?;
+            } else {
+                m.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// The `jobs` list, one job at a time.
+struct FindInList(u32);
+
+impl<'de> serde::de::DeserializeSeed<'de> for FindInList {
+    type Value = Option<Queued>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FindInList {
+    type Value = Option<Queued>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of jobs")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+        let job = self.0;
+        let mut found = None;
+        while let Some(j) = s.next_element::<JobFields>()? {
+            let n = |v: &Option<JsonNumber>| v.as_ref().and_then(JsonNumber::get);
+            if found.is_some() || n(&j.job_id) != Some(u64::from(job)) {
+                continue;
+            }
+            let array = n(&j.array_job_id).filter(|&a| a > 0);
+            let het = n(&j.het_job_id).filter(|&h| h > 0);
+            let target = match (array, n(&j.array_task_id), het, n(&j.het_job_offset)) {
+                (Some(a), Some(t), _, _) => format!("{a}_{t}"),
+                (_, _, Some(h), Some(o)) => format!("{h}+{o}"),
+                _ => job.to_string(),
+            };
+            found = Some(Queued {
+                admin_comment: j.admin_comment.unwrap_or_default(),
+                target,
+            });
+        }
+        Ok(found)
     }
 }
 
 /// Job `job` in `scontrol --json show job JOB`'s or `squeue --json`'s output (the same
-/// `jobs` list). JSON, not `scontrol show job`'s text: there a job name, a command or a working directory holding a newline
-/// (all the user's) can make a line that reads `AdminComment=` (our red team's find).
+/// `jobs` list), read as it comes: only the job's own fields are kept, so a queue whose
+/// answer is hundreds of MiB (22.05's `squeue --json` lists every job, and a user's
+/// fields can be long) costs time, not memory. JSON, not `scontrol show job`'s text:
+/// there a job name, a command or a working directory holding a newline (all the
+/// user's) can make a line that reads `AdminComment=` (our red team's find).
 ///
 /// # Errors
 /// Not JSON, or the job is not in it.
+pub fn read_squeue_json(out: impl std::io::Read, job: u32) -> Result<Queued, String> {
+    use serde::de::DeserializeSeed as _;
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(out));
+    let found = FindJob(job)
+        .deserialize(&mut de)
+        .and_then(|f| de.end().map(|()| f))
+        .map_err(|e| format!("squeue --json: not JSON ({e})"))?;
+    found.ok_or_else(|| format!("squeue --json does not list job {job}"))
+}
+
+/// [`read_squeue_json`] of an answer held whole.
+///
+/// # Errors
+/// As [`read_squeue_json`].
 pub fn parse_squeue_json(out: &str, job: u32) -> Result<Queued, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(out).map_err(|e| format!("squeue --json: not JSON ({e})"))?;
-    let j = v
-        .get("jobs")
-        .and_then(serde_json::Value::as_array)
-        .and_then(|jobs| {
-            jobs.iter()
-                .find(|j| j.get("job_id").and_then(json_number) == Some(u64::from(job)))
-        })
-        .ok_or_else(|| format!("squeue --json does not list job {job}"))?;
-    let admin_comment = j
-        .get("admin_comment")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let field = |k: &str| j.get(k).and_then(json_number);
-    let array = field("array_job_id").filter(|&a| a > 0);
-    let het = field("het_job_id").filter(|&h| h > 0);
-    let target = match (array, field("array_task_id"), het, field("het_job_offset")) {
-        (Some(a), Some(t), _, _) => format!("{a}_{t}"),
-        (_, _, Some(h), Some(o)) => format!("{h}+{o}"),
-        _ => job.to_string(),
-    };
-    Ok(Queued {
-        admin_comment,
-        target,
-    })
+    read_squeue_json(out.as_bytes(), job)
 }
 
 /// A non-blocking, close-on-exec Unix stream socket and the address `path`.
@@ -665,21 +742,30 @@ pub fn write(job: u32, word: &str) -> Result<Written, WriteError> {
     // 23.02 and later: the job alone. 22.05's scontrol has no --json, and its squeue
     // --json lists every job whatever else it is asked: slower on a long queue, but the
     // only form where no field of the user's can pass for the comment.
-    let shown = match run_tool(
+    let find = move |mut out: Box<dyn std::io::Read + Send>| {
+        let found = read_squeue_json(&mut out, job);
+        // What is left after a fault is read to its end: the tool must not fail on a
+        // closed pipe, or wait on a full one.
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+        found
+    };
+    let queued = match run_tool_with(
         &scontrol,
         &["--json", "show", "job", &id],
         WRITE_TIMEOUT,
         conf.as_deref(),
+        find,
     ) {
-        Err(e) if e.stderr.contains("unrecognized option") => run_tool(
+        Err(e) if e.stderr.contains("unrecognized option") => run_tool_with(
             &program("squeue")?,
             &["--json", "--states=all", "-j", &id],
             WRITE_TIMEOUT,
             conf.as_deref(),
+            find,
         )?,
         other => other?,
-    };
-    let queued = parse_squeue_json(&shown, job).map_err(WriteError::Queue)?;
+    }
+    .map_err(WriteError::Queue)?;
     let (other, _) = split_comment(&queued.admin_comment);
     if other.chars().any(char::is_control) {
         return Err(WriteError::Control);

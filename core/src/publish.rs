@@ -460,6 +460,28 @@ pub(crate) fn run_tool(
     timeout: Duration,
     slurm_conf: Option<&std::ffi::OsStr>,
 ) -> Result<String, ToolFailure> {
+    run_tool_with(program, args, timeout, slurm_conf, |pipe| {
+        use std::io::Read as _;
+        let mut buf = Vec::new();
+        let _ = pipe.take(64 << 20).read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// [`run_tool`], its standard output read by `read` as it comes (on a thread of its own,
+/// so that the tool never blocks on a full pipe): a long answer is taken in whatever
+/// memory `read` keeps, not held whole. `read` must read to the end (a tool whose
+/// output is left unread may fail on a closed pipe). `read`'s answer on success.
+///
+/// # Errors
+/// [`ToolFailure`].
+pub(crate) fn run_tool_with<T: Send + 'static>(
+    program: &std::path::Path,
+    args: &[&str],
+    timeout: Duration,
+    slurm_conf: Option<&std::ffi::OsStr>,
+    read: impl FnOnce(Box<dyn std::io::Read + Send>) -> T + Send + 'static,
+) -> Result<T, ToolFailure> {
     let command = std::iter::once(program.file_name().map_or_else(
         || program.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -489,30 +511,23 @@ pub(crate) fn run_tool(
     let mut child = cmd.spawn().map_err(|e| fail(ToolFault::Spawn(e)))?;
     // Both pipes are read while it runs: a long answer (a big `squeue --json`) must not
     // block it until the timeout.
-    let reader = |pipe: Option<Box<dyn std::io::Read + Send>>, limit: u64| {
-        std::thread::spawn(move || {
-            use std::io::Read as _;
-            let mut buf = Vec::new();
-            if let Some(p) = pipe {
-                let _ = p.take(limit).read_to_end(&mut buf);
-            }
-            String::from_utf8_lossy(&buf).into_owned()
-        })
+    let stdout: Box<dyn std::io::Read + Send> = match child.stdout.take() {
+        Some(p) => Box::new(p),
+        None => Box::new(std::io::empty()),
     };
-    let out_t = reader(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-        64 << 20,
-    );
-    let err_t = reader(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-        4096,
-    );
+    let out_t = std::thread::spawn(move || read(stdout));
+    let stderr_pipe = child.stderr.take();
+    let err_t = std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut buf = Vec::new();
+        if let Some(p) = stderr_pipe {
+            // Its first 4 KiB are kept; the rest is read and dropped.
+            let mut p = p;
+            let _ = (&mut p).take(4096).read_to_end(&mut buf);
+            let _ = std::io::copy(&mut p, &mut std::io::sink());
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    });
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait().map_err(|e| fail(ToolFault::Spawn(e)))? {
@@ -525,11 +540,17 @@ pub(crate) fn run_tool(
             None => std::thread::sleep(Duration::from_millis(5)),
         }
     };
-    let stdout = out_t.join().unwrap_or_default();
+    // The tool has ended (or was killed): its pipes reach their end.
+    let stdout = out_t.join();
     let stderr = err_t.join().unwrap_or_default();
-    match status {
-        Some(s) if s.success() => Ok(stdout),
-        other => Err(ToolFailure {
+    match (status, stdout) {
+        (Some(s), Ok(out)) if s.success() => Ok(out),
+        (Some(s), Err(_)) if s.success() => Err(ToolFailure {
+            status: "its output could not be read".into(),
+            stderr: stderr.trim().replace('\n', " "),
+            ..fail(ToolFault::Failed)
+        }),
+        (other, _) => Err(ToolFailure {
             status: other.map_or_else(
                 || format!("timed out after {} s", timeout.as_secs()),
                 |s| s.to_string(),

@@ -170,6 +170,89 @@ fn the_comment_and_target_come_from_squeue_json_of_either_release() {
         .contains("not JSON"));
 }
 
+/// A `squeue --json` answer of `jobs` jobs, each with a name of `name_len` bytes, made
+/// as it is read; job `target` comes last, with the comment `ticket 7`.
+struct HugeQueue {
+    jobs: usize,
+    name_len: usize,
+    target: u32,
+    at: usize,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl std::io::Read for HugeQueue {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos == self.chunk.len() {
+            self.chunk = match self.at {
+                0 => br#"{"meta":{},"jobs":["#.to_vec(),
+                n if n <= self.jobs => format!(
+                    r#"{{"job_id":{n},"name":"{}","admin_comment":""}},"#,
+                    "x".repeat(self.name_len)
+                )
+                .into_bytes(),
+                n if n == self.jobs + 1 => format!(
+                    r#"{{"job_id":{},"admin_comment":"ticket 7","array_job_id":0}}]}}"#,
+                    self.target
+                )
+                .into_bytes(),
+                _ => return Ok(0),
+            };
+            self.at += 1;
+            self.pos = 0;
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_queue_answer_past_64_mib_is_read_as_it_comes() {
+    // 22.05's squeue --json lists every job: 70 jobs with names of 1 MiB make 70 MiB,
+    // past what a tool's answer was held to (our red team stopped every summary that
+    // way with 580 held jobs whose fields were control characters).
+    let q = HugeQueue {
+        jobs: 70,
+        name_len: 1 << 20,
+        target: 4242,
+        at: 0,
+        chunk: Vec::new(),
+        pos: 0,
+    };
+    let got = read_squeue_json(q, 4242).unwrap();
+    assert_eq!(
+        got,
+        Queued {
+            admin_comment: "ticket 7".into(),
+            target: "4242".into()
+        }
+    );
+    // A cut answer is no answer.
+    let cut = r#"{"jobs":[{"job_id":7,"admin_comment":"x"}"#;
+    assert!(read_squeue_json(cut.as_bytes(), 7)
+        .unwrap_err()
+        .contains("not JSON"));
+    // The same through a tool's pipe: a real process writing 8 MiB (more than a pipe
+    // holds: read as it comes, while the process runs).
+    let sh = std::path::Path::new("/bin/sh");
+    let script = r#"printf '{"jobs":['; yes '{"job_id":1,"name":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"},' | head -n 60000; printf '{"job_id":9,"admin_comment":"t"}]}\n'"#;
+    let got = crate::publish::run_tool_with(
+        sh,
+        &["-c", script],
+        Duration::from_secs(60),
+        None,
+        |mut out| {
+            let r = read_squeue_json(&mut out, 9);
+            let _ = std::io::copy(&mut out, &mut std::io::sink());
+            r
+        },
+    )
+    .unwrap();
+    assert_eq!(got.unwrap().admin_comment, "t");
+}
+
 #[test]
 fn strangers_are_counted_in_the_word() {
     let mut s = JobSummary::new("mps", 1, &[]);
