@@ -57,6 +57,7 @@ use rustix::io::Errno;
 use rustix::net::{sockopt, AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use crate::fs::Dir;
+use crate::jobfs::Space;
 use crate::publish::{merge_comment, run_tool, run_tool_with, ToolFailure};
 
 /// Summary format version (after `colloc/`).
@@ -67,6 +68,9 @@ pub const WORD_START: &str = "colloc/";
 pub const SOCKET_DIR: &str = "summary";
 /// Longest path a Unix socket's address holds (`sun_path` less its closing NUL).
 const SOCKET_PATH_MAX: usize = 107;
+/// Free inodes of `run_dir` that summary sockets never take, at the least (besides its
+/// last quarter).
+const SOCKET_INODE_FLOOR: u64 = 8;
 /// Longest pack report taken.
 pub const REPORT_LIMIT: usize = 512;
 /// Queued connections taken at the step's end (more are closed unread).
@@ -544,6 +548,33 @@ impl Collector {
             Err(e) => return Err(e.to_string()),
         };
         dir.check_private().map_err(|e| e.to_string())?;
+        // The job's user must reach their socket: an admin's chmod of root's own
+        // directory is undone (and said), not left to cost every summary its figures.
+        let mode = dir.stat().map_err(|e| e.to_string())?.st_mode & 0o7777;
+        if mode != 0o755 {
+            dir.set_mode(0o755).map_err(|e| e.to_string())?;
+            log::warn!(
+                "{} had mode {mode:04o}: set to 0755, so that jobs reach their sockets",
+                dir.path().display()
+            );
+        }
+        // Anyone can hold a socket's inode after it is removed (an O_PATH descriptor
+        // needs no permission on the file), and the job's user can link their own
+        // elsewhere on the file system: sockets never take run_dir's last quarter of
+        // inodes, which MPS jobs need.
+        let space =
+            Space::of(run.as_fd()).map_err(|e| format!("statfs {}: {e}", run.path().display()))?;
+        if space.total_inodes > 0
+            && space.free_inodes <= (space.total_inodes / 4).max(SOCKET_INODE_FLOOR)
+        {
+            return Err(format!(
+                "{} has {} of {} inodes free: summary sockets leave the last quarter to MPS jobs \
+                 (colloc status names what holds them)",
+                run.path().display(),
+                space.free_inodes,
+                space.total_inodes
+            ));
+        }
         let file = socket_file_name(job);
         let path = dir.path().join(&file);
         if path.as_os_str().len() > SOCKET_PATH_MAX {

@@ -162,6 +162,15 @@ impl Dir {
             .map_err(|e| io("set the mode of", &path, e))
     }
 
+    /// Set this directory's mode (on the open descriptor).
+    ///
+    /// # Errors
+    /// [`FsError::Io`].
+    pub fn set_mode(&self, mode: u32) -> Result<(), FsError> {
+        rustix::fs::fchmod(&self.fd, Mode::from_raw_mode(mode))
+            .map_err(|e| io("set the mode of", &self.path, e))
+    }
+
     /// Check that only root can change this directory: owned by root, writable by no one
     /// else.
     ///

@@ -452,3 +452,54 @@ fn a_flood_of_connections_is_bounded() {
     assert_eq!(got.reports.len(), MAX_CONNECTIONS);
     assert!(got.bad.is_empty(), "{:?}", got.bad);
 }
+
+#[test]
+fn sockets_leave_run_dirs_last_quarter_of_inodes_and_its_mode_is_kept() {
+    use std::os::unix::fs::PermissionsExt;
+    if crate::sys::uid() != 0 {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_dir(&tmp);
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH);
+        }
+    }
+    std::fs::create_dir(&run).unwrap();
+    crate::sys::mount_tmpfs(&run, "size=1m,nr_inodes=40,mode=0755").unwrap();
+    let _run = Unmount(run.clone());
+    // Every socket held (as another user's O_PATH descriptor holds one after its
+    // removal): they stop where a quarter of the inodes is left.
+    let mut held = Vec::new();
+    let err = loop {
+        match Collector::bind(&run, 100 + held.len() as u32, 65_534) {
+            Ok(c) => held.push(c),
+            Err(e) => break e,
+        }
+        assert!(held.len() < 40, "no end");
+    };
+    assert!(err.contains("inodes free"), "{err}");
+    let space = Space::of(std::fs::File::open(&run).unwrap()).unwrap();
+    assert!(space.free_inodes >= 10, "{space:?}");
+    assert!(held.len() >= 20, "{}", held.len());
+    // An MPS job's tree still finds room.
+    let c = crate::config::Config {
+        run_dir: run.clone(),
+        state_dir: tmp.path().join("state"),
+        ..crate::config::Config::default()
+    };
+    let _job = Unmount(crate::rundir::job_dir(&c, 7));
+    crate::rundir::create(&c, 7, 65_534, 65_534, &[0]).unwrap();
+    drop(held);
+    // An admin's chmod of the sockets' directory is undone.
+    std::fs::set_permissions(run.join(SOCKET_DIR), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let c = Collector::bind(&run, 99, 65_534).unwrap();
+    let mode = std::fs::metadata(run.join(SOCKET_DIR))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o755);
+    drop(c);
+}
