@@ -113,8 +113,11 @@ cargo build --locked -p colloc-spank --features test-seams --profile test-seams 
 #   seen when they ran at once), so the 22.05 production lanes start after every 24.11
 #   lane ended; two production clusters of one namespace are fine (the suites run
 #   clusters side by side themselves), so the 22.05 production suites run in two lanes.
-# The 24.11 lanes start after the unit tests (their builds are the workspace's), beside
-# the package step; the 22.05 lanes need the .deb it installs.
+# The production-type lanes are the longest path (one after the other: 24.11's, then
+# 22.05's), so the 24.11 production lanes start as soon as the 24.11 root and its builds
+# (a target folder of their own) are ready, beside the unit tests; the 24.11 simple lane
+# starts after the unit tests, beside the package step; the 22.05 lanes need the .deb
+# it installs.
 #
 # Each lane's lines are shown as they come, marked with the lane's name (CI keeps only
 # the end of its log: a run cut short still shows where each lane was), and kept whole
@@ -190,32 +193,38 @@ stop_left_clusters() {
   return 0
 }
 slurm_root=tests/slurm/slurm-root.sh
-# The 24.11 root (most of making it waits on Debian's archive) and its builds, meanwhile.
-"$slurm_root" prepare >"$log.prepare" 2>&1 &
-prepare_pid=$!
-
-tally "unit and CLI tests" cargo test --workspace --locked --no-fail-fast --exclude colloc-slurm-tests
-
-step "real Slurm cluster tests on 24.11 (a Debian 13 root) start: simple, production, then production under cgroup v2"
 lanes_2411=()
-if wait "$prepare_pid"; then
-  sed 's/^/[24.11 prepare] /' "$log.prepare"
-  lane_names+=(24.11-simple 24.11-production 24.11-production-v2)
-  lane 24.11-simple env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=simple "$slurm_root" test &
-  lanes_2411+=($!)
-  # The cgroup-v2 lane: only the suites whose paths depend on the cgroup version
-  # (production: where the MPS daemons land, what they may open, a cancel ends them and
-  # their cgroup; cluster_profiles: three nodes, namespaces, /dev/shm, the devices a job
-  # reaches), after the production lane (one production-type cluster namespace at once).
-  (
+# The 24.11 root (most of making it waits on Debian's archive) and its builds, then at
+# once the production lanes. The cgroup-v2 lane: only the suites whose paths depend on
+# the cgroup version (production: where the MPS daemons land, what they may open, a
+# cancel ends them and their cgroup; cluster_profiles: three nodes, namespaces,
+# /dev/shm, the devices a job reaches), after the production lane (one production-type
+# cluster namespace at once).
+(
+  "$slurm_root" prepare >"$log.prepare" 2>&1
+  rc=$?
+  echo "$rc" >"$log.prepare.rc"
+  if ((rc == 0)); then
     lane 24.11-production env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=production \
       "$slurm_root" test
     lane 24.11-production-v2 env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=production-v2 \
       "$slurm_root" test production cluster_profiles
-  ) &
+  fi
+) &
+production_2411=$!
+lanes_2411+=("$production_2411")
+
+tally "unit and CLI tests" cargo test --workspace --locked --no-fail-fast --exclude colloc-slurm-tests
+
+step "real Slurm cluster tests on 24.11 (a Debian 13 root): simple now (production started once the root was ready)"
+# The root's making has ended, or ends now.
+while [[ ! -f $log.prepare.rc ]] && kill -0 "$production_2411" 2>/dev/null; do sleep 2; done
+sed 's/^/[24.11 prepare] /' "$log.prepare"
+if [[ $(cat "$log.prepare.rc" 2>/dev/null) == 0 ]]; then
+  lane_names+=(24.11-simple 24.11-production 24.11-production-v2)
+  lane 24.11-simple env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=simple "$slurm_root" test &
   lanes_2411+=($!)
 else
-  sed 's/^/[24.11 prepare] /' "$log.prepare"
   failed_steps+=("Slurm 24.11: the root or its builds")
 fi
 
