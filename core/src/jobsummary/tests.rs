@@ -165,6 +165,14 @@ fn the_comment_and_target_come_from_squeue_json_of_either_release() {
     assert!(parse_squeue_json(new, 8)
         .unwrap_err()
         .contains("does not list job 8"));
+    // Another job's comment that is not UTF-8 (an admin's or a site tool's: raw bytes, a
+    // lone surrogate) stops nothing; the job's own is left as it is.
+    let bytes = b"{\"jobs\":[{\"job_id\":1,\"admin_comment\":\"\xff\xfe\"},{\"job_id\":2,\"admin_comment\":\"\\udc80 x\"},{\"job_id\":3,\"admin_comment\":\"ok\"}]}";
+    assert_eq!(read_squeue_json(&bytes[..], 3).unwrap().admin_comment, "ok");
+    for j in [1, 2] {
+        let e = read_squeue_json(&bytes[..], j).unwrap_err();
+        assert!(e.contains("is not UTF-8"), "{e}");
+    }
     assert!(parse_squeue_json("squeue: error", 8)
         .unwrap_err()
         .contains("not JSON"));

@@ -1,8 +1,8 @@
 //! Heterogeneous jobs and job arrays (issue 35): each component of `sbatch --colloc=A … :
 //! --colloc=B …`, and each task of an array, gets what it asked for on its own GPUs, and
-//! the nodes end clean. One cluster of two nodes with two GPUs each; tests run in order.
+//! the nodes end clean; a het job's summary (issue 38) is its leader's alone. One cluster of two nodes with two GPUs each; tests run in order.
 
-use colloc_slurm_tests::{run_suite_on, Cluster, ClusterSpec, Test};
+use colloc_slurm_tests::{parse_kv, run_suite_on, Cluster, ClusterSpec, Test};
 
 fn main() {
     let tests: &[Test] = &[
@@ -57,6 +57,33 @@ fn het_components(c: &Cluster) {
     let (d0, d1) = (&v["C0_DEVICES"], &v["C1_DEVICES"]);
     assert!(!d0.is_empty() && !d1.is_empty() && d0 != d1, "{out}");
     assert_ne!(v["C0_PIPES"], v["C1_PIPES"], "{out}");
+    // The job's summary in its AdminComment (issue 38), from the batch step, which is
+    // component 0's: on component 0 alone (`scontrol update JobId=<leader>` would write
+    // every component), with component 0's mode.
+    let out = c
+        .slurm("scontrol")
+        .args(["-o", "show", "job", &id.to_string()])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    let comments: Vec<(String, String)> = shown
+        .lines()
+        .map(parse_kv)
+        .map(|kv| {
+            (
+                kv.get("HetJobOffset").cloned().unwrap_or_default(),
+                kv.get("AdminComment").cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        comments,
+        vec![
+            ("0".to_string(), "colloc/1;mode=mps;gpus=1".to_string()),
+            ("1".to_string(), String::new()),
+        ],
+        "{shown}"
+    );
     assert_clean(c);
 }
 
