@@ -48,7 +48,7 @@
 //! socket is removed at the step's end, and by the epilog where the step was killed
 //! first ([`remove_socket`]).
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -357,178 +357,6 @@ pub fn split_comment(comment: &str) -> (String, Option<&str>) {
     crate::publish::split_word(comment, WORD_START)
 }
 
-/// What `squeue --json` says of a job that the writer needs.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Queued {
-    /// Its `AdminComment` (`""` when unset).
-    pub admin_comment: String,
-    /// How `scontrol update` and `sacctmgr modify job` name it alone: `ARRAY_TASK` for an
-    /// array task (an array's last task has the array's own id, which both take for every
-    /// task), `HETJOB+OFFSET` for a component of a heterogeneous job (the leader's id
-    /// stands for every component), else the job id.
-    pub target: String,
-}
-
-/// A number as `squeue --json` writes it: plain (Slurm 22.05's v0.0.38) or
-/// `{"set": true, "number": N}` (23.02 and later).
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
-enum JsonNumber {
-    Plain(u64),
-    Set { set: bool, number: Option<u64> },
-    Other(serde::de::IgnoredAny),
-}
-
-impl JsonNumber {
-    fn get(&self) -> Option<u64> {
-        match self {
-            JsonNumber::Plain(n) => Some(*n),
-            JsonNumber::Set { set: true, number } => *number,
-            _ => None,
-        }
-    }
-}
-
-/// A JSON string as bytes, UTF-8 or not: another job's comment, which may hold
-/// anything, never stops the read.
-struct RawText(Vec<u8>);
-
-impl<'de> serde::Deserialize<'de> for RawText {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = RawText;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<RawText, E> {
-                Ok(RawText(v.to_vec()))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawText, E> {
-                Ok(RawText(v.as_bytes().to_vec()))
-            }
-        }
-        d.deserialize_bytes(V)
-    }
-}
-
-/// The fields of one job of the `jobs` list that the writer needs; the rest of each job
-/// is skipped as it is read (never held: a user's long job name costs time, not memory).
-#[derive(serde::Deserialize, Default)]
-#[serde(default)]
-struct JobFields {
-    job_id: Option<JsonNumber>,
-    admin_comment: Option<RawText>,
-    array_job_id: Option<JsonNumber>,
-    array_task_id: Option<JsonNumber>,
-    het_job_id: Option<JsonNumber>,
-    het_job_offset: Option<JsonNumber>,
-}
-
-/// The whole answer: `{"jobs": [...], ...}`, of which only job `job` is kept.
-struct FindJob(u32);
-
-impl<'de> serde::de::DeserializeSeed<'de> for FindJob {
-    type Value = Option<Queued>;
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for FindJob {
-    type Value = Option<Queued>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an object with a jobs list")
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-        let mut found = None;
-        while let Some(key) = m.next_key::<std::borrow::Cow<'de, str>>()? {
-            if key == "jobs" {
-                found = m.next_value_seed(FindInList(self.0))?;
-            } else {
-                m.next_value::<serde::de::IgnoredAny>()?;
-            }
-        }
-        Ok(found)
-    }
-}
-
-/// The `jobs` list, one job at a time.
-struct FindInList(u32);
-
-impl<'de> serde::de::DeserializeSeed<'de> for FindInList {
-    type Value = Option<Queued>;
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for FindInList {
-    type Value = Option<Queued>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a list of jobs")
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
-        let job = self.0;
-        let mut found = None;
-        while let Some(j) = s.next_element::<JobFields>()? {
-            let n = |v: &Option<JsonNumber>| v.as_ref().and_then(JsonNumber::get);
-            if found.is_some() || n(&j.job_id) != Some(u64::from(job)) {
-                continue;
-            }
-            let array = n(&j.array_job_id).filter(|&a| a > 0);
-            let het = n(&j.het_job_id).filter(|&h| h > 0);
-            let target = match (array, n(&j.array_task_id), het, n(&j.het_job_offset)) {
-                (Some(a), Some(t), _, _) => format!("{a}_{t}"),
-                (_, _, Some(h), Some(o)) => format!("{h}+{o}"),
-                _ => job.to_string(),
-            };
-            // Not UTF-8: left as it is, never written back changed.
-            let admin_comment = String::from_utf8(j.admin_comment.map_or_else(Vec::new, |c| c.0))
-                .map_err(|_| {
-                serde::de::Error::custom(format!(
-                    "job {job}'s AdminComment is not UTF-8: left as it is"
-                ))
-            })?;
-            found = Some(Queued {
-                admin_comment,
-                target,
-            });
-        }
-        Ok(found)
-    }
-}
-
-/// Job `job` in `scontrol --json show job JOB`'s or `squeue --json`'s output (the same
-/// `jobs` list), read as it comes: only the job's own fields are kept, so a queue whose
-/// answer is hundreds of MiB (22.05's `squeue --json` lists every job, and a user's
-/// fields can be long) costs time, not memory. JSON, not `scontrol show job`'s text:
-/// there a job name, a command or a working directory holding a newline (all the
-/// user's) can make a line that reads `AdminComment=` (our red team's find).
-///
-/// # Errors
-/// Not JSON, or the job is not in it.
-pub fn read_squeue_json(out: impl std::io::Read, job: u32) -> Result<Queued, String> {
-    use serde::de::DeserializeSeed as _;
-    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(out));
-    let found = FindJob(job)
-        .deserialize(&mut de)
-        .and_then(|f| de.end().map(|()| f))
-        .map_err(|e| match e.classify() {
-            serde_json::error::Category::Data => format!("squeue --json: {e}"),
-            _ => format!("squeue --json: not JSON ({e})"),
-        })?;
-    found.ok_or_else(|| format!("squeue --json does not list job {job}"))
-}
-
-/// [`read_squeue_json`] of an answer held whole.
-///
-/// # Errors
-/// As [`read_squeue_json`].
-pub fn parse_squeue_json(out: &str, job: u32) -> Result<Queued, String> {
-    read_squeue_json(out.as_bytes(), job)
-}
-
 /// A non-blocking, close-on-exec Unix stream socket and the address `path`.
 fn stream_socket(path: &Path) -> std::io::Result<(OwnedFd, SocketAddrUnix)> {
     let fd = rustix::net::socket_with(
@@ -545,7 +373,8 @@ fn stream_socket(path: &Path) -> std::io::Result<(OwnedFd, SocketAddrUnix)> {
 #[derive(Debug)]
 pub struct Collector {
     fd: OwnedFd,
-    /// The socket's directory (root's) and the socket's name there.
+    /// `run_dir`, the socket's directory in it (root's) and the socket's name there.
+    run: Dir,
     dir: Dir,
     file: String,
 }
@@ -571,30 +400,6 @@ impl Collector {
     /// Why the socket could not be made, in a line.
     pub fn bind(run_dir: &Path, job: u32, uid: u32) -> Result<Collector, String> {
         let run = Dir::create_trusted(run_dir, 0o755).map_err(|e| e.to_string())?;
-        let dir = match run.open_dir(SOCKET_DIR) {
-            Ok(Some(d)) => d,
-            Ok(None) => match run.make_dir(SOCKET_DIR, 0o755) {
-                Ok(d) => d,
-                // Another batch step made it meanwhile.
-                Err(e) if e.raw_os_error() == Some(Errno::EXIST.raw_os_error()) => run
-                    .open_dir(SOCKET_DIR)
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| format!("{} is gone", run.path().join(SOCKET_DIR).display()))?,
-                Err(e) => return Err(e.to_string()),
-            },
-            Err(e) => return Err(e.to_string()),
-        };
-        dir.check_private().map_err(|e| e.to_string())?;
-        // The job's user must reach their socket: an admin's chmod of root's own
-        // directory is undone (and said), not left to cost every summary its figures.
-        let mode = dir.stat().map_err(|e| e.to_string())?.st_mode & 0o7777;
-        if mode != 0o755 {
-            dir.set_mode(0o755).map_err(|e| e.to_string())?;
-            log::warn!(
-                "{} had mode {mode:04o}: set to 0755, so that jobs reach their sockets",
-                dir.path().display()
-            );
-        }
         // Anyone can hold a socket's inode after it is removed (an O_PATH descriptor
         // needs no permission on the file), and the job's user can link their own
         // elsewhere on the file system: sockets never take run_dir's last quarter of
@@ -613,27 +418,42 @@ impl Collector {
             ));
         }
         let file = socket_file_name(job);
-        let path = dir.path().join(&file);
+        let path = run.path().join(SOCKET_DIR).join(&file);
         if path.as_os_str().len() > SOCKET_PATH_MAX {
             return Err(format!(
                 "{} is longer than a socket's address holds ({SOCKET_PATH_MAX} bytes)",
                 path.display()
             ));
         }
-        dir.unlink(&file).map_err(|e| e.to_string())?;
         let made = |e: std::io::Error| format!("cannot listen on {}: {e}", path.display());
-        let (fd, addr) = stream_socket(&path).map_err(made)?;
-        // The directories are root's all the way up (checked above): the path names the
-        // file made here. Until listen() below, connections are refused, so none is
-        // queued before the file is the user's alone.
-        rustix::net::bind(&fd, &addr).map_err(|e| made(e.into()))?;
-        let collector = Collector { fd, dir, file };
-        collector
-            .dir
-            .give_entry(&collector.file, uid, 0o600)
-            .map_err(|e| e.to_string())?;
-        rustix::net::listen(&collector.fd, MAX_CONNECTIONS as i32).map_err(|e| made(e.into()))?;
-        Ok(collector)
+        // The directory goes when its last socket does (nothing of colloc's stays in
+        // run_dir after a job): where another step removed it between opening and
+        // binding, it is made again.
+        for attempt in 0.. {
+            let dir = socket_dir(&run)?;
+            dir.unlink(&file).map_err(|e| e.to_string())?;
+            let (fd, _) = stream_socket(&path).map_err(made)?;
+            // Bound in the directory held here, by its descriptor (a removed directory
+            // takes no new name), so the file is the one made here. Until listen()
+            // below, connections are refused, so none is queued before the file is the
+            // user's alone.
+            let here = PathBuf::from(format!("/proc/self/fd/{}/{file}", dir.as_fd().as_raw_fd()));
+            let addr = SocketAddrUnix::new(&here).map_err(|e| made(e.into()))?;
+            match rustix::net::bind(&fd, &addr) {
+                Ok(()) => {}
+                Err(Errno::NOENT) if attempt < 3 => continue,
+                Err(e) => return Err(made(e.into())),
+            }
+            let collector = Collector { fd, run, dir, file };
+            collector
+                .dir
+                .give_entry(&collector.file, uid, 0o600)
+                .map_err(|e| e.to_string())?;
+            rustix::net::listen(&collector.fd, MAX_CONNECTIONS as i32)
+                .map_err(|e| made(e.into()))?;
+            return Ok(collector);
+        }
+        unreachable!("the loop returns")
     }
 
     /// The socket's path (for [`SOCKET_ENV`]).
@@ -679,7 +499,39 @@ impl Drop for Collector {
         if let Err(e) = self.dir.unlink(&self.file) {
             log::warn!("cannot remove the job summary's socket: {e}");
         }
+        // Its directory too, where no other step's socket is in it.
+        let _ = self.run.rmdir(SOCKET_DIR);
     }
+}
+
+/// `run_dir/summary`, made where missing (root's, 0755), its mode set back to 0755 where
+/// an admin changed it.
+fn socket_dir(run: &Dir) -> Result<Dir, String> {
+    let dir = match run.open_dir(SOCKET_DIR) {
+        Ok(Some(d)) => d,
+        Ok(None) => match run.make_dir(SOCKET_DIR, 0o755) {
+            Ok(d) => d,
+            // Another batch step made it meanwhile.
+            Err(e) if e.raw_os_error() == Some(Errno::EXIST.raw_os_error()) => run
+                .open_dir(SOCKET_DIR)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("{} is gone", run.path().join(SOCKET_DIR).display()))?,
+            Err(e) => return Err(e.to_string()),
+        },
+        Err(e) => return Err(e.to_string()),
+    };
+    dir.check_private().map_err(|e| e.to_string())?;
+    // The job's user must reach their socket: an admin's chmod of root's own directory
+    // is undone (and said), not left to cost every summary its figures.
+    let mode = dir.stat().map_err(|e| e.to_string())?.st_mode & 0o7777;
+    if mode != 0o755 {
+        dir.set_mode(0o755).map_err(|e| e.to_string())?;
+        log::warn!(
+            "{} had mode {mode:04o}: set to 0755, so that jobs reach their sockets",
+            dir.path().display()
+        );
+    }
+    Ok(dir)
 }
 
 /// Remove `job`'s socket where its batch step left it (killed before its end): the
@@ -697,8 +549,11 @@ pub fn remove_socket(run_dir: &Path, job: u32) -> Result<bool, String> {
         return Ok(false);
     };
     dir.check_private().map_err(|e| e.to_string())?;
-    dir.unlink(&socket_file_name(job))
-        .map_err(|e| e.to_string())
+    let removed = dir
+        .unlink(&socket_file_name(job))
+        .map_err(|e| e.to_string())?;
+    let _ = run.rmdir(SOCKET_DIR);
+    Ok(removed)
 }
 
 /// One connection's report: to its end, at most [`REPORT_LIMIT`] + 1 bytes, by `deadline`.
@@ -881,6 +736,9 @@ pub fn write(job: u32, word: &str) -> Result<Written, WriteError> {
         Err(e) => Err(e.into()),
     }
 }
+
+mod queue;
+pub use queue::{parse_squeue_json, read_squeue_json, Queued};
 
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,8 @@
 //!     gpu<K>/         root, 0755
 //!       pipe/  log/   the job's user, 0700: CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY
 //!   .leftovers/       root, 0700: what could not be removed, moved aside (made when needed)
+//!   summary/          root, 0755: the batch steps' job-summary sockets, each its job's
+//!                     user's, 0600 (`crate::jobsummary`; gone with its last socket)
 //! ```
 //!
 //! The user owns only the leaves, so no name root resolves can be swapped for a link.

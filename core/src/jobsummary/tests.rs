@@ -337,6 +337,8 @@ fn the_socket_is_the_jobs_user_alone_and_goes_with_its_collector() {
     std::mem::forget(left);
     assert!(remove_socket(&run, 8).unwrap());
     assert!(!socket_path(&run, 8).exists());
+    // Nothing of colloc's stays in run_dir: the directory went with its last socket.
+    assert!(!run.join(SOCKET_DIR).exists());
     // No run_dir: nothing to remove, no error.
     assert!(!remove_socket(&tmp.path().join("none"), 8).unwrap());
     // A run_dir someone else may write in is refused.
@@ -500,7 +502,7 @@ fn sockets_leave_run_dirs_last_quarter_of_inodes_and_its_mode_is_kept() {
     };
     let _job = Unmount(crate::rundir::job_dir(&c, 7));
     crate::rundir::create(&c, 7, 65_534, 65_534, &[0]).unwrap();
-    drop(held);
+    held.truncate(1);
     // An admin's chmod of the sockets' directory is undone.
     std::fs::set_permissions(run.join(SOCKET_DIR), std::fs::Permissions::from_mode(0o700)).unwrap();
     let c = Collector::bind(&run, 99, 65_534).unwrap();
@@ -510,4 +512,6 @@ fn sockets_leave_run_dirs_last_quarter_of_inodes_and_its_mode_is_kept() {
         .mode();
     assert_eq!(mode & 0o7777, 0o755);
     drop(c);
+    drop(held);
+    assert!(!run.join(SOCKET_DIR).exists());
 }

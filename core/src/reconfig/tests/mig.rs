@@ -724,4 +724,7 @@ fn the_epilog_removes_a_summary_socket_its_batch_step_left() {
     assert!(!sock.exists(), "{}", sock.display());
     assert!(other.path().exists());
     assert_eq!(g.count(0), 0);
+    // The last socket takes the directory with it.
+    drop(other);
+    assert!(!c.run_dir.join(crate::jobsummary::SOCKET_DIR).exists());
 }
