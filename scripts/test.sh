@@ -110,9 +110,10 @@ cargo build --locked -p colloc-spank --features test-seams --profile test-seams 
 # - a production-type cluster of a 24.11 lane (its own mount namespace, holding a copy
 #   of the host's /var/tmp mounts) and one of a 22.05 lane (the host's namespace) break
 #   each other's job containers ("ns base mount failed", "launch failed requeued held":
-#   seen when they ran at once), so the 22.05 production lanes start after every 24.11
-#   lane ended; two production clusters of one namespace are fine (the suites run
-#   clusters side by side themselves), so the 22.05 production suites run in two lanes.
+#   seen when they ran at once), so the 22.05 production lanes start after the 24.11
+#   production lanes ended (the 24.11 simple lane may still run); two production
+#   clusters of one namespace are fine (the suites run clusters side by side
+#   themselves), so the 22.05 production suites run in two lanes.
 # The production-type lanes are the longest path (one after the other: 24.11's, then
 # 22.05's), so the 24.11 production lanes start as soon as the 24.11 root and its builds
 # (a target folder of their own) are ready, beside the unit tests; the 24.11 simple lane
@@ -232,7 +233,7 @@ fi
 # them, installs the .deb and checks it.
 tally "packages: build .deb and .rpm, install the .deb, check it" packaging/test-packages.sh
 
-step "real Slurm cluster tests on 22.05 (the installed .deb): simple now, production once the 24.11 lanes ended"
+step "real Slurm cluster tests on 22.05 (the installed .deb): simple now, production once the 24.11 production lanes ended"
 plugin="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so"
 lanes_2205=()
 suites_2205=(env COLLOC_SPANK_PLUGIN="$plugin" COLLOC_BIN=/usr/bin/colloc
@@ -258,7 +259,10 @@ else
     -- --test-threads=1 &
   lanes_2205+=($!)
 fi
-for pid in "${lanes_2411[@]}"; do wait "$pid"; done
+# The 22.05 production lanes wait for the 24.11 production lanes only (production-type
+# clusters of both at once break each other's job containers); the 24.11 simple lane may
+# still run beside them.
+wait "$production_2411"
 if ((have_2205)); then
   # One after the other on processor 0: two production clusters at once, one on each
   # processor, failed job containers here ("ns base mount failed", then ".ns: No such
@@ -272,7 +276,7 @@ if ((have_2205)); then
   ) &
   lanes_2205+=($!)
 fi
-for pid in "${lanes_2205[@]}"; do wait "$pid"; done
+for pid in "${lanes_2205[@]}" "${lanes_2411[@]}"; do wait "$pid" 2>/dev/null; done
 collect_lanes
 ((${#lanes_timed_out[@]} == 0)) || stop_left_clusters
 
