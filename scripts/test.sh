@@ -81,7 +81,7 @@ cleanup() {
   # Copies of build artifacts the tests made outside /tmp for a checkout under /tmp
   # (tests/slurm visible_to_jobs).
   rm -rf /var/tmp/colloc-test-artifacts
-  rm -f "$log" "$log".* /run/colloc-test-users.lock
+  rm -f "$log" "$log".*
 }
 trap cleanup EXIT
 
