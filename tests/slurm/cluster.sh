@@ -583,6 +583,28 @@ stop_daemon() {
   rm -f "$f"
 }
 
+# Kill every slurmctld and slurmd still running with cluster $1's SLURM_CONF. On 23.11
+# and later `scontrol reconfigure` starts a new slurmctld (and slurmd) in place of the
+# old, which writes its pid file when it is up: a stop that read the file meanwhile
+# stopped the old one only (seen after CI: a 24.11 slurmctld and its slurmscriptd
+# outlived their cluster's folder).
+sweep_daemons() {
+  local conf="SLURM_CONF=$1/etc/slurm.conf" p comm
+  for p in /proc/[0-9]*; do
+    # The name first (read by the shell itself: no process per entry of /proc).
+    comm=
+    read -r comm <"$p/comm" 2>/dev/null || continue
+    case $comm in
+      slurmctld* | slurmscriptd | slurmd | slurmd-*) ;;
+      *) continue ;;
+    esac
+    if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "$conf"; then
+      log "$comm ${p#/proc/} still ran after the stop: killed"
+      kill -9 "${p#/proc/}" 2>/dev/null || true
+    fi
+  done
+}
+
 stop() {
   local dir
   dir=$(cd "$1" && pwd)
@@ -602,6 +624,7 @@ stop() {
   for f in "$dir"/slurm/slurmd*.pid; do stop_daemon "$f" & done
   wait
   stop_daemon "$dir/slurm/slurmctld.pid"
+  sweep_daemons "$dir"
   accounting_stop "$dir"
   stop_daemon "$dir/munge/munged.pid"
   [[ ${PROFILE:-} == production-v2 ]] && cgroup2_remove "$dir"

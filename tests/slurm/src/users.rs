@@ -76,19 +76,23 @@ pub fn ensure_user(name: &str) -> (u32, u32) {
                 uid
             }
         };
-        if !id_taken("group", uid) {
-            let out = run(Command::new("groupadd")
-                .args(["--gid", &uid.to_string()])
-                .arg(name));
+        // The account's own group: one left by an earlier run is taken as it is; a new
+        // one gets the uid as its gid where that is free.
+        if !name_taken("group", name) {
+            let mut groupadd = Command::new("groupadd");
+            if !id_taken("group", uid) {
+                groupadd.args(["--gid", &uid.to_string()]);
+            }
+            let out = run(groupadd.arg(name));
             assert!(
-                out.status.success(),
+                out.status.success() || name_taken("group", name),
                 "groupadd {name}: {}",
                 text(&out.stderr).trim()
             );
         }
         let out = run(Command::new("useradd")
             .args(["--no-create-home", "--no-user-group", "--shell", "/bin/sh"])
-            .args(["--uid", &uid.to_string(), "--gid", &uid.to_string()])
+            .args(["--uid", &uid.to_string(), "--gid", name])
             .arg(name));
         assert!(
             out.status.success() || id("-u").is_some(),
@@ -134,9 +138,14 @@ fn next_uid(entries: &[(String, u32)], taken: impl Fn(u32) -> bool) -> u32 {
 
 /// Whether `getent DB ID` finds an entry (`passwd` or `group`).
 fn id_taken(db: &str, id: u32) -> bool {
+    name_taken(db, &id.to_string())
+}
+
+/// Whether `getent DB KEY` finds an entry (a name, or an id).
+fn name_taken(db: &str, key: &str) -> bool {
     Command::new("getent")
         .arg(db)
-        .arg(id.to_string())
+        .arg(key)
         .output()
         .is_ok_and(|o| o.status.success())
 }
