@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run every test colloc has on a machine without a GPU, from a fresh clone anywhere (also
-# under /tmp): installs the Debian packages it needs, checks formatting and lints, runs
-# the unit and CLI tests, builds and checks the .deb/.rpm, installs the .deb and runs the
-# real-Slurm tests against the installed plugin, under a simple and a production-like
-# Slurm configuration, and at the same time the same suites on Debian 13's Slurm 24.11 in
-# a cached debootstrap root (tests/slurm/slurm-root.sh), also under cgroup v2. Needs root
-# (Slurm daemons, dpkg, chroot).
+# under /tmp): installs the Debian packages it needs, builds, checks formatting and
+# lints, runs the unit and CLI tests, builds and checks the .deb/.rpm, installs the .deb
+# and runs the real-Slurm tests, under a simple (against the installed plugin) and a
+# production-like Slurm configuration, and at the same time the same suites on Debian
+# 13's Slurm 24.11 in a cached debootstrap root (tests/slurm/slurm-root.sh), also under
+# cgroup v2. Needs root (Slurm daemons, dpkg, chroot).
 #
 # Every step runs, whatever failed before it; the last line is always
 # "total: N passed, N failed" (a step that fails without test counts of its own, such as
@@ -87,38 +87,56 @@ trap cleanup EXIT
 
 run_step "system packages" scripts/install-deps.sh
 
-run_step "format" cargo fmt --all -- --check
-run_step "lints" cargo clippy --workspace --all-targets --locked -- -D warnings
-
-step "build (the fake libnvidia-ml and stand-ins the tests load)"
+step "build (the plugin, colloc, the fake libnvidia-ml and stand-ins the tests load, the real-Slurm suites)"
 build_ok=1
 cargo build --workspace --locked || build_ok=0
+# What the real-Slurm suites load, copied aside now: later cargo runs (the unit tests)
+# build target/debug's plugin and fake libnvidia-ml again with other features, while the
+# lanes below run (a plugin replaced under a starting slurmstepd fails its step). The
+# 24.11 root uses these too, all but the plugin (tests/slurm/slurm-root.sh prepare).
+target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+builds=$target_dir/ci-builds
+rm -rf "$builds" && mkdir -p "$builds" || build_ok=0
+for f in colloc libcolloc_spank.so libfake_nvml.so fake-nvml-ctl; do
+  cp "$target_dir/debug/$f" "$builds/$f" || build_ok=0
+done
 # The plugin with the test-only seam test_panic= (never packaged), for the real-Slurm
 # panic-containment test: target/test-seams/libcolloc_spank.so.
 cargo build --locked -p colloc-spank --features test-seams --profile test-seams || build_ok=0
+# The suites' binaries, "name path" a line, and the harness's own unit tests (named
+# colloc_slurm_tests): the lanes run them without cargo (a cargo command waits for the
+# build folder's lock while another one runs its tests).
+cargo test --locked -q -p colloc-slurm-tests --tests --no-run --message-format=json |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"] \
+            and {"test", "lib"} & set(m["target"]["kind"]):
+        print(m["target"]["name"], m["executable"])' >"$builds/suites" || build_ok=0
+[[ -s $builds/suites ]] || build_ok=0
 ((build_ok)) || { failed_steps+=("build"); echo "step failed: build"; }
 
-# The real-Slurm suites run in lanes: each one `cargo test` of the suites against one
-# Slurm under one configuration (tests/slurm/cluster.sh profiles: simple; production with
-# cgroups, ConstrainDevices, PrologFlags=Contain, job_container/tmpfs; production-v2 on
-# cgroup/v2). 22.05 is the host's, against the installed .deb; 24.11 runs in a root made
-# by debootstrap from Debian's archive and cached (tests/slurm/slurm-root.sh;
-# /var/cache/colloc-test/slurm-24.11), with the plugin built against its headers and the
-# workspace's colloc. The suites mostly wait for Slurm (a whole run keeps the 2
+# The real-Slurm suites run in lanes: each one runs the suites against one Slurm under
+# one configuration (tests/slurm/cluster.sh profiles: simple; production with cgroups,
+# ConstrainDevices, PrologFlags=Contain, job_container/tmpfs; production-v2 on
+# cgroup/v2). 22.05 is the host's: the simple lane against the installed .deb (the
+# package step), the production lanes against this checkout's build. 24.11 runs in a
+# root made by debootstrap from Debian's archive and cached (tests/slurm/slurm-root.sh;
+# /var/cache/colloc-test/slurm-24.11), with the plugin built against its headers and
+# the rest of this build. The suites mostly wait for Slurm (a whole run keeps the 2
 # processors about a third busy), so lanes overlap, as far as they can share the host:
 # - simple lanes run beside anything (no cgroups, no job containers);
-# - a production-type cluster of a 24.11 lane (its own mount namespace, holding a copy
-#   of the host's /var/tmp mounts) and one of a 22.05 lane (the host's namespace) break
-#   each other's job containers ("ns base mount failed", "launch failed requeued held":
-#   seen when they ran at once), so the 22.05 production lanes start after the 24.11
-#   production lanes ended (the 24.11 simple lane may still run); two production
-#   clusters of one namespace are fine (the suites run clusters side by side
-#   themselves), so the 22.05 production suites run in two lanes.
-# The production-type lanes are the longest path (one after the other: 24.11's, then
-# 22.05's), so the 24.11 production lanes start as soon as the 24.11 root and its builds
-# (a target folder of their own) are ready, beside the unit tests; the 24.11 simple lane
-# starts after the unit tests, beside the package step; the 22.05 lanes need the .deb
-# it installs.
+# - production-type clusters run one at a time, all on processor 0 (below): first the
+#   22.05 ones (two lanes, one after the other), then the 24.11 ones;
+# - no 24.11 lane starts while a 22.05 production cluster runs: a 24.11 lane's mount
+#   namespace, made from the host's, holds a copy of the host's mounts of that moment,
+#   those of the 22.05 job containers included, and production clusters of both
+#   releases at once broke each other's job containers ("ns base mount failed", "launch
+#   failed requeued held": seen when they ran at once).
+# The production-type lanes are the longest path (about 2,200 s one after the other),
+# so they start as soon as the suites are built, beside the lints, the package step and
+# the unit tests; the 24.11 simple lane starts with the 24.11 production lanes; the
+# 22.05 simple lane once the package step (before the unit tests) installed the .deb.
 #
 # Each lane's lines are shown as they come, marked with the lane's name (CI keeps only
 # the end of its log: a run cut short still shows where each lane was), and kept whole
@@ -136,11 +154,10 @@ deadline=${COLLOC_TEST_DEADLINE_S:-4800}
 # hands those numbers out of order across processors is our reading of what we measured
 # here: 12 of 23 launches of `sbatch --wrap true` under
 # the production profile failed, with or without colloc's plugin; 0 of 16 with the
-# cluster on one processor. The production-type lanes (one at a time but for the two
-# 22.05 ones) take processor 0, the simple lanes and the second 22.05 production lane
-# the last one (with every lane on processor 0, two tests with tight time budgets, a
-# user's SIGSTOPs against an MPS start-up and two serial MPS jobs, failed: we take it
-# for that processor's load).
+# cluster on one processor. The production-type lanes (one at a time) take processor 0,
+# the simple lanes the last one (with every lane on processor 0, two tests with tight
+# time budgets, a user's SIGSTOPs against an MPS start-up and two serial MPS jobs,
+# failed: we take it for that processor's load).
 lane_cpu_production=0
 lane_cpu_other=$(($(nproc --all) - 1))
 lane_names=()
@@ -160,6 +177,26 @@ lane() {
   echo "$rc" >"$file.rc"
   echo "lane $name ended at ${SECONDS} s (exit status $rc)"
 }
+# run_suites [SUITE...]: run the suites' binaries ($builds/suites; every one when none is
+# named) one after the other, on the host's Slurm, with the environment given; 0 when
+# every suite passed. A function the lanes run through `bash -c` (exported).
+run_suites() {
+  local name exe t want rc=0 ran=0
+  while read -r name exe; do
+    if (($#)); then
+      want=0
+      for t in "$@"; do [[ $t == "$name" ]] && want=1; done
+      ((want)) || continue
+    fi
+    ran=$((ran + 1))
+    printf '\n-- %s on Slurm 22.05 (%s profile)\n' "$name" "${COLLOC_CLUSTER_PROFILE:-simple}"
+    "$exe" --test-threads=1 || rc=1
+  done <"$builds/suites"
+  ((ran > 0)) || { echo "no suite named $*"; return 1; }
+  return "$rc"
+}
+export -f run_suites
+export builds
 # The lanes' results, in the order they were declared: counted by their test counts,
 # or, when stopped at the deadline or ended without a status, as failures of their own.
 lanes_timed_out=()
@@ -194,89 +231,86 @@ stop_left_clusters() {
   return 0
 }
 slurm_root=tests/slurm/slurm-root.sh
-lanes_2411=()
-# The 24.11 root (most of making it waits on Debian's archive) and its builds, then at
-# once the production lanes. The cgroup-v2 lane: only the suites whose paths depend on
-# the cgroup version (production: where the MPS daemons land, what they may open, a
-# cancel ends them and their cgroup; cluster_profiles: three nodes, namespaces,
-# /dev/shm, the devices a job reaches), after the production lane (one production-type
-# cluster namespace at once).
-(
-  "$slurm_root" prepare >"$log.prepare" 2>&1
-  rc=$?
-  echo "$rc" >"$log.prepare.rc"
-  if ((rc == 0)); then
-    lane 24.11-production env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=production \
-      "$slurm_root" test
-    lane 24.11-production-v2 env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=production-v2 \
-      "$slurm_root" test production cluster_profiles
-  fi
-) &
-production_2411=$!
-lanes_2411+=("$production_2411")
-
-tally "unit and CLI tests" cargo test --workspace --locked --no-fail-fast --exclude colloc-slurm-tests
-
-step "real Slurm cluster tests on 24.11 (a Debian 13 root): simple now (production started once the root was ready)"
-# The root's making has ended, or ends now.
-while [[ ! -f $log.prepare.rc ]] && kill -0 "$production_2411" 2>/dev/null; do sleep 2; done
-sed 's/^/[24.11 prepare] /' "$log.prepare"
-if [[ $(cat "$log.prepare.rc" 2>/dev/null) == 0 ]]; then
-  lane_names+=(24.11-simple 24.11-production 24.11-production-v2)
-  lane 24.11-simple env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_CLUSTER_PROFILE=simple "$slurm_root" test &
-  lanes_2411+=($!)
+# The 24.11 root (most of making it waits on Debian's archive) and its plugin, in the
+# background from now on.
+if ((build_ok)); then
+  (
+    COLLOC_SLURM_ROOT_HOST_BUILDS=$builds "$slurm_root" prepare >"$log.prepare" 2>&1
+    echo "$?" >"$log.prepare.rc"
+  ) &
 else
-  failed_steps+=("Slurm 24.11: the root or its builds")
+  echo 1 >"$log.prepare.rc"
 fi
-
-# Builds the release binaries for glibc 2.28 (cargo zigbuild), the .deb and .rpm from
-# them, installs the .deb and checks it.
-tally "packages: build .deb and .rpm, install the .deb, check it" packaging/test-packages.sh
-
-step "real Slurm cluster tests on 22.05 (the installed .deb): simple now, production once the 24.11 production lanes ended"
-plugin="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so"
-lanes_2205=()
-suites_2205=(env COLLOC_SPANK_PLUGIN="$plugin" COLLOC_BIN=/usr/bin/colloc
-  cargo test --locked --no-fail-fast -p colloc-slurm-tests)
-# The production suites in two lanes of about the same length (their times on 22.05):
-# these five, and every other suite.
+# The 22.05 production suites in two lanes of about the same length (their times on
+# 22.05): these five, and every other suite.
 production_a=(security node_state admin_ops mig_driver production)
 production_b=()
 for f in tests/slurm/tests/*.rs; do
   name=$(basename "$f" .rs)
   [[ " ${production_a[*]} " == *" $name "* ]] || production_b+=("$name")
 done
-have_2205=0
-if [ ! -f "$plugin" ] || [ ! -x /usr/bin/colloc ]; then
-  echo "the .deb is not installed (see the package step): no real-Slurm tests on 22.05"
+env_2205=(env COLLOC_SPANK_PLUGIN="$builds/libcolloc_spank.so" COLLOC_BIN="$builds/colloc"
+  COLLOC_FAKE_NVML_LIB="$builds/libfake_nvml.so" COLLOC_FAKE_NVML_CTL="$builds/fake-nvml-ctl")
+env_2411=(env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_SLURM_ROOT_HOST_BUILDS="$builds")
+# The production-type lanes, one after the other on processor 0: 22.05's, then (the
+# root ready) 24.11's, with the 24.11 simple lane beside them.
+(
+  if ((build_ok)); then
+    lane 22.05-production-a "${env_2205[@]}" COLLOC_CLUSTER_PROFILE=production \
+      bash -c 'run_suites "$@"' run_suites "${production_a[@]}"
+    lane 22.05-production-b "${env_2205[@]}" COLLOC_CLUSTER_PROFILE=production \
+      bash -c 'run_suites "$@"' run_suites "${production_b[@]}"
+  fi
+  while [[ ! -f $log.prepare.rc ]]; do sleep 2; done
+  if [[ $(cat "$log.prepare.rc") == 0 ]]; then
+    lane 24.11-simple "${env_2411[@]}" COLLOC_CLUSTER_PROFILE=simple "$slurm_root" test &
+    # The cgroup-v2 lane: only the suites whose paths depend on the cgroup version
+    # (production: where the MPS daemons land, what they may open, a cancel ends them and
+    # their cgroup; cluster_profiles: three nodes, namespaces, /dev/shm, the devices a
+    # job reaches).
+    lane 24.11-production "${env_2411[@]}" COLLOC_CLUSTER_PROFILE=production "$slurm_root" test
+    lane 24.11-production-v2 "${env_2411[@]}" COLLOC_CLUSTER_PROFILE=production-v2 \
+      "$slurm_root" test production cluster_profiles
+    wait
+  fi
+) &
+production_lanes=$!
+
+run_step "format" cargo fmt --all -- --check
+run_step "lints" cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# Builds the release binaries for glibc 2.28 (cargo zigbuild), the .deb and .rpm from
+# them, installs the .deb and checks it. Before the unit tests: the 22.05 simple lane
+# needs the installed .deb, and would be the longest path if it started after them.
+tally "packages: build .deb and .rpm, install the .deb, check it" packaging/test-packages.sh
+
+step "real Slurm cluster tests on 22.05's simple profile against the installed .deb: started"
+plugin="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/slurm-wlm/libcolloc_spank.so"
+simple_2205=
+if ((!build_ok)); then
+  echo "the build failed: no real-Slurm tests on 22.05"
+elif [ ! -f "$plugin" ] || [ ! -x /usr/bin/colloc ]; then
+  echo "the .deb is not installed (see the package step): no real-Slurm simple lane on 22.05"
   failed_steps+=("real Slurm tests on 22.05 (no installed package)")
-elif ! cargo build --locked -p colloc-slurm-tests --tests; then
-  failed_steps+=("build the real-Slurm tests")
 else
-  have_2205=1
   lane_names+=(22.05-simple)
-  lane 22.05-simple env COLLOC_CLUSTER_PROFILE=simple "${suites_2205[@]}" --tests \
-    -- --test-threads=1 &
-  lanes_2205+=($!)
+  lane 22.05-simple "${env_2205[@]}" COLLOC_SPANK_PLUGIN="$plugin" COLLOC_BIN=/usr/bin/colloc \
+    COLLOC_CLUSTER_PROFILE=simple bash -c 'run_suites "$@"' run_suites &
+  simple_2205=$!
 fi
-# The 22.05 production lanes wait for the 24.11 production lanes only (production-type
-# clusters of both at once break each other's job containers); the 24.11 simple lane may
-# still run beside them.
-wait "$production_2411"
-if ((have_2205)); then
-  # One after the other on processor 0: two production clusters at once, one on each
-  # processor, failed job containers here ("ns base mount failed", then ".ns: No such
-  # file" on every later job of the lane; 2026-12-06, Linux 6.18), one at a time never.
-  lane_names+=(22.05-production-a 22.05-production-b)
-  (
-    lane 22.05-production-a env COLLOC_CLUSTER_PROFILE=production "${suites_2205[@]}" \
-      $(printf -- '--test %s ' "${production_a[@]}") -- --test-threads=1
-    lane 22.05-production-b env COLLOC_CLUSTER_PROFILE=production "${suites_2205[@]}" \
-      $(printf -- '--test %s ' "${production_b[@]}") -- --test-threads=1
-  ) &
-  lanes_2205+=($!)
+
+tally "unit and CLI tests" cargo test --workspace --locked --no-fail-fast --exclude colloc-slurm-tests
+
+step "real Slurm cluster tests: the lanes still running (production ones since the build, 22.05 simple since the package step)"
+((build_ok)) && lane_names+=(22.05-production-a 22.05-production-b)
+wait "$production_lanes" 2>/dev/null
+[[ -n $simple_2205 ]] && wait "$simple_2205" 2>/dev/null
+sed 's/^/[24.11 prepare] /' "$log.prepare" 2>/dev/null
+if [[ $(cat "$log.prepare.rc" 2>/dev/null) == 0 ]]; then
+  lane_names+=(24.11-simple 24.11-production 24.11-production-v2)
+else
+  failed_steps+=("Slurm 24.11: the root or its builds")
 fi
-for pid in "${lanes_2205[@]}" "${lanes_2411[@]}"; do wait "$pid" 2>/dev/null; done
 collect_lanes
 ((${#lanes_timed_out[@]} == 0)) || stop_left_clusters
 

@@ -187,7 +187,10 @@ root_release() { chroot "$1" dpkg-query -W -f '${Version}' slurmd | sed -E 's/^(
 # workspace rebuild target/debug's fake libnvidia-ml in turn (their features differ),
 # and scripts/test.sh runs those beside the suites here. With COLLOC_SLURM_ROOT_BUILT=1
 # (the caller ran `prepare` already) only the suites are listed: two suites started at
-# once build nothing under each other.
+# once build nothing under each other. With COLLOC_SLURM_ROOT_HOST_BUILDS=DIR
+# (scripts/test.sh, which builds all of it on the host anyway) only the two plugins are
+# built here; colloc, the fake libnvidia-ml and its control tool are copied from DIR and
+# the suites are the binaries DIR/suites lists.
 prepare() {
   root=$(realpath -m "${COLLOC_SLURM_ROOT:-$DEFAULT_ROOT}")
   make_root "$root"
@@ -201,6 +204,29 @@ prepare() {
   # the root, where requeued jobs of the production profile then failed to join their
   # job container (container_p_join: .ns missing; launch failed requeued held).
   local build=(env SLURM_INCLUDE_DIR="$root/usr/include" CARGO_TARGET_DIR="$tdir" cargo)
+  if [[ -n ${COLLOC_SLURM_ROOT_HOST_BUILDS:-} ]]; then
+    # Only the plugin reads Slurm's headers: everything else is the host's build (its C
+    # library is older than the root's), copied from that folder, and the suites are the
+    # host's binaries listed there in `suites` ("name path" lines).
+    local host=$COLLOC_SLURM_ROOT_HOST_BUILDS f
+    [[ -s $host/suites ]] || die "$host/suites: no suites listed"
+    if [[ ${COLLOC_SLURM_ROOT_BUILT:-} != 1 ]]; then
+      echo "slurm-root.sh: building the plugin for Slurm $release into $tdir (the rest: $host)"
+      # The test-seams plugin first, then the plain one: one build of the dependencies.
+      "${build[@]}" build --locked -q -p colloc-spank --features test-seams &&
+        mkdir -p "$tdir/test-seams" &&
+        cp "$tdir/debug/libcolloc_spank.so" "$tdir/test-seams/libcolloc_spank.so.new" &&
+        mv "$tdir/test-seams/libcolloc_spank.so.new" "$tdir/test-seams/libcolloc_spank.so" &&
+        "${build[@]}" build --locked -q -p colloc-spank ||
+        die "the plugin did not build against Slurm $release's headers"
+      for f in colloc libfake_nvml.so fake-nvml-ctl; do
+        cp "$host/$f" "$tdir/debug/$f.new" && mv "$tdir/debug/$f.new" "$tdir/debug/$f" ||
+          die "no $host/$f"
+      done
+    fi
+    exes=$(cat "$host/suites")
+    return 0
+  fi
   if [[ ${COLLOC_SLURM_ROOT_BUILT:-} != 1 ]]; then
     echo "slurm-root.sh: building the workspace for Slurm $release into $tdir"
     "${build[@]}" build --locked -q --workspace &&
