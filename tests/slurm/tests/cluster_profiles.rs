@@ -1201,7 +1201,13 @@ fn no_kill_job_loses_a_node(c: &Cluster) {
     let probe = r#"srun -N2 --ntasks-per-node=1 -w n1,n2 bash -c 'echo "AFTER $SLURMD_NODENAME"'; echo "SRUN_RC=$?""#;
     let (script, ready, go) = hold(c, "crash2", "echo started");
     let id = c.submit(
-        &["-N3", "--no-kill", "--gres=gpu:1", "--colloc=mig:3g"],
+        &[
+            "-N3",
+            "--no-kill",
+            "--no-requeue",
+            "--gres=gpu:1",
+            "--colloc=mig:3g",
+        ],
         &format!("{script}\n{probe}\n"),
     );
     c.wait_for_file(id, &ready);
@@ -1215,8 +1221,26 @@ fn no_kill_job_loses_a_node(c: &Cluster) {
     assert_eq!(info.get("JobState").map(String::as_str), Some("RUNNING"));
     std::fs::write(&go, "").unwrap();
     let end = c.wait_done(id);
-    assert_eq!(end.state, "COMPLETED", "{end:?}; {}", c.job_out(id));
     let out = c.job_out(id);
+    // Slurm 24.11 may take the job's remaining nodes for failed as its batch step ends
+    // (seen once in CI: "_step_partial_comp: batch step received … This should never
+    // happen", "Removing failed node n1", the job requeued; --no-requeue ends it
+    // instead). The script ran to its end all the same; such a node gets no epilog from
+    // Slurm, and colloc's part is that `restore --all` puts its GPU back (below).
+    let ctld = std::fs::read_to_string(c.dir().join("slurm/slurmctld.log")).unwrap_or_default();
+    let failed_too: Vec<&str> = ["n1", "n2"]
+        .into_iter()
+        .filter(|n| ctld.contains(&format!("Removing failed node {n} from JobId={id}")))
+        .collect();
+    let slurm_race = c.slurm_release() >= (24, 11) && !failed_too.is_empty();
+    if slurm_race {
+        println!(
+            "  Slurm took {failed_too:?} for failed as the job ended: {}",
+            end.state
+        );
+    } else {
+        assert_eq!(end.state, "COMPLETED", "{end:?}; {out}");
+    }
     let after = lines_by_node(&out, "AFTER");
     println!(
         "  after losing n3 under --no-kill: new step's tasks on {:?}; {}",
@@ -1241,6 +1265,9 @@ fn no_kill_job_loses_a_node(c: &Cluster) {
     }
     n3.start_again();
     restore_after_return(c, &n3, id);
+    for n in &failed_too {
+        restore_after_return(c, &c.node(n), id);
+    }
     for node in c.nodes() {
         assert!(
             node.journals().is_empty() && node.mig_uuids().is_empty(),
