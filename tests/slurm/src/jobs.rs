@@ -280,6 +280,11 @@ impl Cluster {
         }
     }
 
+    /// slurmctld's log file.
+    pub fn slurmctld_log(&self) -> std::path::PathBuf {
+        self.dir().join("slurm/slurmctld.log")
+    }
+
     /// What Slurm recorded of job `id`, for a wait that gave up: its record's state and
     /// times, then every line of slurmctld's log and of each node's slurmd log that names
     /// it (the steps' state polls left out), so the excerpt shows which stage took the
@@ -307,10 +312,7 @@ impl Cluster {
             None => story += "(Slurm no longer knows it)",
         }
         story.push('\n');
-        let mut logs = vec![(
-            "slurmctld".to_string(),
-            self.dir().join("slurm/slurmctld.log"),
-        )];
+        let mut logs = vec![("slurmctld".to_string(), self.slurmctld_log())];
         for node in self.nodes() {
             logs.push((format!("slurmd {}", node.name()), node.slurmd_log()));
         }

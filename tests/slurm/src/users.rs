@@ -10,15 +10,15 @@ use crate::{run, text};
 const FIRST_UID: u32 = 42_000;
 
 /// An unprivileged account for tests, made with `useradd` if missing (with a group of
-/// its own of the same id, no home directory). Returns its uid and gid, as the system
+/// its own, of the same id where that is free; no home directory). Returns its uid and gid, as the system
 /// says them.
 ///
 /// Suites run at the same time, on the host and in Slurm 24.11 roots whose `/etc/passwd`
 /// is a copy of the host's taken when the root's namespace started (scripts/test.sh,
 /// tests/slurm/slurm-root.sh). Each `useradd` picking the next free uid of its own
 /// passwd file gave two different accounts of two lanes the same uid: seen in CI, the
-/// 22.05 lane's stopper (`kill -STOP` on every process of its uid) froze a 24.11 job's
-/// MPS daemon. So every account gets its uid from one registry that all lanes share
+/// 24.11 simple lane's stopper (`kill -STOP` on every process of its uid) froze the
+/// 24.11 production lane's MPS daemon. So every account gets its uid from one registry that all lanes share
 /// (`$COLLOC_TEST_USERS.uids`, else `/tmp/colloc-test-uids`: /tmp is the same in every
 /// root), `NAME UID` a line, read and extended under an exclusive `flock` of the
 /// registry itself: one name has one uid everywhere, two names never share one. The
@@ -37,9 +37,10 @@ pub fn ensure_user(name: &str) -> (u32, u32) {
         }
         text(&out.stdout).trim().parse().ok()
     };
-    let path = match std::env::var_os("COLLOC_TEST_USERS") {
-        Some(ledger) => {
-            let mut p = ledger;
+    let ledger = std::env::var_os("COLLOC_TEST_USERS");
+    let path = match &ledger {
+        Some(l) => {
+            let mut p = l.clone();
             p.push(".uids");
             std::path::PathBuf::from(p)
         }
@@ -100,7 +101,7 @@ pub fn ensure_user(name: &str) -> (u32, u32) {
             text(&out.stderr).trim()
         );
         if out.status.success() {
-            if let Some(ledger) = std::env::var_os("COLLOC_TEST_USERS") {
+            if let Some(ledger) = &ledger {
                 let mut f = std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)

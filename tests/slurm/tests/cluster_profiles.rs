@@ -603,17 +603,15 @@ srun -N2 --ntasks-per-node=1 bash -c 'echo "STEP0 $SLURMD_NODENAME $(readlink /p
     if result.is_err() {
         // What Slurm said of the job and of its nodes meanwhile (a node taken for down
         // under load is excised from the job before its epilog ran there).
-        let ctld = std::fs::read_to_string(c.dir().join("slurm/slurmctld.log")).unwrap_or_default();
-        let job = id.to_string();
-        println!("--- slurmctld: job {id}, nodes not responding or down ---");
-        for l in ctld.lines().filter(|l| {
-            l.contains(&job)
-                || l.contains("not responding")
-                || l.to_ascii_lowercase().contains("down")
-        }) {
+        println!("{}", c.job_story(id));
+        let ctld = std::fs::read_to_string(c.slurmctld_log()).unwrap_or_default();
+        println!("--- slurmctld: nodes not responding or down ---");
+        for l in ctld
+            .lines()
+            .filter(|l| l.contains("not responding") || l.to_ascii_lowercase().contains("down"))
+        {
             println!("{l}");
         }
-        println!("--- slurmd ---\n{}", c.slurmd_log_story(30));
     }
     kill_daemons();
     // The extern daemons kept the job's cgroups (every controller) after Slurm's cleanup:
@@ -1227,7 +1225,7 @@ fn no_kill_job_loses_a_node(c: &Cluster) {
     // happen", "Removing failed node n1", the job requeued; --no-requeue ends it
     // instead). The script ran to its end all the same; such a node gets no epilog from
     // Slurm, and colloc's part is that `restore --all` puts its GPU back (below).
-    let ctld = std::fs::read_to_string(c.dir().join("slurm/slurmctld.log")).unwrap_or_default();
+    let ctld = std::fs::read_to_string(c.slurmctld_log()).unwrap_or_default();
     let failed_too: Vec<&str> = ["n1", "n2"]
         .into_iter()
         .filter(|n| ctld.contains(&format!("Removing failed node {n} from JobId={id}")))
