@@ -103,16 +103,10 @@ done
 # The plugin with the test-only seam test_panic= (never packaged), for the real-Slurm
 # panic-containment test: target/test-seams/libcolloc_spank.so.
 cargo build --locked -p colloc-spank --features test-seams --profile test-seams || build_ok=0
-# The suites' binaries, "name path" a line, and the harness's own unit tests (named
-# colloc_slurm_tests): the lanes run them without cargo (a cargo command waits for the
-# build folder's lock while another one runs its tests).
+# The suites' binaries, "name path" a line, and the harness's own unit tests: the lanes
+# run them without cargo (tests/slurm/suites.sh).
 cargo test --locked -q -p colloc-slurm-tests --tests --no-run --message-format=json |
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"] \
-            and {"test", "lib"} & set(m["target"]["kind"]):
-        print(m["target"]["name"], m["executable"])' >"$builds/suites" || build_ok=0
+  tests/slurm/suites.sh list >"$builds/suites" || build_ok=0
 [[ -s $builds/suites ]] || build_ok=0
 ((build_ok)) || { failed_steps+=("build"); echo "step failed: build"; }
 
@@ -177,26 +171,6 @@ lane() {
   echo "$rc" >"$file.rc"
   echo "lane $name ended at ${SECONDS} s (exit status $rc)"
 }
-# run_suites [SUITE...]: run the suites' binaries ($builds/suites; every one when none is
-# named) one after the other, on the host's Slurm, with the environment given; 0 when
-# every suite passed. A function the lanes run through `bash -c` (exported).
-run_suites() {
-  local name exe t want rc=0 ran=0
-  while read -r name exe; do
-    if (($#)); then
-      want=0
-      for t in "$@"; do [[ $t == "$name" ]] && want=1; done
-      ((want)) || continue
-    fi
-    ran=$((ran + 1))
-    printf '\n-- %s on Slurm 22.05 (%s profile)\n' "$name" "${COLLOC_CLUSTER_PROFILE:-simple}"
-    "$exe" --test-threads=1 || rc=1
-  done <"$builds/suites"
-  ((ran > 0)) || { echo "no suite named $*"; return 1; }
-  return "$rc"
-}
-export -f run_suites
-export builds
 # The lanes' results, in the order they were declared: counted by their test counts,
 # or, when stopped at the deadline or ended without a status, as failures of their own.
 lanes_timed_out=()
@@ -257,9 +231,9 @@ env_2411=(env COLLOC_SLURM_ROOT_BUILT=1 COLLOC_SLURM_ROOT_HOST_BUILDS="$builds")
 (
   if ((build_ok)); then
     lane 22.05-production-a "${env_2205[@]}" COLLOC_CLUSTER_PROFILE=production \
-      bash -c 'run_suites "$@"' run_suites "${production_a[@]}"
+      tests/slurm/suites.sh run "$builds/suites" 22.05 "${production_a[@]}"
     lane 22.05-production-b "${env_2205[@]}" COLLOC_CLUSTER_PROFILE=production \
-      bash -c 'run_suites "$@"' run_suites "${production_b[@]}"
+      tests/slurm/suites.sh run "$builds/suites" 22.05 "${production_b[@]}"
   fi
   while [[ ! -f $log.prepare.rc ]]; do sleep 2; done
   if [[ $(cat "$log.prepare.rc") == 0 ]]; then
@@ -295,7 +269,7 @@ elif [ ! -f "$plugin" ] || [ ! -x /usr/bin/colloc ]; then
 else
   lane_names+=(22.05-simple)
   lane 22.05-simple "${env_2205[@]}" COLLOC_SPANK_PLUGIN="$plugin" COLLOC_BIN=/usr/bin/colloc \
-    COLLOC_CLUSTER_PROFILE=simple bash -c 'run_suites "$@"' run_suites &
+    COLLOC_CLUSTER_PROFILE=simple tests/slurm/suites.sh run "$builds/suites" 22.05 &
   simple_2205=$!
 fi
 

@@ -234,34 +234,18 @@ prepare() {
       die "the workspace did not build against Slurm $release's headers"
   fi
   exes=$("${build[@]}" test --locked -q -p colloc-slurm-tests --tests --no-run --message-format=json |
-    python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
-        print(m["target"]["name"], m["executable"])') || die "the suites did not build"
+    "$(dirname "$SELF")/suites.sh" list) || die "the suites did not build"
 }
 
 run_tests() {
   local root top target release tdir exes
   prepare
-  local name exe rc=0 ran=0
-  while read -r name exe; do
-    if (($#)); then
-      local want=0 t
-      for t in "$@"; do [[ $t == "$name" ]] && want=1; done
-      ((want)) || continue
-    fi
-    ran=$((ran + 1))
-    printf '\n-- %s on Slurm %s (%s profile)\n' "$name" "$release" "${COLLOC_CLUSTER_PROFILE:-simple}"
-    COLLOC_SPANK_PLUGIN=$tdir/debug/libcolloc_spank.so \
-      COLLOC_SPANK_TEST_PLUGIN=$tdir/test-seams/libcolloc_spank.so \
-      COLLOC_BIN=$tdir/debug/colloc \
-      COLLOC_FAKE_NVML_LIB=$tdir/debug/libfake_nvml.so \
-      COLLOC_FAKE_NVML_CTL=$tdir/debug/fake-nvml-ctl \
-      "$SELF" exec "$root" -- "$exe" --test-threads=1 || rc=1
-  done <<<"$exes"
-  ((ran > 0)) || die "no suite named $*"
-  return "$rc"
+  COLLOC_SPANK_PLUGIN=$tdir/debug/libcolloc_spank.so \
+    COLLOC_SPANK_TEST_PLUGIN=$tdir/test-seams/libcolloc_spank.so \
+    COLLOC_BIN=$tdir/debug/colloc \
+    COLLOC_FAKE_NVML_LIB=$tdir/debug/libfake_nvml.so \
+    COLLOC_FAKE_NVML_CTL=$tdir/debug/fake-nvml-ctl \
+    "$(dirname "$SELF")/suites.sh" run <(printf '%s\n' "$exes") "$release" "$@" -- "$SELF" exec "$root" --
 }
 
 # The whole file is read before anything runs (main's last line is on the line that calls
