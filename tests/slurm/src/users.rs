@@ -10,20 +10,20 @@ use crate::{run, text};
 const FIRST_UID: u32 = 42_000;
 
 /// An unprivileged account for tests, made with `useradd` if missing (with a group of
-/// its own, of the same id where that is free; no home directory). Returns its uid and gid, as the system
-/// says them.
+/// its own, of the same id where that is free; no home directory). Returns its uid and
+/// gid, as the system says them.
 ///
 /// Suites run at the same time, on the host and in Slurm 24.11 roots whose `/etc/passwd`
 /// is a copy of the host's taken when the root's namespace started (scripts/test.sh,
 /// tests/slurm/slurm-root.sh). Each `useradd` picking the next free uid of its own
 /// passwd file gave two different accounts of two lanes the same uid: seen in CI, the
 /// 24.11 simple lane's stopper (`kill -STOP` on every process of its uid) froze the
-/// 24.11 production lane's MPS daemon. So every account gets its uid from one registry that all lanes share
-/// (`$COLLOC_TEST_USERS.uids`, else `/tmp/colloc-test-uids`: /tmp is the same in every
-/// root), `NAME UID` a line, read and extended under an exclusive `flock` of the
-/// registry itself: one name has one uid everywhere, two names never share one. The
-/// look-up and `useradd` happen under the same lock, so two suites never race to make
-/// the same account or fight over `/etc/passwd`'s own lock. An account made here is
+/// 24.11 production lane's MPS daemon. So every account gets its uid from one registry
+/// that all lanes share (`$COLLOC_TEST_USERS.uids`, else `/tmp/colloc-test-uids`: /tmp
+/// is the same in every root), `NAME UID` a line, read and extended under an exclusive
+/// `flock` of the registry itself: one name has one uid everywhere, two names never share
+/// one. The look-up and `useradd` happen under the same lock, so two suites never race to
+/// make the same account or fight over `/etc/passwd`'s own lock. An account made here is
 /// written to the file `$COLLOC_TEST_USERS` when that is set, one name a line, so that
 /// scripts/test.sh can remove what the tests made.
 ///
